@@ -1,0 +1,72 @@
+# labkit: `make demo` and `make test` work as the very first command on a fresh
+# Debian 12 machine (as root): each brings up what it needs, and is fast when done.
+
+SHELL := /bin/bash
+VENV := .venv
+PY := $(VENV)/bin/python
+SYSTEM_PYTHON := /usr/bin/python3
+DEB_PACKAGES := mininet clang llvm libbpf-dev bpftool iperf3 tcpdump tshark iputils-ping \
+	iproute2 ethtool python3-venv procps
+BPF_SOURCES := $(wildcard bpf/*.bpf.c)
+BPF_OBJECTS := $(patsubst bpf/%.bpf.c,bpf/build/%.bpf.o,$(BPF_SOURCES))
+BPF_HEADERS := $(wildcard bpf/include/*.h)
+BPF_CFLAGS := -target bpf -O2 -g -Wall -Werror -Ibpf/build -Ibpf/include
+
+.PHONY: setup system mounts bpf demo test bench lint clean-build
+
+setup: system mounts $(VENV)/.installed bpf
+
+# Debian packages: installed only when one is missing.
+system:
+	@missing=$$(for p in $(DEB_PACKAGES); do \
+	    dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed' || echo $$p; \
+	  done); \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" != 0 ]; then echo "labkit setup: installing $$missing needs root (run as root or with sudo)"; exit 1; fi; \
+	  echo "labkit setup: installing Debian packages:" $$missing; \
+	  export DEBIAN_FRONTEND=noninteractive; \
+	  apt-get update -q && apt-get install -y -q --no-install-recommends $$missing; \
+	fi
+
+# bpffs for pins, tracefs for the qdisc tracepoints: mounted only when absent.
+mounts:
+	@if [ "$$(id -u)" = 0 ]; then \
+	  mountpoint -q /sys/fs/bpf || mount -t bpf bpf /sys/fs/bpf; \
+	  mountpoint -q /sys/kernel/tracing || mount -t tracefs tracefs /sys/kernel/tracing; \
+	fi
+
+# The venv uses Debian's Python so that Debian's Mininet module is importable; a .pth
+# file exposes that one module and nothing else from the system's site-packages.
+$(VENV)/.installed: pyproject.toml
+	@test -x $(PY) || $(SYSTEM_PYTHON) -m venv $(VENV)
+	@mkdir -p $(VENV)/debian-mininet
+	@ln -sfn /usr/lib/python3/dist-packages/mininet $(VENV)/debian-mininet/mininet
+	@echo "$(CURDIR)/$(VENV)/debian-mininet" > $$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/debian-mininet.pth
+	$(PY) -m pip install -q --disable-pip-version-check -e '.[notebooks,dev]'
+	@touch $@
+
+bpf: $(BPF_OBJECTS)
+
+bpf/build/vmlinux.h:
+	@mkdir -p bpf/build
+	bpftool btf dump file /sys/kernel/btf/vmlinux format c > $@.tmp && mv $@.tmp $@
+
+bpf/build/%.bpf.o: bpf/%.bpf.c $(BPF_HEADERS) bpf/build/vmlinux.h
+	clang $(BPF_CFLAGS) -c $< -o $@
+
+# --- the two commands the README shows first -------------------------------------------
+demo: setup
+	$(VENV)/bin/labkit run topologies/bottleneck.yaml
+
+test: setup
+	$(VENV)/bin/pytest -q
+
+# --- more --------------------------------------------------------------------------------
+bench: setup
+	$(PY) -m benchmarks
+
+lint: setup
+	$(VENV)/bin/ruff check labkit tests benchmarks
+
+clean-build:
+	rm -rf bpf/build

@@ -1,0 +1,102 @@
+// SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
+/*
+ * labkit's lane classifier: a tc (clsact egress) program that sorts packets
+ * into the vip / normal / low lanes by the rules in lk_config, sets
+ * skb->priority to the lane's HTB class id, and counts packets and bytes per
+ * lane. It never drops: the qdisc beneath it decides what waits.
+ */
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include "labkit.h"
+#include "parse.h"
+
+/* Headers we may need to look at: Ethernet + VLAN + IPv6 + TCP + BTH. */
+#define LK_PARSE_BYTES 128
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct lk_classifier_config);
+} lk_config SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, LK_NR_LANES);
+	__type(key, __u32);
+	__type(value, struct lk_lane_counters);
+} lk_lane_stats SEC(".maps");
+
+static __always_inline __u32 lk_match(const struct lk_classifier_config *cfg,
+				      const struct lk_pkt *pkt)
+{
+	for (__u32 i = 0; i < LK_MAX_RULES; i++) {
+		const struct lk_rule *r = &cfg->rules[i];
+
+		if (i >= cfg->nr_rules)
+			break;
+		if (r->proto && r->proto != pkt->proto)
+			continue;
+		if (r->dscp != LK_ANY_DSCP && (!pkt->l3_ok || r->dscp != pkt->dscp))
+			continue;
+		if ((r->sport || r->dport || r->port) && !pkt->has_ports)
+			continue;
+		if (r->sport && r->sport != pkt->sport)
+			continue;
+		if (r->dport && r->dport != pkt->dport)
+			continue;
+		if (r->port && r->port != pkt->sport && r->port != pkt->dport)
+			continue;
+		if ((r->flags & LK_RULE_REQUIRE_BTH) && !pkt->has_bth)
+			continue;
+		return r->lane;
+	}
+	return cfg->default_lane;
+}
+
+SEC("tc")
+int lk_classify(struct __sk_buff *skb)
+{
+	const struct lk_classifier_config *cfg;
+	struct lk_lane_counters *counters;
+	struct lk_pkt pkt = {};
+	__u32 zero = 0, lane;
+	void *data, *data_end;
+
+	cfg = bpf_map_lookup_elem(&lk_config, &zero);
+	if (!cfg)
+		return TC_ACT_OK;
+
+	/* Headers of a non-linear skb may sit outside the linear area: pull them in. */
+	data = (void *)(long)skb->data;
+	data_end = (void *)(long)skb->data_end;
+	if (data + LK_PARSE_BYTES > data_end) {
+		__u32 want = skb->len < LK_PARSE_BYTES ? skb->len : LK_PARSE_BYTES;
+
+		if (data + want > data_end) {
+			bpf_skb_pull_data(skb, want);
+			data = (void *)(long)skb->data;
+			data_end = (void *)(long)skb->data_end;
+		}
+	}
+
+	lane = cfg->default_lane;
+	if (lk_parse(data, data_end, &pkt) == 0 || pkt.l3_ok)
+		lane = lk_match(cfg, &pkt);
+	/* constant indices only: the verifier then needs no bounds proof for the array */
+	if (lane == LK_LANE_VIP)
+		skb->priority = cfg->lane_priority[LK_LANE_VIP];
+	else if (lane == LK_LANE_LOW)
+		skb->priority = cfg->lane_priority[LK_LANE_LOW];
+	else
+		lane = LK_LANE_NORMAL, skb->priority = cfg->lane_priority[LK_LANE_NORMAL];
+
+	counters = bpf_map_lookup_elem(&lk_lane_stats, &lane);
+	if (counters) {
+		counters->packets += skb->gso_segs ? skb->gso_segs : 1; /* wire packets */
+		counters->bytes += skb->len;
+	}
+	return TC_ACT_OK;
+}
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";

@@ -1,0 +1,482 @@
+"""A small ctypes binding over the system libbpf (``libbpf.so.1``).
+
+Owns every call into libbpf: opening and loading objects (a verifier rejection
+raises :class:`VerifierError` carrying the verifier's log), maps (read, update,
+per-CPU sums), ``BPF_PROG_TEST_RUN``, tc attachment through clsact hooks
+(``bpf_tc_hook_create``/``bpf_tc_attach``), tracing links, and pins.
+
+Why hand-written: there is no maintained Python binding for libbpf, and BCC needs
+kernel headers this machine does not have. Only libbpf's stable C API is used.
+
+Objects built from ``bpf/*.bpf.c`` live in ``bpf/build/`` (see :func:`object_path`).
+tc calls act on the network namespace of the calling thread: wrap them in
+:func:`labkit.netns.run_in` to reach a node's interfaces.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import errno as errno_mod
+import os
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+BUILD_DIR = Path(os.environ.get("LABKIT_BPF_BUILD", REPO_ROOT / "bpf" / "build"))
+PIN_ROOT = Path("/sys/fs/bpf/labkit")
+
+BPF_ANY = 0
+BPF_TC_INGRESS = 1 << 0
+BPF_TC_EGRESS = 1 << 1
+BPF_MAP_TYPE_PERCPU_HASH = 5
+BPF_MAP_TYPE_PERCPU_ARRAY = 6
+PERCPU_MAP_TYPES = {BPF_MAP_TYPE_PERCPU_HASH, BPF_MAP_TYPE_PERCPU_ARRAY, 10, 19}
+LIBBPF_WARN, LIBBPF_INFO, LIBBPF_DEBUG = 0, 1, 2
+LOG_BUF_BYTES = 4 << 20
+
+
+class BpfError(RuntimeError):
+    """A libbpf call failed; ``errno`` and libbpf's own messages are attached."""
+
+    def __init__(self, what: str, err: int, log: str = ""):
+        self.errno = abs(err)
+        self.log = log
+        msg = f"{what}: {os.strerror(self.errno)} (errno {self.errno})"
+        if log:
+            msg += "\n" + log
+        super().__init__(msg)
+
+
+class VerifierError(BpfError):
+    """The kernel's verifier rejected a program; ``log`` holds the verifier's reasoning."""
+
+
+def object_path(name: str) -> Path:
+    """Path of the built object for ``bpf/<name>.bpf.c``."""
+    return BUILD_DIR / f"{name}.bpf.o"
+
+
+# --- libbpf and its print callback ---------------------------------------------------------
+
+_PRINT_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p)
+_log = threading.local()
+
+
+class _Lib:
+    """Lazily loaded libbpf with argument types declared once."""
+
+    def __init__(self) -> None:
+        self._cdll: ctypes.CDLL | None = None
+        self._printer = None
+
+    def __getattr__(self, name):
+        return getattr(self.cdll, name)
+
+    @property
+    def cdll(self) -> ctypes.CDLL:
+        if self._cdll is None:
+            self._cdll = self._open()
+        return self._cdll
+
+    def _open(self) -> ctypes.CDLL:
+        try:
+            lib = ctypes.CDLL("libbpf.so.1", use_errno=True)
+        except OSError as exc:
+            raise BpfError(
+                "cannot load libbpf.so.1 (install Debian's libbpf1; `make setup` does)",
+                errno_mod.ENOENT,
+            ) from exc
+        libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+        vsnprintf = libc.vsnprintf
+        vsnprintf.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_char_p, ctypes.c_void_p]
+
+        def printer(level, fmt, va_list):
+            # libbpf hands us printf-style arguments: let libc format them. A verifier
+            # log arrives as one message, so the buffer is large (and kept per thread).
+            lines = getattr(_log, "lines", None)
+            if lines is None or level > LIBBPF_INFO:
+                return 0
+            if getattr(_log, "buf", None) is None:
+                _log.buf = ctypes.create_string_buffer(LOG_BUF_BYTES)
+            vsnprintf(_log.buf, LOG_BUF_BYTES, fmt, va_list)
+            lines.append(_log.buf.value.decode(errors="replace"))
+            return 0
+
+        self._printer = _PRINT_FN(printer)
+        lib.libbpf_set_print.argtypes = [_PRINT_FN]
+        lib.libbpf_set_print.restype = ctypes.c_void_p
+        lib.libbpf_set_print(self._printer)
+        for fn, res, args in _SIGNATURES:
+            getattr(lib, fn).restype = res
+            getattr(lib, fn).argtypes = args
+        return lib
+
+
+_vp, _int, _u32, _cp = ctypes.c_void_p, ctypes.c_int, ctypes.c_uint32, ctypes.c_char_p
+_SIGNATURES = [
+    ("bpf_object__open_file", _vp, [_cp, _vp]),
+    ("bpf_object__load", _int, [_vp]),
+    ("bpf_object__close", None, [_vp]),
+    ("bpf_object__next_program", _vp, [_vp, _vp]),
+    ("bpf_object__find_map_by_name", _vp, [_vp, _cp]),
+    ("bpf_map__reuse_fd", _int, [_vp, _int]),
+    ("bpf_object__next_map", _vp, [_vp, _vp]),
+    ("bpf_program__name", _cp, [_vp]),
+    ("bpf_program__fd", _int, [_vp]),
+    ("bpf_program__attach", _vp, [_vp]),
+    ("bpf_map__name", _cp, [_vp]),
+    ("bpf_map__fd", _int, [_vp]),
+    ("bpf_map__type", _int, [_vp]),
+    ("bpf_map__key_size", _u32, [_vp]),
+    ("bpf_map__value_size", _u32, [_vp]),
+    ("bpf_map__max_entries", _u32, [_vp]),
+    ("bpf_link__destroy", _int, [_vp]),
+    ("bpf_link__pin", _int, [_vp, _cp]),
+    ("bpf_link__unpin", _int, [_vp]),
+    ("bpf_obj_pin", _int, [_int, _cp]),
+    ("bpf_map_lookup_elem", _int, [_int, _vp, _vp]),
+    ("bpf_map_update_elem", _int, [_int, _vp, _vp, ctypes.c_uint64]),
+    ("bpf_prog_test_run_opts", _int, [_int, _vp]),
+    ("bpf_tc_hook_create", _int, [_vp]),
+    ("bpf_tc_hook_destroy", _int, [_vp]),
+    ("bpf_tc_attach", _int, [_vp, _vp]),
+    ("bpf_tc_detach", _int, [_vp, _vp]),
+    ("libbpf_num_possible_cpus", _int, []),
+]
+
+lib = _Lib()
+
+
+class _CapturedLog:
+    """Collect libbpf's messages emitted by this thread while the block runs."""
+
+    def __enter__(self) -> list[str]:
+        _log.lines = []
+        return _log.lines
+
+    def __exit__(self, *exc) -> None:
+        _log.lines = None
+
+
+def _check(ret: int, what: str) -> int:
+    if ret < 0:
+        raise BpfError(what, ret)
+    return ret
+
+
+def _errno() -> int:
+    return ctypes.get_errno() or errno_mod.EINVAL
+
+
+# --- ctypes mirrors of libbpf's option structs (libbpf.h / bpf.h) ---------------------------
+
+
+class TcHook(ctypes.Structure):
+    _fields_ = [
+        ("sz", ctypes.c_size_t),
+        ("ifindex", ctypes.c_int),
+        ("attach_point", ctypes.c_int),
+        ("parent", ctypes.c_uint32),
+    ]
+
+
+class TcOpts(ctypes.Structure):
+    _fields_ = [
+        ("sz", ctypes.c_size_t),
+        ("prog_fd", ctypes.c_int),
+        ("flags", ctypes.c_uint32),
+        ("prog_id", ctypes.c_uint32),
+        ("handle", ctypes.c_uint32),
+        ("priority", ctypes.c_uint32),
+    ]
+
+
+class TestRunOpts(ctypes.Structure):
+    __test__ = False  # not a pytest class
+    _fields_ = [
+        ("sz", ctypes.c_size_t),
+        ("data_in", ctypes.c_void_p),
+        ("data_out", ctypes.c_void_p),
+        ("data_size_in", ctypes.c_uint32),
+        ("data_size_out", ctypes.c_uint32),
+        ("ctx_in", ctypes.c_void_p),
+        ("ctx_out", ctypes.c_void_p),
+        ("ctx_size_in", ctypes.c_uint32),
+        ("ctx_size_out", ctypes.c_uint32),
+        ("retval", ctypes.c_uint32),
+        ("repeat", ctypes.c_int),
+        ("duration", ctypes.c_uint32),
+        ("flags", ctypes.c_uint32),
+        ("cpu", ctypes.c_uint32),
+        ("batch_size", ctypes.c_uint32),
+    ]
+
+
+class SkBuff(ctypes.Structure):
+    """``struct __sk_buff`` (UAPI), the context of tc programs in test runs."""
+
+    _fields_ = [
+        (name, ctypes.c_uint32)
+        for name in (
+            "len pkt_type mark queue_mapping protocol vlan_present vlan_tci vlan_proto "
+            "priority ingress_ifindex ifindex tc_index"
+        ).split()
+    ] + [
+        ("cb", ctypes.c_uint32 * 5),
+        *[
+            (name, ctypes.c_uint32)
+            for name in "hash tc_classid data data_end napi_id family remote_ip4 local_ip4".split()
+        ],
+        ("remote_ip6", ctypes.c_uint32 * 4),
+        ("local_ip6", ctypes.c_uint32 * 4),
+        ("remote_port", ctypes.c_uint32),
+        ("local_port", ctypes.c_uint32),
+        ("data_meta", ctypes.c_uint32),
+        ("flow_keys", ctypes.c_uint64),
+        ("tstamp", ctypes.c_uint64),
+        ("wire_len", ctypes.c_uint32),
+        ("gso_segs", ctypes.c_uint32),
+        ("sk", ctypes.c_uint64),
+        ("gso_size", ctypes.c_uint32),
+        ("tstamp_type", ctypes.c_uint8),
+        ("hwtstamp", ctypes.c_uint64),
+    ]
+
+
+# --- objects, programs, maps --------------------------------------------------------------
+
+
+@dataclass
+class TestRun:
+    """What one ``BPF_PROG_TEST_RUN`` returned."""
+
+    __test__ = False
+    retval: int
+    data: bytes
+    ctx: SkBuff
+    duration_ns: int
+
+
+class Map:
+    """A map of a loaded object, addressed by raw bytes or ctypes values."""
+
+    def __init__(self, ptr: int):
+        self.name = lib.bpf_map__name(ptr).decode()
+        self.fd = lib.bpf_map__fd(ptr)
+        self.type = lib.bpf_map__type(ptr)
+        self.key_size = lib.bpf_map__key_size(ptr)
+        self.value_size = lib.bpf_map__value_size(ptr)
+        self.max_entries = lib.bpf_map__max_entries(ptr)
+        self.percpu = self.type in PERCPU_MAP_TYPES
+
+    def _key(self, key) -> ctypes.Array:
+        raw = key.to_bytes(self.key_size, "little") if isinstance(key, int) else bytes(key)
+        if len(raw) != self.key_size:
+            raise ValueError(f"map {self.name}: key is {len(raw)} bytes, expected {self.key_size}")
+        return ctypes.create_string_buffer(raw, self.key_size)
+
+    def update(self, key, value) -> None:
+        raw = bytes(value)
+        if len(raw) != self.value_size or self.percpu:
+            raise ValueError(
+                f"map {self.name}: value is {len(raw)} bytes, expected {self.value_size}"
+                + (" (per-CPU maps are read-only here)" if self.percpu else "")
+            )
+        val = ctypes.create_string_buffer(raw, self.value_size)
+        if lib.bpf_map_update_elem(self.fd, self._key(key), val, BPF_ANY) < 0:
+            raise BpfError(f"update of map {self.name}", _errno())
+
+    def lookup(self, key) -> bytes | list[bytes] | None:
+        """The value as bytes (a list of one value per CPU for per-CPU maps)."""
+        stride = (self.value_size + 7) // 8 * 8
+        ncpu = possible_cpus() if self.percpu else 1
+        buf = ctypes.create_string_buffer(stride * ncpu)
+        if lib.bpf_map_lookup_elem(self.fd, self._key(key), buf) < 0:
+            err = _errno()
+            if err == errno_mod.ENOENT:
+                return None
+            raise BpfError(f"lookup in map {self.name}", err)
+        if not self.percpu:
+            return buf.raw[: self.value_size]
+        return [buf.raw[i * stride : i * stride + self.value_size] for i in range(ncpu)]
+
+    def pin(self, path: Path) -> None:
+        _check(lib.bpf_obj_pin(self.fd, str(path).encode()), f"pin of map {self.name} at {path}")
+
+
+class Program:
+    """A program of a loaded object."""
+
+    def __init__(self, ptr: int):
+        self._ptr = ptr
+        self.name = lib.bpf_program__name(ptr).decode()
+        self.fd = lib.bpf_program__fd(ptr)
+
+    def test_run(self, data: bytes, ctx: SkBuff | None = None, repeat: int = 1) -> TestRun:
+        """Run the program on one packet through ``BPF_PROG_TEST_RUN``."""
+        data_in = ctypes.create_string_buffer(bytes(data), len(data))
+        data_out = ctypes.create_string_buffer(len(data) + 512)
+        ctx_in = ctx if ctx is not None else SkBuff()
+        ctx_out = SkBuff()
+        opts = TestRunOpts(
+            sz=ctypes.sizeof(TestRunOpts),
+            data_in=ctypes.cast(data_in, ctypes.c_void_p),
+            data_out=ctypes.cast(data_out, ctypes.c_void_p),
+            data_size_in=len(data),
+            data_size_out=len(data_out),
+            ctx_in=ctypes.addressof(ctx_in),
+            ctx_out=ctypes.addressof(ctx_out),
+            ctx_size_in=ctypes.sizeof(SkBuff),
+            ctx_size_out=ctypes.sizeof(SkBuff),
+            repeat=repeat,
+        )
+        if lib.bpf_prog_test_run_opts(self.fd, ctypes.byref(opts)) < 0:
+            raise BpfError(f"test run of {self.name}", _errno())
+        return TestRun(
+            opts.retval, data_out.raw[: opts.data_size_out], ctx_out, opts.duration
+        )
+
+    def attach(self) -> TracingLink:
+        """Attach a tracing program (tp_btf, fentry, ...) where its section says."""
+        link = lib.bpf_program__attach(self._ptr)
+        if not link:
+            raise BpfError(f"attach of {self.name}", _errno())
+        return TracingLink(link)
+
+    def pin(self, path: Path) -> None:
+        _check(lib.bpf_obj_pin(self.fd, str(path).encode()), f"pin of {self.name} at {path}")
+
+
+class TracingLink:
+    """A bpf_link of a tracing program; destroyed by :meth:`close`."""
+
+    def __init__(self, ptr: int):
+        self._ptr = ptr
+
+    def close(self) -> None:
+        if self._ptr:
+            lib.bpf_link__destroy(self._ptr)
+            self._ptr = None
+
+
+class BpfObject:
+    """An object file opened and loaded into the kernel; close it to release everything."""
+
+    def __init__(self, path: str | os.PathLike, reuse: dict[str, Map] | None = None):
+        """Open and load ``path``; maps named in ``reuse`` share those of another object."""
+        self.path = Path(path)
+        if not self.path.is_file():
+            raise BpfError(
+                f"BPF object {self.path} not found (build it with `make bpf`)", errno_mod.ENOENT
+            )
+        with _CapturedLog() as log:
+            ptr = lib.bpf_object__open_file(str(self.path).encode(), None)
+        if not ptr:
+            raise BpfError(f"open of {self.path}", _errno(), "\n".join(log))
+        self._ptr = ptr
+        for name, other in (reuse or {}).items():
+            m = lib.bpf_object__find_map_by_name(ptr, name.encode())
+            if not m:
+                self.close()
+                raise BpfError(f"{self.path.name} has no map {name}", errno_mod.ENOENT)
+            if (ret := lib.bpf_map__reuse_fd(m, other.fd)) < 0:
+                self.close()
+                raise BpfError(f"reuse of map {name}", ret)
+        with _CapturedLog() as log:
+            ret = lib.bpf_object__load(ptr)
+        if ret < 0:
+            text = "".join(log).strip()
+            self.close()
+            cls = VerifierError if "PROG LOAD LOG" in text or ret == -errno_mod.EACCES else BpfError
+            raise cls(f"load of {self.path.name}", ret, text)
+        self.programs = {p.name: p for p in map(Program, self._iter("next_program"))}
+        self.maps = {m.name: m for m in map(Map, self._iter("next_map"))}
+
+    def _iter(self, what: str):
+        fn = getattr(lib, f"bpf_object__{what}")
+        item = fn(self._ptr, None)
+        while item:
+            yield item
+            item = fn(self._ptr, item)
+
+    def close(self) -> None:
+        if getattr(self, "_ptr", None):
+            lib.bpf_object__close(self._ptr)
+            self._ptr = None
+
+    def __enter__(self) -> BpfObject:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def possible_cpus() -> int:
+    return _check(lib.libbpf_num_possible_cpus(), "libbpf_num_possible_cpus")
+
+
+# --- tc attachment (clsact) ---------------------------------------------------------------
+
+
+@dataclass
+class TcAttachment:
+    """A program attached to a clsact hook of one interface (in one namespace)."""
+
+    ifindex: int
+    attach_point: int
+    handle: int
+    priority: int
+    prog_id: int
+
+    def detach(self) -> None:
+        """Remove the filter; call in the namespace it was attached in."""
+        hook = TcHook(sz=ctypes.sizeof(TcHook), ifindex=self.ifindex, attach_point=self.attach_point)
+        opts = TcOpts(sz=ctypes.sizeof(TcOpts), handle=self.handle, priority=self.priority)
+        ret = lib.bpf_tc_detach(ctypes.byref(hook), ctypes.byref(opts))
+        if ret < 0 and ret != -errno_mod.ENOENT and ret != -errno_mod.ENODEV:
+            raise BpfError(f"tc detach from ifindex {self.ifindex}", ret)
+
+
+def tc_attach(program: Program, ifindex: int, egress: bool = True) -> TcAttachment:
+    """Attach ``program`` as a direct-action filter on the clsact hook of ``ifindex``.
+
+    Creates the clsact qdisc when absent. Acts in the calling thread's namespace.
+    """
+    point = BPF_TC_EGRESS if egress else BPF_TC_INGRESS
+    hook = TcHook(sz=ctypes.sizeof(TcHook), ifindex=ifindex, attach_point=point)
+    ret = lib.bpf_tc_hook_create(ctypes.byref(hook))
+    if ret < 0 and ret != -errno_mod.EEXIST:
+        raise BpfError(f"clsact hook on ifindex {ifindex}", ret)
+    opts = TcOpts(sz=ctypes.sizeof(TcOpts), prog_fd=program.fd)
+    _check(lib.bpf_tc_attach(ctypes.byref(hook), ctypes.byref(opts)),
+           f"tc attach of {program.name} to ifindex {ifindex}")
+    return TcAttachment(ifindex, point, opts.handle, opts.priority, opts.prog_id)
+
+
+# --- pins ---------------------------------------------------------------------------------
+
+
+def pin_dir(run_id: str) -> Path:
+    """Create (root-only) and return ``/sys/fs/bpf/labkit/<run_id>``."""
+    if not os.path.ismount("/sys/fs/bpf"):
+        raise BpfError("/sys/fs/bpf is not a bpffs mount (run `make setup` or `labkit doctor`)",
+                       errno_mod.ENOENT)
+    path = PIN_ROOT / run_id
+    PIN_ROOT.mkdir(mode=0o700, exist_ok=True)
+    path.mkdir(mode=0o700, exist_ok=True)
+    return path
+
+
+def unpin_dir(path: Path) -> None:
+    """Remove the pins in ``path`` and the directory; the root stays if others use it."""
+    if not path.exists():
+        return
+    for entry in path.iterdir():
+        entry.unlink()
+    path.rmdir()
+    try:
+        PIN_ROOT.rmdir()
+    except OSError:
+        pass

@@ -1,0 +1,178 @@
+"""Telemetry recorders that run beside the traffic.
+
+* :class:`QueueCounters` — ``bpf/queues.bpf.c`` on the ``qdisc_enqueue`` and
+  ``kfree_skb`` tracepoints: per watched port and lane, what the port's queue
+  accepted and what it dropped.
+* :class:`QueuePoller` — at a fixed rate (default 100 Hz) for each watched
+  port: its HTB leaf classes over netlink, from inside the port's namespace
+  (bytes and packets sent, drops, overlimits, backlog), and its per-lane
+  counters: offered (the classifier's), enqueued and dropped (the tracepoints').
+* :class:`CpuSampler` — machine-wide CPU busy fraction from ``/proc/stat``
+  (10 Hz), so a run that was CPU-bound can say so.
+
+Recorders collect rows in memory while running; the caller turns them into Parquet.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from dataclasses import dataclass
+
+from collections.abc import Callable
+
+from pyroute2 import IPRoute
+
+from labkit import bpf, tc
+from labkit.lanes import read_lane_counters
+from labkit.netns import Netns
+from labkit.scenario import LANES
+
+QUEUE_COLUMNS = ("t_ns", "port", "classid", "bytes", "packets", "drops", "overlimits",
+                 "backlog_bytes", "backlog_packets")
+LANE_COLUMNS = ("t_ns", "port", "lane", "offered_packets", "offered_bytes",
+                "enqueued_packets", "enqueued_bytes", "dropped_packets", "dropped_bytes")
+TRACEPOINT_PROGRAMS = ("lk_qdisc_enqueue", "lk_qdisc_drop")
+LaneReader = Callable[[], dict[str, tuple[int, int]]]
+
+
+@dataclass(frozen=True)
+class WatchedPort:
+    ns: Netns
+    ifname: str
+    ifindex: int
+    offered: LaneReader  # the classifier's per-lane counters for this port
+    queued: Callable[[], tuple[dict, dict]]  # (enqueued, dropped) per lane, tracepoints
+
+    @property
+    def label(self) -> str:
+        return self.ifname
+
+
+class QueueCounters:
+    """Per-port, per-lane counts of what the ports' root qdiscs accepted and dropped."""
+
+    def __init__(self):
+        self.obj = bpf.BpfObject(bpf.object_path("queues"))
+        self.links: list[bpf.TracingLink] = []
+        self.slots: dict[tuple[int, int], int] = {}
+
+    def watch(self, ns: Netns, ifindex: int) -> Callable[[], tuple[dict, dict]]:
+        """Start counting for ``ifindex`` in ``ns``; returns a reader of its lanes."""
+        key = (ns.inode, ifindex)
+        slot = self.slots.setdefault(key, len(self.slots))
+        self.obj.maps["lk_ports"].update(port_key_bytes(*key), slot.to_bytes(4, "little"))
+        if not self.links:
+            self.links = [self.obj.programs[p].attach() for p in TRACEPOINT_PROGRAMS]
+        first = slot * len(LANES)
+        return lambda: (read_lane_counters(self.obj.maps["lk_enqueued"], first),
+                        read_lane_counters(self.obj.maps["lk_dropped"], first))
+
+    def pin(self, directory) -> None:
+        for name in TRACEPOINT_PROGRAMS:
+            self.obj.programs[name].pin(directory / name.removeprefix("lk_"))
+
+    def close(self) -> None:
+        for link in self.links:
+            link.close()
+        self.links.clear()
+        self.obj.close()
+
+
+def port_key_bytes(netns_ino: int, ifindex: int) -> bytes:
+    """``struct lk_port_key`` as bytes."""
+    return netns_ino.to_bytes(4, "little") + ifindex.to_bytes(4, "little")
+
+
+class QueuePoller:
+    """Sample the tc classes of ``ports`` every ``period_s`` until :meth:`stop`."""
+
+    def __init__(self, ports: list[WatchedPort], period_s: float = 0.008):
+        self.ports = ports
+        self.period_ns = int(period_s * 1e9)
+        self.rows: list[tuple] = []
+        self.lane_rows: list[tuple] = []
+        self.errors: list[BaseException] = []
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+
+    def start(self) -> QueuePoller:
+        by_ns: dict[int, list[WatchedPort]] = {}
+        for p in self.ports:
+            by_ns.setdefault(id(p.ns), []).append(p)
+        for ports in by_ns.values():
+            t = ports[0].ns.thread(lambda ports=ports: self._loop(ports),
+                                   f"queue-poller-{ports[0].ns.name}")
+            t.start()
+            self._threads.append(t)
+        return self
+
+    def _loop(self, ports: list[WatchedPort]) -> None:
+        try:
+            with IPRoute() as ipr:
+                tick = time.monotonic_ns()
+                while not self._stop.is_set():
+                    for p in ports:
+                        now = time.monotonic_ns()
+                        for s in tc.class_stats(ipr, p.ifindex):
+                            self.rows.append((now, p.label, s.classid, s.bytes, s.packets,
+                                              s.drops, s.overlimits, s.backlog_bytes,
+                                              s.backlog_packets))
+                        offered, (enqueued, dropped) = p.offered(), p.queued()
+                        for lane in LANES:
+                            self.lane_rows.append((now, p.label, lane, *offered[lane],
+                                                   *enqueued[lane], *dropped[lane]))
+                    tick += self.period_ns
+                    delay = tick - time.monotonic_ns()
+                    if delay > 0:
+                        self._stop.wait(delay / 1e9)
+                    else:
+                        tick = time.monotonic_ns()  # fell behind: do not burst to catch up
+        except BaseException as exc:  # surfaced by stop()
+            self.errors.append(exc)
+
+    def stop(self) -> None:
+        self._stop.set()
+        for t in self._threads:
+            t.join(timeout=5)
+        if self.errors:
+            raise RuntimeError(f"queue poller failed: {self.errors[0]}") from self.errors[0]
+
+
+class CpuSampler:
+    """Machine-wide CPU busy fraction, sampled from /proc/stat."""
+
+    def __init__(self, period_s: float = 0.1):
+        self.period_s = period_s
+        self.rows: list[tuple[int, float]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="cpu-sampler", daemon=True)
+
+    @staticmethod
+    def _read() -> tuple[int, int]:
+        with open("/proc/stat") as f:
+            fields = [int(x) for x in f.readline().split()[1:]]
+        idle = fields[3] + fields[4]  # idle + iowait
+        return sum(fields), idle
+
+    def _loop(self) -> None:
+        total0, idle0 = self._read()
+        while not self._stop.wait(self.period_s):
+            total, idle = self._read()
+            if total > total0:
+                self.rows.append((time.monotonic_ns(), 1 - (idle - idle0) / (total - total0)))
+            total0, idle0 = total, idle
+
+    def start(self) -> CpuSampler:
+        self._thread.start()
+        return self
+
+    def stop(self) -> list[tuple[int, float]]:
+        self._stop.set()
+        self._thread.join(timeout=2)
+        return self.rows
+
+
+def cpu_count() -> int:
+    return os.cpu_count() or 1

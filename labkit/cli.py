@@ -1,0 +1,255 @@
+"""The ``labkit`` command: doctor, run, report, runs, clean.
+
+Exit codes: 0 success; 1 a run or check failed; 2 bad input (scenario file,
+arguments); 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from labkit import scenario as scenario_mod
+
+console = Console(width=max(110, Console().width))
+err = Console(stderr=True)
+ROOT_HINT = ("needs root (it builds namespaces and loads eBPF programs). Without root you can "
+             "still analyse recorded runs: `labkit report DIR`, `labkit runs` and the notebooks.")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="labkit", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("doctor", help="check that this machine can run labkit")
+    run = sub.add_parser("run", help="run a scenario under one or more policies")
+    run.add_argument("scenario", type=Path)
+    run.add_argument("--policy", action="append", default=[],
+                     help="isolated, fifo or priority (repeatable; default: the scenario's)")
+    run.add_argument("--out", type=Path, help="run directory (default: data/runs/<run-id>)")
+    run.add_argument("--seed", type=int, help="override the scenario's seed")
+    run.add_argument("--duration", type=float, metavar="S",
+                     help="cap each policy's traffic at S seconds")
+    report = sub.add_parser("report", help="print the summary of a recorded run")
+    report.add_argument("run_dir", type=Path)
+    sub.add_parser("runs", help="list recorded runs with their status and size")
+    clean = sub.add_parser("clean", help="remove what killed runs left behind (by registry)")
+    clean.add_argument("--dry-run", action="store_true")
+    args = parser.parse_args(argv)
+    try:
+        return {"doctor": cmd_doctor, "run": cmd_run, "report": cmd_report, "runs": cmd_runs,
+                "clean": cmd_clean}[args.command](args)
+    except scenario_mod.ScenarioError as exc:
+        err.print(f"[red]error:[/] {exc}", highlight=False)
+        return 2
+    except KeyboardInterrupt:
+        err.print("[yellow]interrupted[/]: everything labkit created was torn down")
+        return 130
+
+
+def cmd_doctor(args) -> int:
+    from labkit import doctor
+
+    failed = 0
+    for c in doctor.checks():
+        if c.ok:
+            mark = "[green]✓[/]"
+        elif c.required:
+            mark, failed = "[red]✗[/]", failed + 1
+        else:
+            mark = "[dim]○[/]"
+        line = f"{mark} {c.name}"
+        if c.detail:
+            line += f" [dim]— {c.detail}[/]"
+        if not c.ok and c.fix:
+            line += f"\n    fix: {c.fix}"
+        console.print(line, highlight=False)
+    console.print(f"\n{'[red]' + str(failed) + ' required check(s) failed[/]' if failed else '[green]ready[/]'}")
+    return 1 if failed else 0
+
+
+def _preflight() -> str | None:
+    from labkit import bpf
+
+    if os.geteuid() != 0:
+        return f"labkit run {ROOT_HINT}"
+    if not os.path.ismount("/sys/fs/bpf"):
+        return "bpffs is not mounted at /sys/fs/bpf; run `make setup` (see `labkit doctor`)"
+    missing = [n for n in ("classifier", "queues") if not bpf.object_path(n).exists()]
+    if missing:
+        return f"BPF objects {', '.join(missing)} are not built; run `make bpf` (see `labkit doctor`)"
+    return None
+
+
+def cmd_run(args) -> int:
+    from labkit import analysis, experiment, registry, rundir, topo
+
+    sc = scenario_mod.load(args.scenario)
+    policies = (scenario_mod.check_policies(args.policy, str(args.scenario)) if args.policy
+                else sc.policies)
+    if args.seed is not None:
+        sc = _replace(sc, seed=args.seed)
+    if args.duration is not None and args.duration <= 0:
+        err.print(f"[red]error:[/] --duration: must be > 0 seconds, got {args.duration}")
+        return 2
+    if problem := _preflight():
+        err.print(f"[red]error:[/] {problem}")
+        return 1
+    run_id = rundir.new_run_id(sc.name)
+    target = args.out or rundir.RUNS_DIR / run_id
+    try:
+        writer = rundir.RunWriter(target)
+    except FileExistsError as exc:
+        err.print(f"[red]error:[/] {exc}")
+        return 2
+    reg = registry.Registry(run_id)
+    topology = topo.Topology(sc.fabric)
+    writer.write_manifest(run_id=run_id, scenario=sc.to_dict(), scenario_sha256=sc.sha256,
+                          policies=list(policies), seed=sc.seed, duration_s=args.duration,
+                          start_time=rundir._now(), argv=sys.argv, **rundir.provenance())
+    signal.signal(signal.SIGTERM, _raise_interrupt)
+    results = []
+    try:
+        with registry.RunLock(run_id), _progress() as progress:
+            for policy in policies:
+                total = sc.allreduce.iterations
+                task = progress.add_task(f"{policy:<9} building fabric", total=total)
+
+                def tick(done: int, task=task, policy=policy) -> None:
+                    progress.update(task, completed=done,
+                                    description=f"{policy:<9} all-reduce")
+
+                results.append(experiment.run_policy(
+                    sc, topology, policy, reg, writer.agents_dir / policy,
+                    duration_s=args.duration, progress=tick))
+                progress.update(task, description=f"{policy:<9} done", completed=total)
+    except registry.RunLockedError as exc:
+        err.print(f"[red]error:[/] {exc}")
+        writer.write_manifest(status="not started", error=str(exc))
+        return 1
+    except (experiment.AgentError, RuntimeError, OSError) as exc:
+        err.print(f"[red]run failed:[/] {exc}\n[dim]partial data kept in {writer.tmp}[/]")
+        writer.write_manifest(status="incomplete", error=str(exc), end_time=rundir._now())
+        return 1
+    except KeyboardInterrupt:
+        writer.write_manifest(status="interrupted", end_time=rundir._now())
+        raise
+    tables = rundir.tables_from(results)
+    meta = _summary_meta(sc, topology, run_id, policies)
+    summary = analysis.summarize(tables, meta)
+    path = writer.finish(tables, summary)
+    _print_summary(summary)
+    console.print(f"\nrun recorded in [bold]{path}[/]")
+    return 0
+
+
+def _raise_interrupt(*_):
+    raise KeyboardInterrupt
+
+
+def _replace(sc, **changes):
+    from dataclasses import replace
+
+    return replace(sc, **changes)
+
+
+def _progress() -> Progress:
+    return Progress(TextColumn("{task.description:<22}"), BarColumn(), MofNCompleteColumn(),
+                    TextColumn("ops"), TimeElapsedColumn(), console=console, transient=False)
+
+
+def _summary_meta(sc, topology, run_id: str, policies) -> dict:
+    ports = {}
+    for p in topology.bottleneck_ports():
+        ports[p.ifname] = {"link": f"{p.link.a}-{p.link.b}", "rate_mbps": p.link.rate_mbps,
+                           "node": p.node}
+    return {"scenario": sc.name, "run_id": run_id, "scale_factor": sc.scale_factor,
+            "policies": list(policies), "size_bytes": sc.allreduce.size_bytes,
+            "ranks": len(sc.allreduce.ranks), "ports": ports}
+
+
+def _fmt(value, spec: str = ".2f") -> str:
+    return "—" if value is None else format(value, spec)
+
+
+def _print_summary(summary: dict) -> None:
+    t = Table(title=f"{summary['scenario']} · run {summary['run_id']}",
+              caption=f"rates in emulated Mbit/s; 1 emulated Mbit/s stands for "
+                      f"{summary['scale_factor']:g} real Mbit/s", caption_justify="left")
+    for col in ("policy", "ops", "p50 ms", "p99 ms", "slowdown\np50 / p99", "busbw",
+                "storage", "bottleneck\nutilization", "drops\nvip / low", "CPU-\nbound"):
+        t.add_column(col, justify="left" if col == "policy" else "right", no_wrap=True)
+    for policy, p in summary["policies"].items():
+        ar, b = p["allreduce"], p["bottleneck"]
+        t.add_row(policy, str(ar["ops"]), _fmt(ar["p50_ms"], ".0f"), _fmt(ar["p99_ms"], ".0f"),
+                  f"{_fmt(ar['slowdown_p50'])} / {_fmt(ar['slowdown_p99'])}",
+                  _fmt(ar["busbw_mbps"], ".1f"), _fmt(p["storage"]["goodput_mbps"], ".1f"),
+                  _fmt(b["utilization"], ".0%"),
+                  f"{b['lanes']['vip']['drops']} / {b['lanes']['low']['drops']}",
+                  "yes" if p["cpu_bound"] else "no")
+    console.print(t)
+    for policy, p in summary["policies"].items():
+        if p["cpu_bound"]:
+            console.print(f"[yellow]note:[/] {policy} was CPU-bound (machine busy "
+                          f"{p['cpu_busy']:.0%}): its times overstate the network's share.")
+
+
+def cmd_report(args) -> int:
+    from labkit.rundir import RunDataError, load_run
+
+    try:
+        run = load_run(args.run_dir)
+    except RunDataError as exc:
+        err.print(f"[red]error:[/] {exc}")
+        return 2
+    _print_summary(run.summary)
+    return 0
+
+
+def cmd_runs(args) -> int:
+    from labkit.rundir import list_runs
+
+    runs = list_runs()
+    if not runs:
+        console.print("no runs recorded yet: `labkit run topologies/bottleneck.yaml`")
+        return 0
+    t = Table()
+    for col in ("run id", "status", "size", "modified", "path"):
+        t.add_column(col)
+    for r in runs:
+        style = "" if r["status"] == "complete" else "yellow"
+        t.add_row(r["run_id"], r["status"], f"{r['bytes'] / 1e6:.1f} MB", r["modified"],
+                  r["path"], style=style)
+    console.print(t)
+    return 0
+
+
+def cmd_clean(args) -> int:
+    from labkit import registry
+
+    if os.geteuid() != 0:
+        err.print(f"[red]error:[/] labkit clean {ROOT_HINT}")
+        return 1
+    leftovers = registry.leftover_registries()
+    if not leftovers:
+        console.print("nothing to clean: no labkit run left objects behind")
+        return 0
+    for reg in leftovers:
+        if args.dry_run:
+            console.print(f"run {reg.run_id}: would remove {len(reg.entries)} recorded objects")
+            console.print(json.dumps(reg.entries, indent=1))
+            continue
+        removed = reg.teardown()
+        console.print(f"run {reg.run_id}: " + ("; ".join(removed) or "nothing was left"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

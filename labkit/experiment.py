@@ -1,0 +1,264 @@
+"""One policy of one scenario, run for real: fabric up, lanes on, traffic, telemetry, down.
+
+A policy decides two things: whether storage competes with the All-Reduce, and
+the layout of the router ports' queues.
+
+==========  ========  ==============================================
+policy      storage   router ports
+==========  ========  ==============================================
+isolated    no        one FIFO per port
+fifo        yes       one FIFO per port
+priority    yes       vip / normal / low lanes (strict priority)
+==========  ========  ==============================================
+
+The lane classifier runs on every router port under every policy (under the
+FIFO layouts it only counts), so lane counters are comparable across policies.
+Agents run as processes in the hosts' namespaces (:mod:`labkit.traffic`);
+everything created is in the run registry and torn down in ``finally``.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import selectors
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from labkit import bpf
+from labkit.capture import CpuSampler, QueueCounters, QueuePoller, WatchedPort
+from labkit.fabric import Fabric
+from labkit.lanes import Classifier
+from labkit.registry import Registry
+from labkit.scenario import Scenario
+from labkit.topo import Topology
+from labkit.traffic import roce, wire
+
+LAYOUT = {"isolated": "fifo", "fifo": "fifo", "priority": "lanes"}
+WITH_STORAGE = {"isolated": False, "fifo": True, "priority": True}
+ROCE_MTUS = (4096, 2048, 1024, 512, 256)
+HEADERS = 20 + 8 + wire.BTH_LEN + wire.RETH_LEN + wire.ICRC_LEN  # IPv4 + UDP + RoCE
+READY_TIMEOUT_S = 30
+STORAGE_WARMUP_S = 1.0
+
+
+class AgentError(RuntimeError):
+    pass
+
+
+@dataclass
+class PolicyResult:
+    """Everything one policy produced, in memory (see :mod:`labkit.rundir` for files)."""
+
+    policy: str
+    t0_ns: int = 0
+    ops: list[dict] = field(default_factory=list)  # one row per (op, rank)
+    ranks: list[dict] = field(default_factory=list)  # per-rank transport counters
+    queue: list[tuple] = field(default_factory=list)
+    flows: list[dict] = field(default_factory=list)  # storage samples
+    cpu: list[tuple] = field(default_factory=list)
+    lanes: list[tuple] = field(default_factory=list)  # per-lane counters of watched ports
+    bottleneck_ports: list[str] = field(default_factory=list)
+    aborted: bool = False
+
+
+def roce_payload_bytes(mtu: int) -> int:
+    """The largest RoCE MTU whose packets fit the link MTU."""
+    return next(m for m in ROCE_MTUS if m + HEADERS <= mtu)
+
+
+class _Agent:
+    def __init__(self, fabric: Fabric, node: str, module: str, cfg: dict, workdir: Path,
+                 what: str):
+        self.node, self.what = node, what
+        self.cfg_path = workdir / f"{what}-{node}.json"
+        self.out = workdir / f"{what}-{node}.result.json"
+        self.err_path = workdir / f"{what}-{node}.stderr"
+        cfg = {**cfg, "out": str(self.out)}
+        self.cfg_path.write_text(json.dumps(cfg))
+        self.err = open(self.err_path, "w")
+        self.proc = fabric.popen(node, [sys.executable, "-m", module, str(self.cfg_path)], what,
+                                 stdin=-1, stdout=-1, stderr=self.err, text=True, bufsize=1)
+
+    def send(self, line: str) -> None:
+        try:
+            self.proc.stdin.write(line + "\n")
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            pass
+
+    def failure(self) -> str:
+        self.err.flush()
+        tail = self.err_path.read_text().strip().splitlines()[-8:]
+        return f"{self.what} on {self.node} exited ({self.proc.poll()}): " + "\n".join(tail)
+
+    def result(self) -> dict:
+        try:
+            return json.loads(self.out.read_text())
+        except (OSError, ValueError) as exc:
+            raise AgentError(self.failure()) from exc
+
+    def close(self) -> None:
+        self.err.close()
+
+
+def _await_lines(agents: list[_Agent], word: str, timeout_s: float,
+                 on_line: Callable[[_Agent, str], None] | None = None) -> None:
+    """Read agents' stdout until each has printed ``word`` (or fail clearly)."""
+    sel = selectors.DefaultSelector()
+    for a in agents:
+        sel.register(a.proc.stdout, selectors.EVENT_READ, a)
+    waiting = set(agents)
+    deadline = time.monotonic() + timeout_s
+    try:
+        while waiting:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                names = ", ".join(f"{a.what}@{a.node}" for a in waiting)
+                raise AgentError(f"timed out after {timeout_s:.0f} s waiting for {word} "
+                                 f"from {names}")
+            for key, _ in sel.select(timeout=min(left, 0.5)):
+                a: _Agent = key.data
+                line = a.proc.stdout.readline()
+                if not line:
+                    sel.unregister(a.proc.stdout)
+                    if a in waiting:
+                        raise AgentError(a.failure())
+                    continue
+                line = line.strip()
+                if line == word:
+                    waiting.discard(a)
+                    sel.unregister(a.proc.stdout)
+                elif on_line:
+                    on_line(a, line)
+    finally:
+        sel.close()
+
+
+def run_policy(sc: Scenario, topo: Topology, policy: str, registry: Registry, workdir: Path,
+               duration_s: float | None = None, progress: Callable[[int], None] | None = None
+               ) -> PolicyResult:
+    """Build a fresh fabric, run the scenario's traffic under ``policy``, tear down."""
+    layout = LAYOUT[policy]
+    result = PolicyResult(policy)
+    workdir.mkdir(parents=True, exist_ok=True)
+    rng = random.Random(f"{sc.seed}/{policy}")
+    fabric = Fabric(topo, registry, router_layout=layout)
+    classifier = queues = None
+    agents: list[_Agent] = []
+    try:
+        fabric.start()
+        classifier = Classifier(sc.lanes, layout)
+        queues = QueueCounters()
+        watched = []
+        bottleneck_ports = topo.bottleneck_ports()
+        for port in topo.router_ports():
+            key = f"{port.node}/{port.ifname}"
+            ns, ifindex = fabric.ns[port.node], fabric.ifindex[key]
+            is_bottleneck = port in bottleneck_ports
+            classifier.attach(ns, port.ifname, ifindex, watch=is_bottleneck)
+            if is_bottleneck:
+                watched.append(WatchedPort(
+                    ns, port.ifname, ifindex,
+                    offered=lambda key=key: classifier.counters(key),
+                    queued=queues.watch(ns, ifindex)))
+        result.bottleneck_ports = [w.label for w in watched]
+        pins = bpf.pin_dir(registry.run_id)
+        registry.add_pin_dir(pins)
+        classifier.pin(pins)
+        queues.pin(pins)
+
+        ring = _start_ring(sc, topo, fabric, workdir, rng, duration_s)
+        storage = _start_storage(sc, topo, fabric, workdir) if WITH_STORAGE[policy] else []
+        agents = ring + storage
+        _await_lines(agents, "READY", READY_TIMEOUT_S)
+
+        poller = QueuePoller(watched).start()
+        cpu = CpuSampler().start()
+        try:
+            t_go = time.monotonic_ns() + 100_000_000
+            for a in storage:
+                a.send(f"GO {t_go}")
+            result.t0_ns = t_go + (int(STORAGE_WARMUP_S * 1e9) if storage else 0)
+            for a in ring:
+                a.send(f"GO {result.t0_ns}")
+            done_ops = [0]
+
+            def on_line(agent: _Agent, line: str) -> None:
+                if agent is ring[0] and line.startswith("OP ") and progress:
+                    done_ops[0] += 1
+                    progress(done_ops[0])
+
+            limit_s = duration_s + 30 if duration_s else max(120, 5 * sc.allreduce.iterations)
+            _await_lines(ring, "DONE", limit_s, on_line)
+            for a in storage:
+                a.send("STOP")
+            _await_lines(storage, "DONE", 10)
+        finally:
+            poller.stop()
+            result.queue, result.lanes, result.cpu = poller.rows, poller.lane_rows, cpu.stop()
+        _collect(result, ring, storage)
+        return result
+    finally:
+        for a in agents:
+            a.close()
+        for held in (classifier, queues):
+            if held is not None:
+                held.close()
+        fabric.stop()
+
+
+def _start_ring(sc: Scenario, topo: Topology, fabric: Fabric, workdir: Path,
+                rng: random.Random, duration_s: float | None) -> list[_Agent]:
+    ar = sc.allreduce
+    n = len(ar.ranks)
+    mtu = min(link.mtu for i, r in enumerate(ar.ranks)
+              for link in topo.links_on_path(r, ar.ranks[(i + 1) % n]))
+    payload = roce_payload_bytes(mtu)
+    qpn = [0x100 + i for i in range(n)]
+    agents = []
+    for i, host in enumerate(ar.ranks):
+        left, right = ar.ranks[(i - 1) % n], ar.ranks[(i + 1) % n]
+        cfg = {
+            "rank": i, "n": n, "size_bytes": ar.size_bytes, "iterations": ar.iterations,
+            "compute_ms": ar.compute_ms, "duration_s": duration_s,
+            "left_ip": topo.host_ip(left), "right_ip": topo.host_ip(right),
+            "sport": rng.randrange(49152, 65536), "payload_bytes": payload,
+            "templates": {k: v.hex() for k, v in
+                          roce.data_templates(qpn[(i + 1) % n], payload).items()},
+            "ack_template": roce.ack_template(qpn[(i - 1) % n]).hex(),
+            "nak_template": roce.ack_template(qpn[(i - 1) % n], wire.SYNDROME_NAK_PSN).hex(),
+        }
+        agents.append(_Agent(fabric, host, "labkit.traffic.ring", cfg, workdir, "ring"))
+    return agents
+
+
+def _start_storage(sc: Scenario, topo: Topology, fabric: Fabric, workdir: Path) -> list[_Agent]:
+    rate_mbps = topo.port_towards(*sc.fabric.bottlenecks[0]).link.rate_mbps
+    agents = []
+    for st in sc.storage:
+        pacing = int(st.offered_load * rate_mbps * 1e6 / 8 / len(st.clients))
+        common = {"pattern": st.pattern, "port": st.port, "pacing_bytes_per_s": pacing}
+        agents.append(_Agent(fabric, st.server, "labkit.traffic.storage",
+                             {**common, "mode": "server"}, workdir, "storage"))
+        for client in st.clients:
+            agents.append(_Agent(fabric, client, "labkit.traffic.storage",
+                                 {**common, "mode": "client",
+                                  "server_ip": topo.host_ip(st.server)},
+                                 workdir, "storage"))
+    return agents
+
+
+def _collect(result: PolicyResult, ring: list[_Agent], storage: list[_Agent]) -> None:
+    for a in ring:
+        r = a.result()
+        result.ops.extend({**op, "host": a.node} for op in r["ops"])
+        result.ranks.append({k: v for k, v in r.items() if k != "ops"} | {"host": a.node})
+        result.aborted |= r["aborted"]
+    for a in storage:
+        r = a.result()
+        for t_ns, total in r["samples"]:
+            result.flows.append({"host": a.node, "t_ns": t_ns, "bytes": total})

@@ -1,0 +1,133 @@
+"""Build and tear down a :class:`~labkit.topo.Topology` as a Mininet network.
+
+Every node (GPU host, storage host, router) is a plain Mininet ``Node`` in its
+own network namespace; routers forward IPv4 with ECMP (L4 hash) and no switch or
+controller is involved, so Open vSwitch is never needed. Links are veth pairs.
+Addresses, static neighbours, routes and sysctls are set over netlink
+(pyroute2) inside each namespace; every port is shaped by :mod:`labkit.tc`.
+
+Each node's shell process is recorded in the run registry the moment it
+exists, so a killed run can be cleaned from the registry alone.
+
+Mininet's global set-up (``fixLimits``, which raises machine-wide sysctls) and
+global cleanup are never used: this machine is shared.
+"""
+
+from __future__ import annotations
+
+import signal
+from contextlib import suppress
+from pathlib import Path
+
+from pyroute2 import IPRoute
+
+from labkit import tc
+from labkit.netns import Netns
+from labkit.registry import Registry
+from labkit.topo import Port, Topology
+
+NUD_PERMANENT = 0x80
+
+
+def mac_for(ip: str) -> str:
+    """A locally administered MAC derived from the port's address (stable, readable)."""
+    return "02:00:" + ":".join(f"{int(b):02x}" for b in ip.split("."))
+
+
+def _sysctl(path: str, value: str) -> None:
+    Path("/proc/sys", path.replace(".", "/")).write_text(value)
+
+
+class Fabric:
+    """A running emulated fabric. Use as a context manager, or call :meth:`stop`."""
+
+    def __init__(self, topology: Topology, registry: Registry, router_layout: str = "fifo"):
+        self.topo = topology
+        self.registry = registry
+        self.router_layout = router_layout
+        self.net = None
+        self.nodes: dict = {}
+        self.ns: dict[str, Netns] = {}
+        self.ifindex: dict[str, int] = {}  # "<node>/<ifname>" -> ifindex
+
+    def start(self) -> Fabric:
+        from mininet.net import Mininet
+        from mininet.node import Node
+
+        Mininet.inited = True  # skip mininet.util.fixLimits(): it changes global sysctls
+        try:
+            self.net = Mininet(topo=None, build=False, controller=None, autoSetMacs=False,
+                               autoStaticArp=False, waitConnected=False)
+            for name in self.topo.roles:
+                node = self.net.addHost(name, cls=Node, ip=None, inNamespace=True)
+                self.registry.add_process(node.pid, f"mininet node {name}", signal.SIGHUP)
+                self.nodes[name] = node
+                self.ns[name] = Netns(node.pid, name)
+            for pa, pb in self.topo.links:
+                self.net.addLink(pa.node, pb.node, intfName1=pa.ifname, intfName2=pb.ifname,
+                                 addr1=mac_for(pa.ip), addr2=mac_for(pb.ip))
+            for name in self.topo.roles:
+                self.ns[name].run(self._configure, name)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _configure(self, name: str) -> None:
+        router = self.topo.roles[name] == "router"
+        for key, value in (("net.ipv6.conf.all.disable_ipv6", "1"),
+                           ("net.ipv6.conf.default.disable_ipv6", "1"),
+                           ("net.ipv4.conf.all.rp_filter", "0"),
+                           ("net.ipv4.conf.default.rp_filter", "0"),
+                           ("net.ipv4.ip_forward", "1" if router else "0"),
+                           ("net.ipv4.fib_multipath_hash_policy", "1")):
+            _sysctl(key, value)
+        with IPRoute() as ipr:
+            (lo,) = ipr.link_lookup(ifname="lo")
+            ipr.link("set", index=lo, state="up")
+            ports = self.topo.ports[name]
+            for port in ports:
+                _sysctl(f"net.ipv6.conf.{port.ifname.replace('.', '/')}.disable_ipv6", "1")
+                index = tc.shape(ipr, self._shape_for(port, router))
+                self.ifindex[f"{name}/{port.ifname}"] = index
+                ipr.link("set", index=index, state="up")
+                ipr.addr("add", index=index, address=port.ip, prefixlen=port.prefixlen)
+                ipr.neigh("add", dst=port.peer_ip, lladdr=mac_for(port.peer_ip), ifindex=index,
+                          state=NUD_PERMANENT)
+            tc.wait_for_carrier(ipr, [p.ifname for p in ports])
+            for route in self.topo.routes(name):
+                dst = {} if route.dst == "default" else {"dst": route.dst}
+                if len(route.nexthops) == 1:
+                    ipr.route("add", gateway=route.nexthops[0], **dst)
+                else:
+                    ipr.route("add", multipath=[{"gateway": gw} for gw in route.nexthops], **dst)
+
+    def _shape_for(self, port: Port, router: bool) -> tc.PortShape:
+        link = port.link
+        return tc.PortShape(port.ifname, link.rate_mbps, link.buffer_kb * 1024, link.mtu,
+                            self.router_layout if router else "fifo")
+
+    def popen(self, node: str, argv: list[str], what: str, **kwargs):
+        """Start ``argv`` inside ``node``'s namespace and record the process."""
+        proc = self.nodes[node].popen(argv, **kwargs)
+        self.registry.add_process(proc.pid, f"{what} on {node}")
+        return proc
+
+    def stop(self) -> None:
+        """Tear down by the registry: agents, then node shells (their namespaces, veths,
+        qdiscs and filters go with them), then pins."""
+        for ns in self.ns.values():
+            ns.close()
+        self.ns.clear()
+        self.registry.teardown()
+        for node in self.nodes.values():
+            with suppress(Exception):
+                node.cleanup()  # closes the pty Mininet kept for the (now dead) shell
+        self.nodes.clear()
+        self.net = None
+
+    def __enter__(self) -> Fabric:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

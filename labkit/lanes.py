@@ -1,0 +1,135 @@
+"""The lane classifier (``bpf/classifier.bpf.c``) seen from Python.
+
+Owns the ctypes mirror of the structs in ``bpf/include/labkit.h``, the
+translation of a scenario's lane rules into the ``lk_config`` map, and the
+classifier's life in a run: one shared object whose program sorts packets on
+every router port, plus one object per *watched* port (the bottleneck ports)
+that reuses the shared ``lk_config`` but keeps its own per-lane counters.
+Rules change at run time by rewriting ``lk_config`` (:meth:`Classifier.configure`);
+nothing is recompiled.
+
+Lane -> ``skb->priority``: with the ``lanes`` port layout each lane selects its
+HTB class (:data:`labkit.tc.LANE_CLASS`). With the ``fifo`` layout the value
+keeps the lane in its low bits but names no class, so HTB puts every packet in
+the one shared queue while the lane stays readable to tracing.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import socket
+from collections.abc import Sequence
+from pathlib import Path
+
+from labkit import bpf, tc
+from labkit.netns import Netns
+from labkit.scenario import LANES, LaneRule
+
+LK_MAX_RULES = 32
+LK_ANY_DSCP = 0xFF
+LK_RULE_REQUIRE_BTH = 1
+PROGRAM = "lk_classify"
+FIFO_TAG = 0x20000  # major 2: not a class of the port's HTB (1:), so HTB uses its default
+
+
+class Rule(ctypes.Structure):
+    _fields_ = [("proto", ctypes.c_uint8), ("dscp", ctypes.c_uint8), ("flags", ctypes.c_uint8),
+                ("lane", ctypes.c_uint8), ("sport", ctypes.c_uint16),
+                ("dport", ctypes.c_uint16), ("port", ctypes.c_uint16), ("pad", ctypes.c_uint16)]
+
+
+class ClassifierConfig(ctypes.Structure):
+    _fields_ = [("lane_priority", ctypes.c_uint32 * len(LANES)),
+                ("default_lane", ctypes.c_uint32), ("nr_rules", ctypes.c_uint32),
+                ("rules", Rule * LK_MAX_RULES)]
+
+
+class LaneCounters(ctypes.Structure):
+    _fields_ = [("packets", ctypes.c_uint64), ("bytes", ctypes.c_uint64)]
+
+
+MIRRORS = {"lk_rule": Rule, "lk_classifier_config": ClassifierConfig,
+           "lk_lane_counters": LaneCounters}
+
+
+def read_lane_counters(stats: bpf.Map, first: int) -> dict[str, tuple[int, int]]:
+    """Sum per-CPU ``lk_lane_counters`` at keys ``first .. first+2`` into (packets, bytes)."""
+    out = {}
+    for i, lane in enumerate(LANES):
+        per_cpu = [LaneCounters.from_buffer_copy(v) for v in stats.lookup(first + i)]
+        out[lane] = (sum(c.packets for c in per_cpu), sum(c.bytes for c in per_cpu))
+    return out
+
+
+def lane_priorities(layout: str) -> list[int]:
+    """``skb->priority`` for each lane on a port of the given layout."""
+    if layout == "lanes":
+        return [tc.LANE_CLASS[lane] for lane in LANES]
+    return [FIFO_TAG | (tc.LANE_CLASS[lane] & 0xFFFF) for lane in LANES]
+
+
+def encode_rule(rule: LaneRule) -> Rule:
+    proto = {"tcp": socket.IPPROTO_TCP, "udp": socket.IPPROTO_UDP, None: 0}[rule.proto]
+    return Rule(proto=proto, dscp=LK_ANY_DSCP if rule.dscp is None else rule.dscp,
+                flags=LK_RULE_REQUIRE_BTH if rule.roce else 0, lane=LANES.index(rule.lane),
+                sport=rule.sport, dport=rule.dport, port=rule.port)
+
+
+def build_config(rules: Sequence[LaneRule], layout: str) -> ClassifierConfig:
+    if len(rules) > LK_MAX_RULES:
+        raise ValueError(f"at most {LK_MAX_RULES} lane rules fit the classifier")
+    cfg = ClassifierConfig(default_lane=LANES.index("normal"), nr_rules=len(rules))
+    cfg.lane_priority[:] = lane_priorities(layout)
+    for i, rule in enumerate(rules):
+        cfg.rules[i] = encode_rule(rule)
+    return cfg
+
+
+class Classifier:
+    """The classifier loaded for one fabric: attach it, read its counters, close it."""
+
+    def __init__(self, rules: Sequence[LaneRule], layout: str):
+        self.path = bpf.object_path("classifier")
+        self.shared = bpf.BpfObject(self.path)
+        self.watched: dict[str, bpf.BpfObject] = {}
+        self.attachments: list[tuple[Netns, bpf.TcAttachment]] = []
+        self.configure(rules, layout)
+
+    def configure(self, rules: Sequence[LaneRule], layout: str) -> None:
+        self.shared.maps["lk_config"].update(0, build_config(rules, layout))
+
+    def attach(self, ns: Netns, ifname: str, ifindex: int, watch: bool = False) -> None:
+        """Attach to the egress of ``ifname`` in ``ns``; ``watch`` gives it its own counters."""
+        obj = self.shared
+        if watch:
+            obj = bpf.BpfObject(self.path, reuse={"lk_config": self.shared.maps["lk_config"]})
+            self.watched[f"{ns.name}/{ifname}"] = obj
+        attachment = ns.run(bpf.tc_attach, obj.programs[PROGRAM], ifindex)
+        self.attachments.append((ns, attachment))
+
+    def counters(self, port: str | None = None) -> dict[str, tuple[int, int]]:
+        """(packets, bytes) per lane offered to a watched port ("<node>/<ifname>"), or to
+        all the ports sharing the main object."""
+        obj = self.watched[port] if port else self.shared
+        return read_lane_counters(obj.maps["lk_lane_stats"], 0)
+
+    def pin(self, directory: Path) -> None:
+        """Pin the program and maps so bpftool and other processes can reach them."""
+        self.shared.programs[PROGRAM].pin(directory / "classifier")
+        self.shared.maps["lk_config"].pin(directory / "lk_config")
+        for port, obj in self.watched.items():
+            obj.maps["lk_lane_stats"].pin(directory / f"lk_lane_stats_{port.split('/')[1]}")
+
+    def close(self) -> None:
+        """Detach every filter (namespaces still alive) and release the objects."""
+        for ns, attachment in self.attachments:
+            if ns.fd >= 0:
+                try:
+                    ns.run(attachment.detach)
+                except (bpf.BpfError, OSError):
+                    pass  # the namespace is going away anyway
+        self.attachments.clear()
+        for obj in self.watched.values():
+            obj.close()
+        self.watched.clear()
+        self.shared.close()

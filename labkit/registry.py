@@ -1,0 +1,198 @@
+"""The run registry: an on-disk record of every kernel object and process a run creates.
+
+Each entry is written (atomically) before or as its object is created, so a run
+killed at any moment leaves a registry that :func:`clean` can follow:
+
+* ``process`` — a process labkit started (Mininet node shells, traffic agents),
+  identified by pid *and* kernel start time so a recycled pid is never touched;
+* ``pin_dir`` — a directory of BPF pins under ``/sys/fs/bpf/labkit``.
+
+Network namespaces, veths, qdiscs and tc filters belong to the node processes'
+unnamed namespaces and vanish with them; BPF programs vanish with their last
+file descriptor, attachment or pin. Registries live in ``/run/labkit/registry``
+(a tmpfs: they go away at reboot, as the objects do).
+
+One run at a time: :class:`RunLock` makes a second ``labkit run`` exit with a
+message naming the run in progress.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import signal
+import time
+from contextlib import suppress
+from dataclasses import dataclass
+from pathlib import Path
+
+STATE_DIR = Path(os.environ.get("LABKIT_STATE_DIR", "/run/labkit"))
+REGISTRY_DIR = STATE_DIR / "registry"
+
+
+def proc_start_time(pid: int) -> int | None:
+    """The kernel's start time of ``pid`` (clock ticks since boot), or None if gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat.rsplit(")", 1)[1].split()[19])
+
+
+def alive(pid: int, start_time: int) -> bool:
+    """True while ``pid`` is the process recorded (not a recycled pid, not a zombie)."""
+    if proc_start_time(pid) != start_time:
+        return False
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    if state == "Z":
+        with suppress(ChildProcessError):
+            os.waitpid(pid, os.WNOHANG)  # reap it if it is our child
+        return False
+    return True
+
+
+class Registry:
+    """The record of one run's objects, kept in ``REGISTRY_DIR/<run_id>.json``."""
+
+    def __init__(self, run_id: str, path: Path | None = None):
+        self.run_id = run_id
+        self.path = path or REGISTRY_DIR / f"{run_id}.json"
+        self.entries: list[dict] = []
+        if self.path.exists():
+            self.entries = json.loads(self.path.read_text())["entries"]
+
+    def _save(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"run_id": self.run_id, "pid": os.getpid(),
+                                   "entries": self.entries}, indent=1))
+        os.replace(tmp, self.path)
+
+    def add_process(self, pid: int, what: str, stop_signal: int = signal.SIGTERM) -> None:
+        """Record a process; teardown sends it ``stop_signal``, then SIGKILL after 3 s."""
+        start = proc_start_time(pid)
+        if start is not None:
+            self.entries.append({"kind": "process", "pid": pid, "start_time": start,
+                                 "what": what, "signal": int(stop_signal)})
+            self._save()
+
+    def add_pin_dir(self, path: Path) -> None:
+        self.entries.append({"kind": "pin_dir", "path": str(path)})
+        self._save()
+
+    def forget_process(self, pid: int) -> None:
+        self.entries = [e for e in self.entries if e.get("pid") != pid]
+        self._save()
+
+    def teardown(self) -> list[str]:
+        """Remove everything recorded, newest first; returns what was removed."""
+        removed = []
+        procs = [e for e in self.entries if e["kind"] == "process"]
+        for e in reversed(procs):
+            if alive(e["pid"], e["start_time"]):
+                with suppress(ProcessLookupError):
+                    os.kill(e["pid"], e.get("signal", signal.SIGTERM))
+        deadline = time.monotonic() + 3
+        for e in reversed(procs):
+            while alive(e["pid"], e["start_time"]) and time.monotonic() < deadline:
+                time.sleep(0.02)
+            if alive(e["pid"], e["start_time"]):
+                with suppress(ProcessLookupError):
+                    os.kill(e["pid"], signal.SIGKILL)
+            removed.append(f"stopped {e['what']} (pid {e['pid']})")
+        for e in self.entries:
+            if e["kind"] == "pin_dir":
+                from labkit.bpf import unpin_dir
+
+                path = Path(e["path"])
+                if path.exists():
+                    unpin_dir(path)
+                    removed.append(f"unpinned {path}")
+        self.entries = []
+        with suppress(FileNotFoundError):
+            self.path.unlink()
+        return removed
+
+
+def leftover_registries() -> list[Registry]:
+    """Registries of runs whose owner process is gone (killed without teardown)."""
+    out = []
+    for path in sorted(REGISTRY_DIR.glob("*.json")):
+        doc = json.loads(path.read_text())
+        owner = doc.get("pid")
+        if owner and proc_start_time(owner) is not None and owner != os.getpid():
+            with suppress(OSError):
+                if _holds_lock(owner):
+                    continue
+        out.append(Registry(doc["run_id"], path))
+    return out
+
+
+def _holds_lock(pid: int) -> bool:
+    info = RunLock.holder()
+    return info is not None and info.pid == pid
+
+
+@dataclass
+class LockInfo:
+    pid: int
+    run_id: str
+
+
+class RunLockedError(RuntimeError):
+    pass
+
+
+class RunLock:
+    """An exclusive lock for one ``labkit run`` at a time on this machine."""
+
+    path = STATE_DIR / "run.lock"
+
+    def __init__(self, run_id: str):
+        self.run_id = run_id
+        self.fd = -1
+
+    @classmethod
+    def holder(cls) -> LockInfo | None:
+        try:
+            fd = os.open(cls.path, os.O_RDONLY)
+        except FileNotFoundError:
+            return None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            return None
+        except BlockingIOError:
+            text = os.read(fd, 256).decode().split()
+            return LockInfo(int(text[0]), text[1]) if len(text) == 2 else LockInfo(0, "?")
+        finally:
+            os.close(fd)
+
+    def __enter__(self) -> RunLock:
+        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            info = self.holder()
+            os.close(self.fd)
+            self.fd = -1
+            who = f"run {info.run_id} (pid {info.pid})" if info else "another run"
+            raise RunLockedError(
+                f"{who} is in progress; labkit runs one experiment at a time on a machine. "
+                "Wait for it to finish, or stop it with Ctrl-C (then `labkit clean`)."
+            ) from None
+        os.ftruncate(self.fd, 0)
+        os.write(self.fd, f"{os.getpid()} {self.run_id}\n".encode())
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.fd >= 0:
+            os.ftruncate(self.fd, 0)
+            fcntl.flock(self.fd, fcntl.LOCK_UN)
+            os.close(self.fd)
+            self.fd = -1

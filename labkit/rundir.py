@@ -1,0 +1,209 @@
+"""Run directories: ``data/runs/<run-id>/`` with Parquet tables, manifest and summary.
+
+A run is written under a hidden temporary name (``.<run-id>.incomplete``) and
+renamed when complete, so a directory without that prefix is always whole; a
+crashed run keeps the temporary name and its manifest says ``incomplete``.
+Nothing is ever overwritten: an existing target is an error.
+
+:func:`load_run` reads a run back and checks every table against its schema
+(docs/data-model.md), raising :class:`RunDataError` that names the file and
+what is wrong.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import subprocess
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+import polars as pl
+
+from labkit import bpf, tc
+from labkit.experiment import PolicyResult
+
+RUNS_DIR = Path(os.environ.get("LABKIT_RUNS_DIR", bpf.REPO_ROOT / "data" / "runs"))
+I64, STR, F64 = pl.Int64, pl.Utf8, pl.Float64
+
+SCHEMAS: dict[str, dict[str, pl.DataType]] = {
+    "collectives": {"policy": STR, "op": I64, "rank": I64, "host": STR, "start_ns": I64,
+                    "end_ns": I64},
+    "transport": {"policy": STR, "host": STR, "rank": I64, "packets_sent": I64,
+                  "retransmits": I64, "timeouts": I64, "naks": I64, "out_of_order": I64,
+                  "bytes_received": I64, "cpu_user_s": F64, "cpu_sys_s": F64},
+    "queue": {"policy": STR, "t_ns": I64, "port": STR, "classid": STR, "lane": STR,
+              "bytes": I64, "packets": I64, "drops": I64, "overlimits": I64,
+              "backlog_bytes": I64, "backlog_packets": I64},
+    "lanes": {"policy": STR, "t_ns": I64, "port": STR, "lane": STR, "offered_packets": I64,
+              "offered_bytes": I64, "enqueued_packets": I64, "enqueued_bytes": I64,
+              "dropped_packets": I64, "dropped_bytes": I64},
+    "flows": {"policy": STR, "host": STR, "t_ns": I64, "bytes": I64},
+    "cpu": {"policy": STR, "t_ns": I64, "busy": F64},
+}
+
+
+class RunDataError(ValueError):
+    """A run directory is missing a file or holds one that does not fit its schema."""
+
+
+def new_run_id(scenario: str) -> str:
+    return datetime.now().strftime("%Y%m%d-%H%M%S-") + scenario
+
+
+def tables_from(results: list[PolicyResult]) -> dict[str, pl.DataFrame]:
+    """The run's tables, one row set per policy, in the documented schemas."""
+    rows: dict[str, list[dict]] = {name: [] for name in SCHEMAS}
+    for r in results:
+        p = r.policy
+        rows["collectives"] += [{"policy": p, **o} for o in r.ops]
+        rows["transport"] += [{"policy": p, **{k: x.get(k, 0) for k in SCHEMAS["transport"]
+                                               if k != "policy"}} for x in r.ranks]
+        layout = "lanes" if p == "priority" else "fifo"
+        rows["queue"] += [
+            {"policy": p, "t_ns": t, "port": port, "classid": tc.classid_str(cid),
+             "lane": tc.lane_of_class(cid, layout), "bytes": b, "packets": pk, "drops": d,
+             "overlimits": o, "backlog_bytes": bb, "backlog_packets": bp}
+            for t, port, cid, b, pk, d, o, bb, bp in r.queue]
+        rows["lanes"] += [dict(zip(SCHEMAS["lanes"], (p, *row), strict=True)) for row in r.lanes]
+        rows["flows"] += [{"policy": p, **f} for f in r.flows]
+        rows["cpu"] += [{"policy": p, "t_ns": t, "busy": b} for t, b in r.cpu]
+    return {name: pl.DataFrame(rows[name], schema=SCHEMAS[name]) for name in SCHEMAS}
+
+
+def _git_revision() -> str:
+    try:
+        rev = subprocess.run(["git", "-C", str(bpf.REPO_ROOT), "rev-parse", "HEAD"],
+                             capture_output=True, text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(bpf.REPO_ROOT), "status", "--porcelain",
+                                "--untracked-files=no"], capture_output=True, text=True).stdout
+        return rev + ("-dirty" if dirty.strip() else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def sha256_file(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def provenance() -> dict:
+    from importlib.metadata import version
+
+    objects = sorted(bpf.BUILD_DIR.glob("*.bpf.o"))
+    return {
+        "kernel": platform.release(),
+        "labkit_revision": _git_revision(),
+        "bpf_objects": {o.name: sha256_file(o) for o in objects},
+        "python": platform.python_version(),
+        "packages": {p: version(p) for p in ("pyroute2", "scapy", "polars")},
+        "cpus": os.cpu_count(),
+    }
+
+
+class RunWriter:
+    """Write a run under a temporary name; :meth:`finish` renames it into place."""
+
+    def __init__(self, target: Path):
+        self.target = target
+        if target.exists():
+            raise FileExistsError(f"{target} already exists; labkit never overwrites a run "
+                                  "(choose another --out)")
+        self.tmp = target.parent / f".{target.name}.incomplete"
+        self.tmp.mkdir(parents=True)
+        self.agents_dir = self.tmp / "agents"
+        self.manifest: dict = {"status": "incomplete"}
+
+    def write_manifest(self, **fields) -> None:
+        self.manifest.update(fields)
+        _write_json(self.tmp / "manifest.json", self.manifest)
+
+    def finish(self, tables: dict[str, pl.DataFrame], summary: dict) -> Path:
+        for name, frame in tables.items():
+            frame.write_parquet(self.tmp / f"{name}.parquet")
+        _write_json(self.tmp / "summary.json", summary)
+        self.write_manifest(status="complete", end_time=_now())
+        if self.target.exists():
+            raise FileExistsError(f"{self.target} appeared while the run was in progress; "
+                                  f"the run stays in {self.tmp}")
+        os.rename(self.tmp, self.target)
+        return self.target
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def _write_json(path: Path, doc: dict) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(doc, indent=2, default=str) + "\n")
+    os.replace(tmp, path)
+
+
+@dataclass
+class Run:
+    """A recorded run: its directory, manifest, summary and typed tables."""
+
+    path: Path
+    manifest: dict
+    summary: dict
+    tables: dict[str, pl.DataFrame]
+
+    def __getitem__(self, name: str) -> pl.DataFrame:
+        return self.tables[name]
+
+
+def load_run(path: str | Path) -> Run:
+    """Load and validate a run directory."""
+    path = Path(path)
+    if not path.is_dir():
+        raise RunDataError(f"{path}: not a run directory")
+    docs = {}
+    for name in ("manifest.json", "summary.json"):
+        f = path / name
+        try:
+            docs[name] = json.loads(f.read_text())
+        except FileNotFoundError:
+            raise RunDataError(f"{f}: missing (an incomplete or damaged run)") from None
+        except ValueError as exc:
+            raise RunDataError(f"{f}: not valid JSON ({exc})") from None
+    tables = {}
+    for name, schema in SCHEMAS.items():
+        f = path / f"{name}.parquet"
+        if not f.exists():
+            raise RunDataError(f"{f}: missing (an incomplete or damaged run)")
+        try:
+            frame = pl.read_parquet(f)
+        except Exception as exc:  # polars raises several types for a damaged file
+            raise RunDataError(f"{f}: not a readable Parquet file ({exc})") from None
+        for col, dtype in schema.items():
+            if col not in frame.columns:
+                raise RunDataError(f"{f}: column {col!r} is missing")
+            if frame.schema[col] != dtype:
+                raise RunDataError(f"{f}: column {col!r} is {frame.schema[col]}, "
+                                   f"expected {dtype}")
+        tables[name] = frame.select(list(schema))
+    return Run(path, docs["manifest.json"], docs["summary.json"], tables)
+
+
+def list_runs(root: Path = RUNS_DIR) -> list[dict]:
+    """Every run under ``root`` (complete or not) with its status and size."""
+    out = []
+    if not root.is_dir():
+        return out
+    for d in sorted(root.iterdir()):
+        if not d.is_dir():
+            continue
+        status = "complete"
+        name = d.name
+        if name.startswith(".") and name.endswith(".incomplete"):
+            status, name = "incomplete", name[1:-len(".incomplete")]
+        size = sum(f.stat().st_size for f in d.rglob("*") if f.is_file())
+        out.append({"run_id": name, "status": status, "path": str(d), "bytes": size,
+                    "modified": time.strftime("%Y-%m-%d %H:%M",
+                                              time.localtime(d.stat().st_mtime))})
+    return out
+

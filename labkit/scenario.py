@@ -1,0 +1,495 @@
+"""Scenario files: load a YAML file and validate it into frozen dataclasses.
+
+A scenario is plain data: defaults, the fabric (routers, hosts by role and leaf,
+links, bottlenecks), lane rules, traffic and policies. Unknown keys, wrong
+types and impossible values raise :class:`ScenarioError`, whose message names
+the file, the key (as a dotted path) and the reason. Loading has no side effects.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+POLICIES = ("isolated", "fifo", "priority")
+LANES = ("vip", "normal", "low")
+ROLES = ("gpu", "storage")
+NAME_RE = re.compile(r"^[a-z][a-z0-9]{0,8}$")  # fits Linux's 15-byte "<node>-eth<N>"
+SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMG]?)(i?B?)\s*$", re.IGNORECASE)
+ROCEV2_PORT = 4791
+
+
+class ScenarioError(ValueError):
+    """A scenario file is invalid: ``file``, ``key`` and ``reason`` say where and why."""
+
+    def __init__(self, file: str, key: str, reason: str):
+        self.file, self.key, self.reason = file, key, reason
+        super().__init__(f"{file}: {key or '<top>'}: {reason}")
+
+
+@dataclass(frozen=True)
+class LinkSpec:
+    """A full-duplex link; both directions are shaped to ``rate_mbps``."""
+
+    a: str
+    b: str
+    rate_mbps: float
+    mtu: int
+    buffer_kb: int
+
+    @property
+    def name(self) -> str:
+        return f"{self.a}-{self.b}"
+
+
+@dataclass(frozen=True)
+class HostSpec:
+    name: str
+    role: str
+    router: str
+
+
+@dataclass(frozen=True)
+class FabricSpec:
+    routers: tuple[str, ...]
+    hosts: tuple[HostSpec, ...]
+    links: tuple[LinkSpec, ...]  # host links first (in host order), then router links
+    bottlenecks: tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True)
+class LaneRule:
+    """A classifier rule: every field that is set must match (ports 0 = any)."""
+
+    lane: str
+    proto: str | None = None  # "tcp", "udp" or None
+    sport: int = 0
+    dport: int = 0
+    port: int = 0
+    dscp: int | None = None
+    roce: bool = False  # UDP to 4791 carrying a RoCEv2 BTH
+
+
+@dataclass(frozen=True)
+class AllReduceSpec:
+    ranks: tuple[str, ...]
+    size_bytes: int
+    iterations: int
+    algo: str = "ring"
+    compute_ms: float = 0.0
+    kind: str = "allreduce"
+
+
+@dataclass(frozen=True)
+class StorageSpec:
+    server: str
+    clients: tuple[str, ...]
+    pattern: str = "read"  # read: server -> clients; write: clients -> server
+    offered_load: float = 1.2  # x the first bottleneck's rate, summed over all flows
+    port: int = 4420
+    kind: str = "storage"
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    path: str
+    scale_factor: float
+    seed: int
+    fabric: FabricSpec
+    lanes: tuple[LaneRule, ...]
+    allreduce: AllReduceSpec
+    storage: tuple[StorageSpec, ...]
+    policies: tuple[str, ...]
+    description: str = ""
+    sha256: str = field(default="", compare=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def host(self, name: str) -> HostSpec:
+        return next(h for h in self.fabric.hosts if h.name == name)
+
+
+# --- the checker ------------------------------------------------------------------------------
+
+
+class _Checker:
+    """Typed accessors that raise ScenarioError with the key path of the offending value."""
+
+    def __init__(self, file: str):
+        self.file = file
+
+    def fail(self, key: str, reason: str):
+        raise ScenarioError(self.file, key, reason)
+
+    def mapping(self, value, key: str, allowed: set[str], required: set[str] = frozenset()):
+        if not isinstance(value, dict):
+            self.fail(key, f"must be a mapping, got {_kind(value)}")
+        for k in value:
+            if not isinstance(k, str) or k not in allowed:
+                self.fail(_join(key, k), f"unknown key (allowed: {', '.join(sorted(allowed))})")
+        for k in sorted(required - set(value)):
+            self.fail(_join(key, k), "is required")
+        return value
+
+    def seq(self, value, key: str) -> list:
+        if not isinstance(value, list):
+            self.fail(key, f"must be a list, got {_kind(value)}")
+        return value
+
+    def string(self, value, key: str) -> str:
+        if not isinstance(value, str) or not value:
+            self.fail(key, f"must be a non-empty string, got {_kind(value)}")
+        return value
+
+    def name(self, value, key: str) -> str:
+        value = self.string(value, key)
+        if not NAME_RE.match(value):
+            self.fail(key, f"{value!r} is not a node name (a-z then up to 8 of a-z0-9)")
+        return value
+
+    def number(self, value, key: str, minimum: float = 0.0, inclusive: bool = False) -> float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            self.fail(key, f"must be a number, got {_kind(value)}")
+        if value < minimum or (value == minimum and not inclusive) or value != value:
+            self.fail(key, f"must be {'>=' if inclusive else '>'} {minimum:g}, got {value!r}")
+        return value
+
+    def integer(self, value, key: str, lo: int, hi: int) -> int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            self.fail(key, f"must be an integer, got {_kind(value)}")
+        if not lo <= value <= hi:
+            self.fail(key, f"must be between {lo} and {hi}, got {value}")
+        return value
+
+    def boolean(self, value, key: str) -> bool:
+        if not isinstance(value, bool):
+            self.fail(key, f"must be true or false, got {_kind(value)}")
+        return value
+
+    def size(self, value, key: str) -> int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            n = value
+        elif isinstance(value, str) and (m := SIZE_RE.match(value)):
+            unit = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3}[m.group(2).lower()]
+            n = int(float(m.group(1)) * unit)
+        else:
+            self.fail(key, f"must be a size like 4MiB, 64K or 65536, got {value!r}")
+        if n <= 0:
+            self.fail(key, f"must be > 0, got {value!r}")
+        return n
+
+
+def _kind(value) -> str:
+    return {dict: "a mapping", list: "a list", str: "a string", bool: "a boolean"}.get(
+        type(value), "null" if value is None else type(value).__name__
+    )
+
+
+def _join(key: str, sub) -> str:
+    if isinstance(sub, int):
+        return f"{key}[{sub}]"
+    return f"{key}.{sub}" if key else str(sub)
+
+
+# --- loading ----------------------------------------------------------------------------------
+
+_LINK_KEYS = {"rate_mbps", "mtu", "buffer_kb"}
+_RULE_KEYS = {"roce", "dscp", "udp_dport", "udp_sport", "udp_port",
+              "tcp_dport", "tcp_sport", "tcp_port"}
+
+
+def load(path: str | Path) -> Scenario:
+    """Read and validate a scenario file."""
+    path = Path(path)
+    file = str(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ScenarioError(file, "", f"cannot read the file: {exc.strerror}") from exc
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        raise ScenarioError(file, "", f"not valid YAML: {where}{getattr(exc, 'problem', exc)}")
+    scenario = parse(doc, file)
+    return _with_hash(scenario, hashlib.sha256(text.encode()).hexdigest())
+
+
+def _with_hash(s: Scenario, digest: str) -> Scenario:
+    d = {f: getattr(s, f) for f in s.__dataclass_fields__}
+    d["sha256"] = digest
+    return Scenario(**d)
+
+
+def parse(doc: Any, file: str = "<scenario>") -> Scenario:
+    """Validate an already-parsed YAML document."""
+    c = _Checker(file)
+    top = c.mapping(doc, "", {"name", "description", "scale_factor", "seed", "defaults",
+                              "fabric", "lanes", "traffic", "policies"},
+                    {"name", "fabric", "traffic"})
+    name = c.string(top["name"], "name")
+    description = c.string(top["description"], "description") if "description" in top else ""
+    scale = c.number(top.get("scale_factor", 1), "scale_factor")
+    seed = c.integer(top.get("seed", 1), "seed", 0, 2**31 - 1)
+    link_defaults = _link_defaults(c, top.get("defaults", {}))
+    fabric = _fabric(c, top["fabric"], link_defaults)
+    lanes = _lanes(c, top.get("lanes", {"vip": [{"roce": True}], "low": [{"tcp_port": 4420}]}))
+    allreduce, storage = _traffic(c, top["traffic"], fabric)
+    policies = _policies(c, top.get("policies", list(POLICIES)), "policies")
+    return Scenario(name, file, float(scale), seed, fabric, lanes, allreduce, storage, policies,
+                    description)
+
+
+def _link_defaults(c: _Checker, defaults) -> dict:
+    c.mapping(defaults, "defaults", {"link"})
+    link = c.mapping(defaults.get("link", {}), "defaults.link", _LINK_KEYS)
+    out = {"rate_mbps": 200.0, "mtu": 9000, "buffer_kb": 1024}
+    out.update(_link_props(c, link, "defaults.link"))
+    return out
+
+
+def _link_props(c: _Checker, d: dict, key: str) -> dict:
+    out = {}
+    if "rate_mbps" in d:
+        out["rate_mbps"] = float(c.number(d["rate_mbps"], _join(key, "rate_mbps")))
+    if "mtu" in d:
+        out["mtu"] = c.integer(d["mtu"], _join(key, "mtu"), 1280, 9000)
+    if "buffer_kb" in d:
+        out["buffer_kb"] = c.integer(d["buffer_kb"], _join(key, "buffer_kb"), 16, 1 << 20)
+    return out
+
+
+def _fabric(c: _Checker, fab, link_defaults: dict) -> FabricSpec:
+    c.mapping(fab, "fabric", {"routers", "hosts", "links", "bottlenecks"},
+              {"routers", "hosts", "bottlenecks"})
+    routers = []
+    for i, r in enumerate(c.seq(fab["routers"], "fabric.routers")):
+        r = c.name(r, f"fabric.routers[{i}]")
+        if r in routers:
+            c.fail(f"fabric.routers[{i}]", f"router {r!r} is listed twice")
+        routers.append(r)
+    if not routers:
+        c.fail("fabric.routers", "must name at least one router")
+
+    hosts: list[HostSpec] = []
+    router_of: dict[str, str] = {}
+    c.mapping(fab["hosts"], "fabric.hosts", set(ROLES))
+    for role, placement in fab["hosts"].items():
+        key = f"fabric.hosts.{role}"
+        if not isinstance(placement, dict):
+            c.fail(key, f"must map routers to lists of hosts, got {_kind(placement)}")
+        for router, names in placement.items():
+            rkey = _join(key, router)
+            if router not in routers:
+                c.fail(rkey, f"{router!r} is not a router (routers: {', '.join(routers)})")
+            for i, h in enumerate(c.seq(names, rkey)):
+                h = c.name(h, f"{rkey}[{i}]")
+                if h in routers:
+                    c.fail(f"{rkey}[{i}]", f"{h!r} is already a router")
+                if h in router_of:
+                    c.fail(f"{rkey}[{i}]", f"host {h!r} is placed twice (also at {router_of[h]})")
+                router_of[h] = router
+                hosts.append(HostSpec(h, role, router))
+    if not hosts:
+        c.fail("fabric.hosts", "must place at least one host")
+
+    nodes = set(routers) | set(router_of)
+    overrides: dict[frozenset, dict] = {}
+    router_links: list[LinkSpec] = []
+    for i, entry in enumerate(c.seq(fab.get("links", []), "fabric.links")):
+        key = f"fabric.links[{i}]"
+        if isinstance(entry, list):
+            ends, props = entry, {}
+        else:
+            c.mapping(entry, key, {"between"} | _LINK_KEYS, {"between"})
+            ends, props = entry["between"], _link_props(c, entry, key)
+            key = f"{key}.between"
+        a, b = _pair(c, ends, key, nodes)
+        pair = frozenset((a, b))
+        if a in router_of or b in router_of:
+            host, other = (a, b) if a in router_of else (b, a)
+            if router_of[host] != other:
+                c.fail(key, f"host {host!r} is attached to {router_of[host]!r}, not {other!r}")
+            if pair in overrides:
+                c.fail(key, f"link {a}-{b} is listed twice")
+            overrides[pair] = props
+        else:
+            router_links.append(LinkSpec(a, b, **{**link_defaults, **props}))
+    host_links = [
+        LinkSpec(h.router, h.name, **{**link_defaults, **overrides.get(frozenset((h.router,
+                                                                                   h.name)), {})})
+        for h in hosts
+    ]
+
+    links = tuple(host_links + router_links)
+    pairs = {frozenset((link.a, link.b)) for link in links}
+    bottlenecks = []
+    for i, ends in enumerate(c.seq(fab["bottlenecks"], "fabric.bottlenecks")):
+        key = f"fabric.bottlenecks[{i}]"
+        a, b = _pair(c, ends, key, nodes)
+        if frozenset((a, b)) not in pairs:
+            c.fail(key, f"there is no link between {a!r} and {b!r} to be a bottleneck")
+        bottlenecks.append((a, b))
+    if not bottlenecks:
+        c.fail("fabric.bottlenecks", "must name at least one link")
+    _check_connected(c, routers, router_links)
+    return FabricSpec(tuple(routers), tuple(hosts), links, tuple(bottlenecks))
+
+
+def _pair(c: _Checker, ends, key: str, nodes: set[str]) -> tuple[str, str]:
+    if not isinstance(ends, list) or len(ends) != 2:
+        c.fail(key, f"must be a pair of node names like [leaf1, spine1], got {ends!r}")
+    a, b = (c.name(x, f"{key}[{i}]") for i, x in enumerate(ends))
+    for i, x in enumerate((a, b)):
+        if x not in nodes:
+            c.fail(f"{key}[{i}]", f"{x!r} is neither a router nor a host of this fabric")
+    if a == b:
+        c.fail(key, f"a link needs two different nodes, got {a!r} twice")
+    return a, b
+
+
+def _check_connected(c: _Checker, routers: list[str], links: list[LinkSpec]) -> None:
+    adj = {r: set() for r in routers}
+    for link in links:
+        if link.a in adj and link.b in adj:
+            adj[link.a].add(link.b)
+            adj[link.b].add(link.a)
+    reached, todo = {routers[0]}, [routers[0]]
+    while todo:
+        for n in adj[todo.pop()] - reached:
+            reached.add(n)
+            todo.append(n)
+    if missing := [r for r in routers if r not in reached]:
+        c.fail("fabric.links", f"routers {', '.join(missing)} are not connected to {routers[0]}")
+
+
+def _lanes(c: _Checker, lanes) -> tuple[LaneRule, ...]:
+    c.mapping(lanes, "lanes", set(LANES))
+    rules = []
+    for lane, entries in lanes.items():
+        for i, rule in enumerate(c.seq(entries, f"lanes.{lane}")):
+            rules.append(_rule(c, rule, f"lanes.{lane}[{i}]", lane))
+    if len(rules) > 32:
+        c.fail("lanes", f"at most 32 rules fit the classifier, got {len(rules)}")
+    return tuple(rules)
+
+
+def _rule(c: _Checker, rule, key: str, lane: str) -> LaneRule:
+    c.mapping(rule, key, _RULE_KEYS)
+    if not rule:
+        c.fail(key, "an empty rule would match every packet; name at least one field")
+    fields: dict[str, Any] = {"lane": lane}
+    proto = None
+    for k, v in rule.items():
+        kk = _join(key, k)
+        if k == "roce":
+            if c.boolean(v, kk):
+                fields.update(roce=True, dport=ROCEV2_PORT)
+                proto = _same_proto(c, kk, proto, "udp")
+        elif k == "dscp":
+            fields["dscp"] = c.integer(v, kk, 0, 63)
+        else:
+            p, which = k.split("_")
+            proto = _same_proto(c, kk, proto, p)
+            target = which[0] + "port" if which != "port" else "port"
+            fields[target] = c.integer(v, kk, 1, 65535)
+    fields["proto"] = proto
+    return LaneRule(**fields)
+
+
+def _same_proto(c: _Checker, key: str, current: str | None, new: str) -> str:
+    if current not in (None, new):
+        c.fail(key, f"a rule cannot match both {current} and {new}")
+    return new
+
+
+def _selection(c: _Checker, value, key: str, fabric: FabricSpec) -> tuple[str, ...]:
+    """Hosts named by a role ("gpu") or a list of host names."""
+    names = [h.name for h in fabric.hosts]
+    if isinstance(value, str) and value in ROLES:
+        out = tuple(h.name for h in fabric.hosts if h.role == value)
+        if not out:
+            c.fail(key, f"the fabric has no {value} hosts")
+        return out
+    items = [value] if isinstance(value, str) else c.seq(value, key)
+    out = []
+    for i, h in enumerate(items):
+        k = f"{key}[{i}]" if isinstance(value, list) else key
+        if not isinstance(h, str) or h not in names:
+            c.fail(k, f"{h!r} is not a host of this fabric (or a role: {', '.join(ROLES)})")
+        if h in out:
+            c.fail(k, f"host {h!r} is listed twice")
+        out.append(h)
+    if not out:
+        c.fail(key, "must select at least one host")
+    return tuple(out)
+
+
+def _traffic(c: _Checker, traffic, fabric: FabricSpec):
+    allreduce, storage = None, []
+    for i, t in enumerate(c.seq(traffic, "traffic")):
+        key = f"traffic[{i}]"
+        if not isinstance(t, dict) or "kind" not in t:
+            c.fail(key, "must be a mapping with a kind (allreduce or storage)")
+        if t["kind"] == "allreduce":
+            c.mapping(t, key, {"kind", "algo", "ranks", "size_bytes", "iterations", "compute_ms"},
+                      {"ranks", "size_bytes", "iterations"})
+            if allreduce is not None:
+                c.fail(key, "only one allreduce job per scenario")
+            if t.get("algo", "ring") != "ring":
+                c.fail(f"{key}.algo", f"unknown algorithm {t['algo']!r} (known: ring)")
+            ranks = _selection(c, t["ranks"], f"{key}.ranks", fabric)
+            if len(ranks) < 2:
+                c.fail(f"{key}.ranks", "an all-reduce needs at least 2 ranks")
+            allreduce = AllReduceSpec(
+                ranks=ranks,
+                size_bytes=c.size(t["size_bytes"], f"{key}.size_bytes"),
+                iterations=c.integer(t["iterations"], f"{key}.iterations", 1, 100000),
+                compute_ms=float(c.number(t.get("compute_ms", 0), f"{key}.compute_ms", 0, True)),
+            )
+        elif t["kind"] == "storage":
+            c.mapping(t, key, {"kind", "pattern", "server", "clients", "offered_load", "port"},
+                      {"server", "clients"})
+            pattern = t.get("pattern", "read")
+            if pattern not in ("read", "write"):
+                c.fail(f"{key}.pattern", f"must be read or write, got {pattern!r}")
+            (server,) = _selection(c, [t["server"]] if isinstance(t["server"], str)
+                                   else t["server"], f"{key}.server", fabric)
+            clients = _selection(c, t["clients"], f"{key}.clients", fabric)
+            if server in clients:
+                c.fail(f"{key}.clients", f"the server {server!r} cannot be its own client")
+            storage.append(StorageSpec(
+                server=server, clients=clients, pattern=pattern,
+                offered_load=float(c.number(t.get("offered_load", 1.2), f"{key}.offered_load")),
+                port=c.integer(t.get("port", 4420), f"{key}.port", 1, 65535),
+            ))
+        else:
+            c.fail(f"{key}.kind", f"unknown traffic kind {t['kind']!r} (known: allreduce, storage)")
+    if allreduce is None:
+        c.fail("traffic", "needs an allreduce job (kind: allreduce)")
+    return allreduce, tuple(storage)
+
+
+def _policies(c: _Checker, policies, key: str) -> tuple[str, ...]:
+    out = []
+    for i, p in enumerate(c.seq(policies, key)):
+        if p not in POLICIES:
+            c.fail(f"{key}[{i}]", f"unknown policy {p!r} (known: {', '.join(POLICIES)})")
+        if p not in out:
+            out.append(p)
+    if not out:
+        c.fail(key, "must name at least one policy")
+    return tuple(out)
+
+
+def check_policies(names: list[str], file: str) -> tuple[str, ...]:
+    """Validate policy names given on the command line."""
+    return _policies(_Checker(file), list(names), "--policy")

@@ -1,0 +1,138 @@
+"""The fabric as a pure graph: nodes with roles, ports, addresses and routes.
+
+Naming and addressing rules (stable, so recorded data stays readable):
+
+* a port is ``<node>-eth<k>``, ``k`` counting that node's links in scenario order;
+* host links come first, one per host in scenario order: host number ``i``
+  (from 1) gets ``10.0.i.0/24``, the router side ``.1`` and the host ``.2``;
+* router-router link number ``j`` (from 1) gets ``10.1.j.0/24``, ``.1`` on the
+  first-named end and ``.2`` on the other;
+* hosts route everything through their router; routers reach every host
+  subnet along shortest router paths, with one nexthop per equal-cost path
+  (ECMP multipath routes).
+
+Nothing here touches the kernel; :mod:`labkit.fabric` builds this graph.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+from labkit.scenario import FabricSpec, LinkSpec
+
+
+@dataclass(frozen=True)
+class Port:
+    node: str
+    ifname: str
+    ip: str  # dotted quad
+    prefixlen: int
+    peer: str  # the node at the other end
+    peer_ip: str
+    link: LinkSpec
+
+    @property
+    def cidr(self) -> str:
+        return f"{self.ip}/{self.prefixlen}"
+
+
+@dataclass(frozen=True)
+class Route:
+    dst: str  # "10.0.3.0/24" or "default"
+    nexthops: tuple[str, ...]
+
+
+class Topology:
+    """Ports, addresses and routes derived from a validated :class:`FabricSpec`."""
+
+    def __init__(self, fabric: FabricSpec):
+        self.fabric = fabric
+        self.roles = {r: "router" for r in fabric.routers}
+        self.roles.update({h.name: h.role for h in fabric.hosts})
+        self.ports: dict[str, list[Port]] = {n: [] for n in self.roles}
+        self.links: list[tuple[Port, Port]] = []
+        n_hosts = len(fabric.hosts)
+        for idx, link in enumerate(fabric.links):
+            subnet = f"10.0.{idx + 1}" if idx < n_hosts else f"10.1.{idx - n_hosts + 1}"
+            self._add_link(link, f"{subnet}.1", f"{subnet}.2")
+
+    def _add_link(self, link: LinkSpec, ip_a: str, ip_b: str) -> None:
+        pa = Port(link.a, f"{link.a}-eth{len(self.ports[link.a])}", ip_a, 24, link.b, ip_b, link)
+        pb = Port(link.b, f"{link.b}-eth{len(self.ports[link.b])}", ip_b, 24, link.a, ip_a, link)
+        self.ports[link.a].append(pa)
+        self.ports[link.b].append(pb)
+        self.links.append((pa, pb))
+
+    @property
+    def hosts(self) -> list[str]:
+        return [h.name for h in self.fabric.hosts]
+
+    @property
+    def routers(self) -> list[str]:
+        return list(self.fabric.routers)
+
+    def host_ip(self, host: str) -> str:
+        return self.ports[host][0].ip
+
+    def port_towards(self, node: str, peer: str) -> Port:
+        """The (first) port of ``node`` whose link leads to ``peer``."""
+        for port in self.ports[node]:
+            if port.peer == peer:
+                return port
+        raise KeyError(f"{node} has no link to {peer}")
+
+    def router_ports(self) -> list[Port]:
+        return [p for r in self.routers for p in self.ports[r]]
+
+    def bottleneck_ports(self) -> list[Port]:
+        """Both egress ports (one per direction) of every bottleneck link."""
+        return [p for a, b in self.fabric.bottlenecks for p in
+                (self.port_towards(a, b), self.port_towards(b, a))]
+
+    def routes(self, node: str) -> list[Route]:
+        if self.roles[node] != "router":
+            return [Route("default", (self.ports[node][0].peer_ip,))]
+        dist = self._router_distances()
+        out = []
+        for host in self.fabric.hosts:
+            if host.router == node:
+                continue
+            target = host.router
+            hops = tuple(
+                p.peer_ip for p in self.ports[node]
+                if self.roles[p.peer] == "router" and dist[p.peer][target] == dist[node][target] - 1
+            )
+            out.append(Route(f"10.0.{self.hosts.index(host.name) + 1}.0/24", hops))
+        return out
+
+    def _router_distances(self) -> dict[str, dict[str, int]]:
+        adj = {r: [p.peer for p in self.ports[r] if self.roles[p.peer] == "router"]
+               for r in self.routers}
+        out = {}
+        for src in self.routers:
+            dist, todo = {src: 0}, deque([src])
+            while todo:
+                n = todo.popleft()
+                for m in adj[n]:
+                    if m not in dist:
+                        dist[m] = dist[n] + 1
+                        todo.append(m)
+            out[src] = dist
+        return out
+
+    def path(self, src: str, dst: str) -> list[str]:
+        """One shortest node path from host ``src`` to host ``dst`` (for reports and tests)."""
+        dist = self._router_distances()
+        a, b = self.ports[src][0].peer, self.ports[dst][0].peer
+        path = [src, a]
+        while path[-1] != b:
+            here = path[-1]
+            path.append(next(p.peer for p in self.ports[here]
+                             if self.roles[p.peer] == "router"
+                             and dist[p.peer][b] == dist[here][b] - 1))
+        return path + [dst]
+
+    def links_on_path(self, src: str, dst: str) -> list[LinkSpec]:
+        nodes = self.path(src, dst)
+        return [self.port_towards(x, y).link for x, y in zip(nodes, nodes[1:])]
