@@ -20,7 +20,7 @@ from rich.table import Table
 from labkit import scenario as scenario_mod
 
 console = Console(width=max(110, Console().width))
-err = Console(stderr=True)
+err = Console(stderr=True, soft_wrap=True)
 ROOT_HINT = ("needs root (it builds namespaces and loads eBPF programs). Without root you can "
              "still analyse recorded runs: `labkit report DIR`, `labkit runs` and the notebooks.")
 

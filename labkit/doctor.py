@@ -12,6 +12,7 @@ import importlib
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -157,7 +158,7 @@ def probe() -> dict:
         try:
             ipr.addr("add", index=idx, address="10.255.0.1", prefixlen=24)
             ipr.addr("add", index=peer, address="10.255.1.1", prefixlen=24)
-            ipr.route("add", dst="10.254.0.0/24",
+            ipr.route("add", dst="10.254.0.0/24", family=socket.AF_INET,
                       multipath=[{"gateway": "10.255.0.2"}, {"gateway": "10.255.1.2"}])
             found["multipath"] = True
         except Exception as exc:

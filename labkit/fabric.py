@@ -16,6 +16,7 @@ global cleanup are never used: this machine is shared.
 from __future__ import annotations
 
 import signal
+import socket
 from contextlib import suppress
 from pathlib import Path
 
@@ -99,8 +100,9 @@ class Fabric:
                 dst = {} if route.dst == "default" else {"dst": route.dst}
                 if len(route.nexthops) == 1:
                     ipr.route("add", gateway=route.nexthops[0], **dst)
-                else:
-                    ipr.route("add", multipath=[{"gateway": gw} for gw in route.nexthops], **dst)
+                else:  # family given explicitly: pyroute2 0.9 fails to infer it for multipath
+                    ipr.route("add", family=socket.AF_INET,
+                              multipath=[{"gateway": gw} for gw in route.nexthops], **dst)
 
     def _shape_for(self, port: Port, router: bool) -> tc.PortShape:
         link = port.link

@@ -1,0 +1,87 @@
+import polars as pl
+import pytest
+
+from labkit import analysis
+from labkit.rundir import SCHEMAS
+
+S = 1_000_000_000  # ns
+
+
+def frame(name, rows):
+    return pl.DataFrame(rows, schema=SCHEMAS[name])
+
+
+@pytest.fixture
+def tables():
+    """Two policies, two ranks: isolated ops take 100 ms, fifo ops 200 ms except one of 400."""
+    coll, queue, lanes, flows, cpu = [], [], [], [], []
+    for policy, durations in (("isolated", [100] * 4), ("fifo", [200, 200, 200, 400])):
+        t = 0
+        for op, ms in enumerate(durations):
+            for rank in range(2):
+                coll.append({"policy": policy, "op": op, "rank": rank, "host": f"g{rank}",
+                             "start_ns": t + rank * 1_000, "end_ns": t + ms * 1_000_000})
+            t += ms * 1_000_000
+        for k in range(0, 21):  # 0..2 s, 100 ms apart; the port sends 80 Mbit/s
+            ts = k * S // 10
+            queue.append({"policy": policy, "t_ns": ts, "port": "spine1-eth0", "classid": "1:10",
+                          "lane": "all", "bytes": k * 1_000_000, "packets": k * 250,
+                          "drops": 0, "overlimits": 0, "backlog_bytes": 0, "backlog_packets": 0})
+            for lane, rate in (("vip", 750_000), ("normal", 0), ("low", 250_000)):
+                lanes.append({"policy": policy, "t_ns": ts, "port": "spine1-eth0", "lane": lane,
+                              "offered_packets": k * 10, "offered_bytes": k * rate,
+                              "enqueued_packets": k * 9, "enqueued_bytes": k * rate,
+                              "dropped_packets": k if lane == "low" else 0,
+                              "dropped_bytes": 0})
+            flows.append({"policy": policy, "host": "g1", "t_ns": ts,
+                          "bytes": k * 125_000 if policy == "fifo" else 0})
+            cpu.append({"policy": policy, "t_ns": ts, "busy": 0.95 if policy == "fifo" else 0.4})
+    return {"collectives": frame("collectives", coll), "queue": frame("queue", queue),
+            "lanes": frame("lanes", lanes), "flows": frame("flows", flows),
+            "cpu": frame("cpu", cpu), "transport": frame("transport", [])}
+
+
+META = {"scenario": "t", "run_id": "r", "scale_factor": 10, "policies": ["isolated", "fifo"],
+        "size_bytes": 1_000_000, "ranks": 2,
+        "ports": {"spine1-eth0": {"link": "leaf1-spine1", "rate_mbps": 100.0}}}
+
+
+def test_op_times_span_first_start_to_last_end(tables):
+    ops = analysis.op_times(tables["collectives"])
+    fifo = ops.filter(pl.col("policy") == "fifo")
+    assert fifo["ms"].to_list() == [200, 200, 200, 400]
+    assert fifo["ranks"].to_list() == [2] * 4
+
+
+def test_counter_delta_uses_last_sample_at_or_before_each_edge(tables):
+    q = tables["queue"].filter(pl.col("policy") == "fifo")
+    grown = analysis.counter_delta(q, ["port"], ["bytes"], S // 10 + 5, S // 2)
+    assert grown["bytes"].to_list() == [4_000_000]  # samples at 0.1 s and 0.5 s
+
+
+def test_summary(tables):
+    s = analysis.summarize(tables, META)
+    iso, fifo = s["policies"]["isolated"], s["policies"]["fifo"]
+    assert iso["allreduce"]["busbw_mbps"] == pytest.approx(1e6 * 8 / 0.1 / 1e6 * 2 * 1 / 2)
+    assert fifo["allreduce"]["p50_ms"] == 200
+    assert fifo["allreduce"]["p99_ms"] == pytest.approx(200 + 0.97 * 200)
+    assert fifo["allreduce"]["slowdown_p50"] == pytest.approx(2.0)
+    assert iso["allreduce"]["slowdown_p99"] == pytest.approx(1.0)
+    # window 0 .. 1.0 s: the port sent 10 MB -> 80 Mbit/s on a 100 Mbit/s link
+    assert fifo["bottleneck"]["utilization"] == pytest.approx(0.8)
+    assert fifo["bottleneck"]["link"] == "leaf1-spine1"
+    lanes = fifo["bottleneck"]["lanes"]
+    assert lanes["vip"]["mbps"] == pytest.approx(60.0)
+    assert lanes["low"] == {"mbps": pytest.approx(20.0), "packets": 90, "drops": 10}
+    assert lanes["normal"]["packets"] == 90 and lanes["normal"]["mbps"] == 0
+    assert fifo["storage"]["goodput_mbps"] == pytest.approx(10.0)
+    assert iso["storage"]["goodput_mbps"] == 0
+    assert fifo["cpu_bound"] and not iso["cpu_bound"]
+    assert s["scale_factor"] == 10
+
+
+def test_slowdown_is_null_without_isolated(tables):
+    meta = {**META, "policies": ["fifo"]}
+    s = analysis.summarize({k: v.filter(pl.col("policy") == "fifo") for k, v in tables.items()},
+                           meta)
+    assert s["policies"]["fifo"]["allreduce"]["slowdown_p99"] is None

@@ -1,0 +1,54 @@
+import polars as pl
+import pytest
+
+from labkit import rundir
+from labkit.rundir import RunDataError
+
+
+def write_run(path):
+    w = rundir.RunWriter(path)
+    w.write_manifest(run_id="r1")
+    tables = {name: pl.DataFrame([], schema=schema) for name, schema in rundir.SCHEMAS.items()}
+    return w, w.finish(tables, {"scenario": "t", "policies": {}})
+
+
+def test_written_run_loads_back(tmp_path):
+    w, path = write_run(tmp_path / "r1")
+    assert path == tmp_path / "r1" and not w.tmp.exists()
+    run = rundir.load_run(path)
+    assert run.manifest["status"] == "complete"
+    assert set(run.tables) == set(rundir.SCHEMAS)
+    assert run["queue"].schema == pl.Schema(rundir.SCHEMAS["queue"])
+
+
+def test_never_overwrites(tmp_path):
+    write_run(tmp_path / "r1")
+    with pytest.raises(FileExistsError, match="never overwrites"):
+        rundir.RunWriter(tmp_path / "r1")
+
+
+def test_incomplete_run_is_listed_as_such(tmp_path):
+    w = rundir.RunWriter(tmp_path / "r2")
+    w.write_manifest(run_id="r2")
+    write_run(tmp_path / "r1")
+    listed = {r["run_id"]: r["status"] for r in rundir.list_runs(tmp_path)}
+    assert listed == {"r1": "complete", "r2": "incomplete"}
+
+
+@pytest.mark.parametrize("damage, message", [
+    (lambda p: (p / "lanes.parquet").unlink(), "lanes.parquet: missing"),
+    (lambda p: (p / "queue.parquet").write_bytes(b"not parquet"), "queue.parquet: not a readable"),
+    (lambda p: pl.DataFrame({"policy": ["x"]}).write_parquet(p / "cpu.parquet"),
+     "cpu.parquet: column 't_ns' is missing"),
+    (lambda p: pl.DataFrame({"policy": ["x"], "t_ns": [1.5], "busy": [0.1]}).write_parquet(
+        p / "cpu.parquet"), "cpu.parquet: column 't_ns' is Float64, expected Int64"),
+    (lambda p: (p / "summary.json").write_text("{"), "summary.json: not valid JSON"),
+    (lambda p: (p / "manifest.json").unlink(), "manifest.json: missing"),
+])
+def test_damaged_run_gives_a_clear_error(tmp_path, damage, message):
+    _, path = write_run(tmp_path / "r1")
+    damage(path)
+    before = {f.name: f.read_bytes() for f in path.iterdir() if f.is_file()}
+    with pytest.raises(RunDataError, match=message):
+        rundir.load_run(path)
+    assert before == {f.name: f.read_bytes() for f in path.iterdir() if f.is_file()}

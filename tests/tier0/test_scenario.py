@@ -1,0 +1,99 @@
+import copy
+from pathlib import Path
+
+import pytest
+import yaml
+
+from labkit import scenario
+from labkit.scenario import ScenarioError
+
+TOPOLOGIES = Path(__file__).resolve().parents[2] / "topologies"
+
+
+@pytest.fixture
+def doc():
+    return yaml.safe_load((TOPOLOGIES / "bottleneck.yaml").read_text())
+
+
+@pytest.mark.parametrize("path", sorted(TOPOLOGIES.glob("*.yaml")), ids=lambda p: p.name)
+def test_shipped_topologies_load(path):
+    sc = scenario.load(path)
+    assert sc.fabric.hosts and sc.fabric.bottlenecks
+    assert len(sc.sha256) == 64
+
+
+def test_bottleneck_resolves_defaults_and_overrides():
+    sc = scenario.load(TOPOLOGIES / "bottleneck.yaml")
+    links = {frozenset((link.a, link.b)): link for link in sc.fabric.links}
+    assert links[frozenset(("leaf1", "spine1"))].rate_mbps == 100
+    assert links[frozenset(("leaf2", "spine1"))].rate_mbps == 1000
+    assert links[frozenset(("st1", "leaf2"))].rate_mbps == 1000
+    assert links[frozenset(("g1", "leaf1"))].mtu == 9000
+    assert sc.allreduce.size_bytes == 2 * 1024 * 1024
+    assert sc.allreduce.ranks == tuple(f"g{i}" for i in range(1, 9))
+    assert sc.policies == ("isolated", "fifo", "priority")
+    vip = [r for r in sc.lanes if r.lane == "vip"]
+    assert vip[0].roce and vip[0].dport == 4791 and vip[0].proto == "udp"
+    assert vip[1].dscp == 26
+
+
+def _error(doc) -> ScenarioError:
+    with pytest.raises(ScenarioError) as info:
+        scenario.parse(doc, "lab.yaml")
+    return info.value
+
+
+@pytest.mark.parametrize("mutate, key, reason", [
+    (lambda d: d.update(colour="blue"), "colour", "unknown key"),
+    (lambda d: d["defaults"]["link"].update(rate_mbps=0), "defaults.link.rate_mbps", "> 0"),
+    (lambda d: d["defaults"]["link"].update(rate_mbps="fast"), "defaults.link.rate_mbps",
+     "must be a number"),
+    (lambda d: d["fabric"]["links"][1].update(rate_mbps=-5), "fabric.links[1].rate_mbps", "> 0"),
+    (lambda d: d["fabric"]["hosts"]["storage"].update(leaf1=["g2"]),
+     "fabric.hosts.storage.leaf1[0]", "placed twice"),
+    (lambda d: d.update(policies=["fifo", "magic"]), "policies[1]", "unknown policy"),
+    (lambda d: d["fabric"].update(bottlenecks=[["leaf1", "leaf2"]]), "fabric.bottlenecks[0]",
+     "no link between"),
+    (lambda d: d["fabric"].update(bottlenecks=[["leaf1", "spine9"]]), "fabric.bottlenecks[0][1]",
+     "neither a router nor a host"),
+    (lambda d: d["lanes"].update(urgent=[{"dscp": 1}]), "lanes.urgent", "unknown key"),
+    (lambda d: d["lanes"]["vip"].append({"dscp": 64}), "lanes.vip[2].dscp", "between 0 and 63"),
+    (lambda d: d["lanes"]["low"].append({}), "lanes.low[1]", "empty rule"),
+    (lambda d: d["lanes"]["low"].append({"tcp_port": 1, "udp_dport": 2}), "lanes.low[1].udp_dport",
+     "both tcp and udp"),
+    (lambda d: d["traffic"][0].update(size_bytes="lots"), "traffic[0].size_bytes", "size like"),
+    (lambda d: d["traffic"][0].update(iterations=0), "traffic[0].iterations", "between"),
+    (lambda d: d["traffic"][0].update(algo="tree"), "traffic[0].algo", "unknown algorithm"),
+    (lambda d: d["traffic"][1].update(clients=["g1", "g99"]), "traffic[1].clients[1]",
+     "not a host"),
+    (lambda d: d["traffic"][1].update(offered_load=0), "traffic[1].offered_load", "> 0"),
+    (lambda d: d["fabric"]["routers"].append("Leaf 3"), "fabric.routers[3]", "not a node name"),
+    (lambda d: d["fabric"]["links"].append({"between": ["g1", "leaf2"]}), "fabric.links[3].between",
+     "attached to 'leaf1'"),
+    (lambda d: d["fabric"].update(links=[["leaf1", "spine1"]]), "fabric.links", "not connected"),
+])
+def test_bad_input_names_file_key_and_reason(doc, mutate, key, reason):
+    bad = copy.deepcopy(doc)
+    mutate(bad)
+    exc = _error(bad)
+    assert exc.file == "lab.yaml"
+    assert exc.key == key
+    assert reason in exc.reason
+    assert str(exc).startswith(f"lab.yaml: {key}: ")
+    assert "\n" not in str(exc)
+
+
+def test_unreadable_and_invalid_yaml(tmp_path):
+    with pytest.raises(ScenarioError, match="cannot read the file"):
+        scenario.load(tmp_path / "missing.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: [unclosed\n")
+    with pytest.raises(ScenarioError, match=r"bad.yaml: <top>: not valid YAML: line \d+"):
+        scenario.load(bad)
+
+
+@pytest.mark.parametrize("text, expected", [("4MiB", 4 << 20), ("64K", 64 << 10), (65536, 65536),
+                                            ("1.5M", 3 << 19), ("2GiB", 2 << 30)])
+def test_sizes(doc, text, expected):
+    doc["traffic"][0]["size_bytes"] = text
+    assert scenario.parse(doc).allreduce.size_bytes == expected

@@ -1,0 +1,57 @@
+"""The libbpf binding: verifier errors, tracing attachment, pins."""
+
+import subprocess
+
+import pytest
+
+from labkit import bpf
+
+BAD_PROGRAM = r"""
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+SEC("tc")
+int reads_past_the_packet(struct __sk_buff *skb)
+{
+	unsigned char *data = (void *)(long)skb->data;
+	return data[100];  /* no bounds check: the verifier must refuse */
+}
+char LICENSE[] SEC("license") = "GPL";
+"""
+
+
+def test_verifier_rejection_carries_the_log(bpf_ready, tmp_path):
+    src = tmp_path / "bad.bpf.c"
+    src.write_text(BAD_PROGRAM)
+    obj = tmp_path / "bad.bpf.o"
+    subprocess.run(["clang", "-target", "bpf", "-O2", "-g", f"-I{bpf.BUILD_DIR}", "-c", str(src),
+                    "-o", str(obj)], check=True)
+    with pytest.raises(bpf.VerifierError) as info:
+        bpf.BpfObject(obj)
+    assert "invalid access to packet" in info.value.log
+    assert "reads_past_the_packet" in str(info.value)
+
+
+def test_missing_object_says_how_to_build_it(tmp_path):
+    with pytest.raises(bpf.BpfError, match="make bpf"):
+        bpf.BpfObject(tmp_path / "nothing.bpf.o")
+
+
+def test_tracing_programs_attach_and_detach(bpf_ready):
+    with bpf.BpfObject(bpf.object_path("queues")) as obj:
+        links = [obj.programs[p].attach() for p in ("lk_qdisc_enqueue", "lk_qdisc_drop")]
+        for link in links:
+            link.close()
+
+
+def test_pins_live_under_the_run_and_go_away(bpf_ready):
+    run_id = "test-pins"
+    with bpf.BpfObject(bpf.object_path("classifier")) as obj:
+        d = bpf.pin_dir(run_id)
+        try:
+            assert d == bpf.PIN_ROOT / run_id and (d.stat().st_mode & 0o777) == 0o700
+            obj.maps["lk_config"].pin(d / "lk_config")
+            obj.programs["lk_classify"].pin(d / "classifier")
+            assert sorted(p.name for p in d.iterdir()) == ["classifier", "lk_config"]
+        finally:
+            bpf.unpin_dir(d)
+    assert not d.exists()

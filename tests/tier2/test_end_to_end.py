@@ -1,0 +1,93 @@
+"""The foundation's acceptance run: `labkit run topologies/bottleneck.yaml`, defaults.
+
+One real run of the three policies (about a minute), checked against the
+issue's done-when figures, then a check that nothing was left behind.
+"""
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from labkit import rundir
+from tests.leaks import assert_no_leaks, labkit_objects
+
+REPO = Path(__file__).resolve().parents[2]
+LABKIT = [sys.executable, "-m", "labkit.cli"]
+
+
+@pytest.fixture(scope="module")
+def bottleneck_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("runs") / "bottleneck"
+    t0 = time.monotonic()
+    proc = subprocess.run([*LABKIT, "run", str(REPO / "topologies/bottleneck.yaml"), "--out",
+                           str(out)], capture_output=True, text=True, timeout=300, cwd=REPO)
+    elapsed = time.monotonic() - t0
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return rundir.load_run(out), elapsed, proc.stdout
+
+
+def test_three_policies_within_two_minutes(fabric_ready, bottleneck_run):
+    run, elapsed, stdout = bottleneck_run
+    assert set(run.summary["policies"]) == {"isolated", "fifo", "priority"}
+    assert elapsed <= 120, f"took {elapsed:.0f} s"
+    assert "fifo" in stdout and "slowdown" in stdout
+
+
+def test_bottleneck_is_real_and_lanes_fix_it(fabric_ready, bottleneck_run):
+    run, _, _ = bottleneck_run
+    p = run.summary["policies"]
+    link = p["isolated"]["bottleneck"]["rate_mbps"]
+    assert p["fifo"]["allreduce"]["slowdown_p99"] >= 2.0
+    assert p["priority"]["allreduce"]["slowdown_p99"] <= 1.25
+    assert p["priority"]["bottleneck"]["utilization"] >= 0.90
+    assert p["isolated"]["allreduce"]["busbw_mbps"] >= 0.8 * link
+    assert p["priority"]["bottleneck"]["lanes"]["vip"]["drops"] == 0
+    assert p["fifo"]["storage"]["goodput_mbps"] > 0
+    assert all(not q["cpu_bound"] for q in p.values())
+
+
+def test_tables_and_manifest(fabric_ready, bottleneck_run):
+    run, _, _ = bottleneck_run
+    m = run.manifest
+    assert m["status"] == "complete" and m["scenario"]["name"] == "bottleneck"
+    assert set(m["bpf_objects"]) >= {"classifier.bpf.o", "queues.bpf.o"}
+    assert m["kernel"] and m["labkit_revision"] and m["seed"] == 1
+    assert m["start_time"] <= m["end_time"]
+    coll = run["collectives"]
+    assert coll.filter(coll["policy"] == "fifo")["op"].n_unique() == 40
+    q = run["queue"].filter(run["queue"]["policy"] == "priority")
+    per_port = q.group_by("port", "classid").len()
+    span_s = (q["t_ns"].max() - q["t_ns"].min()) / 1e9
+    assert per_port["len"].min() / span_s >= 100, "bottleneck classes sampled at >= 100 Hz"
+    assert set(q["lane"]) == {"vip", "normal", "low"}
+
+
+def test_nothing_left_behind(fabric_ready, bottleneck_run):
+    assert_no_leaks()
+
+
+def test_bad_scenario_exits_2_and_creates_nothing(fabric_ready, tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text((REPO / "topologies/bottleneck.yaml").read_text().replace(
+        "rate_mbps: 100", "rate_mbps: -1"))
+    before = labkit_objects()
+    proc = subprocess.run([*LABKIT, "run", str(bad)], capture_output=True, text=True, cwd=REPO)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "bad.yaml: defaults.link.rate_mbps: must be > 0" in lines[0]
+    assert labkit_objects() == before
+
+
+def test_a_second_run_waits_for_nobody_and_names_the_first(fabric_ready, tmp_path):
+    from labkit.registry import RunLock
+
+    with RunLock("someone-elses-run"):
+        proc = subprocess.run([*LABKIT, "run", str(REPO / "topologies/bottleneck.yaml"),
+                               "--out", str(tmp_path / "r")], capture_output=True, text=True,
+                              cwd=REPO, timeout=60)
+    assert proc.returncode == 1
+    assert "someone-elses-run" in proc.stderr and "in progress" in proc.stderr
+    assert_no_leaks()
