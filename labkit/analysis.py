@@ -111,7 +111,7 @@ def summarize(tables: dict[str, pl.DataFrame], meta: dict) -> dict:
         seconds = (end - start) / 1e9
         p_ops = ops.filter(pl.col("policy") == policy)
 
-        def of(name: str) -> pl.DataFrame:
+        def of(name: str, policy: str = policy) -> pl.DataFrame:
             return tables[name].filter(pl.col("policy") == policy)
 
         sent = port_utilization(of("queue"), start, end)

@@ -432,7 +432,8 @@ class TcAttachment:
 
     def detach(self) -> None:
         """Remove the filter; call in the namespace it was attached in."""
-        hook = TcHook(sz=ctypes.sizeof(TcHook), ifindex=self.ifindex, attach_point=self.attach_point)
+        hook = TcHook(sz=ctypes.sizeof(TcHook), ifindex=self.ifindex,
+                      attach_point=self.attach_point)
         opts = TcOpts(sz=ctypes.sizeof(TcOpts), handle=self.handle, priority=self.priority)
         ret = lib.bpf_tc_detach(ctypes.byref(hook), ctypes.byref(opts))
         if ret < 0 and ret != -errno_mod.ENOENT and ret != -errno_mod.ENODEV:

@@ -18,9 +18,8 @@ from __future__ import annotations
 import os
 import threading
 import time
-from dataclasses import dataclass
-
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from pyroute2 import IPRoute
 

@@ -71,7 +71,8 @@ def cmd_doctor(args) -> int:
         if not c.ok and c.fix:
             line += f"\n    fix: {c.fix}"
         console.print(line, highlight=False)
-    console.print(f"\n{'[red]' + str(failed) + ' required check(s) failed[/]' if failed else '[green]ready[/]'}")
+    verdict = f"[red]{failed} required check(s) failed[/]" if failed else "[green]ready[/]"
+    console.print(f"\n{verdict}")
     return 1 if failed else 0
 
 
@@ -84,7 +85,8 @@ def _preflight() -> str | None:
         return "bpffs is not mounted at /sys/fs/bpf; run `make setup` (see `labkit doctor`)"
     missing = [n for n in ("classifier", "queues") if not bpf.object_path(n).exists()]
     if missing:
-        return f"BPF objects {', '.join(missing)} are not built; run `make bpf` (see `labkit doctor`)"
+        return (f"BPF objects {', '.join(missing)} are not built; run `make bpf` "
+                "(see `labkit doctor`)")
     return None
 
 
@@ -114,7 +116,8 @@ def cmd_run(args) -> int:
     writer.write_manifest(run_id=run_id, scenario=sc.to_dict(), scenario_sha256=sc.sha256,
                           policies=list(policies), seed=sc.seed, duration_s=args.duration,
                           start_time=rundir._now(), argv=sys.argv, **rundir.provenance())
-    signal.signal(signal.SIGTERM, _raise_interrupt)
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, _raise_interrupt)
     results = []
     try:
         with registry.RunLock(run_id), _progress() as progress:
@@ -150,7 +153,16 @@ def cmd_run(args) -> int:
     return 0
 
 
-def _raise_interrupt(*_):
+_stopping = []
+
+
+def _raise_interrupt(signum, _frame):
+    """First SIGINT/SIGTERM: stop the run (teardown runs in ``finally``). Later ones only
+    say so, so that a second Ctrl-C cannot cut the teardown short."""
+    if _stopping:
+        err.print("[yellow]still tearing down; one moment[/]")
+        return
+    _stopping.append(signum)
     raise KeyboardInterrupt
 
 

@@ -87,7 +87,8 @@ def _bpf_object_check(name: str) -> Check:
         with bpf.BpfObject(path):
             return Check(label, True, "built and accepted by the verifier")
     except bpf.BpfError as exc:
-        return Check(label, False, str(exc).splitlines()[0], "see the verifier log: labkit doctor -v")
+        reason = " | ".join(str(exc).strip().splitlines()[-3:])
+        return Check(label, False, reason, "make clean-build bpf; if it persists, report it")
 
 
 def _kernel_probe() -> list[Check]:

@@ -91,13 +91,13 @@ class Registry:
     def teardown(self) -> list[str]:
         """Remove everything recorded, newest first; returns what was removed."""
         removed = []
-        procs = [e for e in self.entries if e["kind"] == "process"]
-        for e in reversed(procs):
-            if alive(e["pid"], e["start_time"]):
-                with suppress(ProcessLookupError):
-                    os.kill(e["pid"], e.get("signal", signal.SIGTERM))
+        procs = [e for e in reversed(self.entries)
+                 if e["kind"] == "process" and alive(e["pid"], e["start_time"])]
+        for e in procs:
+            with suppress(ProcessLookupError):
+                os.kill(e["pid"], e.get("signal", signal.SIGTERM))
         deadline = time.monotonic() + 3
-        for e in reversed(procs):
+        for e in procs:
             while alive(e["pid"], e["start_time"]) and time.monotonic() < deadline:
                 time.sleep(0.02)
             if alive(e["pid"], e["start_time"]):

@@ -135,4 +135,4 @@ class Topology:
 
     def links_on_path(self, src: str, dst: str) -> list[LinkSpec]:
         nodes = self.path(src, dst)
-        return [self.port_towards(x, y).link for x, y in zip(nodes, nodes[1:])]
+        return [self.port_towards(x, y).link for x, y in zip(nodes, nodes[1:], strict=False)]

@@ -4,7 +4,7 @@ A recording stand-in for the UDP socket lets these tests see every packet the
 protocol logic emits; the real sockets are exercised end to end in tier 2.
 """
 
-from labkit.traffic import roce, ring, wire
+from labkit.traffic import ring, roce, wire
 
 
 class Wire:

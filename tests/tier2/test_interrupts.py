@@ -1,0 +1,53 @@
+"""Interrupted runs: Ctrl-C tears down and marks the run; `labkit clean` after kill -9."""
+
+import json
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tests.leaks import assert_no_leaks, labkit_objects
+
+REPO = Path(__file__).resolve().parents[2]
+LABKIT = [sys.executable, "-m", "labkit.cli"]
+
+
+def start_run(out: Path) -> subprocess.Popen:
+    return subprocess.Popen([*LABKIT, "run", str(REPO / "topologies/bottleneck.yaml"),
+                             "--policy", "fifo", "--out", str(out)], cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_sigint_stops_within_5s_and_marks_the_run(fabric_ready, tmp_path):
+    out = tmp_path / "run"
+    proc = start_run(out)
+    time.sleep(6)
+    assert proc.poll() is None, proc.communicate()
+    proc.send_signal(signal.SIGINT)
+    t0 = time.monotonic()
+    _, stderr = proc.communicate(timeout=30)
+    assert time.monotonic() - t0 <= 5
+    assert proc.returncode == 130, stderr
+    assert "torn down" in stderr
+    manifest = json.loads((tmp_path / ".run.incomplete" / "manifest.json").read_text())
+    assert manifest["status"] == "interrupted"
+    assert not out.exists()
+    assert_no_leaks()
+
+
+def test_clean_removes_what_a_killed_run_left(fabric_ready, tmp_path):
+    proc = start_run(tmp_path / "run")
+    deadline = time.monotonic() + 30
+    while not labkit_objects()["pins"] and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(random.uniform(0, 4))  # somewhere in the traffic phase
+    proc.kill()
+    proc.communicate()
+    assert any(labkit_objects().values()), "a killed run leaves pins behind"
+    clean = subprocess.run([*LABKIT, "clean"], capture_output=True, text=True, cwd=REPO)
+    assert clean.returncode == 0, clean.stderr
+    assert_no_leaks()
+    again = subprocess.run([*LABKIT, "clean"], capture_output=True, text=True, cwd=REPO)
+    assert "nothing to clean" in again.stdout
