@@ -1,0 +1,38 @@
+"""The lane classifier's cost per packet against an empty tc program.
+
+Both run through BPF_PROG_TEST_RUN on the same RoCEv2 packet, interleaved in
+rounds so that machine noise hits both alike; the medians are compared.
+"""
+
+import statistics
+
+from scapy.contrib.roce import BTH
+from scapy.layers.inet import IP, UDP
+from scapy.layers.l2 import Ether
+from scapy.packet import Raw
+
+from labkit import bpf, lanes
+from labkit.scenario import LaneRule
+
+RULES = [LaneRule("vip", proto="udp", dport=4791, roce=True), LaneRule("vip", dscp=26),
+         LaneRule("low", proto="tcp", port=4420)]
+REPEAT = 200_000
+ROUNDS = 7
+
+
+def run() -> list[dict]:
+    pkt = bytes(Ether() / IP() / UDP(dport=4791) / BTH(opcode=0x0A) / Raw(bytes(1024)))
+    with bpf.BpfObject(bpf.object_path("classifier")) as cls, \
+            bpf.BpfObject(bpf.object_path("empty")) as empty:
+        cls.maps["lk_config"].update(0, lanes.build_config(RULES, "lanes"))
+        progs = {"classifier": cls.programs[lanes.PROGRAM], "empty": empty.programs["lk_empty"]}
+        times: dict[str, list[int]] = {k: [] for k in progs}
+        for _ in range(ROUNDS):
+            for name, prog in progs.items():
+                times[name].append(prog.test_run(pkt, repeat=REPEAT).duration_ns)
+    c, e = statistics.median(times["classifier"]), statistics.median(times["empty"])
+    return [
+        {"name": "classifier_ns", "value": c, "unit": "ns/packet", "goal": None},
+        {"name": "empty_prog_ns", "value": e, "unit": "ns/packet", "goal": None},
+        {"name": "classifier_vs_empty", "value": c / e, "unit": "ratio", "goal": "<= 1.5"},
+    ]
