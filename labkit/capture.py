@@ -15,7 +15,6 @@ Recorders collect rows in memory while running; the caller turns them into Parqu
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from collections.abc import Callable
@@ -28,10 +27,6 @@ from labkit.lanes import read_lane_counters
 from labkit.netns import Netns
 from labkit.scenario import LANES
 
-QUEUE_COLUMNS = ("t_ns", "port", "classid", "bytes", "packets", "drops", "overlimits",
-                 "backlog_bytes", "backlog_packets")
-LANE_COLUMNS = ("t_ns", "port", "lane", "offered_packets", "offered_bytes",
-                "enqueued_packets", "enqueued_bytes", "dropped_packets", "dropped_bytes")
 TRACEPOINT_PROGRAMS = ("lk_qdisc_enqueue", "lk_qdisc_drop")
 LaneReader = Callable[[], dict[str, tuple[int, int]]]
 
@@ -90,6 +85,7 @@ class QueuePoller:
     def __init__(self, ports: list[WatchedPort], period_s: float = 0.008):
         self.ports = ports
         self.period_ns = int(period_s * 1e9)
+        # rows in the column order of rundir.SCHEMAS["queue"] / ["lanes"], minus policy
         self.rows: list[tuple] = []
         self.lane_rows: list[tuple] = []
         self.errors: list[BaseException] = []
@@ -171,7 +167,3 @@ class CpuSampler:
         self._stop.set()
         self._thread.join(timeout=2)
         return self.rows
-
-
-def cpu_count() -> int:
-    return os.cpu_count() or 1

@@ -84,10 +84,6 @@ class Registry:
         self.entries.append({"kind": "pin_dir", "path": str(path)})
         self._save()
 
-    def forget_process(self, pid: int) -> None:
-        self.entries = [e for e in self.entries if e.get("pid") != pid]
-        self._save()
-
     def teardown(self) -> list[str]:
         """Remove everything recorded, newest first; returns what was removed."""
         removed = []
@@ -119,22 +115,14 @@ class Registry:
 
 
 def leftover_registries() -> list[Registry]:
-    """Registries of runs whose owner process is gone (killed without teardown)."""
+    """Registries of runs that are not in progress (their owner was killed)."""
+    running = RunLock.holder()
     out = []
     for path in sorted(REGISTRY_DIR.glob("*.json")):
-        doc = json.loads(path.read_text())
-        owner = doc.get("pid")
-        if owner and proc_start_time(owner) is not None and owner != os.getpid():
-            with suppress(OSError):
-                if _holds_lock(owner):
-                    continue
-        out.append(Registry(doc["run_id"], path))
+        run_id = json.loads(path.read_text())["run_id"]
+        if running is None or running.run_id != run_id:
+            out.append(Registry(run_id, path))
     return out
-
-
-def _holds_lock(pid: int) -> bool:
-    info = RunLock.holder()
-    return info is not None and info.pid == pid
 
 
 @dataclass

@@ -21,11 +21,14 @@ import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import polars as pl
 
 from labkit import bpf, tc
-from labkit.experiment import PolicyResult
+
+if TYPE_CHECKING:
+    from labkit.experiment import PolicyResult
 
 RUNS_DIR = Path(os.environ.get("LABKIT_RUNS_DIR", bpf.REPO_ROOT / "data" / "runs"))
 I64, STR, F64 = pl.Int64, pl.Utf8, pl.Float64

@@ -112,9 +112,6 @@ class Scenario:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
-    def host(self, name: str) -> HostSpec:
-        return next(h for h in self.fabric.hosts if h.name == name)
-
 
 # --- the checker ------------------------------------------------------------------------------
 

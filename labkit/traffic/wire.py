@@ -8,14 +8,10 @@ built once with scapy. Offsets are within the UDP payload (BTH first).
 ROCEV2_PORT = 4791
 BTH_LEN = 12
 RETH_LEN = 16
-AETH_LEN = 4
 ICRC_LEN = 4
 
-# BTH byte offsets
+# BTH byte offsets (opcode, SE|M|PadCnt|TVer, P_Key x2, FECN|BECN, DestQP x3, A, PSN x3)
 OPCODE = 0
-FLAGS = 1  # SE | M | PadCnt(2) | TVer(4)
-DQPN = 5  # 3 bytes
-ACKREQ = 8  # A bit is the MSB of byte 8
 PSN = 9  # 3 bytes
 PSN_MASK = 0xFFFFFF
 
