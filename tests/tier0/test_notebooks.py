@@ -1,0 +1,31 @@
+"""Notebooks run headless against the shipped sample data, with no errors or warnings."""
+
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+from labkit import rundir
+
+REPO = Path(__file__).resolve().parents[2]
+NOTEBOOKS = sorted((REPO / "notebooks").glob("*.ipynb"))
+
+
+def test_sample_run_loads():
+    run = rundir.load_run(REPO / "data/sample/bottleneck")
+    assert run.manifest["status"] == "complete"
+    assert set(run.summary["policies"]) == {"isolated", "fifo", "priority"}
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_notebook_executes_cleanly(path):
+    nb = nbformat.read(path, as_version=4)
+    assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code"), \
+        "outputs are stripped in git"
+    NotebookClient(nb, timeout=120, kernel_name="python3",
+                   resources={"metadata": {"path": str(path.parent)}}).execute()
+    for cell in nb.cells:
+        for out in cell.get("outputs", []):
+            assert out.get("output_type") != "error", out
+            assert out.get("name") != "stderr", out.get("text")
