@@ -129,10 +129,12 @@ def cmd_run(args) -> int:
                     progress.update(task, completed=done,
                                     description=f"{policy:<9} all-reduce")
 
-                results.append(experiment.run_policy(
-                    sc, topology, policy, reg, writer.agents_dir / policy,
-                    duration_s=args.duration, progress=tick))
-                progress.update(task, description=f"{policy:<9} done", completed=total)
+                result = experiment.run_policy(sc, topology, policy, reg,
+                                               writer.agents_dir / policy,
+                                               duration_s=args.duration, progress=tick)
+                results.append(result)
+                progress.update(task, description=f"{policy:<9} done",
+                                completed=len({o["op"] for o in result.ops}))
     except registry.RunLockedError as exc:
         err.print(f"[red]error:[/] {exc}")
         writer.write_manifest(status="not started", error=str(exc))

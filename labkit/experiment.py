@@ -141,11 +141,13 @@ def _await_lines(agents: list[_Agent], word: str, timeout_s: float,
 def run_policy(sc: Scenario, topo: Topology, policy: str, registry: Registry, workdir: Path,
                duration_s: float | None = None, progress: Callable[[int], None] | None = None
                ) -> PolicyResult:
-    """Build a fresh fabric, run the scenario's traffic under ``policy``, tear down."""
+    """Build a fresh fabric, run the scenario's traffic under ``policy``, tear down.
+
+    ``progress(n)`` is called as the n-th op completes on the first rank.
+    """
     layout = LAYOUT[policy]
     result = PolicyResult(policy)
     workdir.mkdir(parents=True, exist_ok=True)
-    rng = random.Random(f"{sc.seed}/{policy}")
     fabric = Fabric(topo, registry, router_layout=layout)
     classifier = queues = None
     agents: list[_Agent] = []
@@ -153,53 +155,20 @@ def run_policy(sc: Scenario, topo: Topology, policy: str, registry: Registry, wo
         fabric.start()
         classifier = Classifier(sc.lanes, layout)
         queues = QueueCounters()
-        watched = []
-        bottleneck_ports = topo.bottleneck_ports()
-        for port in topo.router_ports():
-            key = f"{port.node}/{port.ifname}"
-            ns, ifindex = fabric.ns[port.node], fabric.ifindex[key]
-            is_bottleneck = port in bottleneck_ports
-            classifier.attach(ns, port.ifname, ifindex, watch=is_bottleneck)
-            if is_bottleneck:
-                watched.append(WatchedPort(
-                    ns, port.ifname, ifindex,
-                    offered=lambda key=key: classifier.counters(key),
-                    queued=queues.watch(ns, ifindex)))
+        watched = _attach_lanes(topo, fabric, classifier, queues)
         result.bottleneck_ports = [w.label for w in watched]
         pins = bpf.pin_dir(registry.run_id)
         registry.add_pin_dir(pins)
         classifier.pin(pins)
         queues.pin(pins)
 
+        rng = random.Random(f"{sc.seed}/{policy}")
         ring = _start_ring(sc, topo, fabric, workdir, rng, duration_s)
         storage = _start_storage(sc, topo, fabric, workdir) if WITH_STORAGE[policy] else []
         agents = ring + storage
         _await_lines(agents, "READY", READY_TIMEOUT_S)
-
-        poller = QueuePoller(watched).start()
-        cpu = CpuSampler().start()
-        try:
-            t_go = time.monotonic_ns() + 100_000_000
-            for a in storage:
-                a.send(f"GO {t_go}")
-            result.t0_ns = t_go + (int(STORAGE_WARMUP_S * 1e9) if storage else 0)
-            for a in ring:
-                a.send(f"GO {result.t0_ns}")
-            done_ops = [0]
-
-            def on_line(agent: _Agent, line: str) -> None:
-                if agent is ring[0] and line.startswith("OP ") and progress:
-                    done_ops[0] += 1
-                    progress(done_ops[0])
-
-            limit_s = duration_s + 30 if duration_s else max(120, 5 * sc.allreduce.iterations)
-            _await_lines(ring, "DONE", limit_s, on_line)
-            for a in storage:
-                a.send("STOP")
-            _await_lines(storage, "DONE", 10)
-        finally:
-            poller.stop()
-            result.queue, result.lanes, result.cpu = poller.rows, poller.lane_rows, cpu.stop()
+        _drive(result, ring, storage, watched, duration_s, sc.allreduce.iterations,
+               progress)
         _collect(result, ring, storage)
         return result
     finally:
@@ -209,6 +178,52 @@ def run_policy(sc: Scenario, topo: Topology, policy: str, registry: Registry, wo
             if held is not None:
                 held.close()
         fabric.stop()
+
+
+def _attach_lanes(topo: Topology, fabric: Fabric, classifier: Classifier,
+                  queues: QueueCounters) -> list[WatchedPort]:
+    """The classifier on every router port; the bottleneck ports also watched."""
+    watched = []
+    bottleneck_ports = topo.bottleneck_ports()
+    for port in topo.router_ports():
+        key = f"{port.node}/{port.ifname}"
+        ns, ifindex = fabric.ns[port.node], fabric.ifindex[key]
+        is_bottleneck = port in bottleneck_ports
+        classifier.attach(ns, port.ifname, ifindex, watch=is_bottleneck)
+        if is_bottleneck:
+            watched.append(WatchedPort(ns, port.ifname, ifindex,
+                                       offered=lambda key=key: classifier.counters(key),
+                                       queued=queues.watch(ns, ifindex)))
+    return watched
+
+
+def _drive(result: PolicyResult, ring: list[_Agent], storage: list[_Agent],
+           watched: list[WatchedPort], duration_s: float | None, iterations: int,
+           progress: Callable[[int], None] | None) -> None:
+    """Start storage, let it warm up, run the ring to the end, stop storage; record
+    telemetry meanwhile."""
+    poller = QueuePoller(watched).start()
+    cpu = CpuSampler().start()
+    try:
+        t_go = time.monotonic_ns() + 100_000_000
+        for a in storage:
+            a.send(f"GO {t_go}")
+        result.t0_ns = t_go + (int(STORAGE_WARMUP_S * 1e9) if storage else 0)
+        for a in ring:
+            a.send(f"GO {result.t0_ns}")
+
+        def on_line(agent: _Agent, line: str) -> None:
+            if progress and agent is ring[0] and line.startswith("OP "):
+                progress(int(line.split()[1]) + 1)
+
+        limit_s = duration_s + 30 if duration_s else max(120, 5 * iterations)
+        _await_lines(ring, "DONE", limit_s, on_line)
+        for a in storage:
+            a.send("STOP")
+        _await_lines(storage, "DONE", 10)
+    finally:
+        poller.stop()
+        result.queue, result.lanes, result.cpu = poller.rows, poller.lane_rows, cpu.stop()
 
 
 def _start_ring(sc: Scenario, topo: Topology, fabric: Fabric, workdir: Path,
