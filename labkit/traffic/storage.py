@@ -75,7 +75,10 @@ def run(cfg: dict, stdin) -> dict:
     if not line or line[0] != "GO":
         return {"samples": [], "aborted": True}
 
+    conns: list[socket.socket] = []
+
     def worker(conn: socket.socket) -> threading.Thread:
+        conns.append(conn)
         target, args = ((_stream_out, (conn, cfg["pacing_bytes_per_s"], stop)) if sending
                         else (_count_in, (conn, samples, stop)))
         t = threading.Thread(target=target, args=args, daemon=True)
@@ -98,6 +101,11 @@ def run(cfg: dict, stdin) -> dict:
     threading.Thread(target=lambda: (stdin.readline(), stop.set()), daemon=True).start()
     while not stop.is_set():
         stop.wait(0.2)
+    for conn in conns:  # wake threads blocked in send or receive
+        try:
+            conn.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
     for t in threads:
         t.join(timeout=1)
     return {"samples": samples, "aborted": False}
