@@ -12,7 +12,7 @@ BPF_OBJECTS := $(patsubst bpf/%.bpf.c,bpf/build/%.bpf.o,$(BPF_SOURCES))
 BPF_HEADERS := $(wildcard bpf/include/*.h)
 BPF_CFLAGS := -target bpf -O2 -g -Wall -Werror -Ibpf/build -Ibpf/include
 
-.PHONY: setup system mounts bpf demo test bench lint clean-build
+.PHONY: setup system mounts bpf demo test bench soak lint clean-build
 
 setup: system mounts $(VENV)/.installed bpf
 
@@ -64,6 +64,9 @@ test: setup
 # --- more --------------------------------------------------------------------------------
 bench: setup
 	$(PY) -m benchmarks
+
+soak: setup
+	$(PY) -m tests.soak
 
 lint: setup
 	$(VENV)/bin/ruff check labkit tests benchmarks

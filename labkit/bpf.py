@@ -20,6 +20,7 @@ import ctypes.util
 import errno as errno_mod
 import os
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -143,6 +144,8 @@ _SIGNATURES = [
     ("bpf_tc_attach", _int, [_vp, _vp]),
     ("bpf_tc_detach", _int, [_vp, _vp]),
     ("libbpf_num_possible_cpus", _int, []),
+    ("bpf_prog_get_fd_by_id", _int, [_u32]),
+    ("bpf_obj_get_info_by_fd", _int, [_int, _vp, _vp]),
 ]
 
 lib = _Lib()
@@ -312,6 +315,7 @@ class Program:
         self._ptr = ptr
         self.name = lib.bpf_program__name(ptr).decode()
         self.fd = lib.bpf_program__fd(ptr)
+        self.id = prog_info(self.fd)[0]
 
     def test_run(self, data: bytes, ctx: SkBuff | None = None, repeat: int = 1) -> TestRun:
         """Run the program on one packet through ``BPF_PROG_TEST_RUN``."""
@@ -410,6 +414,38 @@ class BpfObject:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def prog_info(fd: int) -> tuple[int, str]:
+    """(id, name) of the program open at ``fd`` (struct bpf_prog_info: id at byte 4,
+    name at byte 64)."""
+    info = ctypes.create_string_buffer(256)
+    size = ctypes.c_uint32(len(info))
+    _check(lib.bpf_obj_get_info_by_fd(fd, info, ctypes.byref(size)), "bpf_obj_get_info_by_fd")
+    return (int.from_bytes(info.raw[4:8], "little"),
+            info.raw[64:80].split(b"\0", 1)[0].decode(errors="replace"))
+
+
+def prog_loaded(prog_id: int, name: str) -> bool:
+    """Whether the kernel still holds program ``prog_id`` (and it is still ``name``)."""
+    fd = lib.bpf_prog_get_fd_by_id(prog_id)
+    if fd < 0:
+        return False
+    try:
+        return prog_info(fd)[1] == name[:15]
+    finally:
+        os.close(fd)
+
+
+Recorder = Callable[..., None]  # e.g. Registry.add: record(kind, **fields)
+
+
+def record_programs(obj: BpfObject, record: Recorder | None) -> BpfObject:
+    """Tell ``record`` about every program ``obj`` loaded; returns ``obj``."""
+    if record:
+        for prog in obj.programs.values():
+            record("bpf_prog", id=prog.id, name=prog.name, object=obj.path.name)
+    return obj
 
 
 def possible_cpus() -> int:

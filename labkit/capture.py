@@ -47,8 +47,9 @@ class WatchedPort:
 class QueueCounters:
     """Per-port, per-lane counts of what the ports' root qdiscs accepted and dropped."""
 
-    def __init__(self):
-        self.obj = bpf.BpfObject(bpf.object_path("queues"))
+    def __init__(self, record: bpf.Recorder | None = None):
+        self.obj = bpf.record_programs(bpf.BpfObject(bpf.object_path("queues")), record)
+        self.record = record
         self.links: list[bpf.TracingLink] = []
         self.slots: dict[tuple[int, int], int] = {}
 
@@ -57,8 +58,10 @@ class QueueCounters:
         key = (ns.inode, ifindex)
         slot = self.slots.setdefault(key, len(self.slots))
         self.obj.maps["lk_ports"].update(port_key_bytes(*key), slot.to_bytes(4, "little"))
-        if not self.links:
-            self.links = [self.obj.programs[p].attach() for p in TRACEPOINT_PROGRAMS]
+        for name in TRACEPOINT_PROGRAMS if not self.links else ():
+            self.links.append(self.obj.programs[name].attach())
+            if self.record:
+                self.record("tracing_link", prog=name, prog_id=self.obj.programs[name].id)
         first = slot * len(LANES)
         return lambda: (read_lane_counters(self.obj.maps["lk_enqueued"], first),
                         read_lane_counters(self.obj.maps["lk_dropped"], first))

@@ -52,10 +52,14 @@ def checks() -> list[Check]:
                      "mount -t bpf bpf /sys/fs/bpf   (make setup does this)"))
     out.append(Check("tracefs mounted at /sys/kernel/tracing", _mounted("/sys/kernel/tracing"),
                      "", "mount -t tracefs tracefs /sys/kernel/tracing   (make setup does this)"))
-    out.append(Check("qdisc tracepoints (qdisc:qdisc_enqueue, qdisc_dequeue)",
-                     all(Path(f"/sys/kernel/tracing/events/qdisc/{e}").exists()
-                         for e in ("qdisc_enqueue", "qdisc_dequeue")), "",
-                     "needs tracefs mounted and a kernel with CONFIG_NET_SCHED tracepoints"))
+    try:
+        tracepoints = all(Path(f"/sys/kernel/tracing/events/qdisc/{e}").exists()
+                          for e in ("qdisc_enqueue", "qdisc_dequeue"))
+        detail = ""
+    except PermissionError:
+        tracepoints, detail = False, "tracefs is readable by root only"
+    out.append(Check("qdisc tracepoints (qdisc:qdisc_enqueue, qdisc_dequeue)", tracepoints,
+                     detail, "needs root, tracefs mounted and CONFIG_NET_SCHED tracepoints"))
     out += _kernel_probe()
     for tool, pkg in TOOLS.items():
         path = shutil.which(tool)

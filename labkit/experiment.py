@@ -153,8 +153,8 @@ def run_policy(sc: Scenario, topo: Topology, policy: str, registry: Registry, wo
     agents: list[_Agent] = []
     try:
         fabric.start()
-        classifier = Classifier(sc.lanes, layout)
-        queues = QueueCounters()
+        classifier = Classifier(sc.lanes, layout, record=registry.add)
+        queues = QueueCounters(record=registry.add)
         watched = _attach_lanes(topo, fabric, classifier, queues)
         result.bottleneck_ports = [w.label for w in watched]
         pins = bpf.pin_dir(registry.run_id)

@@ -64,9 +64,12 @@ class Fabric:
                 self.registry.add_process(node.pid, f"mininet node {name}", signal.SIGHUP)
                 self.nodes[name] = node
                 self.ns[name] = Netns(node.pid, name)
+                self.registry.add("netns", node=name, pid=node.pid, inode=self.ns[name].inode)
             for pa, pb in self.topo.links:
                 self.net.addLink(pa.node, pb.node, intfName1=pa.ifname, intfName2=pb.ifname,
                                  addr1=mac_for(pa.ip), addr2=mac_for(pb.ip))
+                self.registry.add("veth", ends=[f"{pa.node}/{pa.ifname}",
+                                                f"{pb.node}/{pb.ifname}"])
             for name in self.topo.roles:
                 self.ns[name].run(self._configure, name)
         except BaseException:
@@ -89,7 +92,10 @@ class Fabric:
             ports = self.topo.ports[name]
             for port in ports:
                 _sysctl(f"net.ipv6.conf.{port.ifname.replace('.', '/')}.disable_ipv6", "1")
-                index = tc.shape(ipr, self._shape_for(port, router))
+                shape = self._shape_for(port, router)
+                index = tc.shape(ipr, shape)
+                self.registry.add("qdisc", node=name, ifname=port.ifname,
+                                  handle=tc.classid_str(tc.ROOT), layout=shape.layout)
                 self.ifindex[f"{name}/{port.ifname}"] = index
                 ipr.link("set", index=index, state="up")
                 ipr.addr("add", index=index, address=port.ip, prefixlen=port.prefixlen)

@@ -88,9 +88,11 @@ def build_config(rules: Sequence[LaneRule], layout: str) -> ClassifierConfig:
 class Classifier:
     """The classifier loaded for one fabric: attach it, read its counters, close it."""
 
-    def __init__(self, rules: Sequence[LaneRule], layout: str):
+    def __init__(self, rules: Sequence[LaneRule], layout: str,
+                 record: bpf.Recorder | None = None):
         self.path = bpf.object_path("classifier")
-        self.shared = bpf.BpfObject(self.path)
+        self.record = record
+        self.shared = bpf.record_programs(bpf.BpfObject(self.path), record)
         self.watched: dict[str, bpf.BpfObject] = {}
         self.attachments: list[tuple[Netns, bpf.TcAttachment]] = []
         self.configure(rules, layout)
@@ -103,9 +105,12 @@ class Classifier:
         obj = self.shared
         if watch:
             obj = bpf.BpfObject(self.path, reuse={"lk_config": self.shared.maps["lk_config"]})
-            self.watched[f"{ns.name}/{ifname}"] = obj
+            self.watched[f"{ns.name}/{ifname}"] = bpf.record_programs(obj, self.record)
         attachment = ns.run(bpf.tc_attach, obj.programs[PROGRAM], ifindex)
         self.attachments.append((ns, attachment))
+        if self.record:
+            self.record("tc_filter", node=ns.name, ifname=ifname, prog_id=attachment.prog_id,
+                        handle=attachment.handle, priority=attachment.priority)
 
     def counters(self, port: str | None = None) -> dict[str, tuple[int, int]]:
         """(packets, bytes) per lane offered to a watched port ("<node>/<ifname>"), or to

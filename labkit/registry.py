@@ -1,16 +1,21 @@
 """The run registry: an on-disk record of every kernel object and process a run creates.
 
-Each entry is written (atomically) before or as its object is created, so a run
-killed at any moment leaves a registry that :func:`clean` can follow:
+Each entry is written (atomically) as its object is created, so a run killed at
+any moment leaves a registry that :meth:`Registry.teardown` (``labkit clean``)
+can follow. What teardown does per kind:
 
 * ``process`` — a process labkit started (Mininet node shells, traffic agents),
-  identified by pid *and* kernel start time so a recycled pid is never touched;
-* ``pin_dir`` — a directory of BPF pins under ``/sys/fs/bpf/labkit``.
+  identified by pid *and* kernel start time so a recycled pid is never touched:
+  sent its stop signal, then SIGKILL;
+* ``pin_dir`` — a directory of BPF pins under ``/sys/fs/bpf/labkit``: unpinned;
+* ``netns`` (a node's namespace, by inode), ``veth``, ``qdisc``, ``tc_filter`` —
+  objects inside a node's namespace: they vanish with its shell, and teardown
+  checks that no process still holds the namespace;
+* ``bpf_prog`` (by id), ``tracing_link`` — held by labkit's file descriptors,
+  tc filters and pins: teardown checks that each program is gone.
 
-Network namespaces, veths, qdiscs and tc filters belong to the node processes'
-unnamed namespaces and vanish with them; BPF programs vanish with their last
-file descriptor, attachment or pin. Registries live in ``/run/labkit/registry``
-(a tmpfs: they go away at reboot, as the objects do).
+Nothing is ever removed by name pattern. Registries live in
+``/run/labkit/registry`` (a tmpfs: they go away at reboot, as the objects do).
 
 One run at a time: :class:`RunLock` makes a second ``labkit run`` exit with a
 message naming the run in progress.
@@ -81,7 +86,11 @@ class Registry:
             self._save()
 
     def add_pin_dir(self, path: Path) -> None:
-        self.entries.append({"kind": "pin_dir", "path": str(path)})
+        self.add("pin_dir", path=str(path))
+
+    def add(self, kind: str, **fields) -> None:
+        """Record one object (see the module docstring for the kinds)."""
+        self.entries.append({"kind": kind, **fields})
         self._save()
 
     def teardown(self) -> list[str]:
@@ -100,18 +109,50 @@ class Registry:
                 with suppress(ProcessLookupError):
                     os.kill(e["pid"], signal.SIGKILL)
             removed.append(f"stopped {e['what']} (pid {e['pid']})")
-        for e in self.entries:
-            if e["kind"] == "pin_dir":
-                from labkit.bpf import unpin_dir
+        from labkit import bpf
 
-                path = Path(e["path"])
-                if path.exists():
-                    unpin_dir(path)
-                    removed.append(f"unpinned {path}")
+        for e in self.entries:
+            if e["kind"] == "pin_dir" and Path(e["path"]).exists():
+                bpf.unpin_dir(Path(e["path"]))
+                removed.append(f"unpinned {e['path']}")
+        removed += [f"still present: {what}" for what in self._survivors()]
         self.entries = []
         with suppress(FileNotFoundError):
             self.path.unlink()
         return removed
+
+    def _survivors(self) -> list[str]:
+        """Recorded namespaces still held by a process, recorded programs still loaded."""
+        from labkit import bpf
+
+        out = []
+        inodes = {e["inode"]: e["node"] for e in self.entries if e["kind"] == "netns"}
+        deadline = time.monotonic() + 2  # programs go with tc filters once namespaces die
+        while inodes and time.monotonic() < deadline and _holders(inodes):
+            time.sleep(0.05)
+        for inode, pid in _holders(inodes).items():
+            out.append(f"namespace of {inodes[inode]} (held by pid {pid}, not labkit's)")
+        for e in self.entries:
+            if e["kind"] != "bpf_prog":
+                continue
+            while bpf.prog_loaded(e["id"], e["name"]) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            if bpf.prog_loaded(e["id"], e["name"]):
+                out.append(f"BPF program {e['name']} (id {e['id']})")
+        return out
+
+
+def _holders(inodes: dict[int, str]) -> dict[int, int]:
+    """Which of these network namespace inodes a live process still holds (inode -> pid)."""
+    found: dict[int, int] = {}
+    if not inodes:
+        return found
+    for ns in Path("/proc").glob("[0-9]*/ns/net"):
+        with suppress(OSError):
+            inode = ns.stat().st_ino
+            if inode in inodes:
+                found.setdefault(inode, int(ns.parent.parent.name))
+    return found
 
 
 def leftover_registries() -> list[Registry]:

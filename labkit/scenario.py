@@ -215,8 +215,8 @@ def load(path: str | Path) -> Scenario:
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
-        raise ScenarioError(file, "", f"not valid YAML: {where}{getattr(exc, 'problem', exc)}"
-                            ) from None
+        problem = " ".join(str(getattr(exc, "problem", None) or exc).split())  # one line
+        raise ScenarioError(file, "", f"not valid YAML: {where}{problem}") from None
     scenario = parse(doc, file)
     return _with_hash(scenario, hashlib.sha256(text.encode()).hexdigest())
 

@@ -1,0 +1,147 @@
+"""Property: every malformed scenario gets one line naming file, key and reason, exit 2.
+
+Malformed scenarios are made from the shipped bottleneck.yaml by mutations that are
+invalid by construction: an unknown key in any mapping, a value of the wrong kind or
+an impossible number at any leaf, an unknown node where a node is referenced, a
+required key removed, a host placed twice, or text that is not a scenario at all.
+Each mutation knows the key its error must name.
+"""
+
+import contextlib
+import copy
+import io
+import os
+from pathlib import Path
+
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from labkit import cli, scenario
+from labkit.scenario import ScenarioError
+
+REPO = Path(__file__).resolve().parents[2]
+BASE = yaml.safe_load((REPO / "topologies/bottleneck.yaml").read_text())
+REFERENCES = ("fabric.links", "fabric.bottlenecks", "traffic[0].ranks", "traffic[1].clients",
+              "traffic[1].server")
+REQUIRED = {"": ["name", "fabric", "traffic"], "fabric": ["routers", "hosts", "bottlenecks"],
+            "traffic[0]": ["ranks", "size_bytes", "iterations"],
+            "traffic[1]": ["server", "clients"], "fabric.links[1]": ["between"]}
+
+
+def walk(node, path=""):
+    """Every (path, value) in the document, with labkit's key notation."""
+    yield path, node
+    if isinstance(node, dict):
+        for k, v in node.items():
+            yield from walk(v, f"{path}.{k}" if path else k)
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            yield from walk(v, f"{path}[{i}]")
+
+
+PLACES = list(walk(BASE))
+MAPPINGS = [p for p, v in PLACES if isinstance(v, dict)]
+SCALARS = [p for p, v in PLACES if p and not isinstance(v, (dict, list))]
+NUMBERS = [p for p, v in PLACES if isinstance(v, (int, float)) and not isinstance(v, bool)
+           or p.endswith("size_bytes")]
+REFS = [p for p, v in PLACES if isinstance(v, str) and p.startswith(REFERENCES)]
+
+
+def locate(doc, path):
+    """(parent container, key or index) for a path produced by walk()."""
+    parts = []
+    for piece in path.replace("[", ".[").split("."):
+        if piece:
+            parts.append(int(piece[1:-1]) if piece.startswith("[") else piece)
+    node = doc
+    for p in parts[:-1]:
+        node = node[p]
+    return node, parts[-1]
+
+
+def mutated(path, value):
+    doc = copy.deepcopy(BASE)
+    parent, key = locate(doc, path)
+    parent[key] = value
+    return doc
+
+
+unknown_key = st.builds(
+    lambda m, k: (_with_key(m, "x_" + k), f"{m}.x_{k}" if m else f"x_{k}"),
+    st.sampled_from(MAPPINGS), st.from_regex(r"[a-z]{1,8}", fullmatch=True))
+
+
+def _with_key(mapping_path, key):
+    doc = copy.deepcopy(BASE)
+    target = doc if not mapping_path else locate(doc, mapping_path)[0][
+        locate(doc, mapping_path)[1]]
+    target[key] = 1
+    return doc
+
+
+wrong_kind = st.builds(lambda p, v: (mutated(p, v), p), st.sampled_from(SCALARS),
+                       st.sampled_from([None, {"x": 1}, [[1, 2]]]))
+impossible_number = st.builds(lambda p, v: (mutated(p, v), p), st.sampled_from(NUMBERS),
+                              st.one_of(st.integers(max_value=-1), st.floats(max_value=-1e-3)))
+unknown_node = st.builds(lambda p, n: (mutated(p, f"zz{n}"), p), st.sampled_from(REFS),
+                         st.integers(0, 99))
+missing = st.sampled_from([(m, k) for m, keys in REQUIRED.items() for k in keys]).map(
+    lambda mk: (_without(*mk), f"{mk[0]}.{mk[1]}" if mk[0] else mk[1]))
+placed_twice = st.sampled_from(["g1", "g5", "g8"]).map(  # storage is read after gpu
+    lambda h: (_placed_again(h), "fabric.hosts.storage.leaf2[1]"))
+not_a_scenario = st.one_of(st.text(max_size=40), st.lists(st.integers(), max_size=3)).map(
+    lambda junk: (junk, ""))
+
+
+def _without(mapping_path, key):
+    doc = copy.deepcopy(BASE)
+    target = doc if not mapping_path else locate(doc, mapping_path)[0][
+        locate(doc, mapping_path)[1]]
+    del target[key]
+    return doc
+
+
+def _placed_again(host):
+    doc = copy.deepcopy(BASE)
+    doc["fabric"]["hosts"]["storage"]["leaf2"].append(host)
+    return doc
+
+
+MALFORMED = st.one_of(unknown_key, wrong_kind, impossible_number, unknown_node, missing,
+                      placed_twice, not_a_scenario)
+
+
+@settings(max_examples=500, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(case=MALFORMED)
+def test_malformed_scenario_is_one_clear_line_and_exit_2(tmp_path_factory, case):
+    doc, key = case
+    path = tmp_path_factory.mktemp("bad") / "lab.yaml"
+    path.write_text(doc if isinstance(doc, str) else yaml.safe_dump(doc))
+    try:
+        scenario.load(path)
+        raise AssertionError(f"accepted a malformed scenario (mutation at {key!r})")
+    except ScenarioError as exc:
+        if key:
+            assert exc.key == key or exc.key.startswith((key + ".", key + "[")), (exc.key, key)
+        assert exc.reason and exc.file == str(path)
+    stderr = io.StringIO()
+    with contextlib.redirect_stderr(stderr):
+        code = cli.main(["run", str(path)])
+    lines = stderr.getvalue().strip().splitlines()
+    assert code == 2
+    assert len(lines) == 1 and lines[0].startswith(f"error: {path}: "), lines
+
+
+def test_nothing_reaches_the_kernel(tmp_path):
+    """A malformed scenario is refused before anything is created (checked as root)."""
+    from tests.leaks import labkit_objects
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(mutated("defaults.link.rate_mbps", -1)))
+    before = labkit_objects() if os.geteuid() == 0 else None
+    with contextlib.redirect_stderr(io.StringIO()):
+        assert cli.main(["run", str(bad)]) == 2
+    if before is not None:
+        assert labkit_objects() == before

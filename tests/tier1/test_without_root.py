@@ -1,0 +1,46 @@
+"""Without root, each command says what needs root and what still works."""
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import require
+
+REPO = Path(__file__).resolve().parents[2]
+NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "env", "HOME=/tmp"]
+
+
+def as_nobody(*args):
+    return subprocess.run([*NOBODY, sys.executable, "-m", "labkit.cli", *args], cwd=REPO,
+                          capture_output=True, text=True, timeout=60)
+
+
+@pytest.fixture
+def can_drop_root():
+    import os
+
+    require(os.geteuid() == 0 and shutil.which("setpriv") is not None,
+            "needs root and setpriv to run commands as an unprivileged user")
+
+
+@pytest.mark.parametrize("command", [["run", "topologies/bottleneck.yaml"], ["clean"]])
+def test_privileged_commands_explain(can_drop_root, command):
+    proc = as_nobody(*command)
+    assert proc.returncode == 1
+    assert "needs root" in proc.stderr and "labkit report" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_doctor_names_root_as_the_fix(can_drop_root):
+    proc = as_nobody("doctor")
+    assert proc.returncode == 1
+    assert "✗ running as root" in proc.stdout and "fix: run labkit as root" in proc.stdout
+
+
+@pytest.mark.parametrize("command", [["report", "data/sample/bottleneck"], ["runs"]])
+def test_analysis_works_without_root(can_drop_root, command):
+    proc = as_nobody(*command)
+    assert proc.returncode == 0, proc.stderr
