@@ -232,8 +232,8 @@ def run(cfg: dict, stdin, stdout) -> dict:
     op, step_sent = 0, 0  # current op; messages of this op queued so far
     op_start = max(t0, time.monotonic_ns())
     next_op_at = t0
-    while time.monotonic_ns() < t0:
-        time.sleep(min(0.001, (t0 - time.monotonic_ns()) / 1e9))
+    while (wait_ns := t0 - time.monotonic_ns()) > 0:
+        time.sleep(min(0.001, wait_ns / 1e9))
 
     while op < iterations and not stopping:
         now = time.monotonic_ns()
