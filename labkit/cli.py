@@ -7,10 +7,10 @@ arguments); 130 interrupted.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import signal
 import sys
+from collections import Counter
 from pathlib import Path
 
 from rich.console import Console
@@ -257,8 +257,9 @@ def cmd_clean(args) -> int:
         return 0
     for reg in leftovers:
         if args.dry_run:
-            console.print(f"run {reg.run_id}: would remove {len(reg.entries)} recorded objects")
-            console.print(json.dumps(reg.entries, indent=1))
+            kinds = Counter(e["kind"] for e in reg.entries)
+            console.print(f"run {reg.run_id}: recorded " +
+                          ", ".join(f"{n} {kind}" for kind, n in sorted(kinds.items())))
             continue
         removed = reg.teardown()
         console.print(f"run {reg.run_id}: " + ("; ".join(removed) or "nothing was left"))

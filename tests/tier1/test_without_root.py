@@ -44,3 +44,13 @@ def test_doctor_names_root_as_the_fix(can_drop_root):
 def test_analysis_works_without_root(can_drop_root, command):
     proc = as_nobody(*command)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_doctor_as_root_finds_everything_required(bpf_ready):
+    proc = subprocess.run([sys.executable, "-m", "labkit.cli", "doctor"], cwd=REPO,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout
+    for feature in ("qdisc htb", "qdisc clsact", "cls_bpf", "multipath", "BTF", "bpffs"):
+        assert any(line.startswith("✓") and feature in line
+                   for line in proc.stdout.splitlines()), feature
+    assert "(optional)" in proc.stdout
