@@ -27,29 +27,20 @@ struct {
 	__type(value, struct lk_lane_counters);
 } lk_lane_stats SEC(".maps");
 
-static __always_inline __u32 lk_match(const struct lk_classifier_config *cfg,
-				      const struct lk_pkt *pkt)
+static __always_inline __u32 lk_match(const struct lk_classifier_config *cfg, __u64 key)
 {
+	/* the same key with source and destination ports swapped, for either-port rules */
+	__u64 swapped = (key & ~0xffffffffULL) | (key & 0xffff) << LK_KEY_SPORT_SHIFT |
+			(key >> LK_KEY_SPORT_SHIFT & 0xffff);
+
 	for (__u32 i = 0; i < LK_MAX_RULES; i++) {
 		const struct lk_rule *r = &cfg->rules[i];
 
 		if (i >= cfg->nr_rules)
 			break;
-		if (r->proto && r->proto != pkt->proto)
-			continue;
-		if (r->dscp != LK_ANY_DSCP && (!pkt->l3_ok || r->dscp != pkt->dscp))
-			continue;
-		if ((r->sport || r->dport || r->port) && !pkt->has_ports)
-			continue;
-		if (r->sport && r->sport != pkt->sport)
-			continue;
-		if (r->dport && r->dport != pkt->dport)
-			continue;
-		if (r->port && r->port != pkt->sport && r->port != pkt->dport)
-			continue;
-		if ((r->flags & LK_RULE_REQUIRE_BTH) && !pkt->has_bth)
-			continue;
-		return r->lane;
+		if ((key & r->mask) == r->value ||
+		    (r->either_port && (swapped & r->mask) == r->value))
+			return r->lane;
 	}
 	return cfg->default_lane;
 }
@@ -59,7 +50,6 @@ int lk_classify(struct __sk_buff *skb)
 {
 	const struct lk_classifier_config *cfg;
 	struct lk_lane_counters *counters;
-	struct lk_pkt pkt = {};
 	__u32 zero = 0, lane;
 	void *data, *data_end;
 
@@ -80,9 +70,7 @@ int lk_classify(struct __sk_buff *skb)
 		}
 	}
 
-	lane = cfg->default_lane;
-	if (lk_parse(data, data_end, &pkt) == 0 || pkt.l3_ok)
-		lane = lk_match(cfg, &pkt);
+	lane = lk_match(cfg, lk_parse(data, data_end));
 	/* constant indices only: the verifier then needs no bounds proof for the array */
 	if (lane == LK_LANE_VIP)
 		skb->priority = cfg->lane_priority[LK_LANE_VIP];

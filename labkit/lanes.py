@@ -26,16 +26,16 @@ from labkit.netns import Netns
 from labkit.scenario import LANES, LaneRule
 
 LK_MAX_RULES = 32
-LK_ANY_DSCP = 0xFF
-LK_RULE_REQUIRE_BTH = 1
 PROGRAM = "lk_classify"
+# the rule key's layout (bpf/include/labkit.h)
+KEY_SPORT, KEY_PROTO, KEY_DSCP = 16, 32, 40
+KEY_L3, KEY_PORTS, KEY_BTH = 1 << 46, 1 << 47, 1 << 48
 FIFO_TAG = 0x20000  # major 2: not a class of the port's HTB (1:), so HTB uses its default
 
 
 class Rule(ctypes.Structure):
-    _fields_ = [("proto", ctypes.c_uint8), ("dscp", ctypes.c_uint8), ("flags", ctypes.c_uint8),
-                ("lane", ctypes.c_uint8), ("sport", ctypes.c_uint16),
-                ("dport", ctypes.c_uint16), ("port", ctypes.c_uint16), ("pad", ctypes.c_uint16)]
+    _fields_ = [("mask", ctypes.c_uint64), ("value", ctypes.c_uint64),
+                ("lane", ctypes.c_uint32), ("either_port", ctypes.c_uint32)]
 
 
 class ClassifierConfig(ctypes.Structure):
@@ -69,10 +69,27 @@ def lane_priorities(layout: str) -> list[int]:
 
 
 def encode_rule(rule: LaneRule) -> Rule:
-    proto = {"tcp": socket.IPPROTO_TCP, "udp": socket.IPPROTO_UDP, None: 0}[rule.proto]
-    return Rule(proto=proto, dscp=LK_ANY_DSCP if rule.dscp is None else rule.dscp,
-                flags=LK_RULE_REQUIRE_BTH if rule.roce else 0, lane=LANES.index(rule.lane),
-                sport=rule.sport, dport=rule.dport, port=rule.port)
+    """A scenario rule as the (mask, value) pair the classifier compares keys with."""
+    mask = value = 0
+
+    def want(field_mask: int, field_value: int) -> None:
+        nonlocal mask, value
+        mask |= field_mask
+        value |= field_value
+
+    if rule.proto:
+        proto = {"tcp": socket.IPPROTO_TCP, "udp": socket.IPPROTO_UDP}[rule.proto]
+        want(0xFF << KEY_PROTO, proto << KEY_PROTO)
+    if rule.dscp is not None:
+        want(0x3F << KEY_DSCP | KEY_L3, rule.dscp << KEY_DSCP | KEY_L3)
+    if rule.sport:
+        want(0xFFFF << KEY_SPORT | KEY_PORTS, rule.sport << KEY_SPORT | KEY_PORTS)
+    if rule.dport or rule.port:  # "port" rides in the dport bits, either_port tries both
+        want(0xFFFF | KEY_PORTS, (rule.dport or rule.port) | KEY_PORTS)
+    if rule.roce:
+        want(KEY_BTH, KEY_BTH)
+    return Rule(mask=mask, value=value, lane=LANES.index(rule.lane),
+                either_port=int(bool(rule.port)))
 
 
 def build_config(rules: Sequence[LaneRule], layout: str) -> ClassifierConfig:

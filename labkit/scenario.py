@@ -399,6 +399,8 @@ def _rule(c: _Checker, rule, key: str, lane: str) -> LaneRule:
             proto = _same_proto(c, kk, proto, p)
             target = which[0] + "port" if which != "port" else "port"
             fields[target] = c.integer(v, kk, 1, 65535)
+    if fields.get("port") and (fields.get("sport") or fields.get("dport")):
+        c.fail(key, "a rule names either a *_port (either side) or *_sport/*_dport, not both")
     fields["proto"] = proto
     return LaneRule(**fields)
 

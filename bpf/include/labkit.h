@@ -20,24 +20,29 @@ enum lk_lane {
 #define LK_LANE_MINOR(lane) (0x10 * ((lane) + 1))
 
 #define LK_MAX_RULES 32
-#define LK_ANY_DSCP 0xff
 
-enum lk_rule_flags {
-	LK_RULE_REQUIRE_BTH = 1, /* UDP payload must start with a RoCEv2 base transport header */
-};
+/*
+ * The packet key that rules match against (built by lk_parse() in parse.h):
+ *   bits  0-15 destination port      bits 16-31 source port
+ *   bits 32-39 L4 protocol           bits 40-45 DSCP
+ *   bit  46    an IP header parsed   bit  47    the ports are valid
+ *   bit  48    UDP to 4791 with room for a version-0 RoCEv2 BTH
+ */
+#define LK_KEY_SPORT_SHIFT 16
+#define LK_KEY_PROTO_SHIFT 32
+#define LK_KEY_DSCP_SHIFT 40
+#define LK_KEY_L3 (1ULL << 46)
+#define LK_KEY_PORTS (1ULL << 47)
+#define LK_KEY_BTH (1ULL << 48)
 
-/* One classifier rule. A packet matches when every field that is set matches;
- * rules are tried in order and the first match decides the lane. Ports are in
- * host byte order; 0 means "any". */
+/* One classifier rule: it matches when (key & mask) == value, or, with
+ * either_port, when the key with its ports swapped does. Rules are tried in
+ * order; the first match decides the lane. */
 struct lk_rule {
-	__u8 proto;  /* IPPROTO_TCP, IPPROTO_UDP, or 0 for any */
-	__u8 dscp;   /* 0..63, or LK_ANY_DSCP */
-	__u8 flags;  /* enum lk_rule_flags */
-	__u8 lane;   /* enum lk_lane */
-	__u16 sport;
-	__u16 dport;
-	__u16 port;  /* matches either the source or the destination port */
-	__u16 pad;
+	__u64 mask;
+	__u64 value;
+	__u32 lane;        /* enum lk_lane */
+	__u32 either_port; /* the destination-port bits may match the source port */
 };
 
 /* The classifier's whole configuration: one element of lk_config. */

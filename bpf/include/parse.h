@@ -2,14 +2,15 @@
 /*
  * Bounds-checked header parsers for tc programs.
  *
- * lk_parse() fills a struct lk_pkt from an Ethernet frame: DSCP, L4 protocol,
- * ports, and whether a UDP payload carries a RoCEv2 BTH. It never reads past
- * data_end; anything it cannot parse leaves the matching fields unset.
+ * lk_parse() builds the rule key of an Ethernet frame (labkit.h): DSCP, L4
+ * protocol, ports, and whether a UDP payload carries a RoCEv2 BTH. It never
+ * reads past data_end; what it cannot parse stays zero in the key.
  */
 #ifndef __LABKIT_PARSE_H
 #define __LABKIT_PARSE_H
 
 #include <bpf/bpf_endian.h>
+#include "labkit.h"
 
 #define ETH_P_IP 0x0800
 #define ETH_P_IPV6 0x86DD
@@ -24,62 +25,55 @@
 #define TC_ACT_OK 0
 #define TC_ACT_SHOT 2
 
-struct lk_pkt {
-	__u8 l3_ok;     /* an IPv4/IPv6 header was parsed */
-	__u8 proto;     /* L4 protocol (0 when unknown) */
-	__u8 dscp;
-	__u8 has_ports; /* sport/dport are valid */
-	__u8 has_bth;   /* UDP to 4791 with room for a version-0 BTH */
-	__u16 sport;    /* host byte order */
-	__u16 dport;
-};
-
 struct lk_vlan_hdr {
 	__be16 tci;
 	__be16 proto;
 };
 
-static __always_inline int lk_parse_l4(void *l4, void *data_end, struct lk_pkt *pkt)
+static __always_inline __u64 lk_l4_key(void *l4, void *data_end, __u8 proto)
 {
-	if (pkt->proto == IPPROTO_TCP) {
+	__u64 key = (__u64)proto << LK_KEY_PROTO_SHIFT;
+
+	if (proto == IPPROTO_TCP) {
 		struct tcphdr *tcp = l4;
 
 		if ((void *)(tcp + 1) > data_end)
-			return -1;
-		pkt->sport = bpf_ntohs(tcp->source);
-		pkt->dport = bpf_ntohs(tcp->dest);
-		pkt->has_ports = 1;
-	} else if (pkt->proto == IPPROTO_UDP) {
+			return key;
+		return key | LK_KEY_PORTS | bpf_ntohs(tcp->dest) |
+		       (__u64)bpf_ntohs(tcp->source) << LK_KEY_SPORT_SHIFT;
+	}
+	if (proto == IPPROTO_UDP) {
 		struct udphdr *udp = l4;
 		__u8 *bth = (void *)(udp + 1);
+		__u16 dport;
 
 		if ((void *)(udp + 1) > data_end)
-			return -1;
-		pkt->sport = bpf_ntohs(udp->source);
-		pkt->dport = bpf_ntohs(udp->dest);
-		pkt->has_ports = 1;
+			return key;
+		dport = bpf_ntohs(udp->dest);
+		key |= LK_KEY_PORTS | dport | (__u64)bpf_ntohs(udp->source) << LK_KEY_SPORT_SHIFT;
 		/* byte 1 of the BTH: SE | M | PadCnt(2) | TVer(4); RoCEv2 uses TVer 0 */
-		if (pkt->dport == ROCEV2_UDP_PORT && (void *)(bth + BTH_LEN) <= data_end &&
+		if (dport == ROCEV2_UDP_PORT && (void *)(bth + BTH_LEN) <= data_end &&
 		    (bth[1] & 0x0f) == 0)
-			pkt->has_bth = 1;
+			key |= LK_KEY_BTH;
 	}
-	return 0;
+	return key;
 }
 
-static __always_inline int lk_parse(void *data, void *data_end, struct lk_pkt *pkt)
+/* The rule key of an Ethernet frame (see labkit.h); 0 when it carries no IP. */
+static __always_inline __u64 lk_parse(void *data, void *data_end)
 {
 	struct ethhdr *eth = data;
 	void *cursor = eth + 1;
 	__u16 proto;
 
 	if (cursor > data_end)
-		return -1;
+		return 0;
 	proto = bpf_ntohs(eth->h_proto);
 	if (proto == ETH_P_8021Q || proto == ETH_P_8021AD) {
 		struct lk_vlan_hdr *vlan = cursor;
 
 		if ((void *)(vlan + 1) > data_end)
-			return -1;
+			return 0;
 		proto = bpf_ntohs(vlan->proto);
 		cursor = vlan + 1;
 	}
@@ -87,38 +81,33 @@ static __always_inline int lk_parse(void *data, void *data_end, struct lk_pkt *p
 	if (proto == ETH_P_IP) {
 		struct iphdr *ip = cursor;
 		__u32 ihl_bytes;
+		__u64 key;
 
 		if ((void *)(ip + 1) > data_end)
-			return -1;
+			return 0;
 		ihl_bytes = ip->ihl * 4;
 		if (ip->version != 4 || ihl_bytes < sizeof(*ip))
-			return -1;
-		pkt->dscp = ip->tos >> 2;
-		pkt->l3_ok = 1;
-		/* a non-first fragment carries no L4 header */
-		if (bpf_ntohs(ip->frag_off) & IP_OFFSET)
 			return 0;
-		pkt->proto = ip->protocol;
-		if (cursor + ihl_bytes > data_end)
-			return -1;
-		return lk_parse_l4(cursor + ihl_bytes, data_end, pkt);
+		key = LK_KEY_L3 | (__u64)(ip->tos >> 2) << LK_KEY_DSCP_SHIFT;
+		/* a non-first fragment carries no L4 header */
+		if ((bpf_ntohs(ip->frag_off) & IP_OFFSET) || cursor + ihl_bytes > data_end)
+			return key;
+		return key | lk_l4_key(cursor + ihl_bytes, data_end, ip->protocol);
 	}
 	if (proto == ETH_P_IPV6) {
 		struct ipv6hdr *ip6 = cursor;
+		__u64 key;
 
-		if ((void *)(ip6 + 1) > data_end)
-			return -1;
-		if (ip6->version != 6)
-			return -1;
-		pkt->dscp = ((ip6->priority << 4) | (ip6->flow_lbl[0] >> 4)) >> 2;
-		pkt->l3_ok = 1;
+		if ((void *)(ip6 + 1) > data_end || ip6->version != 6)
+			return 0;
+		key = LK_KEY_L3 |
+		      (__u64)(((ip6->priority << 4) | (ip6->flow_lbl[0] >> 4)) >> 2) << LK_KEY_DSCP_SHIFT;
 		/* extension headers are not followed: such packets match on DSCP only */
 		if (ip6->nexthdr != IPPROTO_TCP && ip6->nexthdr != IPPROTO_UDP)
-			return 0;
-		pkt->proto = ip6->nexthdr;
-		return lk_parse_l4(ip6 + 1, data_end, pkt);
+			return key;
+		return key | lk_l4_key(ip6 + 1, data_end, ip6->nexthdr);
 	}
-	return -1;
+	return 0;
 }
 
 #endif /* __LABKIT_PARSE_H */
