@@ -9,16 +9,10 @@
 #include <bpf/bpf_helpers.h>
 #include "labkit.h"
 #include "parse.h"
+#include "lanes.h"
 
 /* Headers we may need to look at: Ethernet + VLAN + IPv6 + TCP + BTH. */
 #define LK_PARSE_BYTES 128
-
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct lk_classifier_config);
-} lk_config SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -26,24 +20,6 @@ struct {
 	__type(key, __u32);
 	__type(value, struct lk_lane_counters);
 } lk_lane_stats SEC(".maps");
-
-static __always_inline __u32 lk_match(const struct lk_classifier_config *cfg, __u64 key)
-{
-	/* the same key with source and destination ports swapped, for either-port rules */
-	__u64 swapped = (key & ~0xffffffffULL) | (key & 0xffff) << LK_KEY_SPORT_SHIFT |
-			(key >> LK_KEY_SPORT_SHIFT & 0xffff);
-
-	for (__u32 i = 0; i < LK_MAX_RULES; i++) {
-		const struct lk_rule *r = &cfg->rules[i];
-
-		if (i >= cfg->nr_rules)
-			break;
-		if ((key & r->mask) == r->value ||
-		    (r->either_port && (swapped & r->mask) == r->value))
-			return r->lane;
-	}
-	return cfg->default_lane;
-}
 
 SEC("tc")
 int lk_classify(struct __sk_buff *skb)

@@ -1,8 +1,13 @@
 // SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
 /*
- * Queue telemetry from tracepoints: per watched port and lane, the packets and
- * bytes its root qdisc accepted (qdisc_enqueue) and the ones its queue dropped
- * (kfree_skb with a qdisc drop reason), whatever the queue layout.
+ * Queue telemetry from tracepoints, per watched port and lane, whatever the
+ * queue layout:
+ *  - packets and bytes the port's root qdisc accepted (qdisc_enqueue) and the
+ *    ones it dropped (kfree_skb with a qdisc drop reason);
+ *  - each packet's time in the queue (sojourn): enqueue time kept per skb in
+ *    lk_inflight, paired at qdisc_dequeue, into a log2 histogram and, one packet
+ *    in sample_every, into the lk_events ring buffer (with the sender's stamp
+ *    when the packet carries one).
  *
  * Ports are selected by (network namespace inode, ifindex) in lk_ports; the
  * lane is read back from skb->priority, where the classifier left it.
@@ -12,6 +17,15 @@
 #include <bpf/bpf_tracing.h>
 #include <bpf/bpf_core_read.h>
 #include "labkit.h"
+#include "telemetry.h"
+
+#define LK_DEQUEUE_BATCH 16 /* skbs of one bulk dequeue that are paired */
+
+struct lk_inflight {
+	__u64 t_ns;
+	__u32 idx; /* slot * LK_NR_LANES + lane */
+	__u32 pad;
+};
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -33,6 +47,20 @@ struct {
 	__type(key, __u32);
 	__type(value, struct lk_lane_counters);
 } lk_dropped SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, __u64); /* the skb's address while it sits in a watched queue */
+	__type(value, struct lk_inflight);
+} lk_inflight SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, LK_MAX_PORTS * LK_NR_LANES);
+	__type(key, __u32);
+	__type(value, struct lk_hist);
+} lk_sojourn_hist SEC(".maps");
 
 static __always_inline __u32 lk_lane_of(__u32 priority)
 {
@@ -56,21 +84,24 @@ static __always_inline __u64 lk_segments(struct sk_buff *skb)
 	return segs ? segs : 1;
 }
 
-/* Count skb against its lane at dev, if dev is a watched port. */
-static __always_inline void lk_count(void *counters, const struct net_device *dev,
-				     struct sk_buff *skb)
+/* The counter index (slot * LK_NR_LANES + lane) of skb at dev, or -1 if dev is not watched. */
+static __always_inline int lk_index(const struct net_device *dev, struct sk_buff *skb)
 {
-	struct lk_lane_counters *c;
 	struct lk_port_key key;
-	__u32 *slot, idx;
+	__u32 *slot;
 
 	key.ifindex = BPF_CORE_READ(dev, ifindex);
 	key.netns_ino = BPF_CORE_READ(dev, nd_net.net, ns.inum);
 	slot = bpf_map_lookup_elem(&lk_ports, &key);
 	if (!slot)
-		return;
-	idx = *slot * LK_NR_LANES + lk_lane_of(BPF_CORE_READ(skb, priority));
-	c = bpf_map_lookup_elem(counters, &idx);
+		return -1;
+	return *slot * LK_NR_LANES + lk_lane_of(BPF_CORE_READ(skb, priority));
+}
+
+static __always_inline void lk_count(void *counters, __u32 idx, struct sk_buff *skb)
+{
+	struct lk_lane_counters *c = bpf_map_lookup_elem(counters, &idx);
+
 	if (c) {
 		c->packets += lk_segments(skb);
 		c->bytes += BPF_CORE_READ(skb, len);
@@ -80,17 +111,70 @@ static __always_inline void lk_count(void *counters, const struct net_device *de
 SEC("tp_btf/qdisc_enqueue")
 int BPF_PROG(lk_qdisc_enqueue, struct Qdisc *q, const struct netdev_queue *txq, struct sk_buff *skb)
 {
-	lk_count(&lk_enqueued, BPF_CORE_READ(txq, dev), skb);
+	struct lk_inflight in = {};
+	__u64 addr = (__u64)skb;
+	int idx = lk_index(BPF_CORE_READ(txq, dev), skb);
+
+	if (idx < 0)
+		return 0;
+	lk_count(&lk_enqueued, idx, skb);
+	in.t_ns = bpf_ktime_get_ns();
+	in.idx = idx;
+	bpf_map_update_elem(&lk_inflight, &addr, &in, BPF_ANY);
+	return 0;
+}
+
+static __always_inline void lk_dequeued(struct sk_buff *skb, __u64 now)
+{
+	struct lk_event ev = { .kind = LK_EV_SOJOURN };
+	__u8 head[LK_STAMP_PROBE] = {};
+	struct lk_inflight *in;
+	struct lk_stamp stamp;
+	__u64 addr = (__u64)skb;
+	void *l3;
+
+	in = bpf_map_lookup_elem(&lk_inflight, &addr);
+	if (!in)
+		return;
+	ev.value_ns = now - in->t_ns;
+	ev.where = in->idx / LK_NR_LANES;
+	ev.lane = in->idx % LK_NR_LANES;
+	lk_hist_add(&lk_sojourn_hist, in->idx, now - in->t_ns);
+	bpf_map_delete_elem(&lk_inflight, &addr);
+	ev.t_ns = now;
+	ev.len = BPF_CORE_READ(skb, len);
+	l3 = BPF_CORE_READ(skb, head) + BPF_CORE_READ(skb, network_header);
+	if (bpf_probe_read_kernel(head, sizeof(head), l3) == 0 && lk_stamp_of(head, &stamp) == 0) {
+		ev.stamp_ns = stamp.t_ns;
+		ev.seq = stamp.seq;
+	}
+	lk_sample(&ev);
+}
+
+SEC("tp_btf/qdisc_dequeue")
+int BPF_PROG(lk_qdisc_dequeue, struct Qdisc *q, const struct netdev_queue *txq, int packets,
+	     struct sk_buff *skb)
+{
+	__u64 now = bpf_ktime_get_ns();
+
+	for (int i = 0; i < LK_DEQUEUE_BATCH && skb && i < packets; i++) {
+		lk_dequeued(skb, now);
+		skb = BPF_CORE_READ(skb, next);
+	}
 	return 0;
 }
 
 SEC("tp_btf/kfree_skb")
 int BPF_PROG(lk_qdisc_drop, struct sk_buff *skb, void *location, enum skb_drop_reason reason)
 {
+	int idx;
+
 	if (reason < bpf_core_enum_value(enum skb_drop_reason, SKB_DROP_REASON_QDISC_DROP) ||
 	    reason > bpf_core_enum_value(enum skb_drop_reason, SKB_DROP_REASON_FQ_FLOW_LIMIT))
 		return 0;
-	lk_count(&lk_dropped, BPF_CORE_READ(skb, dev), skb);
+	idx = lk_index(BPF_CORE_READ(skb, dev), skb);
+	if (idx >= 0)
+		lk_count(&lk_dropped, idx, skb);
 	return 0;
 }
 

@@ -95,47 +95,125 @@ def cpu_busy(cpu: pl.DataFrame, start: int, end: int) -> float | None:
     return float(inside["busy"].mean()) if inside.height else None
 
 
+def _us(values: pl.Series, q: float) -> float | None:
+    return None if values.is_empty() else _quantile(values, q) / 1e3
+
+
+def lane_delays(sojourn: pl.DataFrame, latency: pl.DataFrame, port: str, senders: list[int],
+                start: int, end: int) -> dict:
+    """Per lane: sojourn p50/p99 at ``port`` and one-way latency p99 of the packets whose
+    sender's ring hop crosses ``port`` (senders by rank), in microseconds."""
+    soj = sojourn.filter((pl.col("port") == port) & pl.col("t_ns").is_between(start, end))
+    lat = latency.filter(pl.col("t_ns").is_between(start, end)
+                         & (pl.col("seq") // (1 << 24)).is_in(senders))
+    out = {}
+    for lane in LANES:
+        s = soj.filter(pl.col("lane") == lane)["sojourn_ns"]
+        x = lat.filter(pl.col("lane") == lane)["latency_ns"]
+        out[lane] = {"sojourn_p50_us": _us(s, 0.5), "sojourn_p99_us": _us(s, 0.99),
+                     "latency_p99_us": _us(x, 0.99)}
+    return out
+
+
+def max_backlog(queue: pl.DataFrame, port: str, start: int, end: int) -> dict[str, int]:
+    """Per lane, the largest backlog of the queue it waited in (the shared one under FIFO)."""
+    q = queue.filter((pl.col("port") == port) & pl.col("t_ns").is_between(start, end))
+    by_lane = dict(q.group_by("lane").agg(pl.col("backlog_bytes").max()).iter_rows())
+    return {lane: int(by_lane.get(lane, by_lane.get("all", 0)) or 0) for lane in LANES}
+
+
+def congested_windows(queue: pl.DataFrame, port: str, start: int, end: int,
+                      window_ns: int = 100_000_000) -> pl.DataFrame:
+    """Per ``window_ns`` slice of [start, end] in which ``port`` never ran empty: the
+    Mbit/s it sent. A congested port that sends below its rate was not emulated
+    faithfully (the machine could not keep up)."""
+    q = (queue.filter((pl.col("port") == port) & pl.col("t_ns").is_between(start, end))
+         .group_by("t_ns").agg(pl.col("bytes").sum(), pl.col("backlog_bytes").sum())
+         .sort("t_ns").with_columns(((pl.col("t_ns") - start) // window_ns).alias("w")))
+    w = q.group_by("w").agg(
+        pl.col("backlog_bytes").min().alias("min_backlog"), pl.len().alias("samples"),
+        ((pl.col("bytes").max() - pl.col("bytes").min()) * 8e3
+         / (pl.col("t_ns").max() - pl.col("t_ns").min())).alias("mbps"))
+    return w.filter((pl.col("min_backlog") > 0) & (pl.col("samples") >= 5))
+
+
+AT_RATE = 0.90  # a congested window must carry this share of the link rate
+AT_RATE_WINDOWS = 0.95  # ... in this share of the congested windows
+
+
+def fidelity(tables: dict, policy: str, meta: dict, start: int, end: int,
+             busy: float | None) -> dict:
+    notes = []
+    if busy is not None and busy >= CPU_BOUND_BUSY:
+        notes.append(f"the machine was {busy:.0%} busy: the run was CPU-bound, so times "
+                     "include waiting for a CPU, not only for the network")
+    at_rate = True
+    queue = tables["queue"].filter(pl.col("policy") == policy)
+    for port, info in meta["ports"].items():
+        w = congested_windows(queue, port, start, end)
+        if w.height < 5:
+            continue
+        share = float((w["mbps"] >= AT_RATE * info["rate_mbps"]).mean())
+        if share < AT_RATE_WINDOWS:
+            at_rate = False
+            notes.append(f"{port} had a queue but sent at {AT_RATE:.0%} of its "
+                         f"{info['rate_mbps']:g} Mbit/s in only {share:.0%} of 100 ms windows")
+    return {"cpu_bound": busy is not None and busy >= CPU_BOUND_BUSY,
+            "links_at_rate": at_rate, "notes": notes}
+
+
+def _policy(tables: dict, meta: dict, policy: str, ops: pl.DataFrame, start: int,
+            end: int) -> dict:
+    def of(name: str) -> pl.DataFrame:
+        return tables[name].filter(pl.col("policy") == policy)
+
+    seconds = (end - start) / 1e9
+    sent = port_utilization(of("queue"), start, end)
+    util = {r["port"]: r["bytes"] * 8 / seconds / 1e6 / meta["ports"][r["port"]]["rate_mbps"]
+            for r in sent.iter_rows(named=True)}
+    port = max(util, key=util.get) if util else next(iter(meta["ports"]))
+    info = meta["ports"][port]
+    lanes = lane_stats(of("lanes"), port, start, end)
+    delays = lane_delays(of("sojourn"), of("latency"), port, info["senders"], start, end)
+    backlog = max_backlog(of("queue"), port, start, end)
+    for lane in LANES:
+        lanes[lane].update(delays[lane], max_backlog_bytes=backlog[lane])
+    busy = cpu_busy(of("cpu"), start, end)
+    fid = fidelity(tables, policy, meta, start, end, busy)
+    return {
+        "allreduce": allreduce(ops, meta["size_bytes"], meta["ranks"]),
+        "storage": {"goodput_mbps": goodput_mbps(of("flows"), start, end)},
+        "bottleneck": {"link": info["link"], "port": port, "rate_mbps": info["rate_mbps"],
+                       "utilization": util.get(port, 0.0), "lanes": lanes},
+        "cpu_busy": busy,
+        "cpu_bound": fid["cpu_bound"],
+        "fidelity": fid,
+        "window_s": seconds,
+    }
+
+
 def summarize(tables: dict[str, pl.DataFrame], meta: dict) -> dict:
     """The summary.json document for a run.
 
     ``meta`` carries what the tables do not: scenario name, run id, scale factor,
-    All-Reduce size and ranks, and per bottleneck port its link name and rate.
+    All-Reduce size and ranks, the ring's slowest link, and per watched port its
+    link name, rate and the ranks whose ring hop crosses it.
     """
     ops = op_times(tables["collectives"])
     spans = windows(ops)
-    policies = {}
-    for policy in meta["policies"]:
-        if policy not in spans:
-            continue
-        start, end = spans[policy]
-        seconds = (end - start) / 1e9
-        p_ops = ops.filter(pl.col("policy") == policy)
-
-        def of(name: str, policy: str = policy) -> pl.DataFrame:
-            return tables[name].filter(pl.col("policy") == policy)
-
-        sent = port_utilization(of("queue"), start, end)
-        util = {r["port"]: r["bytes"] * 8 / seconds / 1e6 / meta["ports"][r["port"]]["rate_mbps"]
-                for r in sent.iter_rows(named=True)}
-        port = max(util, key=util.get) if util else next(iter(meta["ports"]))
-        busy = cpu_busy(of("cpu"), start, end)
-        policies[policy] = {
-            "allreduce": allreduce(p_ops, meta["size_bytes"], meta["ranks"]),
-            "storage": {"goodput_mbps": goodput_mbps(of("flows"), start, end)},
-            "bottleneck": {
-                "link": meta["ports"][port]["link"], "port": port,
-                "rate_mbps": meta["ports"][port]["rate_mbps"],
-                "utilization": util.get(port, 0.0),
-                "lanes": lane_stats(of("lanes"), port, start, end),
-            },
-            "cpu_busy": busy,
-            "cpu_bound": busy is not None and busy >= CPU_BOUND_BUSY,
-            "window_s": seconds,
-        }
+    policies = {p: _policy(tables, meta, p, ops.filter(pl.col("policy") == p), *spans[p])
+                for p in meta["policies"] if p in spans}
+    for p, summary in policies.items():
+        summary["telemetry"] = meta.get("telemetry", {}).get(p)
     base = policies.get("isolated", {}).get("allreduce")
     for p in policies.values():
         ar = p["allreduce"]
         for q in ("p50", "p99"):
             ar[f"slowdown_{q}"] = ar[f"{q}_ms"] / base[f"{q}_ms"] if base else None
+    if base and base["busbw_mbps"] < 0.8 * meta["ring_link_mbps"]:
+        policies["isolated"]["fidelity"]["notes"].append(
+            f"the All-Reduce alone reached {base['busbw_mbps']:.0f} Mbit/s of bus bandwidth "
+            f"on {meta['ring_link_mbps']:g} Mbit/s links: the traffic generator, not the "
+            "network, was the limit")
     return {"scenario": meta["scenario"], "run_id": meta["run_id"],
             "scale_factor": meta["scale_factor"], "policies": policies}

@@ -145,6 +145,10 @@ _SIGNATURES = [
     ("bpf_tc_detach", _int, [_vp, _vp]),
     ("libbpf_num_possible_cpus", _int, []),
     ("bpf_prog_get_fd_by_id", _int, [_u32]),
+    ("ring_buffer__new", _vp, [_int, _vp, _vp, _vp]),
+    ("ring_buffer__poll", _int, [_vp, _int]),
+    ("ring_buffer__consume", _int, [_vp]),
+    ("ring_buffer__free", None, [_vp]),
     ("bpf_obj_get_info_by_fd", _int, [_int, _vp, _vp]),
 ]
 
@@ -435,6 +439,39 @@ def prog_loaded(prog_id: int, name: str) -> bool:
         return prog_info(fd)[1] == name[:15]
     finally:
         os.close(fd)
+
+
+_SAMPLE_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t)
+
+
+class RingBuffer:
+    """A consumer of a BPF_MAP_TYPE_RINGBUF map: each record is handed to ``on_record``
+    as bytes, from the thread that calls :meth:`poll`."""
+
+    def __init__(self, ring: Map, on_record: Callable[[bytes], None]):
+        def sample(_ctx, data, size):
+            on_record(ctypes.string_at(data, size))
+            return 0
+
+        self._callback = _SAMPLE_FN(sample)  # kept alive as long as the ring buffer
+        self._ptr = lib.ring_buffer__new(ring.fd, self._callback, None, None)
+        if not self._ptr:
+            raise BpfError(f"ring buffer on map {ring.name}", _errno())
+
+    def poll(self, timeout_ms: int) -> int:
+        """Consume what is there, waiting up to ``timeout_ms`` for the first record."""
+        n = lib.ring_buffer__poll(self._ptr, timeout_ms)
+        if n < 0 and n != -errno_mod.EINTR:
+            raise BpfError("ring buffer poll", n)
+        return max(n, 0)
+
+    def consume(self) -> int:
+        return max(lib.ring_buffer__consume(self._ptr), 0)
+
+    def close(self) -> None:
+        if self._ptr:
+            lib.ring_buffer__free(self._ptr)
+            self._ptr = None
 
 
 Recorder = Callable[..., None]  # e.g. Registry.add: record(kind, **fields)

@@ -1,8 +1,5 @@
-"""Telemetry recorders that run beside the traffic.
+"""Recorders that sample state beside the traffic (the probes are in :mod:`labkit.telemetry`).
 
-* :class:`QueueCounters` — ``bpf/queues.bpf.c`` on the ``qdisc_enqueue`` and
-  ``kfree_skb`` tracepoints: per watched port and lane, what the port's queue
-  accepted and what it dropped.
 * :class:`QueuePoller` — at a fixed rate (default 100 Hz) for each watched
   port: its HTB leaf classes over netlink, from inside the port's namespace
   (bytes and packets sent, drops, overlimits, backlog), and its per-lane
@@ -22,12 +19,10 @@ from dataclasses import dataclass
 
 from pyroute2 import IPRoute
 
-from labkit import bpf, tc
-from labkit.lanes import read_lane_counters
+from labkit import tc
 from labkit.netns import Netns
 from labkit.scenario import LANES
 
-TRACEPOINT_PROGRAMS = ("lk_qdisc_enqueue", "lk_qdisc_drop")
 LaneReader = Callable[[], dict[str, tuple[int, int]]]
 
 
@@ -42,44 +37,6 @@ class WatchedPort:
     @property
     def label(self) -> str:
         return self.ifname
-
-
-class QueueCounters:
-    """Per-port, per-lane counts of what the ports' root qdiscs accepted and dropped."""
-
-    def __init__(self, record: bpf.Recorder | None = None):
-        self.obj = bpf.record_programs(bpf.BpfObject(bpf.object_path("queues")), record)
-        self.record = record
-        self.links: list[bpf.TracingLink] = []
-        self.slots: dict[tuple[int, int], int] = {}
-
-    def watch(self, ns: Netns, ifindex: int) -> Callable[[], tuple[dict, dict]]:
-        """Start counting for ``ifindex`` in ``ns``; returns a reader of its lanes."""
-        key = (ns.inode, ifindex)
-        slot = self.slots.setdefault(key, len(self.slots))
-        self.obj.maps["lk_ports"].update(port_key_bytes(*key), slot.to_bytes(4, "little"))
-        for name in TRACEPOINT_PROGRAMS if not self.links else ():
-            self.links.append(self.obj.programs[name].attach())
-            if self.record:
-                self.record("tracing_link", prog=name, prog_id=self.obj.programs[name].id)
-        first = slot * len(LANES)
-        return lambda: (read_lane_counters(self.obj.maps["lk_enqueued"], first),
-                        read_lane_counters(self.obj.maps["lk_dropped"], first))
-
-    def pin(self, directory) -> None:
-        for name in TRACEPOINT_PROGRAMS:
-            self.obj.programs[name].pin(directory / name.removeprefix("lk_"))
-
-    def close(self) -> None:
-        for link in self.links:
-            link.close()
-        self.links.clear()
-        self.obj.close()
-
-
-def port_key_bytes(netns_ino: int, ifindex: int) -> bytes:
-    """``struct lk_port_key`` as bytes."""
-    return netns_ino.to_bytes(4, "little") + ifindex.to_bytes(4, "little")
 
 
 class QueuePoller:

@@ -147,8 +147,9 @@ def cmd_run(args) -> int:
         writer.write_manifest(status="interrupted", end_time=rundir._now())
         raise
     tables = rundir.tables_from(results)
-    meta = _summary_meta(sc, topology, run_id, policies)
+    meta = experiment.summary_meta(sc, topology, run_id, results)
     summary = analysis.summarize(tables, meta)
+    writer.write_manifest(fidelity={p: s["fidelity"] for p, s in summary["policies"].items()})
     path = writer.finish(tables, summary)
     _print_summary(summary)
     console.print(f"\nrun recorded in [bold]{path}[/]")
@@ -179,16 +180,6 @@ def _progress() -> Progress:
                     TextColumn("ops"), TimeElapsedColumn(), console=console, transient=False)
 
 
-def _summary_meta(sc, topology, run_id: str, policies) -> dict:
-    ports = {}
-    for p in topology.bottleneck_ports():
-        ports[p.ifname] = {"link": f"{p.link.a}-{p.link.b}", "rate_mbps": p.link.rate_mbps,
-                           "node": p.node}
-    return {"scenario": sc.name, "run_id": run_id, "scale_factor": sc.scale_factor,
-            "policies": list(policies), "size_bytes": sc.allreduce.size_bytes,
-            "ranks": len(sc.allreduce.ranks), "ports": ports}
-
-
 def _fmt(value, spec: str = ".2f") -> str:
     return "—" if value is None else format(value, spec)
 
@@ -209,10 +200,20 @@ def _print_summary(summary: dict) -> None:
                   f"{b['lanes']['vip']['drops']} / {b['lanes']['low']['drops']}",
                   "yes" if p["cpu_bound"] else "no")
     console.print(t)
+    d = Table(title="at the bottleneck port, p99 in microseconds", title_justify="left")
+    for col in ("policy", "port", "vip sojourn", "low sojourn", "vip one-way latency",
+                "max backlog KiB"):
+        d.add_column(col, justify="left" if col in ("policy", "port") else "right", no_wrap=True)
     for policy, p in summary["policies"].items():
-        if p["cpu_bound"]:
-            console.print(f"[yellow]note:[/] {policy} was CPU-bound (machine busy "
-                          f"{p['cpu_busy']:.0%}): its times overstate the network's share.")
+        lanes = p["bottleneck"]["lanes"]
+        d.add_row(policy, p["bottleneck"]["port"], _fmt(lanes["vip"].get("sojourn_p99_us"), ".0f"),
+                  _fmt(lanes["low"].get("sojourn_p99_us"), ".0f"),
+                  _fmt(lanes["vip"].get("latency_p99_us"), ".0f"),
+                  _fmt(max(v.get("max_backlog_bytes", 0) for v in lanes.values()) / 1024, ".0f"))
+    console.print(d)
+    for policy, p in summary["policies"].items():
+        for note in p.get("fidelity", {}).get("notes", []):
+            console.print(f"[yellow]fidelity ({policy}):[/] {note}", highlight=False)
 
 
 def cmd_report(args) -> int:

@@ -29,11 +29,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from labkit import bpf
-from labkit.capture import CpuSampler, QueueCounters, QueuePoller, WatchedPort
+from labkit.capture import CpuSampler, QueuePoller, WatchedPort
 from labkit.fabric import Fabric
 from labkit.lanes import Classifier
 from labkit.registry import Registry
-from labkit.scenario import Scenario
+from labkit.scenario import LANES, Scenario
+from labkit.telemetry import (
+    DEFAULT_SAMPLE_EVERY,
+    EV_SOJOURN,
+    EventReader,
+    LatencyProbe,
+    QueueProbe,
+)
 from labkit.topo import Topology
 from labkit.traffic import roce, wire
 
@@ -61,6 +68,11 @@ class PolicyResult:
     flows: list[dict] = field(default_factory=list)  # storage samples
     cpu: list[tuple] = field(default_factory=list)
     lanes: list[tuple] = field(default_factory=list)  # per-lane counters of watched ports
+    sojourn: list[tuple] = field(default_factory=list)  # sampled (t, port, lane, ns, len, ...)
+    latency: list[tuple] = field(default_factory=list)  # sampled (t, lane, ns, len, ...)
+    histograms: list[tuple] = field(default_factory=list)  # (kind, port, lane, bucket, count)
+    events_lost: int = 0
+    packets_sampled: int = 0
     bottleneck_ports: list[str] = field(default_factory=list)
     aborted: bool = False
 
@@ -149,13 +161,14 @@ def run_policy(sc: Scenario, topo: Topology, policy: str, registry: Registry, wo
     result = PolicyResult(policy)
     workdir.mkdir(parents=True, exist_ok=True)
     fabric = Fabric(topo, registry, router_layout=layout)
-    classifier = queues = None
+    classifier = queues = latency = None
     agents: list[_Agent] = []
     try:
         fabric.start()
         classifier = Classifier(sc.lanes, layout, record=registry.add)
-        queues = QueueCounters(record=registry.add)
-        watched = _attach_lanes(topo, fabric, classifier, queues)
+        queues = QueueProbe(record=registry.add)
+        latency = LatencyProbe(classifier.shared.maps["lk_config"], queues, record=registry.add)
+        watched = _attach_probes(topo, fabric, classifier, queues, latency, sc.allreduce.ranks)
         result.bottleneck_ports = [w.label for w in watched]
         pins = bpf.pin_dir(registry.run_id)
         registry.add_pin_dir(pins)
@@ -167,22 +180,31 @@ def run_policy(sc: Scenario, topo: Topology, policy: str, registry: Registry, wo
         storage = _start_storage(sc, topo, fabric, workdir) if WITH_STORAGE[policy] else []
         agents = ring + storage
         _await_lines(agents, "READY", READY_TIMEOUT_S)
-        _drive(result, ring, storage, watched, duration_s, sc.allreduce.iterations,
-               progress)
+        events = EventReader(queues).start()
+        try:
+            _drive(result, ring, storage, watched, duration_s, sc.allreduce.iterations,
+                   progress)
+        finally:
+            _collect_telemetry(result, events.stop(), queues, latency)
         _collect(result, ring, storage)
         return result
     finally:
         for a in agents:
             a.close()
-        for held in (classifier, queues):
+        for held in (latency, classifier, queues):
             if held is not None:
                 held.close()
         fabric.stop()
 
 
-def _attach_lanes(topo: Topology, fabric: Fabric, classifier: Classifier,
-                  queues: QueueCounters) -> list[WatchedPort]:
-    """The classifier on every router port; the bottleneck ports also watched."""
+def _attach_probes(topo: Topology, fabric: Fabric, classifier: Classifier,
+                   queues: QueueProbe, latency: LatencyProbe,
+                   receivers: tuple[str, ...]) -> list[WatchedPort]:
+    """The classifier on every router port, the queue probe on the bottleneck ports, the
+    latency probe at the receivers' NICs."""
+    for host in receivers:
+        port = topo.ports[host][0]
+        latency.attach(fabric.ns[host], port.ifname, fabric.ifindex[f"{host}/{port.ifname}"])
     watched = []
     bottleneck_ports = topo.bottleneck_ports()
     for port in topo.router_ports():
@@ -193,8 +215,21 @@ def _attach_lanes(topo: Topology, fabric: Fabric, classifier: Classifier,
         if is_bottleneck:
             watched.append(WatchedPort(ns, port.ifname, ifindex,
                                        offered=lambda key=key: classifier.counters(key),
-                                       queued=queues.watch(ns, ifindex)))
+                                       queued=queues.watch(ns, ifindex, port.ifname)))
     return watched
+
+
+def _collect_telemetry(result: PolicyResult, events: list[tuple], queues: QueueProbe,
+                       latency: LatencyProbe) -> None:
+    for t_ns, stamp, value, length, where, lane, kind, seq in events:
+        if kind == EV_SOJOURN:
+            result.sojourn.append((t_ns, queues.labels[where], LANES[lane], value, length,
+                                   stamp, seq))
+        else:
+            result.latency.append((t_ns, LANES[lane], value, length, stamp, seq))
+    result.histograms = ([("sojourn", *row) for row in queues.histograms()] +
+                         [("latency", "", *row) for row in latency.histograms()])
+    result.events_lost, result.packets_sampled = queues.delivery()
 
 
 def _drive(result: PolicyResult, ring: list[_Agent], storage: list[_Agent],
@@ -277,3 +312,25 @@ def _collect(result: PolicyResult, ring: list[_Agent], storage: list[_Agent]) ->
         r = a.result()
         for t_ns, total in r["samples"]:
             result.flows.append({"host": a.node, "t_ns": t_ns, "bytes": total})
+
+
+def summary_meta(sc: Scenario, topo: Topology, run_id: str, results: list[PolicyResult]
+                 ) -> dict:
+    """What :func:`labkit.analysis.summarize` needs besides the tables."""
+    ranks = sc.allreduce.ranks
+    hops = [topo.path(r, ranks[(i + 1) % len(ranks)]) for i, r in enumerate(ranks)]
+    ports = {}
+    for p in topo.bottleneck_ports():
+        crossing = [i for i, path in enumerate(hops)
+                    if (p.node, p.peer) in zip(path, path[1:], strict=False)]
+        ports[p.ifname] = {"link": p.link.name, "rate_mbps": p.link.rate_mbps, "node": p.node,
+                           "senders": crossing}
+    ring_link = min(link.rate_mbps for i, r in enumerate(ranks)
+                    for link in topo.links_on_path(r, ranks[(i + 1) % len(ranks)]))
+    return {"scenario": sc.name, "run_id": run_id, "scale_factor": sc.scale_factor,
+            "policies": [r.policy for r in results], "size_bytes": sc.allreduce.size_bytes,
+            "ranks": len(ranks), "ring_link_mbps": ring_link, "ports": ports,
+            "telemetry": {r.policy: {"sample_every": DEFAULT_SAMPLE_EVERY,
+                                     "events_lost": r.events_lost,
+                                     "packets_considered": r.packets_sampled}
+                          for r in results}}

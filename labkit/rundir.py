@@ -45,6 +45,12 @@ SCHEMAS: dict[str, dict[str, pl.DataType]] = {
     "lanes": {"policy": STR, "t_ns": I64, "port": STR, "lane": STR, "offered_packets": I64,
               "offered_bytes": I64, "enqueued_packets": I64, "enqueued_bytes": I64,
               "dropped_packets": I64, "dropped_bytes": I64},
+    "sojourn": {"policy": STR, "t_ns": I64, "port": STR, "lane": STR, "sojourn_ns": I64,
+                "bytes": I64, "stamp_ns": I64, "seq": I64},
+    "latency": {"policy": STR, "t_ns": I64, "lane": STR, "latency_ns": I64, "bytes": I64,
+                "stamp_ns": I64, "seq": I64},
+    "histograms": {"policy": STR, "kind": STR, "port": STR, "lane": STR, "bucket": I64,
+                   "count": I64},
     "flows": {"policy": STR, "host": STR, "t_ns": I64, "bytes": I64},
     "cpu": {"policy": STR, "t_ns": I64, "busy": F64},
 }
@@ -72,7 +78,9 @@ def tables_from(results: list[PolicyResult]) -> dict[str, pl.DataFrame]:
              "lane": tc.lane_of_class(cid, layout), "bytes": b, "packets": pk, "drops": d,
              "overlimits": o, "backlog_bytes": bb, "backlog_packets": bp}
             for t, port, cid, b, pk, d, o, bb, bp in r.queue]
-        rows["lanes"] += [dict(zip(SCHEMAS["lanes"], (p, *row), strict=True)) for row in r.lanes]
+        for name in ("lanes", "sojourn", "latency", "histograms"):
+            rows[name] += [dict(zip(SCHEMAS[name], (p, *row), strict=True))
+                           for row in getattr(r, name)]
         rows["flows"] += [{"policy": p, **f} for f in r.flows]
         rows["cpu"] += [{"policy": p, "t_ns": t, "busy": b} for t, b in r.cpu]
     return {name: pl.DataFrame(rows[name], schema=SCHEMAS[name]) for name in SCHEMAS}

@@ -66,4 +66,42 @@ struct lk_port_key {
 	__u32 ifindex;
 };
 
+/* Latency histograms: bucket b counts values in [2^b, 2^(b+1)) nanoseconds. */
+#define LK_HIST_BUCKETS 32
+struct lk_hist {
+	__u64 buckets[LK_HIST_BUCKETS];
+};
+
+/* What a sender writes at the start of an RDMA WRITE payload (host byte order:
+ * sender and receiver share the machine). t_ns is CLOCK_MONOTONIC, the clock of
+ * bpf_ktime_get_ns(); seq carries the sender's rank in its top byte. */
+#define LK_STAMP_MAGIC 0x53544b4c /* "LKTS" in memory */
+struct lk_stamp {
+	__u32 magic;
+	__u32 seq;
+	__u64 t_ns;
+};
+
+/* A sampled per-packet record, sent to userspace through lk_events. */
+enum lk_event_kind {
+	LK_EV_SOJOURN = 1, /* time in a watched port's queue; where = port slot */
+	LK_EV_LATENCY = 2, /* sender stamp to tc ingress at the receiver; where = 0 */
+};
+struct lk_event {
+	__u64 t_ns;     /* dequeue or arrival time */
+	__u64 stamp_ns; /* the sender's stamp, 0 when the packet has none */
+	__u32 value_ns; /* the sojourn or the one-way delay */
+	__u32 len;
+	__u16 where;
+	__u8 lane;
+	__u8 kind;
+	__u32 seq;      /* the stamp's seq, 0 when none */
+};
+
+/* Run-time knobs of the telemetry programs (lk_telemetry, one element). */
+struct lk_telemetry_config {
+	__u32 sample_every; /* send one packet in this many to lk_events; 0: none */
+	__u32 pad;
+};
+
 #endif /* __LABKIT_H */

@@ -32,7 +32,7 @@ from labkit.traffic import wire
 SO_RCVBUFFORCE = 33
 IP_MTU_DISCOVER, IP_PMTUDISC_DO = 10, 2  # <linux/in.h>; not exported by Python 3.11
 RCVBUF_BYTES = 16 << 20
-SNDBUF_BYTES = 256 << 10
+SNDBUF_BYTES = 128 << 10
 MIN_RTO_NS = 20_000_000
 MAX_RTO_NS = 1_000_000_000
 SEND_BURST = 32  # packets sent before looking at the receive side again
@@ -47,7 +47,8 @@ class Sender:
         self.dest = (cfg["right_ip"], wire.ROCEV2_PORT)
         self.mtu = cfg["payload_bytes"]
         self.templates = {k: bytearray.fromhex(v) for k, v in cfg["templates"].items()}
-        self.packets: list[bytearray] = []  # the buffer to send for each PSN
+        self.packets: list[tuple[bytearray, int]] = []  # (buffer, stamp offset or -1) per PSN
+        self.seq_base = cfg["rank"] << 24
         self.base = 0  # oldest unacknowledged PSN
         self.next = 0  # next PSN to (re)send
         self.high = 0  # one past the highest PSN ever sent
@@ -77,7 +78,8 @@ class Sender:
             if size < self.mtu:
                 head = len(buf) - self.mtu - wire.ICRC_LEN
                 buf = buf[:head + size] + bytes(wire.ICRC_LEN)
-            self.packets.append(buf)
+            stamp_at = wire.DATA_OFFSET[buf[wire.OPCODE]] if size >= wire.STAMP.size else -1
+            self.packets.append((buf, stamp_at))
         self.ends.add(len(self.packets))
 
     def pending(self) -> bool:
@@ -91,9 +93,12 @@ class Sender:
         packets, sendto, dest = self.packets, self.sock.sendto, self.dest
         psn, stop = self.next, min(len(packets), self.next + SEND_BURST)
         blocked = False
+        stamp, seq_base, clock = wire.STAMP.pack_into, self.seq_base, time.monotonic_ns
         while psn < stop:
-            buf = packets[psn]
+            buf, stamp_at = packets[psn]
             buf[PSN_AT] = (psn & wire.PSN_MASK).to_bytes(3, "big")
+            if stamp_at >= 0:  # for one-way latency at the receiver (bpf/latency.bpf.c)
+                stamp(buf, stamp_at, wire.STAMP_MAGIC, seq_base | psn & wire.PSN_MASK, clock())
             try:
                 sendto(buf, dest)
             except BlockingIOError:

@@ -5,6 +5,8 @@ fields at these offsets in packets whose templates :mod:`labkit.traffic.roce`
 built once with scapy. Offsets are within the UDP payload (BTH first).
 """
 
+import struct
+
 ROCEV2_PORT = 4791
 BTH_LEN = 12
 RETH_LEN = 16
@@ -23,6 +25,13 @@ RDMA_WRITE_ONLY = 0x0A
 ACKNOWLEDGE = 0x11
 DATA_OPCODES = frozenset({RDMA_WRITE_FIRST, RDMA_WRITE_MIDDLE, RDMA_WRITE_LAST, RDMA_WRITE_ONLY})
 MESSAGE_END = frozenset({RDMA_WRITE_LAST, RDMA_WRITE_ONLY})
+
+# labkit's stamp at the start of an RDMA WRITE payload (struct lk_stamp, host order):
+# magic, seq (sender rank << 24 | PSN), CLOCK_MONOTONIC nanoseconds
+STAMP = struct.Struct("=IIQ")
+STAMP_MAGIC = 0x53544B4C
+DATA_OFFSET = {RDMA_WRITE_FIRST: BTH_LEN + RETH_LEN, RDMA_WRITE_ONLY: BTH_LEN + RETH_LEN,
+               RDMA_WRITE_MIDDLE: BTH_LEN, RDMA_WRITE_LAST: BTH_LEN}
 
 # AETH syndromes
 SYNDROME_ACK = 0x00  # ACK, credit field unused

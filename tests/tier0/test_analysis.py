@@ -14,7 +14,7 @@ def frame(name, rows):
 @pytest.fixture
 def tables():
     """Two policies, two ranks: isolated ops take 100 ms, fifo ops 200 ms except one of 400."""
-    coll, queue, lanes, flows, cpu = [], [], [], [], []
+    coll, queue, lanes, flows, cpu, soj, lat = [], [], [], [], [], [], []
     for policy, durations in (("isolated", [100] * 4), ("fifo", [200, 200, 200, 400])):
         t = 0
         for op, ms in enumerate(durations):
@@ -22,11 +22,22 @@ def tables():
                 coll.append({"policy": policy, "op": op, "rank": rank, "host": f"g{rank}",
                              "start_ns": t + rank * 1_000, "end_ns": t + ms * 1_000_000})
             t += ms * 1_000_000
-        for k in range(0, 21):  # 0..2 s, 100 ms apart; the port sends 80 Mbit/s
+        for k in range(0, 201):  # 0..2 s, 10 ms apart; the port sends 80 Mbit/s
+            queue.append({"policy": policy, "t_ns": k * S // 100, "port": "spine1-eth0",
+                          "classid": "1:10", "lane": "all", "bytes": k * 100_000,
+                          "packets": k * 25, "drops": 0, "overlimits": 0,
+                          "backlog_bytes": 100 * k if policy == "fifo" else 0,
+                          "backlog_packets": k})
+        for k in range(0, 21):  # 0..2 s, 100 ms apart
             ts = k * S // 10
-            queue.append({"policy": policy, "t_ns": ts, "port": "spine1-eth0", "classid": "1:10",
-                          "lane": "all", "bytes": k * 1_000_000, "packets": k * 250,
-                          "drops": 0, "overlimits": 0, "backlog_bytes": 0, "backlog_packets": 0})
+            for i in range(10):  # sojourns 1..10 us (x10 under fifo), latencies 2x that
+                scale = 10 if policy == "fifo" else 1
+                soj.append({"policy": policy, "t_ns": ts, "port": "spine1-eth0", "lane": "vip",
+                            "sojourn_ns": (i + 1) * 1000 * scale, "bytes": 4000,
+                            "stamp_ns": ts - 5, "seq": i})
+                lat.append({"policy": policy, "t_ns": ts, "lane": "vip", "bytes": 4000,
+                            "latency_ns": (i + 1) * 2000 * scale, "stamp_ns": ts - 5,
+                            "seq": (1 << 24 if i == 9 else 0) | i})
             for lane, rate in (("vip", 750_000), ("normal", 0), ("low", 250_000)):
                 lanes.append({"policy": policy, "t_ns": ts, "port": "spine1-eth0", "lane": lane,
                               "offered_packets": k * 10, "offered_bytes": k * rate,
@@ -38,12 +49,14 @@ def tables():
             cpu.append({"policy": policy, "t_ns": ts, "busy": 0.95 if policy == "fifo" else 0.4})
     return {"collectives": frame("collectives", coll), "queue": frame("queue", queue),
             "lanes": frame("lanes", lanes), "flows": frame("flows", flows),
-            "cpu": frame("cpu", cpu), "transport": frame("transport", [])}
+            "cpu": frame("cpu", cpu), "transport": frame("transport", []),
+            "sojourn": frame("sojourn", soj), "latency": frame("latency", lat),
+            "histograms": frame("histograms", [])}
 
 
 META = {"scenario": "t", "run_id": "r", "scale_factor": 10, "policies": ["isolated", "fifo"],
-        "size_bytes": 1_000_000, "ranks": 2,
-        "ports": {"spine1-eth0": {"link": "leaf1-spine1", "rate_mbps": 100.0}}}
+        "size_bytes": 1_000_000, "ranks": 2, "ring_link_mbps": 100.0,
+        "ports": {"spine1-eth0": {"link": "leaf1-spine1", "rate_mbps": 100.0, "senders": [0]}}}
 
 
 def test_op_times_span_first_start_to_last_end(tables):
@@ -72,12 +85,23 @@ def test_summary(tables):
     assert fifo["bottleneck"]["link"] == "leaf1-spine1"
     lanes = fifo["bottleneck"]["lanes"]
     assert lanes["vip"]["mbps"] == pytest.approx(60.0)
-    assert lanes["low"] == {"mbps": pytest.approx(20.0), "packets": 90, "drops": 10}
+    assert (lanes["low"]["mbps"], lanes["low"]["packets"], lanes["low"]["drops"]) == (
+        pytest.approx(20.0), 90, 10)
     assert lanes["normal"]["packets"] == 90 and lanes["normal"]["mbps"] == 0
     assert fifo["storage"]["goodput_mbps"] == pytest.approx(10.0)
     assert iso["storage"]["goodput_mbps"] == 0
     assert fifo["cpu_bound"] and not iso["cpu_bound"]
     assert s["scale_factor"] == 10
+    # delays: samples in the window only; latency only from senders crossing the port
+    assert lanes["vip"]["sojourn_p50_us"] == pytest.approx(55.0)
+    assert iso["bottleneck"]["lanes"]["vip"]["sojourn_p99_us"] == pytest.approx(10.0)
+    assert lanes["vip"]["latency_p99_us"] == pytest.approx(180.0)  # rank 1 (seq 9) excluded
+    assert lanes["low"]["sojourn_p50_us"] is None and lanes["low"]["latency_p99_us"] is None
+    assert lanes["low"]["max_backlog_bytes"] == 10_000  # the shared FIFO at the window's end
+    # fidelity: a never-empty queue sending 80 Mbit/s on a 100 Mbit/s link is flagged
+    assert fifo["fidelity"]["cpu_bound"] and not fifo["fidelity"]["links_at_rate"]
+    assert any("spine1-eth0" in n for n in fifo["fidelity"]["notes"])
+    assert iso["fidelity"] == {"cpu_bound": False, "links_at_rate": True, "notes": []}
 
 
 def test_slowdown_is_null_without_isolated(tables):

@@ -4,6 +4,8 @@ A recording stand-in for the UDP socket lets these tests see every packet the
 protocol logic emits; the real sockets are exercised end to end in tier 2.
 """
 
+import time
+
 from labkit.traffic import ring, roce, wire
 
 
@@ -21,7 +23,7 @@ class Wire:
 
 
 def cfg(payload=1024):
-    return {"right_ip": "10.0.2.2", "left_ip": "10.0.8.2", "payload_bytes": payload,
+    return {"rank": 3, "right_ip": "10.0.2.2", "left_ip": "10.0.8.2", "payload_bytes": payload,
             "templates": {k: v.hex() for k, v in roce.data_templates(7, payload).items()},
             "ack_template": roce.ack_template(6).hex(),
             "nak_template": roce.ack_template(6, wire.SYNDROME_NAK_PSN).hex()}
@@ -43,6 +45,22 @@ def test_message_segmentation_and_psns():
     assert [psn(p) for p in out.sent] == [0, 1, 2, 3]
     data = [len(p) - wire.BTH_LEN - wire.ICRC_LEN for p in out.sent]
     assert data == [1024 + wire.RETH_LEN, 1024, 452, 100 + wire.RETH_LEN]
+
+
+def test_every_data_packet_carries_a_fresh_stamp():
+    out = Wire()
+    s = ring.Sender(cfg(1024), out)
+    s.enqueue(2500)
+    s.enqueue(10)  # too short for a stamp
+    before = time.monotonic_ns()
+    while s.pending():
+        s.send_some(now=1)
+    for i, pkt in enumerate(out.sent[:3]):
+        at = wire.DATA_OFFSET[pkt[wire.OPCODE]]
+        magic, seq, t_ns = wire.STAMP.unpack_from(pkt, at)
+        assert magic == wire.STAMP_MAGIC and seq == (3 << 24 | i)
+        assert before <= t_ns <= time.monotonic_ns()
+    assert wire.STAMP_MAGIC not in wire.STAMP.unpack_from(out.sent[3].ljust(64, b"\0"), 28)
 
 
 def test_receiver_acks_messages_and_naks_a_gap_once():

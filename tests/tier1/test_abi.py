@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from labkit import bpf, lanes, tc
+from labkit import bpf, lanes, tc, telemetry
 from labkit.scenario import LANES
 
 
@@ -20,11 +20,11 @@ def btf_structs(obj_name):
     return {t["name"]: t for t in json.loads(out)["types"] if t.get("kind") == "STRUCT"}
 
 
-@pytest.mark.parametrize("obj_name", ["classifier", "queues"])
+@pytest.mark.parametrize("obj_name", ["classifier", "queues", "latency"])
 def test_mirrors_match_btf(obj_name):
     structs = btf_structs(obj_name)
     checked = 0
-    for c_name, mirror in lanes.MIRRORS.items():
+    for c_name, mirror in {**lanes.MIRRORS, **telemetry.MIRRORS}.items():
         if c_name not in structs:
             continue
         btf = structs[c_name]
@@ -41,3 +41,5 @@ def test_lane_order_and_class_minors_match_the_header():
         assert f"LK_LANE_{lane.upper()} = {i}" in header
         assert tc.LANE_CLASS[lane] & 0xFFFF == 0x10 * (i + 1)  # LK_LANE_MINOR
     assert f"#define LK_MAX_RULES {lanes.LK_MAX_RULES}" in header
+    assert f"#define LK_HIST_BUCKETS {telemetry.HIST_BUCKETS}" in header
+    assert telemetry.EVENT.size == ctypes.sizeof(telemetry.Event)

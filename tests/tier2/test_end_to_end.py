@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+import polars as pl
 import pytest
 
 from labkit import rundir
@@ -63,6 +64,38 @@ def test_tables_and_manifest(fabric_ready, bottleneck_run):
     span_s = (q["t_ns"].max() - q["t_ns"].min()) / 1e9
     assert per_port["len"].min() / span_s >= 100, "bottleneck classes sampled at >= 100 Hz"
     assert set(q["lane"]) == {"vip", "normal", "low"}
+
+
+def test_lanes_cut_the_time_in_the_queue(fabric_ready, bottleneck_run):
+    run, _, _ = bottleneck_run
+    p = run.summary["policies"]
+    fifo = p["fifo"]["bottleneck"]["lanes"]
+    prio = p["priority"]["bottleneck"]["lanes"]
+    assert prio["vip"]["sojourn_p99_us"] <= fifo["vip"]["sojourn_p99_us"] / 5
+    assert prio["low"]["sojourn_p50_us"] >= prio["vip"]["sojourn_p50_us"]
+    assert prio["low"]["sojourn_p99_us"] >= prio["vip"]["sojourn_p99_us"]
+    assert fifo["vip"]["latency_p99_us"] > prio["vip"]["latency_p99_us"]
+    for q in p.values():
+        assert q["telemetry"]["events_lost"] == 0
+        assert q["fidelity"]["links_at_rate"] and not q["fidelity"]["cpu_bound"]
+
+
+def test_one_way_latency_is_never_below_sojourn(fabric_ready, bottleneck_run):
+    run, _, _ = bottleneck_run
+    joined = (run["sojourn"].filter(pl.col("stamp_ns") > 0)
+              .join(run["latency"], on=["policy", "stamp_ns", "seq"]))
+    assert joined.height > 100
+    assert joined.filter(pl.col("latency_ns") < pl.col("sojourn_ns")).height == 0
+
+
+def test_lane_counters_add_up(fabric_ready, bottleneck_run):
+    """What the classifier sent to a port = what its queue accepted + what it dropped."""
+    run, _, _ = bottleneck_run
+    last = run["lanes"].sort("t_ns").group_by("policy", "port", "lane").last()
+    gap = last.with_columns((pl.col("offered_packets") - pl.col("enqueued_packets")
+                             - pl.col("dropped_packets")).alias("gap"))
+    total = gap["offered_packets"].sum()
+    assert gap["gap"].abs().sum() <= 0.001 * total, gap.filter(pl.col("gap") != 0)
 
 
 def test_nothing_left_behind(fabric_ready, bottleneck_run):

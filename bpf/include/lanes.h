@@ -1,0 +1,37 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/*
+ * The lane rules: the lk_config map the scenario fills and the first-match
+ * lookup over it. Shared by the classifier (egress) and the latency probe
+ * (ingress), which reuses the classifier's map so both see the same rules.
+ */
+#ifndef __LABKIT_LANES_H
+#define __LABKIT_LANES_H
+
+#include "labkit.h"
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct lk_classifier_config);
+} lk_config SEC(".maps");
+
+static __always_inline __u32 lk_match(const struct lk_classifier_config *cfg, __u64 key)
+{
+	/* the same key with source and destination ports swapped, for either-port rules */
+	__u64 swapped = (key & ~0xffffffffULL) | (key & 0xffff) << LK_KEY_SPORT_SHIFT |
+			(key >> LK_KEY_SPORT_SHIFT & 0xffff);
+
+	for (__u32 i = 0; i < LK_MAX_RULES; i++) {
+		const struct lk_rule *r = &cfg->rules[i];
+
+		if (i >= cfg->nr_rules)
+			break;
+		if ((key & r->mask) == r->value ||
+		    (r->either_port && (swapped & r->mask) == r->value))
+			return r->lane;
+	}
+	return cfg->default_lane;
+}
+
+#endif /* __LABKIT_LANES_H */

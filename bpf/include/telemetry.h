@@ -1,0 +1,108 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/*
+ * Shared pieces of labkit's telemetry programs: the event ring buffer and its
+ * sampling, log2 histograms, and reading a sender's stamp out of a RoCEv2 packet.
+ *
+ * Programs in different objects share lk_events, lk_telemetry and lk_lost by
+ * map reuse (labkit/telemetry.py), so one reader sees every event.
+ */
+#ifndef __LABKIT_TELEMETRY_H
+#define __LABKIT_TELEMETRY_H
+
+#include "labkit.h"
+
+/* IPv4 without options + UDP + BTH + RETH + stamp: where a stamp can end. */
+#define LK_STAMP_PROBE (20 + 8 + 12 + 16 + 16)
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 1 << 22);
+} lk_events SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct lk_telemetry_config);
+} lk_telemetry SEC(".maps");
+
+/* [0]: events lost because the ring buffer was full; [1]: packets sampled */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 2);
+	__type(key, __u32);
+	__type(value, __u64);
+} lk_lost SEC(".maps");
+
+static __always_inline __u32 lk_log2(__u64 v)
+{
+	__u32 r = 0;
+
+	if (v >> 32) { v >>= 32; r += 32; }
+	if (v >> 16) { v >>= 16; r += 16; }
+	if (v >> 8) { v >>= 8; r += 8; }
+	if (v >> 4) { v >>= 4; r += 4; }
+	if (v >> 2) { v >>= 2; r += 2; }
+	if (v >> 1) { r += 1; }
+	return r < LK_HIST_BUCKETS ? r : LK_HIST_BUCKETS - 1;
+}
+
+static __always_inline void lk_hist_add(void *hists, __u32 idx, __u64 value_ns)
+{
+	struct lk_hist *h = bpf_map_lookup_elem(hists, &idx);
+	__u32 b = lk_log2(value_ns);
+
+	if (h && b < LK_HIST_BUCKETS)
+		h->buckets[b]++;
+}
+
+/* Every sample_every-th call (per CPU) sends an event; lost ones are counted. */
+static __always_inline void lk_sample(const struct lk_event *ev)
+{
+	struct lk_telemetry_config *cfg;
+	__u32 zero = 0, one = 1;
+	__u64 *seen, *lost;
+	struct lk_event *out;
+
+	cfg = bpf_map_lookup_elem(&lk_telemetry, &zero);
+	seen = bpf_map_lookup_elem(&lk_lost, &one);
+	if (!cfg || !seen || !cfg->sample_every)
+		return;
+	if ((*seen)++ % cfg->sample_every)
+		return;
+	out = bpf_ringbuf_reserve(&lk_events, sizeof(*out), 0);
+	if (!out) {
+		lost = bpf_map_lookup_elem(&lk_lost, &zero);
+		if (lost)
+			(*lost)++;
+		return;
+	}
+	*out = *ev;
+	bpf_ringbuf_submit(out, 0);
+}
+
+/*
+ * The sender's stamp in a RoCEv2 RDMA WRITE packet whose first LK_STAMP_PROBE
+ * bytes from the IPv4 header are in b; 0 when there is none.
+ */
+static __always_inline int lk_stamp_of(const __u8 *b, struct lk_stamp *out)
+{
+	const struct lk_stamp *s;
+	__u8 opcode;
+
+	if (b[0] != 0x45 || b[9] != IPPROTO_UDP || b[22] != 0x12 || b[23] != 0xb7) /* 4791 */
+		return -1;
+	opcode = b[28];
+	if (opcode == 0x06 || opcode == 0x0a)      /* FIRST, ONLY: a RETH precedes the data */
+		s = (const void *)(b + 20 + 8 + 12 + 16);
+	else if (opcode == 0x07 || opcode == 0x08) /* MIDDLE, LAST */
+		s = (const void *)(b + 20 + 8 + 12);
+	else
+		return -1;
+	if (s->magic != LK_STAMP_MAGIC)
+		return -1;
+	*out = *s;
+	return 0;
+}
+
+#endif /* __LABKIT_TELEMETRY_H */

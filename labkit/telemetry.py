@@ -1,0 +1,188 @@
+"""Kernel-side telemetry: what labkit's eBPF probes count, time and sample.
+
+* :class:`QueueProbe` — ``bpf/queues.bpf.c`` on the ``qdisc_enqueue``,
+  ``qdisc_dequeue`` and ``kfree_skb`` tracepoints. Per watched port and lane:
+  packets accepted and dropped, and each packet's time in the queue (sojourn),
+  as log2 histograms and sampled per-packet events.
+* :class:`LatencyProbe` — ``bpf/latency.bpf.c`` at tc ingress of receiving
+  hosts: the one-way delay of packets that carry a sender's stamp, per lane.
+* :class:`EventReader` — a thread consuming the ``lk_events`` ring buffer that
+  both probes share; what the kernel could not deliver is counted in ``lk_lost``.
+
+Lanes are the classifier's: the probes read them from ``skb->priority`` (queues)
+or apply the classifier's own ``lk_config`` rules (latency).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import struct
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+from labkit import bpf
+from labkit.lanes import read_lane_counters
+from labkit.netns import Netns
+from labkit.scenario import LANES
+
+TRACEPOINT_PROGRAMS = ("lk_qdisc_enqueue", "lk_qdisc_dequeue", "lk_qdisc_drop")
+SHARED_MAPS = ("lk_events", "lk_telemetry", "lk_lost")
+EVENT = struct.Struct("<QQIIHBBI")  # struct lk_event
+EV_SOJOURN, EV_LATENCY = 1, 2
+HIST_BUCKETS = 32
+DEFAULT_SAMPLE_EVERY = 4
+
+
+class Hist(ctypes.Structure):
+    _fields_ = [("buckets", ctypes.c_uint64 * HIST_BUCKETS)]
+
+
+class Event(ctypes.Structure):
+    """``struct lk_event`` (checked against BTF in the tests; decoded with EVENT)."""
+
+    _fields_ = [("t_ns", ctypes.c_uint64), ("stamp_ns", ctypes.c_uint64),
+                ("value_ns", ctypes.c_uint32), ("len", ctypes.c_uint32),
+                ("where", ctypes.c_uint16), ("lane", ctypes.c_uint8), ("kind", ctypes.c_uint8),
+                ("seq", ctypes.c_uint32)]
+
+
+class Stamp(ctypes.Structure):
+    _fields_ = [("magic", ctypes.c_uint32), ("seq", ctypes.c_uint32), ("t_ns", ctypes.c_uint64)]
+
+
+class TelemetryConfig(ctypes.Structure):
+    _fields_ = [("sample_every", ctypes.c_uint32), ("pad", ctypes.c_uint32)]
+
+
+MIRRORS = {"lk_hist": Hist, "lk_event": Event, "lk_stamp": Stamp,
+           "lk_telemetry_config": TelemetryConfig}
+
+
+def port_key_bytes(netns_ino: int, ifindex: int) -> bytes:
+    """``struct lk_port_key`` as bytes."""
+    return netns_ino.to_bytes(4, "little") + ifindex.to_bytes(4, "little")
+
+
+def read_hist(hists: bpf.Map, key: int) -> list[int]:
+    """A per-CPU ``struct lk_hist``, summed over CPUs."""
+    per_cpu = [Hist.from_buffer_copy(v) for v in hists.lookup(key)]
+    return [sum(h.buckets[b] for h in per_cpu) for b in range(HIST_BUCKETS)]
+
+
+class QueueProbe:
+    """Counters, sojourn histograms and sampled sojourns of the watched ports."""
+
+    def __init__(self, sample_every: int = DEFAULT_SAMPLE_EVERY,
+                 record: bpf.Recorder | None = None):
+        self.obj = bpf.record_programs(bpf.BpfObject(bpf.object_path("queues")), record)
+        self.record = record
+        self.links: list[bpf.TracingLink] = []
+        self.slots: dict[tuple[int, int], int] = {}
+        self.labels: list[str] = []  # port label per slot
+        self.obj.maps["lk_telemetry"].update(0, TelemetryConfig(sample_every=sample_every))
+
+    def watch(self, ns: Netns, ifindex: int, label: str) -> Callable[[], tuple[dict, dict]]:
+        """Start watching ``ifindex`` in ``ns``; returns a reader of its lane counters."""
+        key = (ns.inode, ifindex)
+        if key not in self.slots:
+            self.slots[key] = len(self.labels)
+            self.labels.append(label)
+        slot = self.slots[key]
+        self.obj.maps["lk_ports"].update(port_key_bytes(*key), slot.to_bytes(4, "little"))
+        for name in TRACEPOINT_PROGRAMS if not self.links else ():
+            self.links.append(self.obj.programs[name].attach())
+            if self.record:
+                self.record("tracing_link", prog=name, prog_id=self.obj.programs[name].id)
+        first = slot * len(LANES)
+        return lambda: (read_lane_counters(self.obj.maps["lk_enqueued"], first),
+                        read_lane_counters(self.obj.maps["lk_dropped"], first))
+
+    def histograms(self) -> list[tuple[str, str, int, int]]:
+        """(port, lane, bucket, count) of every non-empty sojourn histogram bucket."""
+        rows = []
+        for slot, port in enumerate(self.labels):
+            for i, lane in enumerate(LANES):
+                counts = read_hist(self.obj.maps["lk_sojourn_hist"], slot * len(LANES) + i)
+                rows += [(port, lane, b, n) for b, n in enumerate(counts) if n]
+        return rows
+
+    def delivery(self) -> tuple[int, int]:
+        """(events lost because the ring buffer was full, packets considered for sampling)."""
+        per_cpu = [self.obj.maps["lk_lost"].lookup(k) for k in (0, 1)]
+        return tuple(sum(int.from_bytes(v, "little") for v in cpu) for cpu in per_cpu)
+
+    def pin(self, directory: Path) -> None:
+        for name in TRACEPOINT_PROGRAMS:
+            self.obj.programs[name].pin(directory / name.removeprefix("lk_"))
+        self.obj.maps["lk_events"].pin(directory / "lk_events")
+
+    def close(self) -> None:
+        for link in self.links:
+            link.close()
+        self.links.clear()
+        self.obj.close()
+
+
+class LatencyProbe:
+    """The one-way latency program, attached at the ingress of receiving hosts."""
+
+    PROGRAM = "lk_latency"
+
+    def __init__(self, config: bpf.Map, queues: QueueProbe, record: bpf.Recorder | None = None):
+        reuse = {"lk_config": config, **{m: queues.obj.maps[m] for m in SHARED_MAPS}}
+        self.obj = bpf.record_programs(bpf.BpfObject(bpf.object_path("latency"), reuse=reuse),
+                                       record)
+        self.record = record
+        self.attachments: list[tuple[Netns, bpf.TcAttachment]] = []
+
+    def attach(self, ns: Netns, ifname: str, ifindex: int) -> None:
+        attachment = ns.run(bpf.tc_attach, self.obj.programs[self.PROGRAM], ifindex, False)
+        self.attachments.append((ns, attachment))
+        if self.record:
+            self.record("tc_filter", node=ns.name, ifname=ifname, prog_id=attachment.prog_id,
+                        handle=attachment.handle, priority=attachment.priority, ingress=True)
+
+    def histograms(self) -> list[tuple[str, int, int]]:
+        """(lane, bucket, count) of every non-empty latency histogram bucket."""
+        rows = []
+        for i, lane in enumerate(LANES):
+            counts = read_hist(self.obj.maps["lk_latency_hist"], i)
+            rows += [(lane, b, n) for b, n in enumerate(counts) if n]
+        return rows
+
+    def close(self) -> None:
+        for ns, attachment in self.attachments:
+            if ns.fd >= 0:
+                try:
+                    ns.run(attachment.detach)
+                except (bpf.BpfError, OSError):
+                    pass
+        self.attachments.clear()
+        self.obj.close()
+
+
+class EventReader:
+    """Drain ``lk_events`` in a thread; :meth:`stop` returns the decoded events."""
+
+    def __init__(self, queues: QueueProbe):
+        self._raw: list[bytes] = []
+        self._ring = bpf.RingBuffer(queues.obj.maps["lk_events"], self._raw.append)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="event-reader", daemon=True)
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self._ring.poll(50)
+
+    def start(self) -> EventReader:
+        self._thread.start()
+        return self
+
+    def stop(self) -> list[tuple]:
+        """(t_ns, stamp_ns, value_ns, len, where, lane, kind, seq) per event."""
+        self._stop.set()
+        self._thread.join(timeout=5)
+        self._ring.consume()
+        self._ring.close()
+        return [EVENT.unpack(raw) for raw in self._raw]
