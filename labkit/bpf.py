@@ -144,6 +144,7 @@ _SIGNATURES = [
     ("bpf_tc_attach", _int, [_vp, _vp]),
     ("bpf_tc_detach", _int, [_vp, _vp]),
     ("libbpf_num_possible_cpus", _int, []),
+    ("libbpf_version_string", _cp, []),
     ("bpf_prog_get_fd_by_id", _int, [_u32]),
     ("ring_buffer__new", _vp, [_int, _vp, _vp, _vp]),
     ("ring_buffer__poll", _int, [_vp, _int]),
@@ -483,6 +484,10 @@ def record_programs(obj: BpfObject, record: Recorder | None) -> BpfObject:
         for prog in obj.programs.values():
             record("bpf_prog", id=prog.id, name=prog.name, object=obj.path.name)
     return obj
+
+
+def libbpf_version() -> str:
+    return lib.libbpf_version_string().decode()
 
 
 def possible_cpus() -> int:

@@ -17,8 +17,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from pyroute2 import IPRoute
-
 from labkit import tc
 from labkit.netns import Netns
 from labkit.scenario import LANES
@@ -65,19 +63,11 @@ class QueuePoller:
 
     def _loop(self, ports: list[WatchedPort]) -> None:
         try:
-            with IPRoute() as ipr:
+            with tc.StatsReader() as reader:
                 tick = time.monotonic_ns()
                 while not self._stop.is_set():
                     for p in ports:
-                        now = time.monotonic_ns()
-                        for s in tc.class_stats(ipr, p.ifindex):
-                            self.rows.append((now, p.label, s.classid, s.bytes, s.packets,
-                                              s.drops, s.overlimits, s.backlog_bytes,
-                                              s.backlog_packets))
-                        offered, (enqueued, dropped) = p.offered(), p.queued()
-                        for lane in LANES:
-                            self.lane_rows.append((now, p.label, lane, *offered[lane],
-                                                   *enqueued[lane], *dropped[lane]))
+                        self._sample(reader, p)
                     tick += self.period_ns
                     delay = tick - time.monotonic_ns()
                     if delay > 0:
@@ -86,6 +76,16 @@ class QueuePoller:
                         tick = time.monotonic_ns()  # fell behind: do not burst to catch up
         except BaseException as exc:  # surfaced by stop()
             self.errors.append(exc)
+
+    def _sample(self, reader: tc.StatsReader, p: WatchedPort) -> None:
+        now = time.monotonic_ns()
+        for s in reader.read(p.ifindex):
+            self.rows.append((now, p.label, s.classid, s.bytes, s.packets, s.drops,
+                              s.overlimits, s.backlog_bytes, s.backlog_packets))
+        offered, (enqueued, dropped) = p.offered(), p.queued()
+        for lane in LANES:
+            self.lane_rows.append((now, p.label, lane, *offered[lane], *enqueued[lane],
+                                   *dropped[lane]))
 
     def stop(self) -> None:
         self._stop.set()

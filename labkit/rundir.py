@@ -111,8 +111,28 @@ def provenance() -> dict:
         "bpf_objects": {o.name: sha256_file(o) for o in objects},
         "python": platform.python_version(),
         "packages": {p: version(p) for p in ("pyroute2", "scapy", "polars")},
+        "tools": _tool_versions(),
         "cpus": os.cpu_count(),
     }
+
+
+def _tool_versions() -> dict[str, str]:
+    out = {}
+    for name, argv in (("clang", ["clang", "--version"]), ("bpftool", ["bpftool", "version"]),
+                       ("iproute2", ["ip", "-V"])):
+        try:
+            out[name] = subprocess.run(argv, capture_output=True, text=True,
+                                       timeout=10).stdout.splitlines()[0].strip()
+        except (OSError, IndexError, subprocess.TimeoutExpired):
+            out[name] = "not found"
+    try:
+        from mininet.net import VERSION
+
+        out["mininet"] = VERSION
+    except ImportError:
+        out["mininet"] = "not found"
+    out["libbpf"] = bpf.libbpf_version()
+    return out
 
 
 class RunWriter:

@@ -18,11 +18,15 @@ thread; run them through :meth:`labkit.netns.Netns.run`.
 
 from __future__ import annotations
 
+import os
+import socket
+import struct
 import time
 from dataclasses import dataclass
 
 from pyroute2 import IPRoute
-from pyroute2.netlink.rtnl import tcmsg
+from pyroute2.netlink import NLM_F_DUMP, NLM_F_REQUEST
+from pyroute2.netlink.rtnl import RTM_GETTCLASS, RTM_NEWTCLASS, tcmsg
 
 from labkit.scenario import LANES
 
@@ -95,19 +99,84 @@ class ClassStats:
     backlog_packets: int
 
 
-def class_stats(ipr: IPRoute, index: int) -> list[ClassStats]:
-    """Counters of the leaf classes on interface ``index`` (one netlink dump)."""
-    out = []
-    for msg in ipr.get_classes(index=index):
-        handle = msg["handle"]
-        if handle == PARENT:
-            continue
-        stats2 = msg.get_attr("TCA_STATS2")
-        basic = stats2.get_attr("TCA_STATS_BASIC")
-        queue = stats2.get_attr("TCA_STATS_QUEUE")
-        out.append(ClassStats(handle, basic["bytes"], basic["packets"], queue["drops"],
-                              queue["overlimits"], queue["backlog"], queue["qlen"]))
-    return out
+class StatsReader:
+    """Leaf-class counters of ports, fast enough to poll at 100+ Hz.
+
+    The request is a pyroute2 ``tcmsg`` encoded once; the reply is parsed here with
+    ``struct`` because pyroute2's generic decoder costs about 1 ms per dump, which
+    at 100 Hz on two ports takes a sixth of a core from the emulation itself.
+    Only the TCA_STATS2 attribute (basic and queue stats) is read. Open it in the
+    namespace of the ports (its netlink socket belongs to the opening thread's).
+    """
+
+    NLMSG_ERROR, NLMSG_DONE = 2, 3
+    TCA_STATS2, TCA_STATS_BASIC, TCA_STATS_QUEUE = 7, 1, 3
+    HEADER = struct.Struct("=IHHII")  # struct nlmsghdr
+    TCMSG = struct.Struct("=BxxxiIII")  # struct tcmsg
+    ATTR = struct.Struct("=HH")  # struct rtattr
+
+    def __init__(self):
+        self.sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, socket.NETLINK_ROUTE)
+        self.sock.bind((0, 0))
+        self.seq = 0
+
+    def read(self, index: int) -> list[ClassStats]:
+        self.seq += 1
+        msg = tcmsg.tcmsg()
+        msg["index"] = index
+        msg["header"] = {"type": RTM_GETTCLASS, "flags": NLM_F_REQUEST | NLM_F_DUMP,
+                         "sequence_number": self.seq}
+        msg.encode()
+        self.sock.send(msg.data)
+        out: list[ClassStats] = []
+        while True:
+            data = self.sock.recv(1 << 16)
+            pos = 0
+            while pos + self.HEADER.size <= len(data):
+                length, kind, _, seq, _ = self.HEADER.unpack_from(data, pos)
+                if kind == self.NLMSG_DONE:
+                    return out
+                if kind == self.NLMSG_ERROR:
+                    (err,) = struct.unpack_from("=i", data, pos + self.HEADER.size)
+                    raise OSError(-err, f"class dump of ifindex {index}: {os.strerror(-err)}")
+                if seq == self.seq and kind == RTM_NEWTCLASS:
+                    stats = self._parse(data, pos + self.HEADER.size, pos + length)
+                    if stats and stats.classid != PARENT:
+                        out.append(stats)
+                pos += (length + 3) & ~3
+
+    def _parse(self, data: bytes, pos: int, end: int) -> ClassStats | None:
+        _, _, handle, _, _ = self.TCMSG.unpack_from(data, pos)
+        for kind, start, stop in self._attrs(data, pos + self.TCMSG.size, end):
+            if kind != self.TCA_STATS2:
+                continue
+            basic = queue = None
+            for sub_kind, s, _ in self._attrs(data, start, stop):
+                if sub_kind == self.TCA_STATS_BASIC:
+                    basic = struct.unpack_from("=QI", data, s)
+                elif sub_kind == self.TCA_STATS_QUEUE:
+                    queue = struct.unpack_from("=IIIII", data, s)
+            if basic and queue:
+                qlen, backlog, drops, _requeues, overlimits = queue
+                return ClassStats(handle, basic[0], basic[1], drops, overlimits, backlog, qlen)
+        return None
+
+    def _attrs(self, data: bytes, pos: int, end: int):
+        while pos + self.ATTR.size <= end:
+            length, kind = self.ATTR.unpack_from(data, pos)
+            if length < self.ATTR.size:
+                return
+            yield kind & 0x3FFF, pos + self.ATTR.size, pos + length
+            pos += (length + 3) & ~3
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def __enter__(self) -> StatsReader:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
 
 def wait_for_carrier(ipr: IPRoute, ifnames: list[str], timeout_s: float = 5.0) -> None:
@@ -125,4 +194,4 @@ def wait_for_carrier(ipr: IPRoute, ifnames: list[str], timeout_s: float = 5.0) -
             time.sleep(0.01)
 
 
-__all__ = ["LANES", "LANE_CLASS", "FIFO_CLASS", "PortShape", "shape", "class_stats"]
+__all__ = ["LANES", "LANE_CLASS", "FIFO_CLASS", "PortShape", "shape", "StatsReader"]

@@ -179,6 +179,10 @@ class EventReader:
         self._thread.start()
         return self
 
+    @property
+    def received(self) -> int:
+        return len(self._raw)
+
     def stop(self) -> list[tuple]:
         """(t_ns, stamp_ns, value_ns, len, where, lane, kind, seq) per event."""
         self._stop.set()

@@ -30,16 +30,23 @@ def ping(fabric, src, dst_ip):
 def test_bottleneck_fabric_routes_every_host_pair(fabric_ready):
     t, f = build("bottleneck.yaml", layout="lanes")
     with f:
-        for src, dst in (("g1", "g8"), ("g8", "g1"), ("g4", "st1"), ("st1", "g2")):
+        for src, dst in (("g1", "g8"), ("g8", "g1"), ("g4", "st1"), ("st1", "g2"), ("g1", "g5")):
             rc, out = ping(f, src, t.host_ip(dst))
             assert rc == 0, f"{src} -> {dst}: {out}"
         # lanes on the router ports, one FIFO class on host ports
         uplink = t.port_towards("spine1", "leaf1")
 
         def classes(ifname):
-            with IPRoute() as ipr:
+            with IPRoute() as ipr, tc.StatsReader() as reader:
                 (idx,) = ipr.link_lookup(ifname=ifname)
-                return sorted(s.classid for s in tc.class_stats(ipr, idx))
+                fast = reader.read(idx)
+                reference = [m for m in ipr.get_classes(index=idx) if m["handle"] != tc.PARENT]
+            # the hand-written parser agrees with pyroute2's decoder
+            assert [(s.classid, s.bytes, s.packets) for s in fast] == [
+                (m["handle"], m.get_attr("TCA_STATS2").get_attr("TCA_STATS_BASIC")["bytes"],
+                 m.get_attr("TCA_STATS2").get_attr("TCA_STATS_BASIC")["packets"])
+                for m in reference]
+            return sorted(s.classid for s in fast)
 
         assert f.ns["spine1"].run(classes, uplink.ifname) == sorted(tc.LANE_CLASS.values())
         assert f.ns["g1"].run(classes, "g1-eth0") == [tc.FIFO_CLASS]

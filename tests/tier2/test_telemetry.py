@@ -9,8 +9,6 @@ within ±15 %.
 import statistics
 import time
 
-from pyroute2 import IPRoute
-
 from labkit import scenario, tc, topo
 from labkit.fabric import Fabric
 from labkit.registry import Registry
@@ -37,10 +35,10 @@ FLOOD = ("import socket, sys, time\n"
 def backlog_samples(ifindex: int, seconds: float) -> list[int]:
     """The port's class backlog every 10 ms (run inside the port's namespace)."""
     rows = []
-    with IPRoute() as ipr:
+    with tc.StatsReader() as reader:
         end = time.monotonic() + seconds
         while time.monotonic() < end:
-            rows += [s.backlog_bytes for s in tc.class_stats(ipr, ifindex)]
+            rows += [s.backlog_bytes for s in reader.read(ifindex)]
             time.sleep(0.01)
     return rows
 

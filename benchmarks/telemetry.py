@@ -1,0 +1,132 @@
+"""Telemetry overheads, measured side by side.
+
+* telemetry_throughput_ratio — TCP throughput (iperf3, the C tool) from h1 to h3
+  through router r1 with every probe on (classifier with lane counters, queue
+  tracepoints, latency probe, queue poller, ring-buffer reader) against all off;
+  rounds alternate on/off so noise hits both alike. The port is shaped far above
+  what two cores forward, so the CPU is the limit and any overhead shows.
+* ringbuf_events_per_s — how fast the Python reader drains lk_events, with the
+  kernel producing as fast as BPF_PROG_TEST_RUN can.
+* ringbuf_lost — events lost at the default sampling in a real run of the
+  bottleneck scenario (fifo, 5 s).
+"""
+
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from scapy.layers.inet import IP, UDP
+from scapy.layers.l2 import Ether
+from scapy.packet import Raw
+
+from labkit import bpf, lanes, scenario, topo
+from labkit.capture import QueuePoller, WatchedPort
+from labkit.fabric import Fabric
+from labkit.registry import Registry
+from labkit.telemetry import EventReader, LatencyProbe, QueueProbe
+from labkit.traffic import roce, wire
+
+REPO = Path(__file__).resolve().parent.parent
+ROUNDS, SECONDS = 3, 3
+FAST = {
+    "name": "telemetry-bench",
+    "defaults": {"link": {"rate_mbps": 20000, "mtu": 1500, "buffer_kb": 1024}},
+    "fabric": {"routers": ["r1"], "hosts": {"gpu": {"r1": ["h1", "h3"]}},
+               "bottlenecks": [["r1", "h3"]]},
+    "traffic": [{"kind": "allreduce", "ranks": ["h1", "h3"], "size_bytes": 1024,
+                 "iterations": 1}],
+}
+
+
+def _iperf(f: Fabric, server_ip: str) -> float:
+    client = f.popen("h1", ["iperf3", "-c", server_ip, "-t", str(SECONDS), "-J"], "iperf3",
+                     stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    out, _ = client.communicate(timeout=SECONDS + 20)
+    return json.loads(out)["end"]["sum_received"]["bits_per_second"] / 1e6
+
+
+def throughput_ratio() -> tuple[float, float, float]:
+    sc = scenario.parse(FAST)
+    t = topo.Topology(sc.fabric)
+    on, off = [], []
+    with Fabric(t, Registry("bench-telemetry"), router_layout="lanes") as f:
+        server = f.popen("h3", ["iperf3", "-s"], "iperf3 server", stdout=subprocess.DEVNULL)
+        time.sleep(0.5)
+        port = t.port_towards("r1", "h3")
+        ns, ifindex = f.ns["r1"], f.ifindex[f"r1/{port.ifname}"]
+        h3 = t.ports["h3"][0]
+        for _ in range(ROUNDS):
+            off.append(_iperf(f, t.host_ip("h3")))
+            cls = lanes.Classifier(sc.lanes, "lanes")
+            queues = QueueProbe()
+            latency = LatencyProbe(cls.shared.maps["lk_config"], queues)
+            try:
+                cls.attach(ns, port.ifname, ifindex, watch=True)
+                latency.attach(f.ns["h3"], h3.ifname, f.ifindex[f"h3/{h3.ifname}"])
+                key = f"r1/{port.ifname}"
+                poller = QueuePoller([WatchedPort(ns, port.ifname, ifindex,
+                                                  offered=lambda c=cls, k=key: c.counters(k),
+                                                  queued=queues.watch(ns, ifindex, "p"))])
+                poller.start()
+                reader = EventReader(queues).start()
+                on.append(_iperf(f, t.host_ip("h3")))
+                poller.stop()
+                reader.stop()
+            finally:
+                latency.close()
+                cls.close()
+                queues.close()
+        server.terminate()
+    return statistics.median(on) / statistics.median(off), statistics.median(on), \
+        statistics.median(off)
+
+
+def ringbuf_rate() -> float:
+    payload = bytearray(roce.data_templates(0x101, 64)["middle"])
+    wire.STAMP.pack_into(payload, wire.BTH_LEN, wire.STAMP_MAGIC, 1, time.monotonic_ns())
+    pkt = bytes(Ether() / IP() / UDP(dport=4791) / Raw(bytes(payload)))
+    burst, bursts = 50_000, 10  # a burst fits the 4 MiB ring; the reader drains between
+    with bpf.BpfObject(bpf.object_path("classifier")) as cls:
+        queues = QueueProbe(sample_every=1)
+        latency = LatencyProbe(cls.maps["lk_config"], queues)
+        try:
+            prog = latency.obj.programs[LatencyProbe.PROGRAM]
+            reader = EventReader(queues).start()
+            t0 = time.monotonic()
+            for i in range(bursts):
+                prog.test_run(pkt, repeat=burst)
+                while reader.received < (i + 1) * burst and time.monotonic() - t0 < 60:
+                    time.sleep(0.001)
+            elapsed = time.monotonic() - t0
+            received = len(reader.stop())
+        finally:
+            latency.close()
+            queues.close()
+    return received / elapsed
+
+
+def lost_in_a_real_run() -> int:
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "run"
+        subprocess.run([sys.executable, "-m", "labkit.cli", "run",
+                        str(REPO / "topologies/bottleneck.yaml"), "--policy", "fifo",
+                        "--duration", "5", "--out", str(out)], cwd=REPO, check=True,
+                       capture_output=True)
+        summary = json.loads((out / "summary.json").read_text())
+    return summary["policies"]["fifo"]["telemetry"]["events_lost"]
+
+
+def run() -> list[dict]:
+    ratio, on, off = throughput_ratio()
+    return [
+        {"name": "throughput_telemetry_off_mbps", "value": off, "unit": "Mbit/s", "goal": None},
+        {"name": "throughput_telemetry_on_mbps", "value": on, "unit": "Mbit/s", "goal": None},
+        {"name": "telemetry_throughput_ratio", "value": ratio, "unit": "ratio", "goal": ">= 0.95"},
+        {"name": "ringbuf_events_per_s", "value": ringbuf_rate(), "unit": "events/s",
+         "goal": None},
+        {"name": "ringbuf_lost", "value": lost_in_a_real_run(), "unit": "events", "goal": "<= 0"},
+    ]
