@@ -23,7 +23,8 @@
 
 struct lk_inflight {
 	__u64 t_ns;
-	__u32 idx; /* slot * LK_NR_LANES + lane */
+	__u64 head; /* skb->head: tells this packet from a later one at the same skb address */
+	__u32 idx;  /* slot * LK_NR_LANES + lane */
 	__u32 pad;
 };
 
@@ -119,6 +120,7 @@ int BPF_PROG(lk_qdisc_enqueue, struct Qdisc *q, const struct netdev_queue *txq, 
 		return 0;
 	lk_count(&lk_enqueued, idx, skb);
 	in.t_ns = bpf_ktime_get_ns();
+	in.head = (__u64)BPF_CORE_READ(skb, head);
 	in.idx = idx;
 	bpf_map_update_elem(&lk_inflight, &addr, &in, BPF_ANY);
 	return 0;
@@ -136,6 +138,16 @@ static __always_inline void lk_dequeued(struct sk_buff *skb, __u64 now)
 	in = bpf_map_lookup_elem(&lk_inflight, &addr);
 	if (!in)
 		return;
+	if (in->head != (__u64)BPF_CORE_READ(skb, head)) {
+		/* a stale entry: this packet's enqueue was not seen; count it, time nothing */
+		__u32 unpaired = 2;
+		__u64 *n = bpf_map_lookup_elem(&lk_lost, &unpaired);
+
+		if (n)
+			(*n)++;
+		bpf_map_delete_elem(&lk_inflight, &addr);
+		return;
+	}
 	ev.value_ns = now - in->t_ns;
 	ev.where = in->idx / LK_NR_LANES;
 	ev.lane = in->idx % LK_NR_LANES;

@@ -73,6 +73,7 @@ class PolicyResult:
     histograms: list[tuple] = field(default_factory=list)  # (kind, port, lane, bucket, count)
     events_lost: int = 0
     packets_sampled: int = 0
+    unpaired: int = 0  # dequeues whose enqueue the tracepoint did not report
     bottleneck_ports: list[str] = field(default_factory=list)
     aborted: bool = False
 
@@ -229,7 +230,7 @@ def _collect_telemetry(result: PolicyResult, events: list[tuple], queues: QueueP
             result.latency.append((t_ns, LANES[lane], value, length, stamp, seq))
     result.histograms = ([("sojourn", *row) for row in queues.histograms()] +
                          [("latency", "", *row) for row in latency.histograms()])
-    result.events_lost, result.packets_sampled = queues.delivery()
+    result.events_lost, result.packets_sampled, result.unpaired = queues.delivery()
 
 
 def _drive(result: PolicyResult, ring: list[_Agent], storage: list[_Agent],
@@ -332,5 +333,6 @@ def summary_meta(sc: Scenario, topo: Topology, run_id: str, results: list[Policy
             "ranks": len(ranks), "ring_link_mbps": ring_link, "ports": ports,
             "telemetry": {r.policy: {"sample_every": DEFAULT_SAMPLE_EVERY,
                                      "events_lost": r.events_lost,
-                                     "packets_considered": r.packets_sampled}
+                                     "packets_considered": r.packets_sampled,
+                                     "dequeues_unpaired": r.unpaired}
                           for r in results}}

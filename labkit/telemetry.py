@@ -107,9 +107,10 @@ class QueueProbe:
                 rows += [(port, lane, b, n) for b, n in enumerate(counts) if n]
         return rows
 
-    def delivery(self) -> tuple[int, int]:
-        """(events lost because the ring buffer was full, packets considered for sampling)."""
-        per_cpu = [self.obj.maps["lk_lost"].lookup(k) for k in (0, 1)]
+    def delivery(self) -> tuple[int, int, int]:
+        """(events lost because the ring buffer was full, packets considered for sampling,
+        dequeues whose enqueue the tracepoint did not report, so no sojourn was taken)."""
+        per_cpu = [self.obj.maps["lk_lost"].lookup(k) for k in (0, 1, 2)]
         return tuple(sum(int.from_bytes(v, "little") for v in cpu) for cpu in per_cpu)
 
     def pin(self, directory: Path) -> None:

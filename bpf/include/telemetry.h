@@ -26,10 +26,11 @@ struct {
 	__type(value, struct lk_telemetry_config);
 } lk_telemetry SEC(".maps");
 
-/* [0]: events lost because the ring buffer was full; [1]: packets sampled */
+/* [0]: events lost because the ring buffer was full; [1]: packets considered for
+ * sampling; [2]: dequeues whose enqueue was not seen (no sojourn taken) */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 2);
+	__uint(max_entries, 3);
 	__type(key, __u32);
 	__type(value, __u64);
 } lk_lost SEC(".maps");

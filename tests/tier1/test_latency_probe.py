@@ -56,7 +56,7 @@ def test_stamped_packets_give_their_age_per_lane(probe):
         assert 1_500_000 <= value_ns < 2_000_000 and t_ns - stamp_ns == value_ns
     hist = {(lane, b): n for lane, b, n in latency.histograms()}
     assert hist == {("vip", 20): 4}  # 1.5 ms lies in [2^20, 2^21) ns
-    assert queues.delivery() == (0, 4)
+    assert queues.delivery() == (0, 4, 0)
 
 
 @pytest.mark.parametrize("pkt", [
