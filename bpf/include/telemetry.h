@@ -57,7 +57,11 @@ static __always_inline void lk_hist_add(void *hists, __u32 idx, __u64 value_ns)
 		h->buckets[b]++;
 }
 
-/* Every sample_every-th call (per CPU) sends an event; lost ones are counted. */
+/*
+ * Send one packet in sample_every to userspace; lost events are counted. A stamped
+ * packet is chosen by its seq, so every probe picks the same packets and their
+ * records join; other packets by a per-CPU count.
+ */
 static __always_inline void lk_sample(const struct lk_event *ev)
 {
 	struct lk_telemetry_config *cfg;
@@ -69,7 +73,8 @@ static __always_inline void lk_sample(const struct lk_event *ev)
 	seen = bpf_map_lookup_elem(&lk_lost, &one);
 	if (!cfg || !seen || !cfg->sample_every)
 		return;
-	if ((*seen)++ % cfg->sample_every)
+	(*seen)++;
+	if ((ev->seq ? ev->seq : *seen) % cfg->sample_every)
 		return;
 	out = bpf_ringbuf_reserve(&lk_events, sizeof(*out), 0);
 	if (!out) {
