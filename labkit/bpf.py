@@ -517,6 +517,18 @@ class TcAttachment:
             raise BpfError(f"tc detach from ifindex {self.ifindex}", ret)
 
 
+def detach_all(attachments: list) -> None:
+    """Detach (namespace, TcAttachment) pairs whose namespace is still open, and forget
+    them; a namespace that is going away takes its filters with it anyway."""
+    for ns, attachment in attachments:
+        if ns.fd >= 0:
+            try:
+                ns.run(attachment.detach)
+            except (BpfError, OSError):
+                pass
+    attachments.clear()
+
+
 def tc_attach(program: Program, ifindex: int, egress: bool = True) -> TcAttachment:
     """Attach ``program`` as a direct-action filter on the clsact hook of ``ifindex``.
 

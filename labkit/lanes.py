@@ -144,13 +144,7 @@ class Classifier:
 
     def close(self) -> None:
         """Detach every filter (namespaces still alive) and release the objects."""
-        for ns, attachment in self.attachments:
-            if ns.fd >= 0:
-                try:
-                    ns.run(attachment.detach)
-                except (bpf.BpfError, OSError):
-                    pass  # the namespace is going away anyway
-        self.attachments.clear()
+        bpf.detach_all(self.attachments)
         for obj in self.watched.values():
             obj.close()
         self.watched.clear()

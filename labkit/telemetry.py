@@ -153,13 +153,7 @@ class LatencyProbe:
         return rows
 
     def close(self) -> None:
-        for ns, attachment in self.attachments:
-            if ns.fd >= 0:
-                try:
-                    ns.run(attachment.detach)
-                except (bpf.BpfError, OSError):
-                    pass
-        self.attachments.clear()
+        bpf.detach_all(self.attachments)
         self.obj.close()
 
 
