@@ -9,13 +9,13 @@ import json
 import sys
 from pathlib import Path
 
-from benchmarks import classifier, telemetry
+from benchmarks import classifier, sender, telemetry
 
 OUT = Path(__file__).resolve().parent.parent / "data" / "bench" / "latest.json"
 
 
 def main() -> int:
-    records = classifier.run() + telemetry.run()
+    records = classifier.run() + telemetry.run() + sender.run()
     width = max(len(r["name"]) for r in records)
     failed = 0
     for r in records:

@@ -14,7 +14,8 @@ CLOCK_MONOTONIC instant shared by all namespaces), prints ``OP <k>`` as each op
 completes here, writes its results JSON, prints ``DONE`` and exits. SIGTERM
 ends it early; the results written then cover the ops completed.
 
-Standard library only (plus :mod:`labkit.traffic.wire`): agents start fast.
+Standard library only (plus :mod:`labkit.traffic.wire` and :mod:`labkit.traffic.sender`):
+agents start fast.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import sys
 import time
 
 from labkit.traffic import wire
+from labkit.traffic.sender import BatchSender
 
 SO_RCVBUFFORCE = 33
 IP_MTU_DISCOVER, IP_PMTUDISC_DO = 10, 2  # <linux/in.h>; not exported by Python 3.11
@@ -35,16 +37,15 @@ RCVBUF_BYTES = 16 << 20
 SNDBUF_BYTES = 128 << 10
 MIN_RTO_NS = 20_000_000
 MAX_RTO_NS = 1_000_000_000
-SEND_BURST = 32  # packets sent before looking at the receive side again
+SEND_BURST = 32  # packets per sendmmsg, between looks at the receive side
 PSN_AT = slice(wire.PSN, wire.PSN + 3)
 
 
 class Sender:
     """The send side of this rank's queue pair towards its right-hand neighbour."""
 
-    def __init__(self, cfg: dict, sock: socket.socket):
-        self.sock = sock
-        self.dest = (cfg["right_ip"], wire.ROCEV2_PORT)
+    def __init__(self, cfg: dict, out: BatchSender):
+        self.out = out  # sendmmsg batches towards the right-hand neighbour
         self.mtu = cfg["payload_bytes"]
         self.templates = {k: bytearray.fromhex(v) for k, v in cfg["templates"].items()}
         self.packets: list[tuple[bytearray, int]] = []  # (buffer, stamp offset or -1) per PSN
@@ -89,24 +90,23 @@ class Sender:
         return self.base >= len(self.packets)
 
     def send_some(self, now: int) -> bool:
-        """Send up to SEND_BURST packets; False when the socket would block."""
-        packets, sendto, dest = self.packets, self.sock.sendto, self.dest
-        psn, stop = self.next, min(len(packets), self.next + SEND_BURST)
-        blocked = False
+        """Send the next batch of packets in one sendmmsg; False when the socket took
+        less than all of them (it is full: wait until it drains)."""
+        packets, out = self.packets, self.out
+        first = self.next
+        stop = min(len(packets), first + out.batch)
         stamp, seq_base, clock = wire.STAMP.pack_into, self.seq_base, time.monotonic_ns
-        while psn < stop:
+        for psn in range(first, stop):
             buf, stamp_at = packets[psn]
-            buf[PSN_AT] = (psn & wire.PSN_MASK).to_bytes(3, "big")
+            slot = out.slot(buf)
+            slot[PSN_AT] = (psn & wire.PSN_MASK).to_bytes(3, "big")
             if stamp_at >= 0:  # for one-way latency at the receiver (bpf/latency.bpf.c)
-                stamp(buf, stamp_at, wire.STAMP_MAGIC, seq_base | psn & wire.PSN_MASK, clock())
-            try:
-                sendto(buf, dest)
-            except BlockingIOError:
-                blocked = True
-                break
-            psn += 1
-            if psn in self.ends:
-                self.sent_at.setdefault(psn, now)
+                stamp(slot, stamp_at, wire.STAMP_MAGIC, seq_base | psn & wire.PSN_MASK, clock())
+        psn = first + out.flush()
+        blocked = psn < stop
+        for end in range(first + 1, psn + 1):
+            if end in self.ends:
+                self.sent_at.setdefault(end, now)
         if psn < self.high:
             self.retransmits += psn - self.next
         else:
@@ -220,7 +220,9 @@ def run(cfg: dict, stdin, stdout) -> dict:
     tx.bind(("0.0.0.0", cfg["sport"]))
     tx.setblocking(False)
 
-    sender, receiver = Sender(cfg, tx), Receiver(cfg, rx)
+    out = BatchSender(tx, (cfg["right_ip"], wire.ROCEV2_PORT), batch=SEND_BURST,
+                      slot_bytes=max(len(t) for t in cfg["templates"].values()) // 2)
+    sender, receiver = Sender(cfg, out), Receiver(cfg, rx)
     print("READY", file=stdout, flush=True)
     line = stdin.readline().split()
     if not line or line[0] != "GO":

@@ -1,7 +1,8 @@
 """The RC-style transport of the ring agent, driven packet by packet.
 
-A recording stand-in for the UDP socket lets these tests see every packet the
-protocol logic emits; the real sockets are exercised end to end in tier 2.
+Recording stand-ins for the UDP socket (receiver) and the sendmmsg batcher
+(sender) let these tests see every packet the protocol logic emits; the real
+sockets are exercised end to end in tier 2.
 """
 
 import time
@@ -10,16 +11,30 @@ from labkit.traffic import ring, roce, wire
 
 
 class Wire:
-    """Records datagrams instead of sending them; can refuse (a full socket)."""
+    """Records datagrams instead of sending them; can refuse (a full socket). Speaks
+    both the socket's ``sendto`` and the BatchSender's ``slot``/``flush``."""
+
+    batch = 32
 
     def __init__(self, room: int = 10**9):
         self.sent: list[bytes] = []
         self.room = room
+        self.slots: list[bytearray] = []
 
     def sendto(self, buf, dest):
         if len(self.sent) >= self.room:
             raise BlockingIOError
         self.sent.append(bytes(buf))
+
+    def slot(self, data):
+        self.slots.append(bytearray(data))
+        return memoryview(self.slots[-1])
+
+    def flush(self):
+        took = self.slots[:max(0, self.room - len(self.sent))]
+        self.sent += [bytes(s) for s in took]
+        self.slots = []
+        return len(took)
 
 
 def cfg(payload=1024):
