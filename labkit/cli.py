@@ -37,6 +37,11 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--seed", type=int, help="override the scenario's seed")
     run.add_argument("--duration", type=float, metavar="S",
                      help="cap each policy's traffic at S seconds")
+    run.add_argument("--pcap", action="append", default=[], metavar="LINK",
+                     help="capture LINK (e.g. leaf1-spine1) to <out>/<policy>/LINK.pcap "
+                          "(repeatable)")
+    run.add_argument("--pcap-snaplen", type=int, default=0, metavar="BYTES",
+                     help="bytes kept per captured packet (default: whole packets)")
     report = sub.add_parser("report", help="print the summary of a recorded run")
     report.add_argument("run_dir", type=Path)
     sub.add_parser("runs", help="list recorded runs with their status and size")
@@ -92,6 +97,7 @@ def _preflight() -> str | None:
 
 def cmd_run(args) -> int:
     from labkit import analysis, experiment, registry, rundir, topo
+    from labkit.pcap import PcapRequest, check_links
 
     sc = scenario_mod.load(args.scenario)
     policies = (scenario_mod.check_policies(args.policy, str(args.scenario)) if args.policy
@@ -101,6 +107,13 @@ def cmd_run(args) -> int:
     if args.duration is not None and args.duration <= 0:
         err.print(f"[red]error:[/] --duration: must be > 0 seconds, got {args.duration}")
         return 2
+    topology = topo.Topology(sc.fabric)
+    try:
+        check_links(topology, args.pcap)
+    except KeyError as exc:
+        err.print(f"[red]error:[/] --pcap: {exc.args[0]}")
+        return 2
+    pcap = PcapRequest(tuple(args.pcap), args.pcap_snaplen) if args.pcap else None
     if problem := _preflight():
         err.print(f"[red]error:[/] {problem}")
         return 1
@@ -112,7 +125,6 @@ def cmd_run(args) -> int:
         err.print(f"[red]error:[/] {exc}")
         return 2
     reg = registry.Registry(run_id)
-    topology = topo.Topology(sc.fabric)
     writer.write_manifest(run_id=run_id, scenario=sc.to_dict(), scenario_sha256=sc.sha256,
                           policies=list(policies), seed=sc.seed, duration_s=args.duration,
                           start_time=rundir._now(), argv=sys.argv, **rundir.provenance())
@@ -131,7 +143,8 @@ def cmd_run(args) -> int:
 
                 result = experiment.run_policy(sc, topology, policy, reg,
                                                writer.agents_dir / policy,
-                                               duration_s=args.duration, progress=tick)
+                                               duration_s=args.duration, progress=tick,
+                                               pcap=pcap, pcap_dir=writer.tmp / policy)
                 results.append(result)
                 progress.update(task, description=f"{policy:<9} done",
                                 completed=len({o["op"] for o in result.ops}))

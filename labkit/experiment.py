@@ -32,6 +32,7 @@ from labkit import bpf
 from labkit.capture import CpuSampler, QueuePoller, WatchedPort
 from labkit.fabric import Fabric
 from labkit.lanes import Classifier
+from labkit.pcap import PacketCapture, PcapRequest
 from labkit.registry import Registry
 from labkit.scenario import LANES, Scenario
 from labkit.telemetry import (
@@ -42,7 +43,7 @@ from labkit.telemetry import (
     QueueProbe,
 )
 from labkit.topo import Topology
-from labkit.traffic import roce, wire
+from labkit.traffic import nvme, roce, wire
 
 LAYOUT = {"isolated": "fifo", "fifo": "fifo", "priority": "lanes"}
 WITH_STORAGE = {"isolated": False, "fifo": True, "priority": True}
@@ -50,6 +51,7 @@ ROCE_MTUS = (4096, 2048, 1024, 512, 256)
 HEADERS = 20 + 8 + wire.BTH_LEN + wire.RETH_LEN + wire.ICRC_LEN  # IPv4 + UDP + RoCE
 READY_TIMEOUT_S = 30
 STORAGE_WARMUP_S = 1.0
+STORAGE_IO_BYTES = 128 * 1024
 
 
 class AgentError(RuntimeError):
@@ -152,11 +154,12 @@ def _await_lines(agents: list[_Agent], word: str, timeout_s: float,
 
 
 def run_policy(sc: Scenario, topo: Topology, policy: str, registry: Registry, workdir: Path,
-               duration_s: float | None = None, progress: Callable[[int], None] | None = None
-               ) -> PolicyResult:
+               duration_s: float | None = None, progress: Callable[[int], None] | None = None,
+               pcap: PcapRequest | None = None, pcap_dir: Path | None = None) -> PolicyResult:
     """Build a fresh fabric, run the scenario's traffic under ``policy``, tear down.
 
-    ``progress(n)`` is called as the n-th op completes on the first rank.
+    ``progress(n)`` is called as the n-th op completes on the first rank; ``pcap``
+    names links to capture into ``pcap_dir``.
     """
     layout = LAYOUT[policy]
     result = PolicyResult(policy)
@@ -181,12 +184,15 @@ def run_policy(sc: Scenario, topo: Topology, policy: str, registry: Registry, wo
         storage = _start_storage(sc, topo, fabric, workdir) if WITH_STORAGE[policy] else []
         agents = ring + storage
         _await_lines(agents, "READY", READY_TIMEOUT_S)
+        capture = PacketCapture(fabric, topo, pcap, pcap_dir).start() if pcap else None
         events = EventReader(queues).start()
         try:
             _drive(result, ring, storage, watched, duration_s, sc.allreduce.iterations,
                    progress)
         finally:
             _collect_telemetry(result, events.stop(), queues, latency)
+            if capture:
+                capture.stop()
         _collect(result, ring, storage)
         return result
     finally:
@@ -276,7 +282,8 @@ def _start_ring(sc: Scenario, topo: Topology, fabric: Fabric, workdir: Path,
         cfg = {
             "rank": i, "n": n, "size_bytes": ar.size_bytes, "iterations": ar.iterations,
             "compute_ms": ar.compute_ms, "duration_s": duration_s,
-            "left_ip": topo.host_ip(left), "right_ip": topo.host_ip(right),
+            "ip": topo.host_ip(host), "left_ip": topo.host_ip(left),
+            "right_ip": topo.host_ip(right),
             "sport": rng.randrange(49152, 65536), "payload_bytes": payload,
             "templates": {k: v.hex() for k, v in
                           roce.data_templates(qpn[(i + 1) % n], payload).items()},
@@ -292,7 +299,9 @@ def _start_storage(sc: Scenario, topo: Topology, fabric: Fabric, workdir: Path) 
     agents = []
     for st in sc.storage:
         pacing = int(st.offered_load * rate_mbps * 1e6 / 8 / len(st.clients))
-        common = {"pattern": st.pattern, "port": st.port, "pacing_bytes_per_s": pacing}
+        common = {"pattern": st.pattern, "port": st.port, "pacing_bytes_per_s": pacing,
+                  "io_bytes": STORAGE_IO_BYTES,
+                  "templates": {k: v.hex() for k, v in nvme.templates(STORAGE_IO_BYTES).items()}}
         agents.append(_Agent(fabric, st.server, "labkit.traffic.storage",
                              {**common, "mode": "server"}, workdir, "storage"))
         for client in st.clients:

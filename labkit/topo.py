@@ -133,6 +133,16 @@ class Topology:
                              and dist[p.peer][b] == dist[here][b] - 1))
         return path + [dst]
 
+    def link_port(self, name: str) -> Port:
+        """The port of the first-named node of the link called ``name`` ("a-b" or "b-a")."""
+        for pa, pb in self.links:
+            if name == f"{pa.node}-{pb.node}":
+                return pa
+            if name == f"{pb.node}-{pa.node}":
+                return pb
+        known = ", ".join(f"{pa.node}-{pb.node}" for pa, pb in self.links)
+        raise KeyError(f"no link {name!r} in this fabric (links: {known})")
+
     def links_on_path(self, src: str, dst: str) -> list[LinkSpec]:
         nodes = self.path(src, dst)
         return [self.port_towards(x, y).link for x, y in zip(nodes, nodes[1:], strict=False)]

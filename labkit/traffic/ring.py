@@ -39,6 +39,7 @@ MIN_RTO_NS = 20_000_000
 MAX_RTO_NS = 1_000_000_000
 SEND_BURST = 32  # packets per sendmmsg, between looks at the receive side
 PSN_AT = slice(wire.PSN, wire.PSN + 3)
+RETH_DLEN = wire.BTH_LEN + 12  # RETH: virtual address (8), R_Key (4), DMA length (4)
 
 
 class Sender:
@@ -46,6 +47,7 @@ class Sender:
 
     def __init__(self, cfg: dict, out: BatchSender):
         self.out = out  # sendmmsg batches towards the right-hand neighbour
+        self.icrc = wire.Icrc(cfg["ip"], cfg["right_ip"], cfg["sport"])
         self.mtu = cfg["payload_bytes"]
         self.templates = {k: bytearray.fromhex(v) for k, v in cfg["templates"].items()}
         self.packets: list[tuple[bytearray, int]] = []  # (buffer, stamp offset or -1) per PSN
@@ -76,6 +78,9 @@ class Sender:
                     else "last" if i == count - 1 else "middle")
             buf = self.templates[kind]
             size = nbytes - i * self.mtu
+            if kind in ("first", "only"):  # the RETH carries the message's length
+                buf = bytearray(buf)
+                buf[RETH_DLEN:RETH_DLEN + 4] = nbytes.to_bytes(4, "big")
             if size < self.mtu:
                 head = len(buf) - self.mtu - wire.ICRC_LEN
                 buf = buf[:head + size] + bytes(wire.ICRC_LEN)
@@ -102,6 +107,7 @@ class Sender:
             slot[PSN_AT] = (psn & wire.PSN_MASK).to_bytes(3, "big")
             if stamp_at >= 0:  # for one-way latency at the receiver (bpf/latency.bpf.c)
                 stamp(slot, stamp_at, wire.STAMP_MAGIC, seq_base | psn & wire.PSN_MASK, clock())
+            self.icrc.put(slot)
         psn = first + out.flush()
         blocked = psn < stop
         for end in range(first + 1, psn + 1):
@@ -166,6 +172,7 @@ class Receiver:
     def __init__(self, cfg: dict, sock: socket.socket):
         self.sock = sock
         self.dest = (cfg["left_ip"], wire.ROCEV2_PORT)
+        self.icrc = wire.Icrc(cfg["ip"], cfg["left_ip"], wire.ROCEV2_PORT)
         self.ack = bytearray.fromhex(cfg["ack_template"])
         self.nak = bytearray.fromhex(cfg["nak_template"])
         self.expected = 0
@@ -194,6 +201,7 @@ class Receiver:
 
     def _reply(self, template: bytearray, psn: int) -> None:
         template[wire.PSN:wire.PSN + 3] = (psn & wire.PSN_MASK).to_bytes(3, "big")
+        self.icrc.put(template)
         try:
             self.sock.sendto(template, self.dest)
         except BlockingIOError:
@@ -209,6 +217,8 @@ def run(cfg: dict, stdin, stdout) -> dict:
 
     rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     rx.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, RCVBUF_BYTES)
+    # ACKs and NAKs leave from rx: DF set and no IP ID, as wire.Icrc expects
+    rx.setsockopt(socket.IPPROTO_IP, IP_MTU_DISCOVER, IP_PMTUDISC_DO)
     rx.bind(("0.0.0.0", wire.ROCEV2_PORT))
     rx.setblocking(False)
     tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)

@@ -5,8 +5,8 @@ transport header) is defined here in the same style. Templates are built once
 per queue pair, as bytes of the UDP payload (BTH onwards, ICRC field last);
 agents patch the PSN in place and never build packets on the hot path.
 
-The ICRC field is left zero here: with kernel-built IP headers a valid ICRC
-needs per-packet computation, which the traffic generator issue adds.
+The ICRC field is left zero here; senders compute it per packet, over the headers
+the kernel writes (:class:`labkit.traffic.wire.Icrc`).
 """
 
 from __future__ import annotations

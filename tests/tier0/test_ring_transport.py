@@ -7,6 +7,9 @@ sockets are exercised end to end in tier 2.
 
 import time
 
+from scapy.contrib.roce import BTH
+from scapy.layers.inet import IP, UDP
+
 from labkit.traffic import ring, roce, wire
 
 
@@ -38,7 +41,8 @@ class Wire:
 
 
 def cfg(payload=1024):
-    return {"rank": 3, "right_ip": "10.0.2.2", "left_ip": "10.0.8.2", "payload_bytes": payload,
+    return {"rank": 3, "ip": "10.0.1.2", "sport": 50000, "right_ip": "10.0.2.2",
+            "left_ip": "10.0.8.2", "payload_bytes": payload,
             "templates": {k: v.hex() for k, v in roce.data_templates(7, payload).items()},
             "ack_template": roce.ack_template(6).hex(),
             "nak_template": roce.ack_template(6, wire.SYNDROME_NAK_PSN).hex()}
@@ -76,6 +80,19 @@ def test_every_data_packet_carries_a_fresh_stamp():
         assert magic == wire.STAMP_MAGIC and seq == (3 << 24 | i)
         assert before <= t_ns <= time.monotonic_ns()
     assert wire.STAMP_MAGIC not in wire.STAMP.unpack_from(out.sent[3].ljust(64, b"\0"), 28)
+
+
+def test_packets_carry_a_valid_icrc():
+    out = Wire()
+    s = ring.Sender(cfg(1024), out)
+    s.enqueue(2500)
+    while s.pending():
+        s.send_some(now=1)
+    for pkt in out.sent:  # scapy computes the ICRC over the packet as the kernel sends it
+        ip = IP(src="10.0.1.2", dst="10.0.2.2", id=0, flags="DF", ttl=61, tos=0x68)
+        rebuilt = IP(bytes(ip / UDP(sport=50000, dport=4791) / BTH(pkt)))
+        rebuilt[BTH].icrc = None
+        assert bytes(rebuilt)[-4:] == pkt[-4:]
 
 
 def test_receiver_acks_messages_and_naks_a_gap_once():
