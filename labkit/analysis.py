@@ -23,10 +23,11 @@ CPU_BOUND_BUSY = 0.90  # mean machine-wide CPU busy fraction that flags a run as
 
 
 def op_times(collectives: pl.DataFrame) -> pl.DataFrame:
-    """One row per (policy, op): start, end and duration in ms."""
+    """One row per (policy, op): start, end, duration in ms, and chunks found wrong."""
     return (
         collectives.group_by("policy", "op")
-        .agg(pl.col("start_ns").min(), pl.col("end_ns").max(), pl.len().alias("ranks"))
+        .agg(pl.col("start_ns").min(), pl.col("end_ns").max(), pl.len().alias("ranks"),
+             pl.col("wrong").sum())
         .with_columns(((pl.col("end_ns") - pl.col("start_ns")) / 1e6).alias("ms"))
         .sort("policy", "op")
     )
@@ -59,7 +60,7 @@ def allreduce(ops: pl.DataFrame, size_bytes: int, ranks: int) -> dict:
     algbw = size_bytes * 8 / mean_s / 1e6
     return {"ops": ops.height, "p50_ms": _quantile(ms, 0.5), "p99_ms": _quantile(ms, 0.99),
             "mean_ms": float(ms.mean()), "algbw_mbps": algbw,
-            "busbw_mbps": algbw * 2 * (ranks - 1) / ranks}
+            "busbw_mbps": algbw * 2 * (ranks - 1) / ranks, "wrong": int(ops["wrong"].sum())}
 
 
 def goodput_mbps(flows: pl.DataFrame, start: int, end: int) -> float:

@@ -42,6 +42,18 @@ def main(argv: list[str] | None = None) -> int:
                           "(repeatable)")
     run.add_argument("--pcap-snaplen", type=int, default=0, metavar="BYTES",
                      help="bytes kept per captured packet (default: whole packets)")
+    sweep = sub.add_parser("sweep", help="a collective's bandwidth across sizes (nccl-tests)")
+    sweep.add_argument("scenario", type=Path)
+    sweep.add_argument("--op", default="all_reduce", choices=("all_reduce", "all_gather",
+                                                              "reduce_scatter", "all_to_all",
+                                                              "broadcast"))
+    sweep.add_argument("--algo", default="ring",
+                       help="ring, tree, halving_doubling, pairwise (by op)")
+    sweep.add_argument("-b", "--minbytes", default="64K")
+    sweep.add_argument("-e", "--maxbytes", default="8M")
+    sweep.add_argument("-f", "--stepfactor", type=int, default=2)
+    sweep.add_argument("-n", "--iters", type=int, default=10)
+    sweep.add_argument("--out", type=Path, help="write DIR/sweep.csv and DIR/sweep.json")
     report = sub.add_parser("report", help="print the summary of a recorded run")
     report.add_argument("run_dir", type=Path)
     sub.add_parser("runs", help="list recorded runs with their status and size")
@@ -49,8 +61,8 @@ def main(argv: list[str] | None = None) -> int:
     clean.add_argument("--dry-run", action="store_true")
     args = parser.parse_args(argv)
     try:
-        return {"doctor": cmd_doctor, "run": cmd_run, "report": cmd_report, "runs": cmd_runs,
-                "clean": cmd_clean}[args.command](args)
+        return {"doctor": cmd_doctor, "run": cmd_run, "sweep": cmd_sweep, "report": cmd_report,
+                "runs": cmd_runs, "clean": cmd_clean}[args.command](args)
     except scenario_mod.ScenarioError as exc:
         err.print(f"[red]error:[/] {exc}", highlight=False)
         return 2
@@ -167,6 +179,57 @@ def cmd_run(args) -> int:
     _print_summary(summary)
     console.print(f"\nrun recorded in [bold]{path}[/]")
     return 0
+
+
+def cmd_sweep(args) -> int:
+    from labkit import registry, rundir, sweep
+    from labkit.traffic import schedules
+
+    sc = scenario_mod.load(args.scenario)
+    try:
+        size_list = sweep.sizes(scenario_mod.parse_size(args.minbytes, "-b"),
+                                scenario_mod.parse_size(args.maxbytes, "-e"), args.stepfactor)
+        schedules.schedule(args.op, args.algo, len(sc.allreduce.ranks), 0, size_list[0])
+        if args.iters < 1:
+            raise ValueError("-n must be at least 1")
+    except ValueError as exc:
+        err.print(f"[red]error:[/] {exc}", highlight=False)
+        return 2
+    if problem := _preflight():
+        err.print(f"[red]error:[/] {problem}")
+        return 1
+    run_id = rundir.new_run_id(f"sweep-{sc.name}")
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, _raise_interrupt)
+    console.print(f"# labkit sweep: {args.op} ({args.algo}) over {len(sc.allreduce.ranks)} "
+                  f"ranks of {sc.name}, {args.iters} timed ops per size", highlight=False)
+    console.print(sweep.HEADER, highlight=False)
+    try:
+        with registry.RunLock(run_id), _temporary_dir() as work:
+            rows = sweep.run(sc, args.op, args.algo, size_list, args.iters,
+                             registry.Registry(run_id), Path(work),
+                             on_row=lambda r: console.print(r.line(), highlight=False))
+    except registry.RunLockedError as exc:
+        err.print(f"[red]error:[/] {exc}")
+        return 1
+    wrong = sum(r.wrong for r in rows)
+    console.print(f"# out of bounds values : {wrong} {'OK' if not wrong else 'FAILED'}")
+    console.print(f"# avg bus bandwidth    : {sum(r.busbw_mbps for r in rows) / len(rows):.2f} "
+                  f"Mbit/s (links: {rows[0].link_mbps:g} Mbit/s)")
+    if args.out:
+        try:
+            sweep.write(rows, args.out)
+        except FileExistsError as exc:
+            err.print(f"[red]error:[/] {exc}")
+            return 1
+        console.print(f"written to {args.out}/sweep.csv and sweep.json")
+    return 0 if not wrong else 1
+
+
+def _temporary_dir():
+    import tempfile
+
+    return tempfile.TemporaryDirectory(prefix="labkit-sweep-")
 
 
 _stopping = []

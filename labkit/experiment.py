@@ -180,7 +180,9 @@ def run_policy(sc: Scenario, topo: Topology, policy: str, registry: Registry, wo
         queues.pin(pins)
 
         rng = random.Random(f"{sc.seed}/{policy}")
-        ring = _start_ring(sc, topo, fabric, workdir, rng, duration_s)
+        ar = sc.allreduce
+        ring = start_collective(fabric, topo, ar.ranks, "all_reduce", ar.algo, ar.size_bytes,
+                                ar.iterations, ar.compute_ms, workdir, rng, duration_s)
         storage = _start_storage(sc, topo, fabric, workdir) if WITH_STORAGE[policy] else []
         agents = ring + storage
         _await_lines(agents, "READY", READY_TIMEOUT_S)
@@ -268,30 +270,25 @@ def _drive(result: PolicyResult, ring: list[_Agent], storage: list[_Agent],
         result.queue, result.lanes, result.cpu = poller.rows, poller.lane_rows, cpu.stop()
 
 
-def _start_ring(sc: Scenario, topo: Topology, fabric: Fabric, workdir: Path,
-                rng: random.Random, duration_s: float | None) -> list[_Agent]:
-    ar = sc.allreduce
-    n = len(ar.ranks)
-    mtu = min(link.mtu for i, r in enumerate(ar.ranks)
-              for link in topo.links_on_path(r, ar.ranks[(i + 1) % n]))
-    payload = roce_payload_bytes(mtu)
-    qpn = [0x100 + i for i in range(n)]
-    agents = []
-    for i, host in enumerate(ar.ranks):
-        left, right = ar.ranks[(i - 1) % n], ar.ranks[(i + 1) % n]
-        cfg = {
-            "rank": i, "n": n, "size_bytes": ar.size_bytes, "iterations": ar.iterations,
-            "compute_ms": ar.compute_ms, "duration_s": duration_s,
-            "ip": topo.host_ip(host), "left_ip": topo.host_ip(left),
-            "right_ip": topo.host_ip(right),
-            "sport": rng.randrange(49152, 65536), "payload_bytes": payload,
-            "templates": {k: v.hex() for k, v in
-                          roce.data_templates(qpn[(i + 1) % n], payload).items()},
-            "ack_template": roce.ack_template(qpn[(i - 1) % n]).hex(),
-            "nak_template": roce.ack_template(qpn[(i - 1) % n], wire.SYNDROME_NAK_PSN).hex(),
-        }
-        agents.append(_Agent(fabric, host, "labkit.traffic.ring", cfg, workdir, "ring"))
-    return agents
+def start_collective(fabric: Fabric, topo: Topology, ranks: tuple[str, ...], op: str, algo: str,
+                     size_bytes: int, iterations: int, compute_ms: float, workdir: Path,
+                     rng: random.Random, duration_s: float | None = None) -> list[_Agent]:
+    """One collective agent per rank (``labkit.traffic.collective``), not yet started."""
+    n = len(ranks)
+    workdir.mkdir(parents=True, exist_ok=True)
+    payload = roce_payload_bytes(min(link.mtu for link in topo.fabric.links))
+    common = {
+        "n": n, "op": op, "algo": algo, "size_bytes": size_bytes, "iterations": iterations,
+        "compute_ms": compute_ms, "duration_s": duration_s, "payload_bytes": payload,
+        "peers": {i: topo.host_ip(h) for i, h in enumerate(ranks)},
+        "sport_base": rng.randrange(49152, 65536 - n),
+        "templates": {k: v.hex() for k, v in roce.data_templates(0, payload).items()},
+        "ack_template": roce.ack_template(0).hex(),
+        "nak_template": roce.ack_template(0, wire.SYNDROME_NAK_PSN).hex(),
+    }
+    return [_Agent(fabric, host, "labkit.traffic.collective",
+                   {**common, "rank": i, "ip": topo.host_ip(host)}, workdir, "collective")
+            for i, host in enumerate(ranks)]
 
 
 def _start_storage(sc: Scenario, topo: Topology, fabric: Fabric, workdir: Path) -> list[_Agent]:
@@ -310,6 +307,16 @@ def _start_storage(sc: Scenario, topo: Topology, fabric: Fabric, workdir: Path) 
                                   "server_ip": topo.host_ip(st.server)},
                                  workdir, "storage"))
     return agents
+
+
+def run_agents(agents: list[_Agent], iterations: int) -> list[dict]:
+    """Start collective agents together, wait for them, return their ops."""
+    _await_lines(agents, "READY", READY_TIMEOUT_S)
+    t0 = time.monotonic_ns() + 50_000_000
+    for a in agents:
+        a.send(f"GO {t0}")
+    _await_lines(agents, "DONE", max(120, 10 * iterations))
+    return [op for a in agents for op in a.result()["ops"]]
 
 
 def _collect(result: PolicyResult, ring: list[_Agent], storage: list[_Agent]) -> None:

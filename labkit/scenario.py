@@ -22,6 +22,7 @@ ROLES = ("gpu", "storage")
 NAME_RE = re.compile(r"^[a-z][a-z0-9]{0,8}$")  # fits Linux's 15-byte "<node>-eth<N>"
 SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMG]?)(i?B?)\s*$", re.IGNORECASE)
 ROCEV2_PORT = 4791
+ALLREDUCE_ALGOS = ("ring", "tree", "halving_doubling")  # labkit.traffic.schedules
 
 
 class ScenarioError(ValueError):
@@ -444,8 +445,10 @@ def _traffic(c: _Checker, traffic, fabric: FabricSpec):
                       {"ranks", "size_bytes", "iterations"})
             if allreduce is not None:
                 c.fail(key, "only one allreduce job per scenario")
-            if t.get("algo", "ring") != "ring":
-                c.fail(f"{key}.algo", f"unknown algorithm {t['algo']!r} (known: ring)")
+            algos = ALLREDUCE_ALGOS
+            if t.get("algo", "ring") not in algos:
+                c.fail(f"{key}.algo", f"unknown algorithm {t['algo']!r} "
+                                      f"(known: {', '.join(algos)})")
             ranks = _selection(c, t["ranks"], f"{key}.ranks", fabric)
             if len(ranks) < 2:
                 c.fail(f"{key}.ranks", "an all-reduce needs at least 2 ranks")
@@ -454,6 +457,7 @@ def _traffic(c: _Checker, traffic, fabric: FabricSpec):
                 size_bytes=c.size(t["size_bytes"], f"{key}.size_bytes"),
                 iterations=c.integer(t["iterations"], f"{key}.iterations", 1, 100000),
                 compute_ms=float(c.number(t.get("compute_ms", 0), f"{key}.compute_ms", 0, True)),
+                algo=t.get("algo", "ring"),
             )
         elif t["kind"] == "storage":
             c.mapping(t, key, {"kind", "pattern", "server", "clients", "offered_load", "port"},
@@ -488,6 +492,11 @@ def _policies(c: _Checker, policies, key: str) -> tuple[str, ...]:
     if not out:
         c.fail(key, "must name at least one policy")
     return tuple(out)
+
+
+def parse_size(text: str, what: str) -> int:
+    """A size given on the command line (``64K``, ``8M``, ``4MiB``, ``65536``)."""
+    return _Checker("command line").size(int(text) if text.isdigit() else text, what)
 
 
 def check_policies(names: list[str], file: str) -> tuple[str, ...]:

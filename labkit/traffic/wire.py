@@ -17,6 +17,7 @@ ICRC_LEN = 4
 
 # BTH byte offsets (opcode, SE|M|PadCnt|TVer, P_Key x2, FECN|BECN, DestQP x3, A, PSN x3)
 OPCODE = 0
+DQPN = 5  # 3 bytes
 PSN = 9  # 3 bytes
 PSN_MASK = 0xFFFFFF
 
@@ -27,6 +28,7 @@ RDMA_WRITE_LAST = 0x08
 RDMA_WRITE_ONLY = 0x0A
 ACKNOWLEDGE = 0x11
 DATA_OPCODES = frozenset({RDMA_WRITE_FIRST, RDMA_WRITE_MIDDLE, RDMA_WRITE_LAST, RDMA_WRITE_ONLY})
+MESSAGE_START = frozenset({RDMA_WRITE_FIRST, RDMA_WRITE_ONLY})
 MESSAGE_END = frozenset({RDMA_WRITE_LAST, RDMA_WRITE_ONLY})
 
 # labkit's stamp at the start of an RDMA WRITE payload (struct lk_stamp, host order):

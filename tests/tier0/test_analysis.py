@@ -20,7 +20,8 @@ def tables():
         for op, ms in enumerate(durations):
             for rank in range(2):
                 coll.append({"policy": policy, "op": op, "rank": rank, "host": f"g{rank}",
-                             "start_ns": t + rank * 1_000, "end_ns": t + ms * 1_000_000})
+                             "start_ns": t + rank * 1_000, "end_ns": t + ms * 1_000_000,
+                             "wrong": 0})
             t += ms * 1_000_000
         for k in range(0, 201):  # 0..2 s, 10 ms apart; the port sends 80 Mbit/s
             queue.append({"policy": policy, "t_ns": k * S // 100, "port": "spine1-eth0",

@@ -63,7 +63,7 @@ def _error(doc) -> ScenarioError:
      "both tcp and udp"),
     (lambda d: d["traffic"][0].update(size_bytes="lots"), "traffic[0].size_bytes", "size like"),
     (lambda d: d["traffic"][0].update(iterations=0), "traffic[0].iterations", "between"),
-    (lambda d: d["traffic"][0].update(algo="tree"), "traffic[0].algo", "unknown algorithm"),
+    (lambda d: d["traffic"][0].update(algo="magic"), "traffic[0].algo", "unknown algorithm"),
     (lambda d: d["traffic"][1].update(clients=["g1", "g99"]), "traffic[1].clients[1]",
      "not a host"),
     (lambda d: d["traffic"][1].update(offered_load=0), "traffic[1].offered_load", "> 0"),

@@ -45,6 +45,7 @@ def test_bottleneck_is_real_and_lanes_fix_it(fabric_ready, bottleneck_run):
     assert p["priority"]["allreduce"]["slowdown_p99"] <= 1.25
     assert p["priority"]["bottleneck"]["utilization"] >= 0.90
     assert p["isolated"]["allreduce"]["busbw_mbps"] >= 0.8 * link
+    assert all(q["allreduce"]["wrong"] == 0 for q in p.values())
     assert p["priority"]["bottleneck"]["lanes"]["vip"]["drops"] == 0
     assert p["fifo"]["storage"]["goodput_mbps"] > 0
     assert all(not q["cpu_bound"] for q in p.values())

@@ -1,4 +1,4 @@
-"""The RC-style transport of the ring agent, driven packet by packet.
+"""The RC transport of the collective agents, driven packet by packet.
 
 Recording stand-ins for the UDP socket (receiver) and the sendmmsg batcher
 (sender) let these tests see every packet the protocol logic emits; the real
@@ -10,7 +10,7 @@ import time
 from scapy.contrib.roce import BTH
 from scapy.layers.inet import IP, UDP
 
-from labkit.traffic import ring, roce, wire
+from labkit.traffic import rc, roce, wire
 
 
 class Wire:
@@ -40,54 +40,63 @@ class Wire:
         return len(took)
 
 
-def cfg(payload=1024):
-    return {"rank": 3, "ip": "10.0.1.2", "sport": 50000, "right_ip": "10.0.2.2",
-            "left_ip": "10.0.8.2", "payload_bytes": payload,
-            "templates": {k: v.hex() for k, v in roce.data_templates(7, payload).items()},
-            "ack_template": roce.ack_template(6).hex(),
-            "nak_template": roce.ack_template(6, wire.SYNDROME_NAK_PSN).hex()}
+def sender(out, payload=1024):
+    templates = {k: rc.with_dqpn(v, 0x107) for k, v in roce.data_templates(0, payload).items()}
+    return rc.Sender(out, wire.Icrc("10.0.1.2", "10.0.2.2", 50000), templates, payload, 3 << 24)
+
+
+def receiver(out, delivered=None):
+    return rc.Receiver(out, ("10.0.8.2", 4791), wire.Icrc("10.0.1.2", "10.0.8.2", 4791),
+                       rc.with_dqpn(roce.ack_template(0), 0x106),
+                       rc.with_dqpn(roce.ack_template(0, wire.SYNDROME_NAK_PSN), 0x106),
+                       deliver=lambda c, v: delivered.append((c, v)) if delivered is not None
+                       else None)
 
 
 def psn(pkt: bytes) -> int:
     return int.from_bytes(pkt[wire.PSN:wire.PSN + 3], "big")
 
 
+def drain(s, now=1):
+    while s.pending():
+        s.send_some(now=now)
+
+
 def test_message_segmentation_and_psns():
     out = Wire()
-    s = ring.Sender(cfg(1024), out)
-    s.enqueue(2500)  # FIRST 1024, MIDDLE 1024, LAST 452
+    s = sender(out)
+    s.enqueue(2500, chunk=5, value=77)  # FIRST 1024, MIDDLE 1024, LAST 452
     s.enqueue(100)  # ONLY 100
-    while s.pending():
-        s.send_some(now=1)
+    drain(s)
     assert [p[wire.OPCODE] for p in out.sent] == [wire.RDMA_WRITE_FIRST, wire.RDMA_WRITE_MIDDLE,
                                                    wire.RDMA_WRITE_LAST, wire.RDMA_WRITE_ONLY]
     assert [psn(p) for p in out.sent] == [0, 1, 2, 3]
+    assert all(p[wire.DQPN:wire.DQPN + 3] == (0x107).to_bytes(3, "big") for p in out.sent)
     data = [len(p) - wire.BTH_LEN - wire.ICRC_LEN for p in out.sent]
     assert data == [1024 + wire.RETH_LEN, 1024, 452, 100 + wire.RETH_LEN]
+    first = roce.decode(out.sent[0])[roce.RETH]
+    assert (first.va, first.dlen) == (5, 2500)
 
 
 def test_every_data_packet_carries_a_fresh_stamp():
     out = Wire()
-    s = ring.Sender(cfg(1024), out)
+    s = sender(out)
     s.enqueue(2500)
-    s.enqueue(10)  # too short for a stamp
+    s.enqueue(10)  # shorter than a stamp: padded to the minimum message
     before = time.monotonic_ns()
-    while s.pending():
-        s.send_some(now=1)
-    for i, pkt in enumerate(out.sent[:3]):
+    drain(s)
+    for i, pkt in enumerate(out.sent):
         at = wire.DATA_OFFSET[pkt[wire.OPCODE]]
         magic, seq, t_ns = wire.STAMP.unpack_from(pkt, at)
         assert magic == wire.STAMP_MAGIC and seq == (3 << 24 | i)
         assert before <= t_ns <= time.monotonic_ns()
-    assert wire.STAMP_MAGIC not in wire.STAMP.unpack_from(out.sent[3].ljust(64, b"\0"), 28)
 
 
 def test_packets_carry_a_valid_icrc():
     out = Wire()
-    s = ring.Sender(cfg(1024), out)
+    s = sender(out)
     s.enqueue(2500)
-    while s.pending():
-        s.send_some(now=1)
+    drain(s)
     for pkt in out.sent:  # scapy computes the ICRC over the packet as the kernel sends it
         ip = IP(src="10.0.1.2", dst="10.0.2.2", id=0, flags="DF", ttl=61, tos=0x68)
         rebuilt = IP(bytes(ip / UDP(sport=50000, dport=4791) / BTH(pkt)))
@@ -95,36 +104,34 @@ def test_packets_carry_a_valid_icrc():
         assert bytes(rebuilt)[-4:] == pkt[-4:]
 
 
-def test_receiver_acks_messages_and_naks_a_gap_once():
-    out = Wire()
-    r = ring.Receiver(cfg(), out)
+def test_receiver_acks_messages_naks_a_gap_once_and_delivers_chunk_and_value():
+    out, delivered = Wire(), []
+    r = receiver(out, delivered)
     tx = Wire()
-    s = ring.Sender(cfg(), tx)
-    s.enqueue(4096)  # 4 packets
-    while s.pending():
-        s.send_some(now=1)
+    s = sender(tx)
+    s.enqueue(4096, chunk=9, value=123456789)  # 4 packets
+    drain(s)
     first, second, third, last = (memoryview(p) for p in tx.sent)
     r.on_data(first, len(first))
     r.on_data(third, len(third))  # second lost: NAK for PSN 1
     r.on_data(last, len(last))  # still missing: no second NAK
     assert [(p[wire.OPCODE], p[wire.BTH_LEN], psn(p)) for p in out.sent] == [
         (wire.ACKNOWLEDGE, wire.SYNDROME_NAK_PSN, 1)]
+    assert delivered == []
     for p in (second, third, last):  # go-back-N resend arrives in order
         r.on_data(p, len(p))
-    assert r.messages == 1 and r.expected == 4
+    assert r.messages == 1 and r.expected == 4 and delivered == [(9, 123456789)]
     assert (out.sent[-1][wire.BTH_LEN], psn(out.sent[-1])) == (wire.SYNDROME_ACK, 3)
 
 
 def test_sender_goes_back_n_on_nak_and_counts_retransmits():
     tx = Wire()
-    s = ring.Sender(cfg(), tx)
+    s = sender(tx)
     s.enqueue(8192)  # PSN 0..7
-    while s.pending():
-        s.send_some(now=1)
+    drain(s)
     s.on_ack(3, wire.SYNDROME_NAK_PSN, now=2)
     assert (s.base, s.next) == (3, 3)
-    while s.pending():
-        s.send_some(now=3)
+    drain(s, now=3)
     assert [psn(p) for p in tx.sent[8:]] == [3, 4, 5, 6, 7]
     assert s.retransmits == 5 and s.naks == 1
     s.on_ack(7, wire.SYNDROME_ACK, now=4)
@@ -133,39 +140,36 @@ def test_sender_goes_back_n_on_nak_and_counts_retransmits():
 
 def test_sender_times_out_when_the_tail_is_lost():
     tx = Wire()
-    s = ring.Sender(cfg(), tx)
+    s = sender(tx)
     s.enqueue(2048)
-    while s.pending():
-        s.send_some(now=1_000)
+    drain(s, now=1_000)
     deadline = s.deadline()
     assert deadline is not None and deadline > 1_000
     s.on_timeout(now=deadline)
     assert s.next == 0 and s.timeouts == 1
     assert s.deadline() is None  # packets to resend: no timer until they leave
-    while s.pending():
-        s.send_some(now=deadline + 1)
+    drain(s, now=deadline + 1)
     assert s.retransmits == 2
 
 
 def test_blocked_socket_resumes_where_it_stopped():
     tx = Wire(room=3)
-    s = ring.Sender(cfg(), tx)
+    s = sender(tx)
     s.enqueue(8192)
     assert s.send_some(now=1) is False and s.next == 3
     tx.room = 100
-    while s.pending():
-        s.send_some(now=2)
+    drain(s, now=2)
     assert [psn(p) for p in tx.sent] == list(range(8)) and s.retransmits == 0
 
 
 def test_duplicate_message_end_is_acked_again():
-    out = Wire()
-    r = ring.Receiver(cfg(), out)
+    out, delivered = Wire(), []
+    r = receiver(out, delivered)
     tx = Wire()
-    s = ring.Sender(cfg(), tx)
+    s = sender(tx)
     s.enqueue(100)
     s.send_some(now=1)
     only = memoryview(tx.sent[0])
     r.on_data(only, len(only))
     r.on_data(only, len(only))  # the ACK was lost and the sender resent
-    assert [psn(p) for p in out.sent] == [0, 0] and r.messages == 1
+    assert [psn(p) for p in out.sent] == [0, 0] and r.messages == 1 and len(delivered) == 1

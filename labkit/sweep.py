@@ -1,0 +1,111 @@
+"""``labkit sweep``: a collective's bandwidth across message sizes, as nccl-tests reports it.
+
+The scenario's fabric is built once (FIFO ports, no storage: the ``isolated``
+conditions), then for each size from ``-b`` to ``-e`` (times ``-f``) one agent per
+rank runs a warm-up op and ``-n`` timed ops. Columns follow nccl-tests: size,
+count, type, redop, root, time (mean op time, µs), algbw = size / time, busbw =
+algbw × the op's factor, and #wrong (chunks whose values did not add up). Rates
+are in Mbit/s of the emulated links, not GB/s.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import random
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from labkit import experiment
+from labkit.fabric import Fabric
+from labkit.registry import Registry
+from labkit.scenario import Scenario
+from labkit.topo import Topology
+from labkit.traffic import schedules
+
+HEADER = ("#  sizes in bytes, time in microseconds, algbw and busbw in Mbit/s of the emulated "
+          "links\n"
+          "#       size        count    type   redop    root      time    algbw    busbw  "
+          "#wrong")
+
+
+@dataclass(frozen=True)
+class Row:
+    size: int
+    count: int
+    type: str
+    redop: str
+    root: int
+    time_us: float
+    algbw_mbps: float
+    busbw_mbps: float
+    wrong: int
+    link_mbps: float
+
+    def line(self) -> str:
+        return (f"{self.size:12d} {self.count:12d} {self.type:>7} {self.redop:>7} "
+                f"{self.root:7d} {self.time_us:9.0f} {self.algbw_mbps:8.2f} "
+                f"{self.busbw_mbps:8.2f} {self.wrong:7d}")
+
+
+def sizes(begin: int, end: int, factor: int) -> list[int]:
+    if begin <= 0 or end < begin or factor < 2:
+        raise ValueError("need 0 < -b <= -e and -f >= 2")
+    out, s = [], begin
+    while s <= end:
+        out.append(s)
+        s *= factor
+    return out
+
+
+def link_rate(topo: Topology, ranks: tuple[str, ...]) -> float:
+    """The slowest link any two ranks' traffic crosses."""
+    return min(link.rate_mbps for a in ranks for b in ranks if a != b
+               for link in topo.links_on_path(a, b))
+
+
+def run(sc: Scenario, op: str, algo: str, size_list: list[int], iterations: int,
+        registry: Registry, workdir: Path, on_row=None) -> list[Row]:
+    topo = Topology(sc.fabric)
+    ranks = sc.allreduce.ranks
+    n = len(ranks)
+    link = link_rate(topo, ranks)
+    rng = random.Random(sc.seed)
+    rows = []
+    with Fabric(topo, registry) as fabric:
+        for size in size_list:
+            agents = experiment.start_collective(fabric, topo, ranks, op, algo, size,
+                                                 iterations + 1, 0.0, workdir / str(size), rng)
+            try:
+                ops = experiment.run_agents(agents, iterations + 1)
+            finally:
+                for a in agents:
+                    a.close()
+            timed = [o for o in ops if o["op"] > 0]  # op 0 warms up
+            spans = {}
+            for o in timed:
+                lo, hi, wrong = spans.get(o["op"], (o["start_ns"], o["end_ns"], 0))
+                spans[o["op"]] = (min(lo, o["start_ns"]), max(hi, o["end_ns"]), wrong + o["wrong"])
+            time_us = sum(hi - lo for lo, hi, _ in spans.values()) / len(spans) / 1e3
+            algbw = size * 8 / time_us  # bits per microsecond = Mbit/s
+            row = Row(size, size // 4, "float", "sum" if "reduce" in op else "none",
+                      0 if op == "broadcast" else -1, time_us, algbw,
+                      algbw * schedules.busbw_factor(op, n), sum(w for *_, w in spans.values()),
+                      link)
+            rows.append(row)
+            if on_row:
+                on_row(row)
+    return rows
+
+
+def write(rows: list[Row], out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    for name in ("sweep.csv", "sweep.json"):
+        if (out / name).exists():
+            raise FileExistsError(f"{out / name} exists; labkit never overwrites results")
+    records = [asdict(r) for r in rows]
+    with open(out / "sweep.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(records[0]))
+        w.writeheader()
+        w.writerows(records)
+    (out / "sweep.json").write_text(json.dumps(records, indent=2) + "\n")

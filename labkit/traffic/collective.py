@@ -1,0 +1,215 @@
+"""Collective agent: one process per rank, inside that GPU host's namespace.
+
+Runs ``iterations`` ops of one collective (:mod:`labkit.traffic.schedules` gives
+each rank its steps) over RoCE RC queue pairs, one per peer it talks to
+(:mod:`labkit.traffic.rc`). Closed loop: a step's messages leave only once the
+messages of the steps before it have arrived. Each message carries its chunk's
+value; at the end of every op the rank compares its values with the expected
+ones and reports how many chunks were wrong (nccl-tests' ``#wrong``).
+
+Protocol with the controller: the agent reads a JSON config (path in argv),
+binds its sockets, prints ``READY``, waits for ``GO <t0_ns>`` on stdin (a
+CLOCK_MONOTONIC instant shared by all namespaces), prints ``OP <k>`` as each op
+completes here, writes its results JSON, prints ``DONE`` and exits. SIGTERM
+ends it early; the results written then cover the ops completed.
+
+Standard library only (plus ``wire``, ``sender``, ``rc``, ``schedules``): agents
+start fast.
+"""
+
+from __future__ import annotations
+
+import json
+import resource
+import select
+import signal
+import socket
+import sys
+import time
+
+from labkit.traffic import rc, schedules, wire
+from labkit.traffic.sender import BatchSender
+
+SO_RCVBUFFORCE = 33
+IP_MTU_DISCOVER, IP_PMTUDISC_DO = 10, 2  # <linux/in.h>; not exported by Python 3.11
+RCVBUF_BYTES = 16 << 20
+SNDBUF_BYTES = 128 << 10
+SEND_BURST = 32  # packets per sendmmsg, between looks at the receive side
+QPN_BASE = 0x100  # the queue pair of rank r is QPN_BASE + r
+
+
+class Op:
+    """One op's progress at this rank: values, which receives are still awaited."""
+
+    def __init__(self, cfg: dict, steps: list[schedules.Step], chunks: int):
+        self.cfg, self.steps, self.chunks = cfg, steps, chunks
+        n, rank = cfg["n"], cfg["rank"]
+        self.values = schedules.initial(cfg["op"], rank, n, chunks)
+        self.pending = [list(step.recv) for step in steps]
+        self.started = 0  # steps whose sends are queued
+        self.start_ns = 0
+
+    def arrived(self, peer: int, chunk: int, value: int) -> bool:
+        """Match a whole message to the earliest receive awaiting it."""
+        for awaited in self.pending:
+            for m in awaited:
+                if m.peer == peer and m.chunk == chunk:
+                    awaited.remove(m)
+                    self.values[chunk] = (self.values.get(chunk, 0) + value if m.reduce
+                                          else value)
+                    return True
+        return False
+
+    def ready_sends(self):
+        """Messages of every step whose predecessors' receives have all arrived."""
+        while self.started < len(self.steps) and not any(self.pending[:self.started]):
+            for m in self.steps[self.started].send:
+                yield m, self.values.get(m.chunk, 0)
+            self.started += 1
+
+    def received_all(self) -> bool:
+        return self.started == len(self.steps) and not any(self.pending)
+
+    def wrong(self) -> int:
+        want = schedules.expected(self.cfg["op"], self.cfg["rank"], self.cfg["n"], self.chunks)
+        return sum(self.values.get(c) != v for c, v in want.items())
+
+
+def _udp_socket() -> socket.socket:
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    # DF set and unconnected: the kernel writes IP ID 0, as RoCE NICs do (wire.Icrc)
+    s.setsockopt(socket.IPPROTO_IP, IP_MTU_DISCOVER, IP_PMTUDISC_DO)
+    s.setblocking(False)
+    return s
+
+
+def run(cfg: dict, stdin, stdout) -> dict:
+    n, rank = cfg["n"], cfg["rank"]
+    steps, chunks = schedules.schedule(cfg["op"], cfg["algo"], n, rank, cfg["size_bytes"])
+    peers = {int(r): ip for r, ip in cfg["peers"].items()}
+    partners = sorted({m.peer for s in steps for m in s.send + s.recv})
+    compute_ns = int(cfg["compute_ms"] * 1e6)
+    data = {k: bytes.fromhex(v) for k, v in cfg["templates"].items()}
+    op_state: list[Op] = []
+    early: list[tuple[int, int, int]] = []  # messages of the next op, arrived already
+
+    def deliver(peer: int, chunk: int, value: int) -> None:
+        if not (op_state and op_state[0].arrived(peer, chunk, value)):
+            early.append((peer, chunk, value))
+
+    rx = _udp_socket()
+    rx.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, RCVBUF_BYTES)
+    rx.bind(("0.0.0.0", wire.ROCEV2_PORT))
+    senders, receivers, tx = {}, {}, {}
+    for p in partners:
+        s = tx[p] = _udp_socket()
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SNDBUF_BYTES)
+        s.bind(("0.0.0.0", cfg["sport_base"] + p))
+        templates = {k: rc.with_dqpn(v, QPN_BASE + p) for k, v in data.items()}
+        out = BatchSender(s, (peers[p], wire.ROCEV2_PORT), batch=SEND_BURST,
+                          slot_bytes=max(len(t) for t in templates.values()))
+        senders[p] = rc.Sender(out, wire.Icrc(cfg["ip"], peers[p], cfg["sport_base"] + p),
+                               templates, cfg["payload_bytes"], rank << 24)
+        receivers[p] = rc.Receiver(
+            rx, (peers[p], wire.ROCEV2_PORT), wire.Icrc(cfg["ip"], peers[p], wire.ROCEV2_PORT),
+            rc.with_dqpn(bytes.fromhex(cfg["ack_template"]), QPN_BASE + p),
+            rc.with_dqpn(bytes.fromhex(cfg["nak_template"]), QPN_BASE + p),
+            deliver=lambda chunk, value, p=p: deliver(p, chunk, value))
+    by_ip = {peers[p]: p for p in partners}
+
+    print("READY", file=stdout, flush=True)
+    line = stdin.readline().split()
+    if not line or line[0] != "GO":
+        return {"rank": rank, "ops": [], "aborted": True}
+    t0 = int(line[1])
+    stop_at = t0 + int(cfg["duration_s"] * 1e9) if cfg.get("duration_s") else None
+    stopping = []
+    signal.signal(signal.SIGTERM, lambda *_: stopping.append(1))
+    poller = select.poll()
+    poller.register(rx, select.POLLIN)
+    watching: set[int] = set()  # tx sockets polled for room
+    rbuf = bytearray(65536)
+    rview = memoryview(rbuf)
+    ops: list[dict] = []
+    op_index, next_op_at = 0, t0
+    while (wait_ns := t0 - time.monotonic_ns()) > 0:
+        time.sleep(min(0.001, wait_ns / 1e9))
+
+    while op_index < cfg["iterations"] and not stopping:
+        now = time.monotonic_ns()
+        if stop_at and now >= stop_at:
+            break
+        if not op_state and now >= next_op_at:  # the next op starts
+            op_state.append(Op(cfg, steps, chunks))
+            op_state[0].start_ns = now
+            waiting, early[:] = list(early), []
+            for message in waiting:
+                deliver(*message)
+        op = op_state[0] if op_state else None
+        if op:
+            for m, value in op.ready_sends():
+                senders[m.peer].enqueue(m.nbytes, m.chunk, value)
+        blocked = [p for p, s in senders.items() if s.pending() and not s.send_some(now)]
+        while True:  # drain the receive side
+            try:
+                nbytes, (addr, _) = rx.recvfrom_into(rbuf)
+            except BlockingIOError:
+                break
+            p = by_ip.get(addr)
+            if p is None:
+                continue
+            opcode = rbuf[wire.OPCODE]
+            if opcode == wire.ACKNOWLEDGE:
+                senders[p].on_ack(int.from_bytes(rbuf[wire.PSN:wire.PSN + 3], "big"),
+                                  rbuf[wire.BTH_LEN], time.monotonic_ns())
+            elif opcode in wire.DATA_OPCODES:
+                receivers[p].on_data(rview, nbytes)
+        now = time.monotonic_ns()
+        if op and op.received_all() and all(s.idle() for s in senders.values()):
+            ops.append({"op": op_index, "rank": rank, "start_ns": op.start_ns, "end_ns": now,
+                        "wrong": op.wrong()})
+            print(f"OP {op_index}", file=stdout, flush=True)
+            op_state.clear()
+            op_index += 1
+            next_op_at = now + compute_ns
+            continue
+        deadlines = [d for s in senders.values() if (d := s.deadline()) is not None]
+        expired = [p for p, s in senders.items() if (d := s.deadline()) is not None and now >= d]
+        for p in expired:
+            senders[p].on_timeout(now)
+        if expired or any(s.pending() for p, s in senders.items() if p not in blocked):
+            continue
+        # wait for a packet, room to send, a retransmission timer or the next op
+        waits = deadlines + [d for d in (None if op_state else next_op_at, stop_at) if d]
+        timeout_ms = max(0, min(waits) - now) / 1e6 if waits else 50
+        for p in set(blocked) - watching:
+            poller.register(tx[p], select.POLLOUT)
+        for p in watching - set(blocked):
+            poller.unregister(tx[p])
+        watching = set(blocked)
+        poller.poll(min(timeout_ms, 50))
+
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return {
+        "cpu_user_s": usage.ru_utime, "cpu_sys_s": usage.ru_stime,
+        "rank": rank, "ops": ops, "aborted": bool(stopping) or op_index < cfg["iterations"],
+        "retransmits": sum(s.retransmits for s in senders.values()),
+        "timeouts": sum(s.timeouts for s in senders.values()),
+        "naks": sum(s.naks for s in senders.values()),
+        "out_of_order": sum(r.dropped_out_of_order for r in receivers.values()),
+        "bytes_received": sum(r.bytes for r in receivers.values()),
+        "packets_sent": sum(s.high for s in senders.values()),
+    }
+
+
+def main() -> None:
+    with open(sys.argv[1]) as f:
+        cfg = json.load(f)
+    result = run(cfg, sys.stdin, sys.stdout)
+    with open(cfg["out"], "w") as f:
+        json.dump(result, f)
+    print("DONE", flush=True)
+
+
+if __name__ == "__main__":
+    main()

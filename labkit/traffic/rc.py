@@ -1,0 +1,215 @@
+"""RoCE reliable connection (RC) semantics for one queue pair, over UDP sockets.
+
+:class:`Sender` segments messages into RDMA WRITE FIRST/MIDDLE/LAST (or ONLY)
+packets with consecutive PSNs, batches them into ``sendmmsg`` calls, and goes
+back N on a NAK or a retransmission timeout (RFC 6298-style RTO). Each message
+carries its chunk id in the RETH virtual address and the chunk's value (see
+:mod:`labkit.traffic.schedules`) after the stamp in its first packet.
+:class:`Receiver` accepts only the next expected PSN, ACKs each message end,
+NAKs the first packet of a gap once, and reports whole messages.
+
+Every data packet carries a stamp for one-way latency (``bpf/latency.bpf.c``) and
+a valid ICRC. Standard library only (plus ``wire`` and ``sender``).
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Callable
+
+from labkit.traffic import wire
+from labkit.traffic.sender import BatchSender
+
+MIN_RTO_NS = 20_000_000
+MAX_RTO_NS = 1_000_000_000
+PSN_AT = slice(wire.PSN, wire.PSN + 3)
+DQPN_AT = slice(wire.DQPN, wire.DQPN + 3)
+RETH_VA = wire.BTH_LEN  # RETH: virtual address (8), R_Key (4), DMA length (4)
+RETH_DLEN = wire.BTH_LEN + 12
+VALUE_AT = wire.STAMP.size  # the chunk value follows the stamp in a message's first packet
+MIN_MESSAGE = VALUE_AT + 8
+
+
+def with_dqpn(template: bytes, dqpn: int) -> bytearray:
+    out = bytearray(template)
+    out[DQPN_AT] = dqpn.to_bytes(3, "big")
+    return out
+
+
+class Sender:
+    """The send side of a queue pair towards one peer."""
+
+    def __init__(self, out: BatchSender, icrc: wire.Icrc, templates: dict[str, bytes],
+                 payload_bytes: int, seq_base: int):
+        self.out = out
+        self.icrc = icrc
+        self.templates = templates
+        self.mtu = payload_bytes
+        self.seq_base = seq_base
+        self.packets: list[tuple[bytearray, int]] = []  # (buffer, stamp offset or -1) per PSN
+        self.base = 0  # oldest unacknowledged PSN
+        self.next = 0  # next PSN to (re)send
+        self.high = 0  # one past the highest PSN ever sent
+        self.ends: set[int] = set()  # PSN after each message's last packet
+        self.last_activity = 0
+        self.srtt = 0.0
+        self.rttvar = 0.0
+        self.rto = 4 * MIN_RTO_NS
+        self.backoff = 1
+        self.sent_at: dict[int, int] = {}  # message end PSN -> when its last packet left
+        self.retransmits = 0
+        self.timeouts = 0
+        self.naks = 0
+
+    def enqueue(self, nbytes: int, chunk: int = 0, value: int = 0) -> None:
+        """Queue one message of ``nbytes`` (at least MIN_MESSAGE) as RDMA WRITE packets.
+
+        Full-size middle packets share their template buffer (patched in the batch
+        slot just before sending); a message's first packet and a short last packet
+        get copies of their own.
+        """
+        nbytes = max(nbytes, MIN_MESSAGE)
+        count = -(-nbytes // self.mtu)
+        for i in range(count):
+            kind = ("only" if count == 1 else "first" if i == 0
+                    else "last" if i == count - 1 else "middle")
+            buf = self.templates[kind]
+            size = min(self.mtu, nbytes - i * self.mtu)
+            if size < self.mtu:
+                head = len(buf) - self.mtu - wire.ICRC_LEN
+                buf = buf[:head + size] + bytes(wire.ICRC_LEN)
+            data_at = wire.DATA_OFFSET[buf[wire.OPCODE]]
+            if i == 0:  # the RETH names the chunk and the message length; the value follows
+                buf = bytearray(buf)
+                buf[RETH_VA:RETH_VA + 8] = chunk.to_bytes(8, "big")
+                buf[RETH_DLEN:RETH_DLEN + 4] = nbytes.to_bytes(4, "big")
+                buf[data_at + VALUE_AT:data_at + VALUE_AT + 8] = value.to_bytes(8, "little")
+            self.packets.append((buf, data_at if size >= wire.STAMP.size else -1))
+        self.ends.add(len(self.packets))
+
+    def pending(self) -> bool:
+        return self.next < len(self.packets)
+
+    def idle(self) -> bool:
+        return self.base >= len(self.packets)
+
+    def send_some(self, now: int) -> bool:
+        """Send the next batch in one sendmmsg; False when the socket took less than all
+        of it (it is full: wait until it drains)."""
+        packets, out = self.packets, self.out
+        first = self.next
+        stop = min(len(packets), first + out.batch)
+        stamp, seq_base, clock = wire.STAMP.pack_into, self.seq_base, time.monotonic_ns
+        for psn in range(first, stop):
+            buf, stamp_at = packets[psn]
+            slot = out.slot(buf)
+            slot[PSN_AT] = (psn & wire.PSN_MASK).to_bytes(3, "big")
+            if stamp_at >= 0:  # for one-way latency at the receiver (bpf/latency.bpf.c)
+                stamp(slot, stamp_at, wire.STAMP_MAGIC, seq_base | psn & wire.PSN_MASK, clock())
+            self.icrc.put(slot)
+        psn = first + out.flush()
+        for end in range(first + 1, psn + 1):
+            if end in self.ends:
+                self.sent_at.setdefault(end, now)
+        if psn < self.high:
+            self.retransmits += psn - first
+        else:
+            self.retransmits += max(0, self.high - first)
+            self.high = psn
+        if psn != first:
+            self.last_activity = now
+        self.next = psn
+        return psn == stop
+
+    def on_ack(self, psn24: int, syndrome: int, now: int) -> None:
+        psn = self._unwrap(psn24)
+        if syndrome == wire.SYNDROME_NAK_PSN:
+            # everything before psn arrived; go back to psn
+            self.naks += 1
+            if self.base <= psn <= self.next:
+                self.base = psn
+                self.next = psn
+                self.sent_at = {k: v for k, v in self.sent_at.items() if k <= psn}
+        elif psn + 1 > self.base:
+            self.base = psn + 1
+            sent = self.sent_at.pop(self.base, None)
+            if sent is not None:
+                self._rtt_sample(now - sent)
+            self.backoff = 1
+        self.last_activity = now
+
+    def _rtt_sample(self, rtt: int) -> None:
+        if self.srtt == 0:
+            self.srtt, self.rttvar = rtt, rtt / 2
+        else:
+            self.rttvar = 0.75 * self.rttvar + 0.25 * abs(self.srtt - rtt)
+            self.srtt = 0.875 * self.srtt + 0.125 * rtt
+        self.rto = int(min(MAX_RTO_NS, max(MIN_RTO_NS, self.srtt + 4 * self.rttvar)))
+
+    def deadline(self) -> int | None:
+        if self.idle() or self.pending():
+            return None
+        return self.last_activity + self.rto * self.backoff
+
+    def on_timeout(self, now: int) -> None:
+        self.timeouts += 1
+        self.backoff = min(self.backoff * 2, 64)
+        self.next = self.base
+        self.sent_at.clear()
+        self.last_activity = now
+
+    def _unwrap(self, psn24: int) -> int:
+        """Map a 24-bit PSN onto the nearest absolute PSN at or below ``high``."""
+        diff = (self.high - psn24) & wire.PSN_MASK
+        return self.high - diff
+
+
+class Receiver:
+    """The receive side of a queue pair from one peer; whole messages go to ``deliver``."""
+
+    def __init__(self, sock: socket.socket, dest: tuple[str, int], icrc: wire.Icrc,
+                 ack: bytearray, nak: bytearray,
+                 deliver: Callable[[int, int], None] = lambda chunk, value: None):
+        self.sock = sock
+        self.dest = dest
+        self.icrc = icrc
+        self.ack, self.nak = ack, nak
+        self.deliver = deliver
+        self.expected = 0
+        self.messages = 0
+        self.bytes = 0
+        self.nak_sent_for = -1
+        self.dropped_out_of_order = 0
+        self.chunk = self.value = 0  # of the message being received
+
+    def on_data(self, pkt: memoryview, nbytes: int) -> None:
+        psn24 = int.from_bytes(pkt[PSN_AT], "big")
+        diff = (psn24 - self.expected) & wire.PSN_MASK
+        opcode = pkt[wire.OPCODE]
+        if diff == 0:
+            self.expected += 1
+            self.bytes += nbytes
+            if opcode in wire.MESSAGE_START:
+                at = wire.DATA_OFFSET[opcode] + VALUE_AT
+                self.chunk = int.from_bytes(pkt[RETH_VA:RETH_VA + 8], "big")
+                self.value = int.from_bytes(pkt[at:at + 8], "little")
+            if opcode in wire.MESSAGE_END:
+                self.messages += 1
+                self._reply(self.ack, self.expected - 1)
+                self.deliver(self.chunk, self.value)
+        elif diff < 0x800000:  # ahead: a gap, NAK once per expected PSN
+            self.dropped_out_of_order += 1
+            if self.nak_sent_for != self.expected:
+                self.nak_sent_for = self.expected
+                self._reply(self.nak, self.expected)
+        elif opcode in wire.MESSAGE_END:  # a duplicate message end: ACK again
+            self._reply(self.ack, self.expected - 1)
+
+    def _reply(self, template: bytearray, psn: int) -> None:
+        template[PSN_AT] = (psn & wire.PSN_MASK).to_bytes(3, "big")
+        self.icrc.put(template)
+        try:
+            self.sock.sendto(template, self.dest)
+        except BlockingIOError:
+            pass  # lost like any packet: the sender's timer recovers

@@ -1,0 +1,241 @@
+"""Collective algorithms as per-rank schedules of point-to-point messages.
+
+A schedule is a list of steps per rank. A step holds the messages the rank sends
+and the messages it receives; the sends of step k may start once every receive
+of steps up to k-1 has arrived (step 0's at the start of the op), and the op is
+done when every receive has arrived and every send is acknowledged. That one
+rule gives each algorithm its data dependencies, pipelining included. Every
+message is sent no later (in step index) than it is received, so no schedule
+can deadlock. A message names its chunk, so a receiver never depends on the
+order in which different peers' messages arrive.
+
+Messages move *chunks* of the op's buffer. Each chunk carries a value, so the
+agents can check the data flow the way nccl-tests checks results (``#wrong``):
+rank r contributes :func:`contribution` ``(r, chunk)``; a receive either reduces
+(adds) the incoming value into the rank's own or copies it. At the end every
+rank's values are compared with :func:`expected`.
+
+Sizes follow nccl-tests: ``size`` is what nccl-tests prints (the whole buffer for
+All-Reduce, Reduce-Scatter, All-to-All and Broadcast; the gathered output for
+All-Gather), and bus bandwidth factors are nccl-tests'.
+
+Standard library only: agents import it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast")
+ALGOS = {"all_reduce": ("ring", "tree", "halving_doubling"), "all_gather": ("ring",),
+         "reduce_scatter": ("ring",), "all_to_all": ("pairwise",),
+         "broadcast": ("ring", "tree")}
+PIPELINE_CHUNK_BYTES = 256 * 1024  # pipelined algorithms (tree, broadcast) move chunks this big
+
+
+@dataclass(frozen=True)
+class Msg:
+    peer: int
+    chunk: int
+    nbytes: int
+    reduce: bool = False  # receive: add into the local value (else copy)
+
+
+@dataclass
+class Step:
+    send: list[Msg] = field(default_factory=list)
+    recv: list[Msg] = field(default_factory=list)
+
+
+def busbw_factor(op: str, n: int) -> float:
+    if op == "all_reduce":
+        return 2 * (n - 1) / n
+    if op in ("all_gather", "reduce_scatter", "all_to_all"):
+        return (n - 1) / n
+    return 1.0
+
+
+def contribution(rank: int, chunk: int) -> int:
+    return (rank + 1) * 1_000_003 + chunk * 7 + 1
+
+
+def _split(size: int, parts: int) -> int:
+    return max(1, -(-size // parts))
+
+
+def schedule(op: str, algo: str, n: int, rank: int, size: int) -> tuple[list[Step], int]:
+    """(steps of ``rank``, number of chunks of the buffer)."""
+    if algo not in ALGOS.get(op, ()):
+        raise ValueError(f"no algorithm {algo!r} for {op} (known: {', '.join(ALGOS[op])})")
+    if op == "all_reduce" and algo == "ring":
+        return _ring(n, rank, _split(size, n), reduce_steps=n - 1, gather_steps=n - 1), n
+    if op == "all_gather":
+        return _ring(n, rank, _split(size, n), reduce_steps=0, gather_steps=n - 1), n
+    if op == "reduce_scatter":
+        return _ring(n, rank, _split(size, n), reduce_steps=n - 1, gather_steps=0), n
+    if op == "all_reduce" and algo == "halving_doubling":
+        return _halving_doubling(n, rank, size), n
+    if op == "all_to_all":
+        block = _split(size, n)
+        step = Step(send=[Msg((rank + k) % n, rank * n + (rank + k) % n, block)
+                          for k in range(1, n)],
+                    recv=[Msg((rank - k) % n, ((rank - k) % n) * n + rank, block)
+                          for k in range(1, n)])
+        return [step], n * n
+    chunks = max(1, -(-size // PIPELINE_CHUNK_BYTES))
+    nbytes = _split(size, chunks)
+    if op == "broadcast" and algo == "ring":
+        return _pipeline_down(_chain(n), rank, chunks, nbytes), chunks
+    if op == "broadcast":
+        return _pipeline_down(_binary_tree(n, 0), rank, chunks, nbytes), chunks
+    per_tree = max(1, -(-size // 2 // PIPELINE_CHUNK_BYTES))
+    return _double_binary_tree(n, rank, size, per_tree), 2 * per_tree
+
+
+def _ring(n: int, rank: int, chunk: int, reduce_steps: int, gather_steps: int) -> list[Step]:
+    """Reduce-scatter, then all-gather, around the ring (right = rank + 1).
+
+    Reduce-scatter step s: send chunk r-s, reduce chunk r-s-1 from the left; after
+    n-1 steps rank r holds chunk r+1 fully reduced. All-gather step s: send chunk
+    r+1-s (r-s when there was no reduce-scatter), copy chunk r-s (r-s-1) from the left.
+    """
+    right, left = (rank + 1) % n, (rank - 1) % n
+    steps = []
+    for s in range(reduce_steps):
+        send = (rank - s) % n
+        steps.append(Step([Msg(right, send, chunk)], [Msg(left, (send - 1) % n, chunk, True)]))
+    start = 1 if reduce_steps else 0
+    for s in range(gather_steps):
+        send = (rank + start - s) % n
+        steps.append(Step([Msg(right, send, chunk)], [Msg(left, (send - 1) % n, chunk)]))
+    return steps
+
+
+def _halving_doubling(n: int, rank: int, size: int) -> list[Step]:
+    """Recursive halving (reduce-scatter), then recursive doubling (all-gather); n = 2^k."""
+    if n & (n - 1):
+        raise ValueError(f"halving_doubling needs a power-of-two number of ranks, got {n}")
+    chunk = _split(size, n)
+    steps, lo, hi = [], 0, n  # the chunks this rank still reduces: [lo, hi)
+    distance = n // 2
+    while distance:
+        partner = rank ^ distance
+        mid = (lo + hi) // 2
+        keep, give = ((lo, mid), (mid, hi)) if rank < partner else ((mid, hi), (lo, mid))
+        steps.append(Step(send=[Msg(partner, c, chunk) for c in range(*give)],
+                          recv=[Msg(partner, c, chunk, reduce=True) for c in range(*keep)]))
+        lo, hi = keep
+        distance //= 2
+    distance = 1
+    while distance < n:
+        partner = rank ^ distance
+        width = hi - lo
+        plo = lo + width if rank < partner else lo - width
+        steps.append(Step(send=[Msg(partner, c, chunk) for c in range(lo, hi)],
+                          recv=[Msg(partner, c, chunk) for c in range(plo, plo + width)]))
+        lo, hi = min(lo, plo), max(hi, plo + width)
+        distance *= 2
+    return steps
+
+
+def _chain(n: int) -> dict[int, int | None]:
+    """parent of each rank in the chain 0 -> 1 -> ... -> n-1."""
+    return {r: (r - 1 if r else None) for r in range(n)}
+
+
+def _binary_tree(n: int, shift: int) -> dict[int, int | None]:
+    """parent of each rank in a binary tree over ranks relabelled by ``shift``."""
+    parent = {}
+    for pos in range(n):
+        rank = (pos + shift) % n
+        parent[rank] = None if pos == 0 else ((pos - 1) // 2 + shift) % n
+    return parent
+
+
+def _depths(parent: dict[int, int | None]) -> dict[int, int]:
+    depth = {}
+    for r in parent:
+        d, p = 0, parent[r]
+        while p is not None:
+            d, p = d + 1, parent[p]
+        depth[r] = d
+    return depth
+
+
+def _pipeline_down(parent: dict[int, int | None], rank: int, chunks: int, nbytes: int,
+                   first_chunk: int = 0) -> list[Step]:
+    """Chunks flow from the root down: a rank at depth d receives chunk c at slot
+    c + d - 1 and forwards it to its children at slot c + d."""
+    depth = _depths(parent)
+    children = [r for r, p in parent.items() if p == rank]
+    steps = [Step() for _ in range(chunks + max(depth.values()))]
+    for c in range(chunks):
+        if parent[rank] is not None:
+            steps[c + depth[rank] - 1].recv.append(Msg(parent[rank], first_chunk + c, nbytes))
+        for child in children:
+            steps[c + depth[rank]].send.append(Msg(child, first_chunk + c, nbytes))
+    return steps
+
+
+def _pipeline_up(parent: dict[int, int | None], rank: int, chunks: int, nbytes: int,
+                 first_chunk: int = 0) -> list[Step]:
+    """Chunks are reduced towards the root: a rank of height h (leaves 0) receives
+    chunk c from its children at slot c + h - 1 and sends the sum up at slot c + h."""
+    children = {r: [c for c, p in parent.items() if p == r] for r in parent}
+    height: dict[int, int] = {}
+
+    def h(r: int) -> int:
+        if r not in height:
+            height[r] = 1 + max((h(c) for c in children[r]), default=-1)
+        return height[r]
+
+    top = max(h(r) for r in parent)
+    steps = [Step() for _ in range(chunks + top)]
+    for c in range(chunks):
+        for child in children[rank]:
+            steps[c + h(rank) - 1].recv.append(Msg(child, first_chunk + c, nbytes, reduce=True))
+        if parent[rank] is not None:
+            steps[c + h(rank)].send.append(Msg(parent[rank], first_chunk + c, nbytes))
+    return steps
+
+
+def _double_binary_tree(n: int, rank: int, size: int, chunks: int) -> list[Step]:
+    """Two binary trees, each reducing then broadcasting half the buffer in ``chunks``
+    pipelined chunks (tree t owns chunks t*chunks .. t*chunks + chunks - 1)."""
+    nbytes = _split(-(-size // 2), chunks)
+    merged: list[Step] = []
+    for tree, shift in enumerate((0, n // 2 if n > 2 else 1)):
+        parent = _binary_tree(n, shift)
+        up = _pipeline_up(parent, rank, chunks, nbytes, first_chunk=tree * chunks)
+        down = _pipeline_down(parent, rank, chunks, nbytes, first_chunk=tree * chunks)
+        for i, step in enumerate(up + down):
+            while len(merged) <= i:
+                merged.append(Step())
+            merged[i].send += step.send
+            merged[i].recv += step.recv
+    return merged
+
+
+def initial(op: str, rank: int, n: int, chunks: int, root: int = 0) -> dict[int, int]:
+    """Each rank's chunk values before the op."""
+    if op == "broadcast":
+        return {c: contribution(root, c) for c in range(chunks)} if rank == root else {}
+    if op == "all_to_all":
+        return {rank * n + p: contribution(rank, rank * n + p) for p in range(n)}
+    if op == "all_gather":
+        return {rank: contribution(rank, rank)}
+    return {c: contribution(rank, c) for c in range(chunks)}
+
+
+def expected(op: str, rank: int, n: int, chunks: int, root: int = 0) -> dict[int, int]:
+    """The chunk values a rank must hold after the op (only the chunks that matter)."""
+    if op == "all_reduce":
+        return {c: sum(contribution(r, c) for r in range(n)) for c in range(chunks)}
+    if op == "reduce_scatter":
+        mine = (rank + 1) % n  # where the ring's reduce-scatter leaves each chunk
+        return {mine: sum(contribution(r, mine) for r in range(n))}
+    if op == "all_gather":
+        return {c: contribution(c, c) for c in range(n)}
+    if op == "all_to_all":
+        return {p * n + rank: contribution(p, p * n + rank) for p in range(n)}
+    return {c: contribution(root, c) for c in range(chunks)}
