@@ -206,6 +206,7 @@ def summarize(tables: dict[str, pl.DataFrame], meta: dict) -> dict:
                 for p in meta["policies"] if p in spans}
     for p, summary in policies.items():
         summary["telemetry"] = meta.get("telemetry", {}).get(p)
+        summary["lossy_links"] = meta.get("loss_drops", {}).get(p, {})  # drops on purpose
     base = policies.get("isolated", {}).get("allreduce")
     for p in policies.values():
         ar = p["allreduce"]

@@ -529,17 +529,19 @@ def detach_all(attachments: list) -> None:
     attachments.clear()
 
 
-def tc_attach(program: Program, ifindex: int, egress: bool = True) -> TcAttachment:
+def tc_attach(program: Program, ifindex: int, egress: bool = True,
+              priority: int = 0) -> TcAttachment:
     """Attach ``program`` as a direct-action filter on the clsact hook of ``ifindex``.
 
-    Creates the clsact qdisc when absent. Acts in the calling thread's namespace.
+    Filters run in ``priority`` order (lower first; 0: the kernel picks). Creates the
+    clsact qdisc when absent. Acts in the calling thread's namespace.
     """
     point = BPF_TC_EGRESS if egress else BPF_TC_INGRESS
     hook = TcHook(sz=ctypes.sizeof(TcHook), ifindex=ifindex, attach_point=point)
     ret = lib.bpf_tc_hook_create(ctypes.byref(hook))
     if ret < 0 and ret != -errno_mod.EEXIST:
         raise BpfError(f"clsact hook on ifindex {ifindex}", ret)
-    opts = TcOpts(sz=ctypes.sizeof(TcOpts), prog_fd=program.fd)
+    opts = TcOpts(sz=ctypes.sizeof(TcOpts), prog_fd=program.fd, priority=priority)
     _check(lib.bpf_tc_attach(ctypes.byref(hook), ctypes.byref(opts)),
            f"tc attach of {program.name} to ifindex {ifindex}")
     return TcAttachment(ifindex, point, opts.handle, opts.priority, opts.prog_id)

@@ -28,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from labkit import bpf
+from labkit import bpf, loss
 from labkit.capture import CpuSampler, QueuePoller, WatchedPort
 from labkit.fabric import Fabric
 from labkit.lanes import Classifier
@@ -76,6 +76,7 @@ class PolicyResult:
     events_lost: int = 0
     packets_sampled: int = 0
     unpaired: int = 0  # dequeues whose enqueue the tracepoint did not report
+    loss_drops: dict[str, int] = field(default_factory=dict)  # per lossy link
     bottleneck_ports: list[str] = field(default_factory=list)
     aborted: bool = False
 
@@ -165,10 +166,11 @@ def run_policy(sc: Scenario, topo: Topology, policy: str, registry: Registry, wo
     result = PolicyResult(policy)
     workdir.mkdir(parents=True, exist_ok=True)
     fabric = Fabric(topo, registry, router_layout=layout)
-    classifier = queues = latency = None
+    classifier = queues = latency = lossy = None
     agents: list[_Agent] = []
     try:
         fabric.start()
+        lossy = loss.attach(topo, fabric, record=registry.add)
         classifier = Classifier(sc.lanes, layout, record=registry.add)
         queues = QueueProbe(record=registry.add)
         latency = LatencyProbe(classifier.shared.maps["lk_config"], queues, record=registry.add)
@@ -196,11 +198,12 @@ def run_policy(sc: Scenario, topo: Topology, policy: str, registry: Registry, wo
             if capture:
                 capture.stop()
         _collect(result, ring, storage)
+        result.loss_drops = lossy.drops()
         return result
     finally:
         for a in agents:
             a.close()
-        for held in (latency, classifier, queues):
+        for held in (latency, classifier, queues, lossy):
             if held is not None:
                 held.close()
         fabric.stop()
@@ -351,4 +354,5 @@ def summary_meta(sc: Scenario, topo: Topology, run_id: str, results: list[Policy
                                      "events_lost": r.events_lost,
                                      "packets_considered": r.packets_sampled,
                                      "dequeues_unpaired": r.unpaired}
-                          for r in results}}
+                          for r in results},
+            "loss_drops": {r.policy: r.loss_drops for r in results}}

@@ -27,6 +27,7 @@ from labkit.scenario import LANES, LaneRule
 
 LK_MAX_RULES = 32
 PROGRAM = "lk_classify"
+PRIORITY = 10  # after a lossy link's dropper (labkit.loss)
 # the rule key's layout (bpf/include/labkit.h)
 KEY_SPORT, KEY_PROTO, KEY_DSCP = 16, 32, 40
 KEY_L3, KEY_PORTS, KEY_BTH = 1 << 46, 1 << 47, 1 << 48
@@ -123,7 +124,7 @@ class Classifier:
         if watch:
             obj = bpf.BpfObject(self.path, reuse={"lk_config": self.shared.maps["lk_config"]})
             self.watched[f"{ns.name}/{ifname}"] = bpf.record_programs(obj, self.record)
-        attachment = ns.run(bpf.tc_attach, obj.programs[PROGRAM], ifindex)
+        attachment = ns.run(bpf.tc_attach, obj.programs[PROGRAM], ifindex, True, PRIORITY)
         self.attachments.append((ns, attachment))
         if self.record:
             self.record("tc_filter", node=ns.name, ifname=ifname, prog_id=attachment.prog_id,

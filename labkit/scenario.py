@@ -42,6 +42,7 @@ class LinkSpec:
     rate_mbps: float
     mtu: int
     buffer_kb: int
+    loss_percent: float = 0.0  # packets dropped on purpose, each direction
 
     @property
     def name(self) -> str:
@@ -198,7 +199,7 @@ def _join(key: str, sub) -> str:
 
 # --- loading ----------------------------------------------------------------------------------
 
-_LINK_KEYS = {"rate_mbps", "mtu", "buffer_kb"}
+_LINK_KEYS = {"rate_mbps", "mtu", "buffer_kb", "loss_percent"}
 _RULE_KEYS = {"roce", "dscp", "udp_dport", "udp_sport", "udp_port",
               "tcp_dport", "tcp_sport", "tcp_port"}
 
@@ -250,7 +251,7 @@ def parse(doc: Any, file: str = "<scenario>") -> Scenario:
 def _link_defaults(c: _Checker, defaults) -> dict:
     c.mapping(defaults, "defaults", {"link"})
     link = c.mapping(defaults.get("link", {}), "defaults.link", _LINK_KEYS)
-    out = {"rate_mbps": 200.0, "mtu": 9000, "buffer_kb": 1024}
+    out = {"rate_mbps": 200.0, "mtu": 9000, "buffer_kb": 1024, "loss_percent": 0.0}
     out.update(_link_props(c, link, "defaults.link"))
     return out
 
@@ -263,6 +264,11 @@ def _link_props(c: _Checker, d: dict, key: str) -> dict:
         out["mtu"] = c.integer(d["mtu"], _join(key, "mtu"), 1280, 9000)
     if "buffer_kb" in d:
         out["buffer_kb"] = c.integer(d["buffer_kb"], _join(key, "buffer_kb"), 16, 1 << 20)
+    if "loss_percent" in d:
+        loss = c.number(d["loss_percent"], _join(key, "loss_percent"), 0, True)
+        if loss > 50:
+            c.fail(_join(key, "loss_percent"), f"must be at most 50, got {loss!r}")
+        out["loss_percent"] = float(loss)
     return out
 
 

@@ -16,7 +16,7 @@ import random
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from labkit import experiment
+from labkit import experiment, loss
 from labkit.fabric import Fabric
 from labkit.registry import Registry
 from labkit.scenario import Scenario
@@ -66,36 +66,46 @@ def link_rate(topo: Topology, ranks: tuple[str, ...]) -> float:
 
 def run(sc: Scenario, op: str, algo: str, size_list: list[int], iterations: int,
         registry: Registry, workdir: Path, on_row=None) -> list[Row]:
+    """Measure every size on one fabric; ``on_row`` sees each row as it is done."""
     topo = Topology(sc.fabric)
     ranks = sc.allreduce.ranks
-    n = len(ranks)
     link = link_rate(topo, ranks)
     rng = random.Random(sc.seed)
     rows = []
     with Fabric(topo, registry) as fabric:
-        for size in size_list:
-            agents = experiment.start_collective(fabric, topo, ranks, op, algo, size,
-                                                 iterations + 1, 0.0, workdir / str(size), rng)
-            try:
-                ops = experiment.run_agents(agents, iterations + 1)
-            finally:
-                for a in agents:
-                    a.close()
-            timed = [o for o in ops if o["op"] > 0]  # op 0 warms up
-            spans = {}
-            for o in timed:
-                lo, hi, wrong = spans.get(o["op"], (o["start_ns"], o["end_ns"], 0))
-                spans[o["op"]] = (min(lo, o["start_ns"]), max(hi, o["end_ns"]), wrong + o["wrong"])
-            time_us = sum(hi - lo for lo, hi, _ in spans.values()) / len(spans) / 1e3
-            algbw = size * 8 / time_us  # bits per microsecond = Mbit/s
-            row = Row(size, size // 4, "float", "sum" if "reduce" in op else "none",
-                      0 if op == "broadcast" else -1, time_us, algbw,
-                      algbw * schedules.busbw_factor(op, n), sum(w for *_, w in spans.values()),
-                      link)
-            rows.append(row)
-            if on_row:
-                on_row(row)
+        lossy = loss.attach(topo, fabric, record=registry.add)
+        try:
+            for size in size_list:
+                agents = experiment.start_collective(fabric, topo, ranks, op, algo, size,
+                                                     iterations + 1, 0.0, workdir / str(size),
+                                                     rng)
+                try:
+                    ops = experiment.run_agents(agents, iterations + 1)
+                finally:
+                    for a in agents:
+                        a.close()
+                rows.append(measure(op, len(ranks), size, ops, link))
+                if on_row:
+                    on_row(rows[-1])
+        finally:
+            lossy.close()
     return rows
+
+
+def measure(op: str, n: int, size: int, ops: list[dict], link_mbps: float) -> Row:
+    """One row from every rank's ops (op 0 is the warm-up and does not count)."""
+    spans: dict[int, tuple[int, int, int]] = {}
+    for o in ops:
+        if o["op"] == 0:
+            continue
+        lo, hi, wrong = spans.get(o["op"], (o["start_ns"], o["end_ns"], 0))
+        spans[o["op"]] = (min(lo, o["start_ns"]), max(hi, o["end_ns"]), wrong + o["wrong"])
+    time_us = sum(hi - lo for lo, hi, _ in spans.values()) / len(spans) / 1e3
+    algbw = size * 8 / time_us  # bits per microsecond = Mbit/s
+    return Row(size, size // 4, "float", "sum" if "reduce" in op else "none",
+               0 if op == "broadcast" else -1, time_us, algbw,
+               algbw * schedules.busbw_factor(op, n), sum(w for *_, w in spans.values()),
+               link_mbps)
 
 
 def write(rows: list[Row], out: Path) -> None:

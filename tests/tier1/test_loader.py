@@ -55,3 +55,15 @@ def test_pins_live_under_the_run_and_go_away(bpf_ready):
         finally:
             bpf.unpin_dir(d)
     assert not d.exists()
+
+
+def test_lossy_link_drops_with_its_probability(bpf_ready):
+    pkt = bytes(64)
+    with bpf.BpfObject(bpf.object_path("lossy")) as obj:
+        prog, cfg = obj.programs["lk_lossy"], obj.maps["lk_loss"]
+        cfg.update(0, (0).to_bytes(4, "little"))
+        assert prog.test_run(pkt, repeat=1000).retval == 0xFFFFFFFF  # TC_ACT_UNSPEC: pass on
+        cfg.update(0, (1_000_000).to_bytes(4, "little"))
+        assert prog.test_run(pkt).retval == 2  # TC_ACT_SHOT
+        drops = sum(int.from_bytes(v, "little") for v in obj.maps["lk_loss_drops"].lookup(0))
+        assert drops == 1
