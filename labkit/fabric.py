@@ -21,6 +21,7 @@ from contextlib import suppress
 from pathlib import Path
 
 from pyroute2 import IPRoute
+from pyroute2.ethtool import Ethtool
 
 from labkit import tc
 from labkit.netns import Netns
@@ -33,6 +34,16 @@ NUD_PERMANENT = 0x80
 def mac_for(ip: str) -> str:
     """A locally administered MAC derived from the port's address (stable, readable)."""
     return "02:00:" + ":".join(f"{int(b):02x}" for b in ip.split("."))
+
+
+def _receive_in_order(ethtool: Ethtool, ifname: str) -> None:
+    """Turn on GRO, which makes a veth receive through NAPI: one poller per queue, so a
+    flow's packets stay in order even when two CPUs transmit them (without it a veth
+    hands each packet to the transmitting CPU's backlog, and a router's dequeues on
+    two CPUs reorder a flow, which RoCE takes for loss)."""
+    features = ethtool.get_features(ifname)
+    features.features["rx-gro"].enable = True
+    ethtool.set_features(ifname, features)
 
 
 def _sysctl(path: str, value: str) -> None:
@@ -86,7 +97,7 @@ class Fabric:
                            ("net.ipv4.ip_forward", "1" if router else "0"),
                            ("net.ipv4.fib_multipath_hash_policy", "1")):
             _sysctl(key, value)
-        with IPRoute() as ipr:
+        with IPRoute() as ipr, Ethtool() as ethtool:
             (lo,) = ipr.link_lookup(ifname="lo")
             ipr.link("set", index=lo, state="up")
             ports = self.topo.ports[name]
@@ -98,6 +109,7 @@ class Fabric:
                                   handle=tc.classid_str(tc.ROOT), layout=shape.layout)
                 self.ifindex[f"{name}/{port.ifname}"] = index
                 ipr.link("set", index=index, state="up")
+                _receive_in_order(ethtool, port.ifname)
                 ipr.addr("add", index=index, address=port.ip, prefixlen=port.prefixlen)
                 ipr.neigh("add", dst=port.peer_ip, lladdr=mac_for(port.peer_ip), ifindex=index,
                           state=NUD_PERMANENT)

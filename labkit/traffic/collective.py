@@ -92,8 +92,10 @@ def run(cfg: dict, stdin, stdout) -> dict:
     data = {k: bytes.fromhex(v) for k, v in cfg["templates"].items()}
     op_state: list[Op] = []
     early: list[tuple[int, int, int]] = []  # messages of the next op, arrived already
+    delivered = [0]  # whole messages so far: a new one may let the next step start
 
     def deliver(peer: int, chunk: int, value: int) -> None:
+        delivered[0] += 1
         if not (op_state and op_state[0].arrived(peer, chunk, value)):
             early.append((peer, chunk, value))
 
@@ -150,6 +152,7 @@ def run(cfg: dict, stdin, stdout) -> dict:
             for m, value in op.ready_sends():
                 senders[m.peer].enqueue(m.nbytes, m.chunk, value)
         blocked = [p for p, s in senders.items() if s.pending() and not s.send_some(now)]
+        before = delivered[0]
         while True:  # drain the receive side
             try:
                 nbytes, (addr, _) = rx.recvfrom_into(rbuf)
@@ -177,7 +180,8 @@ def run(cfg: dict, stdin, stdout) -> dict:
         expired = [p for p, s in senders.items() if (d := s.deadline()) is not None and now >= d]
         for p in expired:
             senders[p].on_timeout(now)
-        if expired or any(s.pending() for p, s in senders.items() if p not in blocked):
+        if (expired or delivered[0] != before
+                or any(s.pending() for p, s in senders.items() if p not in blocked)):
             continue
         # wait for a packet, room to send, a retransmission timer or the next op
         waits = deadlines + [d for d in (None if op_state else next_op_at, stop_at) if d]
