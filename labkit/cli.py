@@ -109,6 +109,7 @@ def _preflight() -> str | None:
 
 def cmd_run(args) -> int:
     from labkit import analysis, experiment, registry, rundir, topo
+    from labkit.agents import AgentError
     from labkit.pcap import PcapRequest, check_links
 
     sc = scenario_mod.load(args.scenario)
@@ -164,7 +165,7 @@ def cmd_run(args) -> int:
         err.print(f"[red]error:[/] {exc}")
         writer.write_manifest(status="not started", error=str(exc))
         return 1
-    except (experiment.AgentError, RuntimeError, OSError) as exc:
+    except (AgentError, RuntimeError, OSError) as exc:
         err.print(f"[red]run failed:[/] {exc}\n[dim]partial data kept in {writer.tmp}[/]")
         writer.write_manifest(status="incomplete", error=str(exc), end_time=rundir._now())
         return 1

@@ -19,16 +19,20 @@ everything created is in the run registry and torn down in ``finally``.
 
 from __future__ import annotations
 
-import json
 import random
-import selectors
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from labkit import bpf, loss
+from labkit.agents import (
+    READY_TIMEOUT_S,
+    Agent,
+    await_lines,
+    start_collective,
+    start_storage,
+)
 from labkit.capture import CpuSampler, QueuePoller, WatchedPort
 from labkit.fabric import Fabric
 from labkit.lanes import Classifier
@@ -43,19 +47,10 @@ from labkit.telemetry import (
     QueueProbe,
 )
 from labkit.topo import Topology
-from labkit.traffic import nvme, roce, wire
 
 LAYOUT = {"isolated": "fifo", "fifo": "fifo", "priority": "lanes"}
 WITH_STORAGE = {"isolated": False, "fifo": True, "priority": True}
-ROCE_MTUS = (4096, 2048, 1024, 512, 256)
-HEADERS = 20 + 8 + wire.BTH_LEN + wire.RETH_LEN + wire.ICRC_LEN  # IPv4 + UDP + RoCE
-READY_TIMEOUT_S = 30
 STORAGE_WARMUP_S = 1.0
-STORAGE_IO_BYTES = 128 * 1024
-
-
-class AgentError(RuntimeError):
-    pass
 
 
 @dataclass
@@ -81,79 +76,6 @@ class PolicyResult:
     aborted: bool = False
 
 
-def roce_payload_bytes(mtu: int) -> int:
-    """The largest RoCE MTU whose packets fit the link MTU."""
-    return next(m for m in ROCE_MTUS if m + HEADERS <= mtu)
-
-
-class _Agent:
-    def __init__(self, fabric: Fabric, node: str, module: str, cfg: dict, workdir: Path,
-                 what: str):
-        self.node, self.what = node, what
-        self.cfg_path = workdir / f"{what}-{node}.json"
-        self.out = workdir / f"{what}-{node}.result.json"
-        self.err_path = workdir / f"{what}-{node}.stderr"
-        cfg = {**cfg, "out": str(self.out)}
-        self.cfg_path.write_text(json.dumps(cfg))
-        self.err = open(self.err_path, "w")
-        self.proc = fabric.popen(node, [sys.executable, "-m", module, str(self.cfg_path)], what,
-                                 stdin=-1, stdout=-1, stderr=self.err, text=True, bufsize=1)
-
-    def send(self, line: str) -> None:
-        try:
-            self.proc.stdin.write(line + "\n")
-            self.proc.stdin.flush()
-        except (BrokenPipeError, OSError):
-            pass
-
-    def failure(self) -> str:
-        self.err.flush()
-        tail = self.err_path.read_text().strip().splitlines()[-8:]
-        return f"{self.what} on {self.node} exited ({self.proc.poll()}): " + "\n".join(tail)
-
-    def result(self) -> dict:
-        try:
-            return json.loads(self.out.read_text())
-        except (OSError, ValueError) as exc:
-            raise AgentError(self.failure()) from exc
-
-    def close(self) -> None:
-        self.err.close()
-
-
-def _await_lines(agents: list[_Agent], word: str, timeout_s: float,
-                 on_line: Callable[[_Agent, str], None] | None = None) -> None:
-    """Read agents' stdout until each has printed ``word`` (or fail clearly)."""
-    sel = selectors.DefaultSelector()
-    for a in agents:
-        sel.register(a.proc.stdout, selectors.EVENT_READ, a)
-    waiting = set(agents)
-    deadline = time.monotonic() + timeout_s
-    try:
-        while waiting:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                names = ", ".join(f"{a.what}@{a.node}" for a in waiting)
-                raise AgentError(f"timed out after {timeout_s:.0f} s waiting for {word} "
-                                 f"from {names}")
-            for key, _ in sel.select(timeout=min(left, 0.5)):
-                a: _Agent = key.data
-                line = a.proc.stdout.readline()
-                if not line:
-                    sel.unregister(a.proc.stdout)
-                    if a in waiting:
-                        raise AgentError(a.failure())
-                    continue
-                line = line.strip()
-                if line == word:
-                    waiting.discard(a)
-                    sel.unregister(a.proc.stdout)
-                elif on_line:
-                    on_line(a, line)
-    finally:
-        sel.close()
-
-
 def run_policy(sc: Scenario, topo: Topology, policy: str, registry: Registry, workdir: Path,
                duration_s: float | None = None, progress: Callable[[int], None] | None = None,
                pcap: PcapRequest | None = None, pcap_dir: Path | None = None) -> PolicyResult:
@@ -167,7 +89,7 @@ def run_policy(sc: Scenario, topo: Topology, policy: str, registry: Registry, wo
     workdir.mkdir(parents=True, exist_ok=True)
     fabric = Fabric(topo, registry, router_layout=layout)
     classifier = queues = latency = lossy = None
-    agents: list[_Agent] = []
+    agents: list[Agent] = []
     try:
         fabric.start()
         lossy = loss.attach(topo, fabric, record=registry.add)
@@ -185,9 +107,9 @@ def run_policy(sc: Scenario, topo: Topology, policy: str, registry: Registry, wo
         ar = sc.allreduce
         ring = start_collective(fabric, topo, ar.ranks, "all_reduce", ar.algo, ar.size_bytes,
                                 ar.iterations, ar.compute_ms, workdir, rng, duration_s)
-        storage = _start_storage(sc, topo, fabric, workdir) if WITH_STORAGE[policy] else []
+        storage = start_storage(sc, topo, fabric, workdir) if WITH_STORAGE[policy] else []
         agents = ring + storage
-        _await_lines(agents, "READY", READY_TIMEOUT_S)
+        await_lines(agents, "READY", READY_TIMEOUT_S)
         capture = PacketCapture(fabric, topo, pcap, pcap_dir).start() if pcap else None
         events = EventReader(queues).start()
         try:
@@ -244,7 +166,7 @@ def _collect_telemetry(result: PolicyResult, events: list[tuple], queues: QueueP
     result.events_lost, result.packets_sampled, result.unpaired = queues.delivery()
 
 
-def _drive(result: PolicyResult, ring: list[_Agent], storage: list[_Agent],
+def _drive(result: PolicyResult, ring: list[Agent], storage: list[Agent],
            watched: list[WatchedPort], duration_s: float | None, iterations: int,
            progress: Callable[[int], None] | None) -> None:
     """Start storage, let it warm up, run the ring to the end, stop storage; record
@@ -259,70 +181,21 @@ def _drive(result: PolicyResult, ring: list[_Agent], storage: list[_Agent],
         for a in ring:
             a.send(f"GO {result.t0_ns}")
 
-        def on_line(agent: _Agent, line: str) -> None:
+        def on_line(agent: Agent, line: str) -> None:
             if progress and agent is ring[0] and line.startswith("OP "):
                 progress(int(line.split()[1]) + 1)
 
         limit_s = duration_s + 30 if duration_s else max(120, 5 * iterations)
-        _await_lines(ring, "DONE", limit_s, on_line)
+        await_lines(ring, "DONE", limit_s, on_line)
         for a in storage:
             a.send("STOP")
-        _await_lines(storage, "DONE", 10)
+        await_lines(storage, "DONE", 10)
     finally:
         poller.stop()
         result.queue, result.lanes, result.cpu = poller.rows, poller.lane_rows, cpu.stop()
 
 
-def start_collective(fabric: Fabric, topo: Topology, ranks: tuple[str, ...], op: str, algo: str,
-                     size_bytes: int, iterations: int, compute_ms: float, workdir: Path,
-                     rng: random.Random, duration_s: float | None = None) -> list[_Agent]:
-    """One collective agent per rank (``labkit.traffic.collective``), not yet started."""
-    n = len(ranks)
-    workdir.mkdir(parents=True, exist_ok=True)
-    payload = roce_payload_bytes(min(link.mtu for link in topo.fabric.links))
-    common = {
-        "n": n, "op": op, "algo": algo, "size_bytes": size_bytes, "iterations": iterations,
-        "compute_ms": compute_ms, "duration_s": duration_s, "payload_bytes": payload,
-        "peers": {i: topo.host_ip(h) for i, h in enumerate(ranks)},
-        "sport_base": rng.randrange(49152, 65536 - n),
-        "templates": {k: v.hex() for k, v in roce.data_templates(0, payload).items()},
-        "ack_template": roce.ack_template(0).hex(),
-        "nak_template": roce.ack_template(0, wire.SYNDROME_NAK_PSN).hex(),
-    }
-    return [_Agent(fabric, host, "labkit.traffic.collective",
-                   {**common, "rank": i, "ip": topo.host_ip(host)}, workdir, "collective")
-            for i, host in enumerate(ranks)]
-
-
-def _start_storage(sc: Scenario, topo: Topology, fabric: Fabric, workdir: Path) -> list[_Agent]:
-    rate_mbps = topo.port_towards(*sc.fabric.bottlenecks[0]).link.rate_mbps
-    agents = []
-    for st in sc.storage:
-        pacing = int(st.offered_load * rate_mbps * 1e6 / 8 / len(st.clients))
-        common = {"pattern": st.pattern, "port": st.port, "pacing_bytes_per_s": pacing,
-                  "io_bytes": STORAGE_IO_BYTES,
-                  "templates": {k: v.hex() for k, v in nvme.templates(STORAGE_IO_BYTES).items()}}
-        agents.append(_Agent(fabric, st.server, "labkit.traffic.storage",
-                             {**common, "mode": "server"}, workdir, "storage"))
-        for client in st.clients:
-            agents.append(_Agent(fabric, client, "labkit.traffic.storage",
-                                 {**common, "mode": "client",
-                                  "server_ip": topo.host_ip(st.server)},
-                                 workdir, "storage"))
-    return agents
-
-
-def run_agents(agents: list[_Agent], iterations: int) -> list[dict]:
-    """Start collective agents together, wait for them, return their ops."""
-    _await_lines(agents, "READY", READY_TIMEOUT_S)
-    t0 = time.monotonic_ns() + 50_000_000
-    for a in agents:
-        a.send(f"GO {t0}")
-    _await_lines(agents, "DONE", max(120, 10 * iterations))
-    return [op for a in agents for op in a.result()["ops"]]
-
-
-def _collect(result: PolicyResult, ring: list[_Agent], storage: list[_Agent]) -> None:
+def _collect(result: PolicyResult, ring: list[Agent], storage: list[Agent]) -> None:
     for a in ring:
         r = a.result()
         result.ops.extend({**op, "host": a.node} for op in r["ops"])

@@ -16,7 +16,7 @@ import random
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from labkit import experiment, loss
+from labkit import agents, loss
 from labkit.fabric import Fabric
 from labkit.registry import Registry
 from labkit.scenario import Scenario
@@ -76,13 +76,12 @@ def run(sc: Scenario, op: str, algo: str, size_list: list[int], iterations: int,
         lossy = loss.attach(topo, fabric, record=registry.add)
         try:
             for size in size_list:
-                agents = experiment.start_collective(fabric, topo, ranks, op, algo, size,
-                                                     iterations + 1, 0.0, workdir / str(size),
-                                                     rng)
+                procs = agents.start_collective(fabric, topo, ranks, op, algo, size,
+                                                iterations + 1, 0.0, workdir / str(size), rng)
                 try:
-                    ops = experiment.run_agents(agents, iterations + 1)
+                    ops = agents.run_agents(procs, iterations + 1)
                 finally:
-                    for a in agents:
+                    for a in procs:
                         a.close()
                 rows.append(measure(op, len(ranks), size, ops, link))
                 if on_row:

@@ -1,0 +1,154 @@
+"""Traffic agents as processes: start them in hosts' namespaces, talk to them, read results.
+
+An agent is ``python -m labkit.traffic.<module> CONFIG.json`` started with
+:meth:`labkit.fabric.Fabric.popen` (so it is in the run registry). It prints
+``READY`` once its sockets are bound, starts on ``GO <t0_ns>``, and prints
+``DONE`` after writing its results next to its config. Configurations carry the
+packet templates built here with scapy; agents only patch them.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import selectors
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from labkit.fabric import Fabric
+from labkit.scenario import Scenario
+from labkit.topo import Topology
+from labkit.traffic import nvme, roce, wire
+
+ROCE_MTUS = (4096, 2048, 1024, 512, 256)
+HEADERS = 20 + 8 + wire.BTH_LEN + wire.RETH_LEN + wire.ICRC_LEN  # IPv4 + UDP + RoCE
+READY_TIMEOUT_S = 30
+STORAGE_IO_BYTES = 128 * 1024
+
+
+class AgentError(RuntimeError):
+    pass
+
+
+def roce_payload_bytes(mtu: int) -> int:
+    """The largest RoCE MTU whose packets fit the link MTU."""
+    return next(m for m in ROCE_MTUS if m + HEADERS <= mtu)
+
+
+class Agent:
+    def __init__(self, fabric: Fabric, node: str, module: str, cfg: dict, workdir: Path,
+                 what: str):
+        self.node, self.what = node, what
+        self.cfg_path = workdir / f"{what}-{node}.json"
+        self.out = workdir / f"{what}-{node}.result.json"
+        self.err_path = workdir / f"{what}-{node}.stderr"
+        cfg = {**cfg, "out": str(self.out)}
+        self.cfg_path.write_text(json.dumps(cfg))
+        self.err = open(self.err_path, "w")
+        self.proc = fabric.popen(node, [sys.executable, "-m", module, str(self.cfg_path)], what,
+                                 stdin=-1, stdout=-1, stderr=self.err, text=True, bufsize=1)
+
+    def send(self, line: str) -> None:
+        try:
+            self.proc.stdin.write(line + "\n")
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            pass
+
+    def failure(self) -> str:
+        self.err.flush()
+        tail = self.err_path.read_text().strip().splitlines()[-8:]
+        return f"{self.what} on {self.node} exited ({self.proc.poll()}): " + "\n".join(tail)
+
+    def result(self) -> dict:
+        try:
+            return json.loads(self.out.read_text())
+        except (OSError, ValueError) as exc:
+            raise AgentError(self.failure()) from exc
+
+    def close(self) -> None:
+        self.err.close()
+
+
+def await_lines(agents: list[Agent], word: str, timeout_s: float,
+                 on_line: Callable[[Agent, str], None] | None = None) -> None:
+    """Read agents' stdout until each has printed ``word`` (or fail clearly)."""
+    sel = selectors.DefaultSelector()
+    for a in agents:
+        sel.register(a.proc.stdout, selectors.EVENT_READ, a)
+    waiting = set(agents)
+    deadline = time.monotonic() + timeout_s
+    try:
+        while waiting:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                names = ", ".join(f"{a.what}@{a.node}" for a in waiting)
+                raise AgentError(f"timed out after {timeout_s:.0f} s waiting for {word} "
+                                 f"from {names}")
+            for key, _ in sel.select(timeout=min(left, 0.5)):
+                a: Agent = key.data
+                line = a.proc.stdout.readline()
+                if not line:
+                    sel.unregister(a.proc.stdout)
+                    if a in waiting:
+                        raise AgentError(a.failure())
+                    continue
+                line = line.strip()
+                if line == word:
+                    waiting.discard(a)
+                    sel.unregister(a.proc.stdout)
+                elif on_line:
+                    on_line(a, line)
+    finally:
+        sel.close()
+
+
+def start_collective(fabric: Fabric, topo: Topology, ranks: tuple[str, ...], op: str, algo: str,
+                     size_bytes: int, iterations: int, compute_ms: float, workdir: Path,
+                     rng: random.Random, duration_s: float | None = None) -> list[Agent]:
+    """One collective agent per rank (``labkit.traffic.collective``), not yet started."""
+    n = len(ranks)
+    workdir.mkdir(parents=True, exist_ok=True)
+    payload = roce_payload_bytes(min(link.mtu for link in topo.fabric.links))
+    common = {
+        "n": n, "op": op, "algo": algo, "size_bytes": size_bytes, "iterations": iterations,
+        "compute_ms": compute_ms, "duration_s": duration_s, "payload_bytes": payload,
+        "peers": {i: topo.host_ip(h) for i, h in enumerate(ranks)},
+        "sport_base": rng.randrange(49152, 65536 - n),
+        "templates": {k: v.hex() for k, v in roce.data_templates(0, payload).items()},
+        "ack_template": roce.ack_template(0).hex(),
+        "nak_template": roce.ack_template(0, wire.SYNDROME_NAK_PSN).hex(),
+    }
+    return [Agent(fabric, host, "labkit.traffic.collective",
+                   {**common, "rank": i, "ip": topo.host_ip(host)}, workdir, "collective")
+            for i, host in enumerate(ranks)]
+
+
+def start_storage(sc: Scenario, topo: Topology, fabric: Fabric, workdir: Path) -> list[Agent]:
+    rate_mbps = topo.port_towards(*sc.fabric.bottlenecks[0]).link.rate_mbps
+    agents = []
+    for st in sc.storage:
+        pacing = int(st.offered_load * rate_mbps * 1e6 / 8 / len(st.clients))
+        common = {"pattern": st.pattern, "port": st.port, "pacing_bytes_per_s": pacing,
+                  "io_bytes": STORAGE_IO_BYTES,
+                  "templates": {k: v.hex() for k, v in nvme.templates(STORAGE_IO_BYTES).items()}}
+        agents.append(Agent(fabric, st.server, "labkit.traffic.storage",
+                             {**common, "mode": "server"}, workdir, "storage"))
+        for client in st.clients:
+            agents.append(Agent(fabric, client, "labkit.traffic.storage",
+                                 {**common, "mode": "client",
+                                  "server_ip": topo.host_ip(st.server)},
+                                 workdir, "storage"))
+    return agents
+
+
+def run_agents(agents: list[Agent], iterations: int) -> list[dict]:
+    """Start collective agents together, wait for them, return their ops."""
+    await_lines(agents, "READY", READY_TIMEOUT_S)
+    t0 = time.monotonic_ns() + 50_000_000
+    for a in agents:
+        a.send(f"GO {t0}")
+    await_lines(agents, "DONE", max(120, 10 * iterations))
+    return [op for a in agents for op in a.result()["ops"]]
