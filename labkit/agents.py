@@ -130,8 +130,9 @@ def start_storage(sc: Scenario, topo: Topology, fabric: Fabric, workdir: Path) -
     rate_mbps = topo.port_towards(*sc.fabric.bottlenecks[0]).link.rate_mbps
     agents = []
     for st in sc.storage:
-        pacing = int(st.offered_load * rate_mbps * 1e6 / 8 / len(st.clients))
+        pacing = int(st.offered_load * rate_mbps * 1e6 / 8 / len(st.clients) / st.queues)
         common = {"pattern": st.pattern, "port": st.port, "pacing_bytes_per_s": pacing,
+                  "queues": st.queues,
                   "io_bytes": STORAGE_IO_BYTES,
                   "templates": {k: v.hex() for k, v in nvme.templates(STORAGE_IO_BYTES).items()}}
         agents.append(Agent(fabric, st.server, "labkit.traffic.storage",

@@ -94,6 +94,7 @@ class StorageSpec:
     pattern: str = "read"  # read: server -> clients; write: clients -> server
     offered_load: float = 1.2  # x the first bottleneck's rate, summed over all flows
     port: int = 4420
+    queues: int = 1  # NVMe/TCP I/O queues per client, one TCP connection each
     kind: str = "storage"
 
 
@@ -466,8 +467,8 @@ def _traffic(c: _Checker, traffic, fabric: FabricSpec):
                 algo=t.get("algo", "ring"),
             )
         elif t["kind"] == "storage":
-            c.mapping(t, key, {"kind", "pattern", "server", "clients", "offered_load", "port"},
-                      {"server", "clients"})
+            c.mapping(t, key, {"kind", "pattern", "server", "clients", "offered_load", "port",
+                               "queues"}, {"server", "clients"})
             pattern = t.get("pattern", "read")
             if pattern not in ("read", "write"):
                 c.fail(f"{key}.pattern", f"must be read or write, got {pattern!r}")
@@ -480,6 +481,7 @@ def _traffic(c: _Checker, traffic, fabric: FabricSpec):
                 server=server, clients=clients, pattern=pattern,
                 offered_load=float(c.number(t.get("offered_load", 1.2), f"{key}.offered_load")),
                 port=c.integer(t.get("port", 4420), f"{key}.port", 1, 65535),
+                queues=c.integer(t.get("queues", 1), f"{key}.queues", 1, 16),
             ))
         else:
             c.fail(f"{key}.kind", f"unknown traffic kind {t['kind']!r} (known: allreduce, storage)")

@@ -1,8 +1,9 @@
 """Storage agent: NVMe/TCP reads or writes between a storage host and its clients.
 
 ``server`` mode is the NVMe/TCP target on the storage port (4420 by default),
-``client`` mode the host. After the ICReq/ICResp exchange the host keeps
-``QUEUE_DEPTH`` commands of ``IO_BYTES`` in flight:
+``client`` mode the host, with one TCP connection per I/O queue (``queues``).
+After the ICReq/ICResp exchange each queue keeps ``QUEUE_DEPTH`` commands of
+``io_bytes`` in flight:
 
 * read: CapsuleCmd(Read) → target sends C2HData with the blocks → CapsuleResp;
 * write: CapsuleCmd(Write) → target sends R2T → host sends H2CData → CapsuleResp.
@@ -180,7 +181,8 @@ def run(cfg: dict, stdin) -> dict:
                 start(conn, serve)
         threading.Thread(target=accept_loop, daemon=True).start()
     else:
-        start(socket.create_connection((cfg["server_ip"], cfg["port"]), timeout=5), host)
+        for _ in range(cfg.get("queues", 1)):  # one TCP connection per I/O queue
+            start(socket.create_connection((cfg["server_ip"], cfg["port"]), timeout=5), host)
 
     threading.Thread(target=lambda: (stdin.readline(), stop.set()), daemon=True).start()
     while not stop.is_set():
