@@ -105,15 +105,21 @@ def await_lines(agents: list[Agent], word: str, timeout_s: float,
         sel.close()
 
 
-def start_collective(fabric: Fabric, topo: Topology, ranks: tuple[str, ...], op: str, algo: str,
-                     size_bytes: int, iterations: int, compute_ms: float, workdir: Path,
-                     rng: random.Random, duration_s: float | None = None) -> list[Agent]:
-    """One collective agent per rank (``labkit.traffic.collective``), not yet started."""
+def collective(op: str, algo: str, size_bytes: int) -> dict:
+    """The workload of agents that run one collective."""
+    return {"kind": "collective", "op": op, "algo": algo, "size_bytes": size_bytes}
+
+
+def start_collective(fabric: Fabric, topo: Topology, ranks: tuple[str, ...], workload: dict,
+                     iterations: int, compute_ms: float, workdir: Path, rng: random.Random,
+                     duration_s: float | None = None) -> list[Agent]:
+    """One agent per rank (``labkit.traffic.collective``) running ``workload`` (see
+    :func:`collective`, or a training job: ``{"kind": "job", "job": {...}}``)."""
     n = len(ranks)
     workdir.mkdir(parents=True, exist_ok=True)
     payload = roce_payload_bytes(min(link.mtu for link in topo.fabric.links))
     common = {
-        "n": n, "op": op, "algo": algo, "size_bytes": size_bytes, "iterations": iterations,
+        "n": n, "workload": workload, "iterations": iterations,
         "compute_ms": compute_ms, "duration_s": duration_s, "payload_bytes": payload,
         "peers": {i: topo.host_ip(h) for i, h in enumerate(ranks)},
         "sport_base": rng.randrange(49152, 65536 - n),

@@ -63,6 +63,35 @@ def allreduce(ops: pl.DataFrame, size_bytes: int, ranks: int) -> dict:
             "busbw_mbps": algbw * 2 * (ranks - 1) / ranks, "wrong": int(ops["wrong"].sum())}
 
 
+def job(ops: pl.DataFrame, collectives: pl.DataFrame, meta: dict, port: str) -> dict:
+    """A training job's iterations: time, compute, exposed communication, bubbles, bytes.
+
+    Exposed communication is the part of a rank's iteration not spent computing. Each
+    rank also splits its waits for the network: until the message that ended a wait
+    left its sender, it waited for a peer that was not ready (a bubble); after, for
+    data on the way (the wire wait: queueing and retransmissions included). Fractions
+    are of that rank's own iteration time, averaged over ranks and iterations.
+    """
+    ms = ops["ms"]
+    per_rank = collectives.with_columns(
+        (pl.col("end_ns") - pl.col("start_ns")).alias("t")).with_columns(
+        (pl.col("t") - pl.col("compute_ns")).alias("exposed"))
+    hop = meta["ports"][port]["hop"]
+    return {
+        "parallelism": meta["job"]["parallelism"], "iterations": ops.height,
+        "p50_ms": _quantile(ms, 0.5), "p99_ms": _quantile(ms, 0.99),
+        "mean_ms": float(ms.mean()),
+        "compute_ms": float(per_rank["compute_ns"].mean()) / 1e6,
+        "exposed_comm_ms": float(per_rank["exposed"].mean()) / 1e6,
+        "exposed_comm_fraction": float((per_rank["exposed"] / per_rank["t"]).mean()),
+        "bubble_fraction": float((per_rank["bubble_ns"] / per_rank["t"]).mean()),
+        "wire_wait_fraction": float((per_rank["exposed_ns"] / per_rank["t"]).mean()),
+        "bytes_per_iteration": meta["bytes_per_iteration"],
+        "bottleneck_bytes_per_iteration": meta["bytes_per_iteration"].get(hop, 0),
+        "wrong": int(ops["wrong"].sum()),
+    }
+
+
 def goodput_mbps(flows: pl.DataFrame, start: int, end: int) -> float:
     if flows.is_empty():
         return 0.0
@@ -181,8 +210,10 @@ def _policy(tables: dict, meta: dict, policy: str, ops: pl.DataFrame, start: int
         lanes[lane].update(delays[lane], max_backlog_bytes=backlog[lane])
     busy = cpu_busy(of("cpu"), start, end)
     fid = fidelity(tables, policy, meta, start, end, busy)
+    workload = ({"job": job(ops, of("collectives"), meta, port)} if meta.get("job") else
+                {"allreduce": allreduce(ops, meta["size_bytes"], meta["ranks"])})
     return {
-        "allreduce": allreduce(ops, meta["size_bytes"], meta["ranks"]),
+        **workload,
         "storage": {"goodput_mbps": goodput_mbps(of("flows"), start, end)},
         "bottleneck": {"link": info["link"], "port": port, "rate_mbps": info["rate_mbps"],
                        "utilization": util.get(port, 0.0), "lanes": lanes},
@@ -207,12 +238,13 @@ def summarize(tables: dict[str, pl.DataFrame], meta: dict) -> dict:
     for p, summary in policies.items():
         summary["telemetry"] = meta.get("telemetry", {}).get(p)
         summary["lossy_links"] = meta.get("loss_drops", {}).get(p, {})  # drops on purpose
-    base = policies.get("isolated", {}).get("allreduce")
+    kind = "job" if meta.get("job") else "allreduce"
+    base = policies.get("isolated", {}).get(kind)
     for p in policies.values():
-        ar = p["allreduce"]
+        w = p[kind]
         for q in ("p50", "p99"):
-            ar[f"slowdown_{q}"] = ar[f"{q}_ms"] / base[f"{q}_ms"] if base else None
-    if base and base["busbw_mbps"] < 0.8 * meta["ring_link_mbps"]:
+            w[f"slowdown_{q}"] = w[f"{q}_ms"] / base[f"{q}_ms"] if base else None
+    if kind == "allreduce" and base and base["busbw_mbps"] < 0.8 * meta["ring_link_mbps"]:
         policies["isolated"]["fidelity"]["notes"].append(
             f"the All-Reduce alone reached {base['busbw_mbps']:.0f} Mbit/s of bus bandwidth "
             f"on {meta['ring_link_mbps']:g} Mbit/s links: the traffic generator, not the "

@@ -19,7 +19,7 @@ from rich.table import Table
 
 from labkit import scenario as scenario_mod
 
-console = Console(width=max(110, Console().width))
+console = Console(width=max(120, Console().width))
 err = Console(stderr=True, soft_wrap=True)
 ROOT_HINT = ("needs root (it builds namespaces and loads eBPF programs). Without root you can "
              "still analyse recorded runs: `labkit report DIR`, `labkit runs` and the notebooks.")
@@ -147,7 +147,7 @@ def cmd_run(args) -> int:
     try:
         with registry.RunLock(run_id), _progress() as progress:
             for policy in policies:
-                total = sc.allreduce.iterations
+                total = sc.iterations
                 task = progress.add_task(f"{policy:<9} building fabric", total=total)
 
                 def tick(done: int, task=task, policy=policy) -> None:
@@ -190,7 +190,7 @@ def cmd_sweep(args) -> int:
     try:
         size_list = sweep.sizes(scenario_mod.parse_size(args.minbytes, "-b"),
                                 scenario_mod.parse_size(args.maxbytes, "-e"), args.stepfactor)
-        schedules.schedule(args.op, args.algo, len(sc.allreduce.ranks), 0, size_list[0])
+        schedules.schedule(args.op, args.algo, len(sc.ranks), 0, size_list[0])
         if args.iters < 1:
             raise ValueError("-n must be at least 1")
     except ValueError as exc:
@@ -202,7 +202,7 @@ def cmd_sweep(args) -> int:
     run_id = rundir.new_run_id(f"sweep-{sc.name}")
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, _raise_interrupt)
-    console.print(f"# labkit sweep: {args.op} ({args.algo}) over {len(sc.allreduce.ranks)} "
+    console.print(f"# labkit sweep: {args.op} ({args.algo}) over {len(sc.ranks)} "
                   f"ranks of {sc.name}, {args.iters} timed ops per size", highlight=False)
     console.print(sweep.HEADER, highlight=False)
     try:
@@ -263,16 +263,27 @@ def _fmt(value, spec: str = ".2f") -> str:
 
 def _print_summary(summary: dict) -> None:
     t = Table(title=f"{summary['scenario']} · run {summary['run_id']}",
-              caption=f"rates in emulated Mbit/s; 1 emulated Mbit/s stands for "
-                      f"{summary['scale_factor']:g} real Mbit/s", caption_justify="left")
-    for col in ("policy", "ops", "p50 ms", "p99 ms", "slowdown\np50 / p99", "busbw",
-                "storage", "bottleneck\nutilization", "drops\nvip / low", "CPU-\nbound"):
+              caption=f"times in ms; rates in emulated Mbit/s (1 emulated Mbit/s stands for "
+                      f"{summary['scale_factor']:g} real Mbit/s); bneck: the bottleneck port",
+              caption_justify="left")
+    jobs = any("job" in p for p in summary["policies"].values())
+    middle = (("iters", "p50", "p99", "slowdown\np50 / p99", "exposed", "bubbles",
+               "MB/iter\nat bneck") if jobs else
+              ("ops", "p50", "p99", "slowdown\np50 / p99", "busbw"))
+    for col in ("policy", *middle, "storage", "bneck\nutil.", "drops\nvip / low",
+                "CPU-\nbound"):
         t.add_column(col, justify="left" if col == "policy" else "right", no_wrap=True)
     for policy, p in summary["policies"].items():
-        ar, b = p["allreduce"], p["bottleneck"]
-        t.add_row(policy, str(ar["ops"]), _fmt(ar["p50_ms"], ".0f"), _fmt(ar["p99_ms"], ".0f"),
-                  f"{_fmt(ar['slowdown_p50'])} / {_fmt(ar['slowdown_p99'])}",
-                  _fmt(ar["busbw_mbps"], ".1f"), _fmt(p["storage"]["goodput_mbps"], ".1f"),
+        w, b = p.get("job") or p["allreduce"], p["bottleneck"]
+        times = (_fmt(w["p50_ms"], ".0f"), _fmt(w["p99_ms"], ".0f"),
+                 f"{_fmt(w['slowdown_p50'])} / {_fmt(w['slowdown_p99'])}")
+        if jobs:
+            cells = (str(w["iterations"]), *times, _fmt(w["exposed_comm_fraction"], ".0%"),
+                     _fmt(w["bubble_fraction"], ".0%"),
+                     _fmt(w["bottleneck_bytes_per_iteration"] / 1e6, ".2f"))
+        else:
+            cells = (str(w["ops"]), *times, _fmt(w["busbw_mbps"], ".1f"))
+        t.add_row(policy, *cells, _fmt(p["storage"]["goodput_mbps"], ".1f"),
                   _fmt(b["utilization"], ".0%"),
                   f"{b['lanes']['vip']['drops']} / {b['lanes']['low']['drops']}",
                   "yes" if p["cpu_bound"] else "no")

@@ -30,6 +30,7 @@ from labkit.agents import (
     READY_TIMEOUT_S,
     Agent,
     await_lines,
+    collective,
     start_collective,
     start_storage,
 )
@@ -47,6 +48,8 @@ from labkit.telemetry import (
     QueueProbe,
 )
 from labkit.topo import Topology
+from labkit.traffic.collective import plan_for
+from labkit.traffic.jobs import sent_bytes
 
 LAYOUT = {"isolated": "fifo", "fifo": "fifo", "priority": "lanes"}
 WITH_STORAGE = {"isolated": False, "fifo": True, "priority": True}
@@ -96,7 +99,7 @@ def run_policy(sc: Scenario, topo: Topology, policy: str, registry: Registry, wo
         classifier = Classifier(sc.lanes, layout, record=registry.add)
         queues = QueueProbe(record=registry.add)
         latency = LatencyProbe(classifier.shared.maps["lk_config"], queues, record=registry.add)
-        watched = _attach_probes(topo, fabric, classifier, queues, latency, sc.allreduce.ranks)
+        watched = _attach_probes(topo, fabric, classifier, queues, latency, sc.ranks)
         result.bottleneck_ports = [w.label for w in watched]
         pins = bpf.pin_dir(registry.run_id)
         registry.add_pin_dir(pins)
@@ -104,17 +107,16 @@ def run_policy(sc: Scenario, topo: Topology, policy: str, registry: Registry, wo
         queues.pin(pins)
 
         rng = random.Random(f"{sc.seed}/{policy}")
-        ar = sc.allreduce
-        ring = start_collective(fabric, topo, ar.ranks, "all_reduce", ar.algo, ar.size_bytes,
-                                ar.iterations, ar.compute_ms, workdir, rng, duration_s)
+        work, gap_ms = workload(sc)
+        ring = start_collective(fabric, topo, sc.ranks, work, sc.iterations, gap_ms, workdir,
+                                rng, duration_s)
         storage = start_storage(sc, topo, fabric, workdir) if WITH_STORAGE[policy] else []
         agents = ring + storage
         await_lines(agents, "READY", READY_TIMEOUT_S)
         capture = PacketCapture(fabric, topo, pcap, pcap_dir).start() if pcap else None
         events = EventReader(queues).start()
         try:
-            _drive(result, ring, storage, watched, duration_s, sc.allreduce.iterations,
-                   progress)
+            _drive(result, ring, storage, watched, duration_s, sc.iterations, progress)
         finally:
             _collect_telemetry(result, events.stop(), queues, latency)
             if capture:
@@ -207,21 +209,48 @@ def _collect(result: PolicyResult, ring: list[Agent], storage: list[Agent]) -> N
             result.flows.append({"host": a.node, "t_ns": t_ns, "bytes": total})
 
 
+def workload(sc: Scenario) -> tuple[dict, float]:
+    """The agents' workload for the scenario, and the compute time between its ops."""
+    if sc.job:
+        return {"kind": "job", "job": sc.job.as_dict()}, 0.0
+    ar = sc.allreduce
+    return collective("all_reduce", ar.algo, ar.size_bytes), ar.compute_ms
+
+
+def bytes_per_iteration(sc: Scenario, topo: Topology) -> tuple[dict[str, int], dict[str, set]]:
+    """Bytes every hop ("a->b") carries in one op or iteration, from the ranks' plans and
+    the routes (one shortest path per pair), and which ranks send across each hop."""
+    work, _ = workload(sc)
+    ranks = sc.ranks
+    per_hop: dict[str, int] = {}
+    senders: dict[str, set] = {}
+    for r in range(len(ranks)):
+        plan = plan_for({"workload": work, "n": len(ranks), "rank": r})
+        for peer, nbytes in sent_bytes(plan):
+            path = topo.path(ranks[r], ranks[peer])
+            for a, b in zip(path, path[1:], strict=False):
+                per_hop[f"{a}->{b}"] = per_hop.get(f"{a}->{b}", 0) + nbytes
+                senders.setdefault(f"{a}->{b}", set()).add(r)
+    return per_hop, senders
+
+
 def summary_meta(sc: Scenario, topo: Topology, run_id: str, results: list[PolicyResult]
                  ) -> dict:
     """What :func:`labkit.analysis.summarize` needs besides the tables."""
-    ranks = sc.allreduce.ranks
-    hops = [topo.path(r, ranks[(i + 1) % len(ranks)]) for i, r in enumerate(ranks)]
-    ports = {}
-    for p in topo.bottleneck_ports():
-        crossing = [i for i, path in enumerate(hops)
-                    if (p.node, p.peer) in zip(path, path[1:], strict=False)]
-        ports[p.ifname] = {"link": p.link.name, "rate_mbps": p.link.rate_mbps, "node": p.node,
-                           "senders": crossing}
-    ring_link = min(link.rate_mbps for i, r in enumerate(ranks)
-                    for link in topo.links_on_path(r, ranks[(i + 1) % len(ranks)]))
+    ranks = sc.ranks
+    per_hop, senders = bytes_per_iteration(sc, topo)
+    ports = {p.ifname: {"link": p.link.name, "rate_mbps": p.link.rate_mbps, "node": p.node,
+                        "hop": f"{p.node}->{p.peer}",
+                        "senders": sorted(senders.get(f"{p.node}->{p.peer}", ()))}
+             for p in topo.bottleneck_ports()}
+    ring_link = min(link.rate_mbps for a in ranks for b in ranks if a != b
+                    for link in topo.links_on_path(a, b))
     return {"scenario": sc.name, "run_id": run_id, "scale_factor": sc.scale_factor,
-            "policies": [r.policy for r in results], "size_bytes": sc.allreduce.size_bytes,
+            "policies": [r.policy for r in results],
+            "workload": "job" if sc.job else "allreduce",
+            "job": sc.job.as_dict() if sc.job else None,
+            "size_bytes": sc.allreduce.size_bytes if sc.allreduce else None,
+            "bytes_per_iteration": per_hop,
             "ranks": len(ranks), "ring_link_mbps": ring_link, "ports": ports,
             "telemetry": {r.policy: {"sample_every": DEFAULT_SAMPLE_EVERY,
                                      "events_lost": r.events_lost,

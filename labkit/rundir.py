@@ -35,7 +35,8 @@ I64, STR, F64 = pl.Int64, pl.Utf8, pl.Float64
 
 SCHEMAS: dict[str, dict[str, pl.DataType]] = {
     "collectives": {"policy": STR, "op": I64, "rank": I64, "host": STR, "start_ns": I64,
-                    "end_ns": I64, "wrong": I64},
+                    "end_ns": I64, "wrong": I64, "compute_ns": I64, "exposed_ns": I64,
+                    "bubble_ns": I64},
     "transport": {"policy": STR, "host": STR, "rank": I64, "packets_sent": I64,
                   "retransmits": I64, "timeouts": I64, "naks": I64, "out_of_order": I64,
                   "bytes_received": I64, "cpu_user_s": F64, "cpu_sys_s": F64},

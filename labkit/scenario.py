@@ -88,6 +88,29 @@ class AllReduceSpec:
 
 
 @dataclass(frozen=True)
+class JobSpec:
+    """A training job (labkit.traffic.jobs): its parallelism and that kind's sizes."""
+
+    parallelism: str
+    ranks: tuple[str, ...]
+    iterations: int
+    params: tuple[tuple[str, Any], ...]  # sorted (key, value) pairs, frozen
+
+    def as_dict(self) -> dict:
+        return {"parallelism": self.parallelism, **dict(self.params)}
+
+
+# per parallelism: required sizes / counts / times, and optional keys with defaults
+JOB_PARAMS = {
+    "data": {"gradient_bytes": "size", "buckets": "count", "compute_ms": "ms"},
+    "tensor": {"layers": "count", "activation_bytes": "size", "layer_compute_ms": "ms"},
+    "pipeline": {"microbatches": "count", "activation_bytes": "size", "stage_compute_ms": "ms"},
+    "expert": {"layers": "count", "tokens_bytes": "size", "layer_compute_ms": "ms"},
+}
+PIPELINE_SCHEDULES = ("1f1b", "gpipe")
+
+
+@dataclass(frozen=True)
 class StorageSpec:
     server: str
     clients: tuple[str, ...]
@@ -106,14 +129,24 @@ class Scenario:
     seed: int
     fabric: FabricSpec
     lanes: tuple[LaneRule, ...]
-    allreduce: AllReduceSpec
+    allreduce: AllReduceSpec | None
     storage: tuple[StorageSpec, ...]
     policies: tuple[str, ...]
     description: str = ""
     sha256: str = field(default="", compare=False)
+    job: JobSpec | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    @property
+    def ranks(self) -> tuple[str, ...]:
+        """The GPU hosts of the collective workload (All-Reduce or job)."""
+        return (self.allreduce or self.job).ranks
+
+    @property
+    def iterations(self) -> int:
+        return (self.allreduce or self.job).iterations
 
 
 # --- the checker ------------------------------------------------------------------------------
@@ -243,10 +276,10 @@ def parse(doc: Any, file: str = "<scenario>") -> Scenario:
     link_defaults = _link_defaults(c, top.get("defaults", {}))
     fabric = _fabric(c, top["fabric"], link_defaults)
     lanes = _lanes(c, top.get("lanes", {"vip": [{"roce": True}], "low": [{"tcp_port": 4420}]}))
-    allreduce, storage = _traffic(c, top["traffic"], fabric)
+    allreduce, job, storage = _traffic(c, top["traffic"], fabric)
     policies = _policies(c, top.get("policies", list(POLICIES)), "policies")
     return Scenario(name, file, float(scale), seed, fabric, lanes, allreduce, storage, policies,
-                    description)
+                    description, job=job)
 
 
 def _link_defaults(c: _Checker, defaults) -> dict:
@@ -441,17 +474,46 @@ def _selection(c: _Checker, value, key: str, fabric: FabricSpec) -> tuple[str, .
     return tuple(out)
 
 
+def _job(c: _Checker, t: dict, key: str, fabric: FabricSpec) -> JobSpec:
+    kind = t.get("parallelism")
+    if kind not in JOB_PARAMS:
+        c.fail(f"{key}.parallelism", f"must be one of {', '.join(JOB_PARAMS)}, got {kind!r}")
+    wanted = JOB_PARAMS[kind]
+    optional = {"schedule"} if kind == "pipeline" else set()
+    c.mapping(t, key, {"kind", "parallelism", "ranks", "iterations", *wanted, *optional},
+              {"parallelism", "ranks", "iterations", *wanted})
+    ranks = _selection(c, t["ranks"], f"{key}.ranks", fabric)
+    if len(ranks) < 2:
+        c.fail(f"{key}.ranks", "a job needs at least 2 ranks")
+    params: dict[str, Any] = {}
+    for name, unit in wanted.items():
+        k = f"{key}.{name}"
+        params[name] = (c.size(t[name], k) if unit == "size" else
+                        c.integer(t[name], k, 1, 256) if unit == "count" else
+                        float(c.number(t[name], k, 0, True)))
+    if kind == "pipeline":
+        schedule = t.get("schedule", "1f1b")
+        if schedule not in PIPELINE_SCHEDULES:
+            c.fail(f"{key}.schedule", f"must be one of {', '.join(PIPELINE_SCHEDULES)}, "
+                                      f"got {schedule!r}")
+        params["schedule"] = schedule
+    return JobSpec(kind, ranks, c.integer(t["iterations"], f"{key}.iterations", 1, 100000),
+                   tuple(sorted(params.items())))
+
+
 def _traffic(c: _Checker, traffic, fabric: FabricSpec):
-    allreduce, storage = None, []
+    allreduce, job, storage = None, None, []
     for i, t in enumerate(c.seq(traffic, "traffic")):
         key = f"traffic[{i}]"
         if not isinstance(t, dict) or "kind" not in t:
-            c.fail(key, "must be a mapping with a kind (allreduce or storage)")
-        if t["kind"] == "allreduce":
+            c.fail(key, "must be a mapping with a kind (allreduce, job or storage)")
+        if t["kind"] in ("allreduce", "job") and (allreduce or job):
+            c.fail(key, "only one collective workload per scenario (an allreduce or a job)")
+        if t["kind"] == "job":
+            job = _job(c, t, key, fabric)
+        elif t["kind"] == "allreduce":
             c.mapping(t, key, {"kind", "algo", "ranks", "size_bytes", "iterations", "compute_ms"},
                       {"ranks", "size_bytes", "iterations"})
-            if allreduce is not None:
-                c.fail(key, "only one allreduce job per scenario")
             algos = ALLREDUCE_ALGOS
             if t.get("algo", "ring") not in algos:
                 c.fail(f"{key}.algo", f"unknown algorithm {t['algo']!r} "
@@ -484,10 +546,11 @@ def _traffic(c: _Checker, traffic, fabric: FabricSpec):
                 queues=c.integer(t.get("queues", 1), f"{key}.queues", 1, 16),
             ))
         else:
-            c.fail(f"{key}.kind", f"unknown traffic kind {t['kind']!r} (known: allreduce, storage)")
-    if allreduce is None:
-        c.fail("traffic", "needs an allreduce job (kind: allreduce)")
-    return allreduce, tuple(storage)
+            c.fail(f"{key}.kind",
+                   f"unknown traffic kind {t['kind']!r} (known: allreduce, job, storage)")
+    if allreduce is None and job is None:
+        c.fail("traffic", "needs a collective workload (kind: allreduce, or kind: job)")
+    return allreduce, job, tuple(storage)
 
 
 def _policies(c: _Checker, policies, key: str) -> tuple[str, ...]:

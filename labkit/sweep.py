@@ -68,7 +68,7 @@ def run(sc: Scenario, op: str, algo: str, size_list: list[int], iterations: int,
         registry: Registry, workdir: Path, on_row=None) -> list[Row]:
     """Measure every size on one fabric; ``on_row`` sees each row as it is done."""
     topo = Topology(sc.fabric)
-    ranks = sc.allreduce.ranks
+    ranks = sc.ranks
     link = link_rate(topo, ranks)
     rng = random.Random(sc.seed)
     rows = []
@@ -76,7 +76,8 @@ def run(sc: Scenario, op: str, algo: str, size_list: list[int], iterations: int,
         lossy = loss.attach(topo, fabric, record=registry.add)
         try:
             for size in size_list:
-                procs = agents.start_collective(fabric, topo, ranks, op, algo, size,
+                procs = agents.start_collective(fabric, topo, ranks,
+                                                agents.collective(op, algo, size),
                                                 iterations + 1, 0.0, workdir / str(size), rng)
                 try:
                     ops = agents.run_agents(procs, iterations + 1)

@@ -13,8 +13,13 @@ CLOCK_MONOTONIC instant shared by all namespaces), prints ``OP <k>`` as each op
 completes here, writes its results JSON, prints ``DONE`` and exits. SIGTERM
 ends it early; the results written then cover the ops completed.
 
-Standard library only (plus ``wire``, ``sender``, ``rc``, ``schedules``): agents
-start fast.
+Training jobs (:mod:`labkit.traffic.jobs`) run the same way, one plan per
+iteration, with their compute phases as timed waits; each iteration reports its
+compute time, the time spent waiting while data was on the wire (exposed
+communication) and waiting for a peer that had not sent yet (bubbles).
+
+Standard library only (plus ``wire``, ``sender``, ``rc``, ``schedules``, ``jobs``):
+agents start fast.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ import socket
 import sys
 import time
 
-from labkit.traffic import rc, schedules, wire
+from labkit.traffic import jobs, rc, schedules, wire
 from labkit.traffic.sender import BatchSender
 
 SO_RCVBUFFORCE = 33
@@ -39,17 +44,20 @@ QPN_BASE = 0x100  # the queue pair of rank r is QPN_BASE + r
 
 
 class Op:
-    """One op's progress at this rank: values, which receives are still awaited."""
+    """One op (or training iteration) at this rank: values, awaited receives, compute,
+    and where the time went."""
 
-    def __init__(self, cfg: dict, steps: list[schedules.Step], chunks: int):
-        self.cfg, self.steps, self.chunks = cfg, steps, chunks
-        n, rank = cfg["n"], cfg["rank"]
-        self.values = schedules.initial(cfg["op"], rank, n, chunks)
-        self.pending = [list(step.recv) for step in steps]
+    def __init__(self, plan: schedules.Plan, now: int):
+        self.plan = plan
+        self.values = dict(plan.initial)
+        self.pending = [list(step.recv) for step in plan.steps]
         self.started = 0  # steps whose sends are queued
-        self.start_ns = 0
+        self.busy_until: int | None = None  # computing until then
+        self.start_ns = now
+        self.compute_ns = self.exposed_ns = self.bubble_ns = 0
+        self.last_sent_ns = 0  # when the last message matched left its sender
 
-    def arrived(self, peer: int, chunk: int, value: int) -> bool:
+    def arrived(self, peer: int, chunk: int, value: int, sent_ns: int = 0) -> bool:
         """Match a whole message to the earliest receive awaiting it."""
         for awaited in self.pending:
             for m in awaited:
@@ -57,22 +65,56 @@ class Op:
                     awaited.remove(m)
                     self.values[chunk] = (self.values.get(chunk, 0) + value if m.reduce
                                           else value)
+                    self.last_sent_ns = sent_ns
                     return True
         return False
 
-    def ready_sends(self):
-        """Messages of every step whose predecessors' receives have all arrived."""
-        while self.started < len(self.steps) and not any(self.pending[:self.started]):
-            for m in self.steps[self.started].send:
-                yield m, self.values.get(m.chunk, 0)
+    def waited(self, since: int, now: int) -> None:
+        """Account a wait that ``now`` ended: until the message that ended it left its
+        sender, the peer was not ready (a bubble); after, the data was on the way."""
+        sent = min(max(self.last_sent_ns, since), now)
+        self.bubble_ns += sent - since
+        self.exposed_ns += now - sent
+
+    def advance(self, now: int) -> list[tuple[schedules.Msg, int]]:
+        """Sends of every step whose predecessors' receives have arrived and whose
+        compute is done (a step's compute starts once it may start)."""
+        out = []
+        steps = self.plan.steps
+        while self.started < len(steps) and not any(self.pending[:self.started]):
+            step = steps[self.started]
+            if step.compute_ns:
+                if self.busy_until is None:
+                    self.busy_until = now + step.compute_ns
+                    self.compute_ns += step.compute_ns
+                if now < self.busy_until:
+                    break
+                self.busy_until = None
+            out += [(m, self.values.get(m.chunk, 0)) for m in step.send]
             self.started += 1
+        return out
+
+    def can_advance(self) -> bool:
+        """Whether a step may start now, without waiting for the network."""
+        return self.started < len(self.plan.steps) and not any(self.pending[:self.started])
+
+    def computing(self, now: int) -> bool:
+        return self.busy_until is not None and now < self.busy_until
 
     def received_all(self) -> bool:
-        return self.started == len(self.steps) and not any(self.pending)
+        return self.started == len(self.plan.steps) and not any(self.pending)
 
     def wrong(self) -> int:
-        want = schedules.expected(self.cfg["op"], self.cfg["rank"], self.cfg["n"], self.chunks)
-        return sum(self.values.get(c) != v for c, v in want.items())
+        return sum(self.values.get(c) != v for c, v in self.plan.expected.items())
+
+
+def plan_for(cfg: dict) -> schedules.Plan:
+    """This rank's plan for one op of a collective, or one iteration of a training job."""
+    w = cfg["workload"]
+    if w["kind"] == "collective":
+        return schedules.collective_plan(w["op"], w["algo"], cfg["n"], cfg["rank"],
+                                         w["size_bytes"])
+    return jobs.plan(w["job"], cfg["n"], cfg["rank"])
 
 
 def _udp_socket() -> socket.socket:
@@ -84,20 +126,20 @@ def _udp_socket() -> socket.socket:
 
 
 def run(cfg: dict, stdin, stdout) -> dict:
-    n, rank = cfg["n"], cfg["rank"]
-    steps, chunks = schedules.schedule(cfg["op"], cfg["algo"], n, rank, cfg["size_bytes"])
+    rank = cfg["rank"]
+    plan = plan_for(cfg)
     peers = {int(r): ip for r, ip in cfg["peers"].items()}
-    partners = sorted({m.peer for s in steps for m in s.send + s.recv})
+    partners = sorted({m.peer for s in plan.steps for m in s.send + s.recv})
     compute_ns = int(cfg["compute_ms"] * 1e6)
     data = {k: bytes.fromhex(v) for k, v in cfg["templates"].items()}
     op_state: list[Op] = []
-    early: list[tuple[int, int, int]] = []  # messages of the next op, arrived already
+    early: list[tuple[int, int, int, int]] = []  # messages of the next op, arrived already
     delivered = [0]  # whole messages so far: a new one may let the next step start
 
-    def deliver(peer: int, chunk: int, value: int) -> None:
+    def deliver(peer: int, chunk: int, value: int, sent_ns: int) -> None:
         delivered[0] += 1
-        if not (op_state and op_state[0].arrived(peer, chunk, value)):
-            early.append((peer, chunk, value))
+        if not (op_state and op_state[0].arrived(peer, chunk, value, sent_ns)):
+            early.append((peer, chunk, value, sent_ns))
 
     rx = _udp_socket()
     rx.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, RCVBUF_BYTES)
@@ -116,7 +158,7 @@ def run(cfg: dict, stdin, stdout) -> dict:
             rx, (peers[p], wire.ROCEV2_PORT), wire.Icrc(cfg["ip"], peers[p], wire.ROCEV2_PORT),
             rc.with_dqpn(bytes.fromhex(cfg["ack_template"]), QPN_BASE + p),
             rc.with_dqpn(bytes.fromhex(cfg["nak_template"]), QPN_BASE + p),
-            deliver=lambda chunk, value, p=p: deliver(p, chunk, value))
+            deliver=lambda chunk, value, sent, p=p: deliver(p, chunk, value, sent))
     by_ip = {peers[p]: p for p in partners}
 
     print("READY", file=stdout, flush=True)
@@ -134,6 +176,7 @@ def run(cfg: dict, stdin, stdout) -> dict:
     rview = memoryview(rbuf)
     ops: list[dict] = []
     op_index, next_op_at = 0, t0
+    waiting_since = None  # the op has been waiting for the network since
     while (wait_ns := t0 - time.monotonic_ns()) > 0:
         time.sleep(min(0.001, wait_ns / 1e9))
 
@@ -142,14 +185,19 @@ def run(cfg: dict, stdin, stdout) -> dict:
         if stop_at and now >= stop_at:
             break
         if not op_state and now >= next_op_at:  # the next op starts
-            op_state.append(Op(cfg, steps, chunks))
-            op_state[0].start_ns = now
+            op_state.append(Op(plan, now))
             waiting, early[:] = list(early), []
             for message in waiting:
                 deliver(*message)
         op = op_state[0] if op_state else None
         if op:
-            for m, value in op.ready_sends():
+            blocked_now = not op.computing(now) and not op.can_advance()
+            if blocked_now and waiting_since is None:
+                waiting_since = now
+            elif not blocked_now and waiting_since is not None:
+                op.waited(waiting_since, now)
+                waiting_since = None
+            for m, value in op.advance(now):
                 senders[m.peer].enqueue(m.nbytes, m.chunk, value)
         blocked = [p for p, s in senders.items() if s.pending() and not s.send_some(now)]
         before = delivered[0]
@@ -169,8 +217,12 @@ def run(cfg: dict, stdin, stdout) -> dict:
                 receivers[p].on_data(rview, nbytes)
         now = time.monotonic_ns()
         if op and op.received_all() and all(s.idle() for s in senders.values()):
+            if waiting_since is not None:
+                op.waited(waiting_since, now)
+                waiting_since = None
             ops.append({"op": op_index, "rank": rank, "start_ns": op.start_ns, "end_ns": now,
-                        "wrong": op.wrong()})
+                        "wrong": op.wrong(), "compute_ns": op.compute_ns,
+                        "exposed_ns": op.exposed_ns, "bubble_ns": op.bubble_ns})
             print(f"OP {op_index}", file=stdout, flush=True)
             op_state.clear()
             op_index += 1
@@ -183,8 +235,9 @@ def run(cfg: dict, stdin, stdout) -> dict:
         if (expired or delivered[0] != before
                 or any(s.pending() for p, s in senders.items() if p not in blocked)):
             continue
-        # wait for a packet, room to send, a retransmission timer or the next op
-        waits = deadlines + [d for d in (None if op_state else next_op_at, stop_at) if d]
+        # wait for a packet, room to send, a timer, the end of a compute or the next op
+        busy = op.busy_until if op else None
+        waits = deadlines + [d for d in (None if op_state else next_op_at, stop_at, busy) if d]
         timeout_ms = max(0, min(waits) - now) / 1e6 if waits else 50
         for p in set(blocked) - watching:
             poller.register(tx[p], select.POLLOUT)

@@ -170,7 +170,7 @@ class Receiver:
 
     def __init__(self, sock: socket.socket, dest: tuple[str, int], icrc: wire.Icrc,
                  ack: bytearray, nak: bytearray,
-                 deliver: Callable[[int, int], None] = lambda chunk, value: None):
+                 deliver: Callable[[int, int, int], None] = lambda chunk, value, sent: None):
         self.sock = sock
         self.dest = dest
         self.icrc = icrc
@@ -181,7 +181,8 @@ class Receiver:
         self.bytes = 0
         self.nak_sent_for = -1
         self.dropped_out_of_order = 0
-        self.chunk = self.value = 0  # of the message being received
+        self.chunk = self.value = self.sent_ns = 0  # of the message being received
+        self.in_message = False  # between a message's first and last packet
 
     def on_data(self, pkt: memoryview, nbytes: int) -> None:
         psn24 = int.from_bytes(pkt[PSN_AT], "big")
@@ -191,13 +192,17 @@ class Receiver:
             self.expected += 1
             self.bytes += nbytes
             if opcode in wire.MESSAGE_START:
-                at = wire.DATA_OFFSET[opcode] + VALUE_AT
+                self.in_message = True
+                data_at = wire.DATA_OFFSET[opcode]
                 self.chunk = int.from_bytes(pkt[RETH_VA:RETH_VA + 8], "big")
-                self.value = int.from_bytes(pkt[at:at + 8], "little")
+                self.value = int.from_bytes(pkt[data_at + VALUE_AT:data_at + VALUE_AT + 8],
+                                            "little")
+                self.sent_ns = wire.STAMP.unpack_from(pkt, data_at)[2]  # when it left
             if opcode in wire.MESSAGE_END:
+                self.in_message = False
                 self.messages += 1
                 self._reply(self.ack, self.expected - 1)
-                self.deliver(self.chunk, self.value)
+                self.deliver(self.chunk, self.value, self.sent_ns)
         elif diff < 0x800000:  # ahead: a gap, NAK once per expected PSN
             self.dropped_out_of_order += 1
             if self.nak_sent_for != self.expected:

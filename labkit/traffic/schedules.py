@@ -45,6 +45,50 @@ class Msg:
 class Step:
     send: list[Msg] = field(default_factory=list)
     recv: list[Msg] = field(default_factory=list)
+    compute_ns: int = 0  # a timed wait (compute) before this step's sends
+
+
+@dataclass
+class Plan:
+    """What one rank does in one op (or one training iteration)."""
+
+    steps: list[Step]
+    chunks: int
+    initial: dict[int, int]  # chunk values before
+    expected: dict[int, int]  # chunk values that must hold after (those that matter)
+
+
+def collective_plan(op: str, algo: str, n: int, rank: int, size: int) -> Plan:
+    steps, chunks = schedule(op, algo, n, rank, size)
+    return Plan(steps, chunks, initial(op, rank, n, chunks), expected(op, rank, n, chunks))
+
+
+def shifted(plan: Plan, offset: int) -> Plan:
+    """The same plan with every chunk id moved by ``offset`` (to compose plans)."""
+    def move(m: Msg) -> Msg:
+        return Msg(m.peer, m.chunk + offset, m.nbytes, m.reduce)
+
+    return Plan([Step([move(m) for m in s.send], [move(m) for m in s.recv], s.compute_ns)
+                 for s in plan.steps], plan.chunks,
+                {c + offset: v for c, v in plan.initial.items()},
+                {c + offset: v for c, v in plan.expected.items()})
+
+
+def concat(plans: list[Plan]) -> Plan:
+    """Plans one after the other, chunk ids kept apart."""
+    out = Plan([], 0, {}, {})
+    for p in plans:
+        p = shifted(p, out.chunks)
+        out.steps += p.steps
+        out.chunks += p.chunks
+        out.initial.update(p.initial)
+        out.expected.update(p.expected)
+    return out
+
+
+def compute(ns: int) -> Plan:
+    """A compute phase: a step with no messages and a timed wait."""
+    return Plan([Step(compute_ns=ns)], 0, {}, {})
 
 
 def busbw_factor(op: str, n: int) -> float:

@@ -49,8 +49,8 @@ def receiver(out, delivered=None):
     return rc.Receiver(out, ("10.0.8.2", 4791), wire.Icrc("10.0.1.2", "10.0.8.2", 4791),
                        rc.with_dqpn(roce.ack_template(0), 0x106),
                        rc.with_dqpn(roce.ack_template(0, wire.SYNDROME_NAK_PSN), 0x106),
-                       deliver=lambda c, v: delivered.append((c, v)) if delivered is not None
-                       else None)
+                       deliver=lambda c, v, sent: delivered.append((c, v))
+                       if delivered is not None else None)
 
 
 def psn(pkt: bytes) -> int:

@@ -4,29 +4,36 @@ import itertools
 
 import pytest
 
-from labkit.traffic import schedules
-from labkit.traffic.schedules import ALGOS, busbw_factor, expected, initial, schedule
+from labkit.traffic import jobs, schedules
+from labkit.traffic.schedules import ALGOS, busbw_factor, expected, schedule
 
 CASES = [(op, algo, n) for op, algos in ALGOS.items() for algo in algos
          for n in (2, 4, 8, 6) if not (algo == "halving_doubling" and n == 6)]
 
 
 def simulate(op: str, algo: str, n: int, size: int):
-    """Run every rank's schedule by the step rule; returns (values, bytes sent per rank)."""
-    plans = {r: schedule(op, algo, n, r, size) for r in range(n)}
-    chunks = plans[0][1]
-    values = {r: initial(op, r, n, chunks) for r in range(n)}
+    """Run every rank's schedule by the step rule; returns (values, chunks, bytes sent)."""
+    plans = {r: schedules.collective_plan(op, algo, n, r, size) for r in range(n)}
+    values, sent = run_plans(plans)
+    return values, plans[0].chunks, sent
+
+
+def run_plans(plans: dict[int, schedules.Plan]):
+    """Execute every rank's plan in memory by the step rule (compute takes no time here);
+    returns (chunk values per rank, bytes sent per rank)."""
+    n = len(plans)
+    values = {r: dict(p.initial) for r, p in plans.items()}
     wire = {(a, b): [] for a, b in itertools.permutations(range(n), 2)}  # in-order channels
     started = dict.fromkeys(range(n), 0)  # steps whose sends went out
-    pending = {r: [list(st.recv) for st in plans[r][0]] for r in range(n)}
+    pending = {r: [list(st.recv) for st in plans[r].steps] for r in range(n)}
     sent_bytes = dict.fromkeys(range(n), 0)
     for _ in range(100000):
         progressed = False
         for r in range(n):
-            steps = plans[r][0]
+            steps = plans[r].steps
             while started[r] < len(steps) and all(not pending[r][k] for k in range(started[r])):
                 for m in steps[started[r]].send:
-                    wire[(r, m.peer)].append((m.chunk, values[r][m.chunk]))
+                    wire[(r, m.peer)].append((m.chunk, values[r].get(m.chunk, 0)))
                     sent_bytes[r] += m.nbytes
                 started[r] += 1
                 progressed = True
@@ -44,10 +51,10 @@ def simulate(op: str, algo: str, n: int, size: int):
                 progressed = True
         if not progressed:
             break
-    assert all(started[r] == len(plans[r][0]) for r in range(n)), "deadlock"
+    assert all(started[r] == len(plans[r].steps) for r in range(n)), "deadlock"
     assert all(not any(p) for p in pending.values()), "messages never arrived"
     assert not any(wire.values()), "messages nobody expected"
-    return values, chunks, sent_bytes
+    return values, sent_bytes
 
 
 @pytest.mark.parametrize("op, algo, n", CASES, ids=lambda x: str(x))
@@ -78,3 +85,50 @@ def test_pipelined_chunks_are_bounded():
     steps, chunks = schedule("broadcast", "ring", 4, 2, 8 * 1024 * 1024)
     assert chunks == 8 * 1024 * 1024 // schedules.PIPELINE_CHUNK_BYTES
     assert max(m.nbytes for s in steps for m in s.send) == schedules.PIPELINE_CHUNK_BYTES
+
+
+JOBS = {
+    "data": {"parallelism": "data", "gradient_bytes": 1 << 20, "buckets": 3, "compute_ms": 1},
+    "tensor": {"parallelism": "tensor", "layers": 3, "activation_bytes": 64 << 10,
+               "layer_compute_ms": 1},
+    "pipeline-1f1b": {"parallelism": "pipeline", "microbatches": 6, "activation_bytes": 1 << 16,
+                      "stage_compute_ms": 1, "schedule": "1f1b"},
+    "pipeline-gpipe": {"parallelism": "pipeline", "microbatches": 3,
+                       "activation_bytes": 1 << 16, "stage_compute_ms": 1, "schedule": "gpipe"},
+    "expert": {"parallelism": "expert", "layers": 2, "tokens_bytes": 1 << 18,
+               "layer_compute_ms": 1},
+}
+
+
+@pytest.mark.parametrize("name", JOBS)
+@pytest.mark.parametrize("n", [2, 4, 8])
+def test_job_plans_run_and_their_collectives_add_up(name, n):
+    plans = {r: jobs.plan(JOBS[name], n, r) for r in range(n)}
+    values, _ = run_plans(plans)
+    for r, plan in plans.items():
+        assert {c: values[r].get(c) for c in plan.expected} == plan.expected
+
+
+def test_tensor_parallel_moves_more_than_pipeline_per_iteration():
+    """The same batch (256 KiB of activations per layer boundary) split two ways: tensor
+    parallelism all-reduces them after every layer, forward and backward; pipeline
+    parallelism passes 1/8 of them per micro-batch across each stage boundary once."""
+    n, batch = 8, 256 << 10
+    tp = {"parallelism": "tensor", "layers": 4, "activation_bytes": batch,
+          "layer_compute_ms": 5}
+    pp = {"parallelism": "pipeline", "microbatches": 8, "activation_bytes": batch // 8,
+          "stage_compute_ms": 5}
+
+    def crossing(job):  # bytes between the two halves of the ranks, per iteration
+        return sum(b for r in range(n) for peer, b in jobs.sent_bytes(jobs.plan(job, n, r))
+                   if (r < n // 2) != (peer < n // 2))
+
+    assert crossing(pp) == 2 * batch  # the batch forward and back over one stage boundary
+    assert crossing(tp) > 4 * crossing(pp)
+
+
+def test_one_f_one_b_order():
+    order = jobs.stage_order("1f1b", 4, 1, 4)
+    assert order == [("F", 0), ("F", 1), ("F", 2), ("B", 0), ("F", 3), ("B", 1), ("B", 2),
+                     ("B", 3)]
+    assert jobs.stage_order("gpipe", 4, 1, 2) == [("F", 0), ("F", 1), ("B", 0), ("B", 1)]
