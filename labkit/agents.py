@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import random
 import selectors
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -48,7 +49,8 @@ class Agent:
         self.cfg_path.write_text(json.dumps(cfg))
         self.err = open(self.err_path, "w")
         self.proc = fabric.popen(node, [sys.executable, "-m", module, str(self.cfg_path)], what,
-                                 stdin=-1, stdout=-1, stderr=self.err, text=True, bufsize=1)
+                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.err,
+                                 text=True, bufsize=1)
 
     def send(self, line: str) -> None:
         try:
