@@ -16,7 +16,8 @@ import time
 
 from pyroute2 import IPRoute
 
-from labkit import scenario, topo
+from benchmarks.path import two_hosts
+from labkit import topo
 from labkit.fabric import Fabric, mac_for
 from labkit.registry import Registry
 from labkit.traffic import roce
@@ -24,14 +25,6 @@ from labkit.traffic import roce
 PAYLOAD = 1024
 SECONDS = 3
 SCAPY_PACKETS = 3000
-PATH = {
-    "name": "sender-bench",
-    "defaults": {"link": {"rate_mbps": 40000, "mtu": 9000, "buffer_kb": 4096}},
-    "fabric": {"routers": ["r1"], "hosts": {"gpu": {"r1": ["h1", "h2"]}},
-               "bottlenecks": [["r1", "h2"]]},
-    "traffic": [{"kind": "allreduce", "ranks": ["h1", "h2"], "size_bytes": 1024,
-                 "iterations": 1}],
-}
 SCAPY = """
 import sys, time
 from scapy.all import Ether, IP, UDP, Raw, sendp, conf
@@ -56,7 +49,7 @@ def _rx_packets(ifname: str) -> int:
 
 
 def run() -> list[dict]:
-    t = topo.Topology(scenario.parse(PATH).fabric)
+    t = topo.Topology(two_hosts(40000, 9000, 4096).fabric)
     dst, rx_if = t.host_ip("h2"), t.ports["h2"][0].ifname
     h1 = t.ports["h1"][0]
     template = roce.data_templates(0x101, PAYLOAD)["middle"]

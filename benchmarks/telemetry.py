@@ -1,6 +1,6 @@
 """Telemetry overheads, measured side by side.
 
-* telemetry_throughput_ratio — TCP throughput (iperf3, the C tool) from h1 to h3
+* telemetry_throughput_ratio — TCP throughput (iperf3, the C tool) from h1 to h2
   through router r1 with every probe on (classifier with lane counters, queue
   tracepoints, latency probe, queue poller, ring-buffer reader) against all off;
   rounds alternate on/off so noise hits both alike. The port is shaped far above
@@ -23,7 +23,8 @@ from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 from scapy.packet import Raw
 
-from labkit import bpf, lanes, scenario, topo
+from benchmarks.path import two_hosts
+from labkit import bpf, lanes, topo
 from labkit.capture import QueuePoller, WatchedPort
 from labkit.fabric import Fabric
 from labkit.registry import Registry
@@ -32,16 +33,6 @@ from labkit.traffic import roce, wire
 
 REPO = Path(__file__).resolve().parent.parent
 ROUNDS, SECONDS = 3, 3
-FAST = {
-    "name": "telemetry-bench",
-    "defaults": {"link": {"rate_mbps": 20000, "mtu": 1500, "buffer_kb": 1024}},
-    "fabric": {"routers": ["r1"], "hosts": {"gpu": {"r1": ["h1", "h3"]}},
-               "bottlenecks": [["r1", "h3"]]},
-    "traffic": [{"kind": "allreduce", "ranks": ["h1", "h3"], "size_bytes": 1024,
-                 "iterations": 1}],
-}
-
-
 def _iperf(f: Fabric, server_ip: str) -> float:
     client = f.popen("h1", ["iperf3", "-c", server_ip, "-t", str(SECONDS), "-J"], "iperf3",
                      stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -50,30 +41,30 @@ def _iperf(f: Fabric, server_ip: str) -> float:
 
 
 def throughput_ratio() -> tuple[float, float, float]:
-    sc = scenario.parse(FAST)
+    sc = two_hosts(20000, 1500, 1024)
     t = topo.Topology(sc.fabric)
     on, off = [], []
     with Fabric(t, Registry("bench-telemetry"), router_layout="lanes") as f:
-        server = f.popen("h3", ["iperf3", "-s"], "iperf3 server", stdout=subprocess.DEVNULL)
+        server = f.popen("h2", ["iperf3", "-s"], "iperf3 server", stdout=subprocess.DEVNULL)
         time.sleep(0.5)
-        port = t.port_towards("r1", "h3")
+        port = t.port_towards("r1", "h2")
         ns, ifindex = f.ns["r1"], f.ifindex[f"r1/{port.ifname}"]
-        h3 = t.ports["h3"][0]
+        h2 = t.ports["h2"][0]
         for _ in range(ROUNDS):
-            off.append(_iperf(f, t.host_ip("h3")))
+            off.append(_iperf(f, t.host_ip("h2")))
             cls = lanes.Classifier(sc.lanes, "lanes")
             queues = QueueProbe()
             latency = LatencyProbe(cls.shared.maps["lk_config"], queues)
             try:
                 cls.attach(ns, port.ifname, ifindex, watch=True)
-                latency.attach(f.ns["h3"], h3.ifname, f.ifindex[f"h3/{h3.ifname}"])
+                latency.attach(f.ns["h2"], h2.ifname, f.ifindex[f"h2/{h2.ifname}"])
                 key = f"r1/{port.ifname}"
                 poller = QueuePoller([WatchedPort(ns, port.ifname, ifindex,
                                                   offered=lambda c=cls, k=key: c.counters(k),
                                                   queued=queues.watch(ns, ifindex, "p"))])
                 poller.start()
                 reader = EventReader(queues).start()
-                on.append(_iperf(f, t.host_ip("h3")))
+                on.append(_iperf(f, t.host_ip("h2")))
                 poller.stop()
                 reader.stop()
             finally:

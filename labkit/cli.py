@@ -11,6 +11,7 @@ import os
 import signal
 import sys
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 from rich.console import Console
@@ -116,7 +117,7 @@ def cmd_run(args) -> int:
     policies = (scenario_mod.check_policies(args.policy, str(args.scenario)) if args.policy
                 else sc.policies)
     if args.seed is not None:
-        sc = _replace(sc, seed=args.seed)
+        sc = replace(sc, seed=args.seed)
     if args.duration is not None and args.duration <= 0:
         err.print(f"[red]error:[/] --duration: must be > 0 seconds, got {args.duration}")
         return 2
@@ -140,7 +141,7 @@ def cmd_run(args) -> int:
     reg = registry.Registry(run_id)
     writer.write_manifest(run_id=run_id, scenario=sc.to_dict(), scenario_sha256=sc.sha256,
                           policies=list(policies), seed=sc.seed, duration_s=args.duration,
-                          start_time=rundir._now(), argv=sys.argv, **rundir.provenance())
+                          start_time=rundir.now_iso(), argv=sys.argv, **rundir.provenance())
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, _raise_interrupt)
     results = []
@@ -167,10 +168,10 @@ def cmd_run(args) -> int:
         return 1
     except (AgentError, RuntimeError, OSError) as exc:
         err.print(f"[red]run failed:[/] {exc}\n[dim]partial data kept in {writer.tmp}[/]")
-        writer.write_manifest(status="incomplete", error=str(exc), end_time=rundir._now())
+        writer.write_manifest(status="incomplete", error=str(exc), end_time=rundir.now_iso())
         return 1
     except KeyboardInterrupt:
-        writer.write_manifest(status="interrupted", end_time=rundir._now())
+        writer.write_manifest(status="interrupted", end_time=rundir.now_iso())
         raise
     tables = rundir.tables_from(results)
     meta = experiment.summary_meta(sc, topology, run_id, results)
@@ -245,11 +246,6 @@ def _raise_interrupt(signum, _frame):
     _stopping.append(signum)
     raise KeyboardInterrupt
 
-
-def _replace(sc, **changes):
-    from dataclasses import replace
-
-    return replace(sc, **changes)
 
 
 def _progress() -> Progress:

@@ -61,7 +61,6 @@ class PolicyResult:
     """Everything one policy produced, in memory (see :mod:`labkit.rundir` for files)."""
 
     policy: str
-    t0_ns: int = 0
     ops: list[dict] = field(default_factory=list)  # one row per (op, rank)
     ranks: list[dict] = field(default_factory=list)  # per-rank transport counters
     queue: list[tuple] = field(default_factory=list)
@@ -75,7 +74,6 @@ class PolicyResult:
     packets_sampled: int = 0
     unpaired: int = 0  # dequeues whose enqueue the tracepoint did not report
     loss_drops: dict[str, int] = field(default_factory=dict)  # per lossy link
-    bottleneck_ports: list[str] = field(default_factory=list)
     aborted: bool = False
 
 
@@ -100,7 +98,6 @@ def run_policy(sc: Scenario, topo: Topology, policy: str, registry: Registry, wo
         queues = QueueProbe(record=registry.add)
         latency = LatencyProbe(classifier.shared.maps["lk_config"], queues, record=registry.add)
         watched = _attach_probes(topo, fabric, classifier, queues, latency, sc.ranks)
-        result.bottleneck_ports = [w.label for w in watched]
         pins = bpf.pin_dir(registry.run_id)
         registry.add_pin_dir(pins)
         classifier.pin(pins)
@@ -179,9 +176,9 @@ def _drive(result: PolicyResult, ring: list[Agent], storage: list[Agent],
         t_go = time.monotonic_ns() + 100_000_000
         for a in storage:
             a.send(f"GO {t_go}")
-        result.t0_ns = t_go + (int(STORAGE_WARMUP_S * 1e9) if storage else 0)
+        t0 = t_go + (int(STORAGE_WARMUP_S * 1e9) if storage else 0)
         for a in ring:
-            a.send(f"GO {result.t0_ns}")
+            a.send(f"GO {t0}")
 
         def on_line(agent: Agent, line: str) -> None:
             if progress and agent is ring[0] and line.startswith("OP "):

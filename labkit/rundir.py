@@ -157,7 +157,7 @@ class RunWriter:
         for name, frame in tables.items():
             frame.write_parquet(self.tmp / f"{name}.parquet")
         _write_json(self.tmp / "summary.json", summary)
-        self.write_manifest(status="complete", end_time=_now())
+        self.write_manifest(status="complete", end_time=now_iso())
         if self.target.exists():
             raise FileExistsError(f"{self.target} appeared while the run was in progress; "
                                   f"the run stays in {self.tmp}")
@@ -165,7 +165,7 @@ class RunWriter:
         return self.target
 
 
-def _now() -> str:
+def now_iso() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
 

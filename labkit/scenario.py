@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -253,14 +253,7 @@ def load(path: str | Path) -> Scenario:
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
         problem = " ".join(str(getattr(exc, "problem", None) or exc).split())  # one line
         raise ScenarioError(file, "", f"not valid YAML: {where}{problem}") from None
-    scenario = parse(doc, file)
-    return _with_hash(scenario, hashlib.sha256(text.encode()).hexdigest())
-
-
-def _with_hash(s: Scenario, digest: str) -> Scenario:
-    d = {f: getattr(s, f) for f in s.__dataclass_fields__}
-    d["sha256"] = digest
-    return Scenario(**d)
+    return replace(parse(doc, file), sha256=hashlib.sha256(text.encode()).hexdigest())
 
 
 def parse(doc: Any, file: str = "<scenario>") -> Scenario:

@@ -28,8 +28,6 @@ from pyroute2 import IPRoute
 from pyroute2.netlink import NLM_F_DUMP, NLM_F_REQUEST
 from pyroute2.netlink.rtnl import RTM_GETTCLASS, RTM_NEWTCLASS, tcmsg
 
-from labkit.scenario import LANES
-
 ROOT = 0x10000  # 1:
 PARENT = 0x10001  # 1:1
 LANE_CLASS = {"vip": 0x10010, "normal": 0x10020, "low": 0x10030}
@@ -193,5 +191,3 @@ def wait_for_carrier(ipr: IPRoute, ifnames: list[str], timeout_s: float = 5.0) -
         if pending:
             time.sleep(0.01)
 
-
-__all__ = ["LANES", "LANE_CLASS", "FIFO_CLASS", "PortShape", "shape", "StatsReader"]

@@ -32,10 +32,6 @@ class Port:
     peer_ip: str
     link: LinkSpec
 
-    @property
-    def cidr(self) -> str:
-        return f"{self.ip}/{self.prefixlen}"
-
 
 @dataclass(frozen=True)
 class Route:

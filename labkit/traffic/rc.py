@@ -170,7 +170,7 @@ class Receiver:
 
     def __init__(self, sock: socket.socket, dest: tuple[str, int], icrc: wire.Icrc,
                  ack: bytearray, nak: bytearray,
-                 deliver: Callable[[int, int, int], None] = lambda chunk, value, sent: None):
+                 deliver: Callable[[int, int, int], None]):
         self.sock = sock
         self.dest = dest
         self.icrc = icrc

@@ -59,9 +59,9 @@ class Stream:
 
     def read_pdu(self) -> tuple[int, memoryview, int]:
         """(pdu type, header, data length) — the data itself is read and dropped."""
-        kind, _, hlen, pdo, plen = wire.CH.unpack(self.read_exact(wire.CH.size))
-        header = bytes(wire.CH.pack(kind, 0, hlen, pdo, plen)) + bytes(
-            self.read_exact(hlen - wire.CH.size))
+        common = bytes(self.read_exact(wire.CH.size))
+        kind, _, hlen, _, plen = wire.CH.unpack(common)
+        header = common + bytes(self.read_exact(hlen - wire.CH.size))
         data = plen - hlen
         if data:
             self.read_exact(data)
