@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import asdict
 from pathlib import Path
 
 from labkit.fabric import Fabric
@@ -26,7 +27,8 @@ from labkit.traffic import nvme, roce, wire
 ROCE_MTUS = (4096, 2048, 1024, 512, 256)
 HEADERS = 20 + 8 + wire.BTH_LEN + wire.RETH_LEN + wire.ICRC_LEN  # IPv4 + UDP + RoCE
 READY_TIMEOUT_S = 30
-STORAGE_IO_BYTES = 128 * 1024
+STORAGE_SPORT_BASE = 20000  # clients' TCP source ports: below Linux's ephemeral range
+STORAGE_SPORTS_PER_ENTRY = 1000
 
 
 class AgentError(RuntimeError):
@@ -134,23 +136,39 @@ def start_collective(fabric: Fabric, topo: Topology, ranks: tuple[str, ...], wor
             for i, host in enumerate(ranks)]
 
 
-def start_storage(sc: Scenario, topo: Topology, fabric: Fabric, workdir: Path) -> list[Agent]:
+def storage_configs(sc: Scenario, topo: Topology) -> dict[str, dict]:
+    """Per host, the storage agent's configuration: the entries it serves and those it
+    is a client of, with pacing, arrival rates, seeds and source-port ranges."""
     rate_mbps = topo.port_towards(*sc.fabric.bottlenecks[0]).link.rate_mbps
-    agents = []
-    for st in sc.storage:
-        pacing = int(st.offered_load * rate_mbps * 1e6 / 8 / len(st.clients) / st.queues)
-        common = {"pattern": st.pattern, "port": st.port, "pacing_bytes_per_s": pacing,
-                  "queues": st.queues,
-                  "io_bytes": STORAGE_IO_BYTES,
-                  "templates": {k: v.hex() for k, v in nvme.templates(STORAGE_IO_BYTES).items()}}
-        agents.append(Agent(fabric, st.server, "labkit.traffic.storage",
-                             {**common, "mode": "server"}, workdir, "storage"))
-        for client in st.clients:
-            agents.append(Agent(fabric, client, "labkit.traffic.storage",
-                                 {**common, "mode": "client",
-                                  "server_ip": topo.host_ip(st.server)},
-                                 workdir, "storage"))
-    return agents
+    configs: dict[str, dict] = {}
+    for i, st in enumerate(sc.storage):
+        flows = len(st.clients) * st.queues
+        share = st.offered_load * rate_mbps * 1e6 / 8 / flows  # bytes/s per connection
+        paced = st.arrival.process != "poisson"  # Poisson's arrivals set its rate
+        entry = {"name": st.name, "pattern": st.pattern, "port": st.port,
+                 "pacing_bytes_per_s": int(share) if paced else 0}
+        base = STORAGE_SPORT_BASE + i * STORAGE_SPORTS_PER_ENTRY
+        serve = configs.setdefault(st.server, {}).setdefault("serve", {
+            "ports": [], "flows": [],
+            "templates": {k: v.hex() for k, v in nvme.templates(wire.BLOCK).items()}})
+        serve["ports"] = sorted({*serve["ports"], st.port})
+        serve["flows"].append({**entry, "sport_lo": base, "sport_hi": base + flows - 1})
+        templates = {k: v.hex() for k, v in nvme.templates(st.io_bytes).items()}
+        for j, client in enumerate(st.clients):
+            configs.setdefault(client, {}).setdefault("clients", []).append({
+                **entry, "queues": st.queues, "io_bytes": st.io_bytes,
+                "queue_depth": st.queue_depth, "arrival": asdict(st.arrival),
+                "ios_per_s": share * st.queues / st.io_bytes,
+                "seed": f"{sc.seed}/{st.name}/{client}",
+                "server_ip": topo.host_ip(st.server), "sport_base": base + j * st.queues,
+                "templates": templates})
+    return configs
+
+
+def start_storage(sc: Scenario, topo: Topology, fabric: Fabric, workdir: Path) -> list[Agent]:
+    """One storage agent per host that serves or is a client of a storage entry."""
+    return [Agent(fabric, node, "labkit.traffic.storage", cfg, workdir, "storage")
+            for node, cfg in storage_configs(sc, topo).items()]
 
 
 def run_agents(agents: list[Agent], iterations: int) -> list[dict]:

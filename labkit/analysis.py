@@ -95,8 +95,24 @@ def job(ops: pl.DataFrame, collectives: pl.DataFrame, meta: dict, port: str) -> 
 def goodput_mbps(flows: pl.DataFrame, start: int, end: int) -> float:
     if flows.is_empty():
         return 0.0
-    grown = counter_delta(flows, ["host"], ["bytes"], start, end)
+    grown = counter_delta(flows, ["host", "entry"], ["bytes"], start, end)
     return float(grown["bytes"].sum()) * 8 / ((end - start) / 1e9) / 1e6
+
+
+def storage(flows: pl.DataFrame, ios: pl.DataFrame, start: int, end: int) -> dict:
+    """Goodput over the window, in total and per storage entry, with each entry's I/O
+    completion times (from arrival, so queueing at the client counts)."""
+    entries = {}
+    for name in sorted(set(flows["entry"]) | set(ios["entry"])):
+        done = ios.filter((pl.col("entry") == name) & pl.col("t_ns").is_between(start, end))
+        ms = done["latency_ns"] / 1e6
+        entries[name] = {
+            "goodput_mbps": goodput_mbps(flows.filter(pl.col("entry") == name), start, end),
+            "ios": done.height,
+            "io_p50_ms": _quantile(ms, 0.5) if done.height else None,
+            "io_p99_ms": _quantile(ms, 0.99) if done.height else None,
+        }
+    return {"goodput_mbps": goodput_mbps(flows, start, end), "entries": entries}
 
 
 def port_utilization(queue: pl.DataFrame, start: int, end: int) -> pl.DataFrame:
@@ -188,6 +204,9 @@ def fidelity(tables: dict, policy: str, meta: dict, start: int, end: int,
             at_rate = False
             notes.append(f"{port} had a queue but sent at {AT_RATE:.0%} of its "
                          f"{info['rate_mbps']:g} Mbit/s in only {share:.0%} of 100 ms windows")
+    errors = meta.get("storage_errors", {}).get(policy, [])
+    if errors:
+        notes.append(f"{len(errors)} storage connection(s) failed, first: {errors[0]}")
     return {"cpu_bound": busy is not None and busy >= CPU_BOUND_BUSY,
             "links_at_rate": at_rate, "notes": notes}
 
@@ -214,7 +233,7 @@ def _policy(tables: dict, meta: dict, policy: str, ops: pl.DataFrame, start: int
                 {"allreduce": allreduce(ops, meta["size_bytes"], meta["ranks"])})
     return {
         **workload,
-        "storage": {"goodput_mbps": goodput_mbps(of("flows"), start, end)},
+        "storage": storage(of("flows"), of("ios"), start, end),
         "bottleneck": {"link": info["link"], "port": port, "rate_mbps": info["rate_mbps"],
                        "utilization": util.get(port, 0.0), "lanes": lanes},
         "cpu_busy": busy,

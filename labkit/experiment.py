@@ -64,7 +64,10 @@ class PolicyResult:
     ops: list[dict] = field(default_factory=list)  # one row per (op, rank)
     ranks: list[dict] = field(default_factory=list)  # per-rank transport counters
     queue: list[tuple] = field(default_factory=list)
-    flows: list[dict] = field(default_factory=list)  # storage samples
+    flows: list[dict] = field(default_factory=list)  # storage data received, sampled
+    ios: list[dict] = field(default_factory=list)  # storage I/Os completed
+    storage_errors: list[str] = field(default_factory=list)  # before storage was stopped
+    storage_stopped_ns: int = 0
     cpu: list[tuple] = field(default_factory=list)
     lanes: list[tuple] = field(default_factory=list)  # per-lane counters of watched ports
     sojourn: list[tuple] = field(default_factory=list)  # sampled (t, port, lane, ns, len, ...)
@@ -186,6 +189,7 @@ def _drive(result: PolicyResult, ring: list[Agent], storage: list[Agent],
 
         limit_s = duration_s + 30 if duration_s else max(120, 5 * iterations)
         await_lines(ring, "DONE", limit_s, on_line)
+        result.storage_stopped_ns = time.monotonic_ns()  # connections close from here on
         for a in storage:
             a.send("STOP")
         await_lines(storage, "DONE", 10)
@@ -202,8 +206,13 @@ def _collect(result: PolicyResult, ring: list[Agent], storage: list[Agent]) -> N
         result.aborted |= r["aborted"]
     for a in storage:
         r = a.result()
-        for t_ns, total in r["samples"]:
-            result.flows.append({"host": a.node, "t_ns": t_ns, "bytes": total})
+        for entry, samples in r["samples"].items():
+            result.flows += [{"host": a.node, "entry": entry, "t_ns": t_ns, "bytes": total}
+                             for t_ns, total in samples]
+        result.ios += [{"host": a.node, "entry": entry, "t_ns": t_ns, "latency_ns": ns,
+                        "bytes": size} for entry, t_ns, ns, size in r["ios"]]
+        result.storage_errors += [f"{a.node}: {e}" for t_ns, e in r["errors"]
+                                  if t_ns < result.storage_stopped_ns]
 
 
 def workload(sc: Scenario) -> tuple[dict, float]:
@@ -254,4 +263,5 @@ def summary_meta(sc: Scenario, topo: Topology, run_id: str, results: list[Policy
                                      "packets_considered": r.packets_sampled,
                                      "dequeues_unpaired": r.unpaired}
                           for r in results},
-            "loss_drops": {r.policy: r.loss_drops for r in results}}
+            "loss_drops": {r.policy: r.loss_drops for r in results},
+            "storage_errors": {r.policy: r.storage_errors for r in results}}

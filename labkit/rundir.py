@@ -52,7 +52,9 @@ SCHEMAS: dict[str, dict[str, pl.DataType]] = {
                 "stamp_ns": I64, "seq": I64},
     "histograms": {"policy": STR, "kind": STR, "port": STR, "lane": STR, "bucket": I64,
                    "count": I64},
-    "flows": {"policy": STR, "host": STR, "t_ns": I64, "bytes": I64},
+    "flows": {"policy": STR, "host": STR, "entry": STR, "t_ns": I64, "bytes": I64},
+    "ios": {"policy": STR, "host": STR, "entry": STR, "t_ns": I64, "latency_ns": I64,
+            "bytes": I64},
     "cpu": {"policy": STR, "t_ns": I64, "busy": F64},
 }
 
@@ -83,6 +85,7 @@ def tables_from(results: list[PolicyResult]) -> dict[str, pl.DataFrame]:
             rows[name] += [dict(zip(SCHEMAS[name], (p, *row), strict=True))
                            for row in getattr(r, name)]
         rows["flows"] += [{"policy": p, **f} for f in r.flows]
+        rows["ios"] += [{"policy": p, **io} for io in r.ios]
         rows["cpu"] += [{"policy": p, "t_ns": t, "busy": b} for t, b in r.cpu]
     return {name: pl.DataFrame(rows[name], schema=SCHEMAS[name]) for name in SCHEMAS}
 

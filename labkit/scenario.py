@@ -20,6 +20,7 @@ POLICIES = ("isolated", "fifo", "priority")
 LANES = ("vip", "normal", "low")
 ROLES = ("gpu", "storage")
 NAME_RE = re.compile(r"^[a-z][a-z0-9]{0,8}$")  # fits Linux's 15-byte "<node>-eth<N>"
+LABEL_RE = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")  # names that only label data
 SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMG]?)(i?B?)\s*$", re.IGNORECASE)
 ROCEV2_PORT = 4791
 ALLREDUCE_ALGOS = ("ring", "tree", "halving_doubling")  # labkit.traffic.schedules
@@ -110,14 +111,46 @@ JOB_PARAMS = {
 PIPELINE_SCHEDULES = ("1f1b", "gpipe")
 
 
+ARRIVALS = ("constant", "on_off", "poisson")
+MAX_STORAGE_ENTRIES, MAX_STORAGE_CONNECTIONS = 12, 1000  # each entry owns 1000 source ports
+
+
+@dataclass(frozen=True)
+class Arrival:
+    """When a storage client issues I/O: ``constant`` keeps its queue depth in flight;
+    ``on_off`` does so only in the first ``on_ms`` of every ``on_ms + off_ms`` (all
+    clients in step, from ``phase_ms``); ``poisson`` issues I/Os at exponential gaps."""
+
+    process: str = "constant"
+    on_ms: float = 0.0
+    off_ms: float = 0.0
+    phase_ms: float = 0.0
+
+
+# what each storage mix means when the scenario does not say otherwise
+MIXES: dict[str, dict[str, Any]] = {
+    "dataset": {"pattern": "read", "io_bytes": 128 * 1024, "queue_depth": 4,
+                "offered_load": 1.2, "arrival": Arrival()},
+    "checkpoint": {"pattern": "write", "io_bytes": 128 * 1024, "queue_depth": 4,
+                   "offered_load": 1.5, "arrival": Arrival("on_off", 500.0, 1500.0)},
+    "metadata": {"pattern": "read", "io_bytes": 4096, "queue_depth": 1,
+                 "offered_load": 0.02, "arrival": Arrival("poisson")},
+}
+
+
 @dataclass(frozen=True)
 class StorageSpec:
     server: str
     clients: tuple[str, ...]
+    name: str = "dataset"  # unique per scenario: labels the entry's flows and I/Os
+    mix: str = "dataset"
     pattern: str = "read"  # read: server -> clients; write: clients -> server
     offered_load: float = 1.2  # x the first bottleneck's rate, summed over all flows
     port: int = 4420
     queues: int = 1  # NVMe/TCP I/O queues per client, one TCP connection each
+    io_bytes: int = 128 * 1024
+    queue_depth: int = 4  # commands in flight per queue
+    arrival: Arrival = Arrival()
     kind: str = "storage"
 
 
@@ -494,6 +527,63 @@ def _job(c: _Checker, t: dict, key: str, fabric: FabricSpec) -> JobSpec:
                    tuple(sorted(params.items())))
 
 
+def _storage(c: _Checker, t: dict, key: str, fabric: FabricSpec) -> StorageSpec:
+    c.mapping(t, key, {"kind", "name", "mix", "pattern", "server", "clients", "offered_load",
+                       "port", "queues", "io_bytes", "queue_depth", "arrival"},
+              {"server", "clients"})
+    mix = t.get("mix", "dataset")
+    if mix not in MIXES:
+        c.fail(f"{key}.mix", f"unknown mix {mix!r} (known: {', '.join(MIXES)})")
+    d = MIXES[mix]
+    pattern = t.get("pattern", d["pattern"])
+    if pattern not in ("read", "write"):
+        c.fail(f"{key}.pattern", f"must be read or write, got {pattern!r}")
+    (server,) = _selection(c, [t["server"]] if isinstance(t["server"], str)
+                           else t["server"], f"{key}.server", fabric)
+    clients = _selection(c, t["clients"], f"{key}.clients", fabric)
+    if server in clients:
+        c.fail(f"{key}.clients", f"the server {server!r} cannot be its own client")
+    queues = c.integer(t.get("queues", 1), f"{key}.queues", 1, 16)
+    if len(clients) * queues > MAX_STORAGE_CONNECTIONS:
+        c.fail(f"{key}.queues", f"{len(clients)} clients x {queues} queues is more than "
+                                f"{MAX_STORAGE_CONNECTIONS} connections; use fewer queues")
+    io_bytes = c.size(t.get("io_bytes", d["io_bytes"]), f"{key}.io_bytes")
+    if io_bytes % 512 or not 512 <= io_bytes <= 1 << 20:
+        c.fail(f"{key}.io_bytes", f"must be a multiple of 512 bytes up to 1MiB, got {io_bytes}")
+    name = t.get("name", mix)
+    if not isinstance(name, str) or not LABEL_RE.match(name):
+        c.fail(f"{key}.name", f"must be a label like 'dataset' or 'ckpt-1' (a-z, then "
+                              f"a-z0-9_-, at most 32), got {name!r}")
+    return StorageSpec(
+        server=server, clients=clients, name=name, mix=mix, pattern=pattern,
+        offered_load=float(c.number(t.get("offered_load", d["offered_load"]),
+                                    f"{key}.offered_load")),
+        port=c.integer(t.get("port", 4420), f"{key}.port", 1, 65535),
+        queues=queues,
+        io_bytes=io_bytes,
+        queue_depth=c.integer(t.get("queue_depth", d["queue_depth"]), f"{key}.queue_depth",
+                              1, 64),
+        arrival=_arrival(c, t["arrival"], f"{key}.arrival") if "arrival" in t else d["arrival"],
+    )
+
+
+def _arrival(c: _Checker, a, key: str) -> Arrival:
+    if isinstance(a, str):
+        a = {"process": a}
+    c.mapping(a, key, {"process", "on_ms", "off_ms", "phase_ms"}, {"process"})
+    if a["process"] not in ARRIVALS:
+        c.fail(f"{key}.process", f"unknown arrival process {a['process']!r} "
+                                 f"(known: {', '.join(ARRIVALS)})")
+    if a["process"] != "on_off":
+        extra = sorted(set(a) - {"process"})
+        if extra:
+            c.fail(f"{key}.{extra[0]}", f"only an on_off arrival takes {extra[0]}")
+        return Arrival(a["process"])
+    return Arrival("on_off", float(c.number(a.get("on_ms", 500), f"{key}.on_ms")),
+                   float(c.number(a.get("off_ms", 1500), f"{key}.off_ms", 0, True)),
+                   float(c.number(a.get("phase_ms", 0), f"{key}.phase_ms", 0, True)))
+
+
 def _traffic(c: _Checker, traffic, fabric: FabricSpec):
     allreduce, job, storage = None, None, []
     for i, t in enumerate(c.seq(traffic, "traffic")):
@@ -522,22 +612,13 @@ def _traffic(c: _Checker, traffic, fabric: FabricSpec):
                 algo=t.get("algo", "ring"),
             )
         elif t["kind"] == "storage":
-            c.mapping(t, key, {"kind", "pattern", "server", "clients", "offered_load", "port",
-                               "queues"}, {"server", "clients"})
-            pattern = t.get("pattern", "read")
-            if pattern not in ("read", "write"):
-                c.fail(f"{key}.pattern", f"must be read or write, got {pattern!r}")
-            (server,) = _selection(c, [t["server"]] if isinstance(t["server"], str)
-                                   else t["server"], f"{key}.server", fabric)
-            clients = _selection(c, t["clients"], f"{key}.clients", fabric)
-            if server in clients:
-                c.fail(f"{key}.clients", f"the server {server!r} cannot be its own client")
-            storage.append(StorageSpec(
-                server=server, clients=clients, pattern=pattern,
-                offered_load=float(c.number(t.get("offered_load", 1.2), f"{key}.offered_load")),
-                port=c.integer(t.get("port", 4420), f"{key}.port", 1, 65535),
-                queues=c.integer(t.get("queues", 1), f"{key}.queues", 1, 16),
-            ))
+            entry = _storage(c, t, key, fabric)
+            if entry.name in {e.name for e in storage}:
+                c.fail(f"{key}.name", f"another storage entry is already named {entry.name!r}; "
+                                      "give this one a name of its own")
+            if len(storage) == MAX_STORAGE_ENTRIES:
+                c.fail(key, f"at most {MAX_STORAGE_ENTRIES} storage entries per scenario")
+            storage.append(entry)
         else:
             c.fail(f"{key}.kind",
                    f"unknown traffic kind {t['kind']!r} (known: allreduce, job, storage)")

@@ -1,20 +1,27 @@
-"""Storage agent: NVMe/TCP reads or writes between a storage host and its clients.
+"""Storage agent: one process per host, NVMe/TCP target and/or host for storage entries.
 
-``server`` mode is the NVMe/TCP target on the storage port (4420 by default),
-``client`` mode the host, with one TCP connection per I/O queue (``queues``).
-After the ICReq/ICResp exchange each queue keeps ``QUEUE_DEPTH`` commands of
-``io_bytes`` in flight:
+A scenario's storage entries (dataset reads, checkpoint writes, metadata I/O) each
+have a server and clients. On a host this agent serves the entries the host is the
+server of (``serve``) and runs a client for each entry it is a client of
+(``clients``), one TCP connection per I/O queue. After the ICReq/ICResp exchange:
 
 * read: CapsuleCmd(Read) → target sends C2HData with the blocks → CapsuleResp;
 * write: CapsuleCmd(Write) → target sends R2T → host sends H2CData → CapsuleResp.
 
-Whichever side sends data paces its socket to its share of the offered load with
-SO_MAX_PACING_RATE (TCP's own pacing; no fq needed). The side that receives data
-samples the running total of data bytes every 50 ms. PDUs are copies of templates
-built with scapy (:mod:`labkit.traffic.nvme`), patched at the offsets in
-:mod:`labkit.traffic.wire`; tshark dissects the streams as NVMe/TCP.
+The target takes every length from the command it answers. A client's
+:class:`Issuer` decides when commands go out (its arrival process): ``constant``
+keeps ``queue_depth`` in flight, ``on_off`` only while its window is open (every
+client's windows are aligned to the shared start time, so checkpoints burst
+together), ``poisson`` at exponential gaps drawn from a seeded generator, queueing
+arrivals that find the queue full. Each I/O's time from arrival to completion is
+recorded.
 
-Same controller protocol as the ring agent: ``READY``, then ``GO <t0_ns>`` on
+The data sender paces its socket to the entry's share of the offered load with
+SO_MAX_PACING_RATE (TCP's own pacing; no fq needed); the target knows a
+connection's entry from the client's source port, which falls in the entry's range.
+The data receiver samples the running total of data bytes every 50 ms.
+
+Same controller protocol as the collective agent: ``READY``, then ``GO <t0_ns>`` on
 stdin; runs until ``STOP`` on stdin or SIGTERM; writes results JSON; ``DONE``.
 Standard library only (plus ``wire``), so it starts fast.
 """
@@ -22,28 +29,51 @@ Standard library only (plus ``wire``), so it starts fast.
 from __future__ import annotations
 
 import json
+import random
 import signal
 import socket
 import sys
 import threading
 import time
+from collections import deque
 
 from labkit.traffic import wire
 
 SO_MAX_PACING_RATE = 47
 SAMPLE_NS = 50_000_000
-QUEUE_DEPTH = 4
+
+
+class Counter:
+    """Running total of one entry's data bytes, sampled every SAMPLE_NS."""
+
+    def __init__(self):
+        self.samples: list[tuple[int, int]] = []
+        self.lock = threading.Lock()
+
+    def add(self, n: int) -> None:
+        now = time.monotonic_ns()
+        with self.lock:
+            total = (self.samples[-1][1] if self.samples else 0) + n
+            if not self.samples or now - self.samples[-1][0] >= SAMPLE_NS:
+                self.samples.append((now, total))
+            else:
+                self.samples[-1] = (self.samples[-1][0], total)
 
 
 class Stream:
-    """One NVMe/TCP connection: exact reads of PDUs, counted data bytes."""
+    """One NVMe/TCP connection: exact reads of PDUs, counted data bytes, locked sends."""
 
-    def __init__(self, conn: socket.socket, samples: list, counting: bool):
+    def __init__(self, conn: socket.socket, counter: Counter | None):
         self.conn = conn
-        self.samples = samples  # (t_ns, data bytes so far), shared by a process's streams
-        self.counting = counting
+        self.counter = counter  # counts data this side receives, if it is the receiver
         self.buf = bytearray(1 << 20)
         self.view = memoryview(self.buf)
+        self.send_lock = threading.Lock()
+
+    def send(self, *parts: bytes) -> None:
+        with self.send_lock:
+            for part in parts:
+                self.conn.sendall(part)
 
     def read_exact(self, n: int) -> memoryview:
         if n > len(self.buf):
@@ -57,25 +87,17 @@ class Stream:
             got += k
         return self.view[:n]
 
-    def read_pdu(self) -> tuple[int, memoryview, int]:
-        """(pdu type, header, data length) — the data itself is read and dropped."""
+    def read_pdu(self) -> tuple[int, memoryview]:
+        """(pdu type, header) — the data, if any, is read, counted and dropped."""
         common = bytes(self.read_exact(wire.CH.size))
         kind, _, hlen, _, plen = wire.CH.unpack(common)
         header = common + bytes(self.read_exact(hlen - wire.CH.size))
         data = plen - hlen
         if data:
             self.read_exact(data)
-            if self.counting:
-                self.count(data)
-        return kind, memoryview(header), data
-
-    def count(self, n: int) -> None:
-        total = (self.samples[-1][1] if self.samples else 0) + n
-        now = time.monotonic_ns()
-        if not self.samples or now - self.samples[-1][0] >= SAMPLE_NS:
-            self.samples.append((now, total))
-        else:
-            self.samples[-1] = (self.samples[-1][0], total)
+            if self.counter:
+                self.counter.add(data)
+        return kind, memoryview(header)
 
 
 def _pdu(template: bytes, *patches: tuple[int, int, int]) -> bytearray:
@@ -86,103 +108,209 @@ def _pdu(template: bytes, *patches: tuple[int, int, int]) -> bytearray:
     return pdu
 
 
-def _u16(view: memoryview, offset: int) -> int:
-    return int.from_bytes(view[offset:offset + 2], "little")
+def _uint(view: memoryview, offset: int, width: int = 2) -> int:
+    return int.from_bytes(view[offset:offset + width], "little")
 
 
-def serve(stream: Stream, cfg: dict, stop: threading.Event) -> None:
+def serve(stream: Stream, t: dict, stop: threading.Event) -> None:
     """The target: answer the host's commands until it goes away."""
-    t = cfg["pdus"]
-    kind, _, _ = stream.read_pdu()
+    kind, _ = stream.read_pdu()
     if kind != wire.ICREQ:
         raise ValueError(f"expected ICReq, got PDU type {kind}")
-    stream.conn.sendall(t["icresp"])
-    payload = bytes(cfg["io_bytes"])
+    stream.send(t["icresp"])
+    zeros = bytes(0)
     while not stop.is_set():
-        kind, hdr, _ = stream.read_pdu()
+        kind, hdr = stream.read_pdu()
         if kind != wire.CAPSULE_CMD:
             continue
-        cid = _u16(hdr, wire.CMD_CID)
+        cid = _uint(hdr, wire.CMD_CID)
+        length = _uint(hdr, wire.CMD_SGL_LEN, 4)
         if hdr[wire.CMD_OPCODE] == wire.NVME_READ:
-            stream.conn.sendall(_pdu(t["c2h"], (wire.DATA_CCCID, 2, cid)))
-            stream.conn.sendall(payload)
-        else:  # write: ask for the data, take it
-            stream.conn.sendall(_pdu(t["r2t"], (wire.DATA_CCCID, 2, cid)))
-            stream.read_pdu()  # H2CData (counted: this side receives the data)
-        stream.conn.sendall(_pdu(t["resp"], (wire.RESP_CID, 2, cid)))
+            if len(zeros) != length:
+                zeros = bytes(length)
+            stream.send(_pdu(t["c2h"], (4, 4, wire.DATA_HDR_LEN + length),
+                             (wire.DATA_CCCID, 2, cid), (wire.DATA_LEN_AT, 4, length)), zeros)
+        else:  # write: ask for the data, take it (counted: this side receives it)
+            stream.send(_pdu(t["r2t"], (wire.DATA_CCCID, 2, cid), (wire.DATA_LEN_AT, 4, length)))
+            stream.read_pdu()
+        stream.send(_pdu(t["resp"], (wire.RESP_CID, 2, cid)))
 
 
-def host(stream: Stream, cfg: dict, stop: threading.Event) -> None:
-    """The host: keep QUEUE_DEPTH reads or writes in flight."""
-    t = cfg["pdus"]
-    stream.conn.sendall(t["icreq"])
+class Issuer:
+    """A client connection's command slots and arrival queue.
+
+    ``arrive`` queues one I/O (poisson), ``set_open`` opens or closes the window in
+    which free slots are filled without waiting for arrivals (constant, on_off), and
+    ``complete`` frees a slot. Decisions are taken under a lock; commands are sent
+    after it is released, so a blocked send never holds up the reader.
+    """
+
+    def __init__(self, stream: Stream, entry: dict, ios: list):
+        self.stream, self.entry, self.ios = stream, entry, ios
+        self.command = entry["templates"]["read" if entry["pattern"] == "read" else "write"]
+        self.blocks = entry["io_bytes"] // wire.BLOCK
+        self.free = list(range(entry["queue_depth"]))
+        self.pending: deque[int] = deque()  # arrival times of queued I/Os
+        self.arrived: dict[int, int] = {}  # cid -> arrival time
+        self.open = entry["arrival"]["process"] == "constant"
+        self.connected = False  # no command before the ICReq/ICResp exchange
+        self.next_lba = 0
+        self.lock = threading.Lock()
+
+    def connect(self) -> None:
+        with self.lock:
+            self.connected = True
+        self._fill()
+
+    def arrive(self) -> None:
+        with self.lock:
+            self.pending.append(time.monotonic_ns())
+        self._fill()
+
+    def set_open(self, is_open: bool) -> None:
+        with self.lock:
+            self.open = is_open
+        self._fill()
+
+    def complete(self, cid: int) -> None:
+        now = time.monotonic_ns()
+        with self.lock:
+            t = self.arrived.pop(cid, None)
+            if t is None:
+                return
+            self.ios.append((self.entry["name"], t, now - t, self.entry["io_bytes"]))
+            self.free.append(cid)
+        self._fill()
+
+    def _fill(self) -> None:
+        commands = []
+        with self.lock:
+            while self.connected and self.free and (self.pending or self.open):
+                cid = self.free.pop()
+                self.arrived[cid] = self.pending.popleft() if self.pending else time.monotonic_ns()
+                commands.append(_pdu(self.command, (wire.CMD_CID, 2, cid),
+                                     (wire.CMD_SLBA, 8, self.next_lba)))
+                self.next_lba += self.blocks
+        if commands:
+            self.stream.send(*commands)
+
+
+def host(stream: Stream, entry: dict, issuer: Issuer, stop: threading.Event) -> None:
+    """The host's reader: answer R2Ts with data, complete I/Os on CapsuleResp."""
+    t = entry["templates"]
+    stream.send(t["icreq"])
     if stream.read_pdu()[0] != wire.ICRESP:
         raise ValueError("expected ICResp")
-    command = t["read" if cfg["pattern"] == "read" else "write"]
-    blocks = cfg["io_bytes"] // wire.BLOCK
-    payload = bytes(cfg["io_bytes"])
-    next_lba = 0
-
-    def submit(cid: int) -> None:
-        nonlocal next_lba
-        stream.conn.sendall(_pdu(command, (wire.CMD_CID, 2, cid), (wire.CMD_SLBA, 8, next_lba)))
-        next_lba += blocks
-
-    for cid in range(QUEUE_DEPTH):
-        submit(cid)
+    payload = bytes(entry["io_bytes"])
+    issuer.connect()
     while not stop.is_set():
-        kind, hdr, _ = stream.read_pdu()
+        kind, hdr = stream.read_pdu()
         if kind == wire.R2T:  # the target is ready for a write's data
-            stream.conn.sendall(_pdu(t["h2c"], (wire.DATA_CCCID, 2, _u16(hdr, wire.DATA_CCCID))))
-            stream.conn.sendall(payload)
+            stream.send(_pdu(t["h2c"], (wire.DATA_CCCID, 2, _uint(hdr, wire.DATA_CCCID))),
+                        payload)
         elif kind == wire.CAPSULE_RESP:
-            submit(_u16(hdr, wire.RESP_CID))
+            issuer.complete(_uint(hdr, wire.RESP_CID))
+
+
+def drive_arrivals(issuers: list[Issuer], arrival: dict, t0_ns: int, rng: random.Random,
+                   ios_per_s: float, stop: threading.Event) -> None:
+    """Open and close on/off windows, or draw Poisson arrivals, until stopped."""
+    if arrival["process"] == "on_off":
+        on, period = int(arrival["on_ms"] * 1e6), int((arrival["on_ms"] + arrival["off_ms"]) * 1e6)
+        start = t0_ns + int(arrival["phase_ms"] * 1e6)
+        while not stop.is_set():
+            now = time.monotonic_ns()
+            into = (now - start) % period if now >= start else period - (start - now)
+            is_open = now >= start and into < on
+            for issuer in issuers:
+                issuer.set_open(is_open)
+            wait = (on - into if is_open else period - into) / 1e9
+            stop.wait(max(wait, 0.0005))
+    elif arrival["process"] == "poisson":
+        due = time.monotonic_ns()
+        while not stop.is_set():
+            due += int(rng.expovariate(ios_per_s) * 1e9)
+            stop.wait(max(due - time.monotonic_ns(), 0) / 1e9)
+            rng.choice(issuers).arrive()
 
 
 def run(cfg: dict, stdin) -> dict:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    sends_data = (cfg["mode"] == "server") == (cfg["pattern"] == "read")
-    samples: list[tuple[int, int]] = []
+    counters: dict[str, Counter] = {}
+    ios: list[tuple] = []
     conns: list[socket.socket] = []
-    errors: list[str] = []
-    if cfg["mode"] == "server":
-        lsock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        lsock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        lsock.bind(("0.0.0.0", cfg["port"]))
-        lsock.listen(64)
-        lsock.settimeout(0.2)
+    errors: list[tuple[int, str]] = []  # (when, what)
+    serve_cfg = cfg.get("serve")
+    listeners = []
+    if serve_cfg:
+        for port in serve_cfg["ports"]:
+            lsock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            lsock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            lsock.bind(("0.0.0.0", port))
+            lsock.listen(64)
+            lsock.settimeout(0.2)
+            listeners.append(lsock)
     print("READY", flush=True)
     line = stdin.readline().split()
     if not line or line[0] != "GO":
-        return {"samples": [], "aborted": True}
+        return {"samples": {}, "ios": [], "aborted": True, "errors": []}
+    t0_ns = int(line[1])
 
-    def start(conn: socket.socket, role) -> None:
-        if sends_data and cfg["pacing_bytes_per_s"]:
-            conn.setsockopt(socket.SOL_SOCKET, SO_MAX_PACING_RATE, cfg["pacing_bytes_per_s"])
-        conns.append(conn)
+    def start(stream: Stream, pacing: int, body) -> None:
+        if pacing:
+            stream.conn.setsockopt(socket.SOL_SOCKET, SO_MAX_PACING_RATE, pacing)
+        conns.append(stream.conn)
 
-        def body() -> None:
+        def guarded() -> None:
             try:
-                role(Stream(conn, samples, counting=not sends_data), cfg, stop)
+                body(stream)
             except (OSError, ConnectionError, ValueError) as exc:
                 if not stop.is_set():
-                    errors.append(str(exc))
+                    errors.append((time.monotonic_ns(), str(exc)))
 
-        threading.Thread(target=body, daemon=True).start()
+        threading.Thread(target=guarded, daemon=True).start()
 
-    if cfg["mode"] == "server":
-        def accept_loop() -> None:
-            while not stop.is_set():
-                try:
-                    conn, _ = lsock.accept()
-                except TimeoutError:
-                    continue
-                start(conn, serve)
-        threading.Thread(target=accept_loop, daemon=True).start()
-    else:
-        for _ in range(cfg.get("queues", 1)):  # one TCP connection per I/O queue
-            start(socket.create_connection((cfg["server_ip"], cfg["port"]), timeout=5), host)
+    def counter(name: str) -> Counter:
+        return counters.setdefault(name, Counter())
+
+    def accept_loop(lsock: socket.socket) -> None:
+        templates = serve_cfg["templates"]
+        while not stop.is_set():
+            try:
+                conn, (_, sport) = lsock.accept()
+            except TimeoutError:
+                continue
+            flow = next((f for f in serve_cfg["flows"] if f["sport_lo"] <= sport <= f["sport_hi"]),
+                        None)
+            if flow is None:
+                errors.append((time.monotonic_ns(), f"connection from unknown source port {sport}"))
+                conn.close()
+                continue
+            sends = flow["pattern"] == "read"
+            start(Stream(conn, None if sends else counter(flow["name"])),
+                  flow["pacing_bytes_per_s"] if sends else 0,
+                  lambda s: serve(s, templates, stop))
+
+    for lsock in listeners:
+        threading.Thread(target=accept_loop, args=(lsock,), daemon=True).start()
+    for entry in cfg.get("clients", []):
+        sends = entry["pattern"] == "write"
+        issuers = []
+        for q in range(entry["queues"]):  # one TCP connection per I/O queue
+            conn = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            conn.bind(("0.0.0.0", entry["sport_base"] + q))
+            conn.settimeout(5)
+            conn.connect((entry["server_ip"], entry["port"]))
+            conn.settimeout(None)
+            stream = Stream(conn, None if sends else counter(entry["name"]))
+            issuer = Issuer(stream, entry, ios)
+            issuers.append(issuer)
+            start(stream, entry["pacing_bytes_per_s"] if sends else 0,
+                  lambda s, e=entry, i=issuer: host(s, e, i, stop))
+        threading.Thread(target=drive_arrivals, daemon=True,
+                         args=(issuers, entry["arrival"], t0_ns, random.Random(entry["seed"]),
+                               entry["ios_per_s"], stop)).start()
 
     threading.Thread(target=lambda: (stdin.readline(), stop.set()), daemon=True).start()
     while not stop.is_set():
@@ -192,13 +320,18 @@ def run(cfg: dict, stdin) -> dict:
             conn.shutdown(socket.SHUT_RDWR)
         except OSError:
             pass
-    return {"samples": samples, "aborted": False, "errors": errors}
+    return {"samples": {name: c.samples for name, c in counters.items()},
+            "ios": ios, "aborted": False, "errors": errors}
 
 
 def main() -> None:
     with open(sys.argv[1]) as f:
         cfg = json.load(f)
-    cfg["pdus"] = {k: bytes.fromhex(v) for k, v in cfg["templates"].items()}
+    if cfg.get("serve"):
+        cfg["serve"]["templates"] = {k: bytes.fromhex(v)
+                                     for k, v in cfg["serve"]["templates"].items()}
+    for entry in cfg.get("clients", []):
+        entry["templates"] = {k: bytes.fromhex(v) for k, v in entry["templates"].items()}
     result = run(cfg, sys.stdin)
     with open(cfg["out"], "w") as f:
         json.dump(result, f)

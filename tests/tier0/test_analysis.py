@@ -14,7 +14,7 @@ def frame(name, rows):
 @pytest.fixture
 def tables():
     """Two policies, two ranks: isolated ops take 100 ms, fifo ops 200 ms except one of 400."""
-    coll, queue, lanes, flows, cpu, soj, lat = [], [], [], [], [], [], []
+    coll, queue, lanes, flows, ios, cpu, soj, lat = [], [], [], [], [], [], [], []
     for policy, durations in (("isolated", [100] * 4), ("fifo", [200, 200, 200, 400])):
         t = 0
         for op, ms in enumerate(durations):
@@ -45,11 +45,15 @@ def tables():
                               "enqueued_packets": k * 9, "enqueued_bytes": k * rate,
                               "dropped_packets": k if lane == "low" else 0,
                               "dropped_bytes": 0})
-            flows.append({"policy": policy, "host": "g1", "t_ns": ts,
+            flows.append({"policy": policy, "host": "g1", "entry": "dataset", "t_ns": ts,
                           "bytes": k * 125_000 if policy == "fifo" else 0})
+            if policy == "fifo":  # one metadata I/O every 100 ms taking k ms
+                ios.append({"policy": policy, "host": "g2", "entry": "metadata", "t_ns": ts,
+                            "latency_ns": k * 1_000_000, "bytes": 4096})
             cpu.append({"policy": policy, "t_ns": ts, "busy": 0.95 if policy == "fifo" else 0.4})
     return {"collectives": frame("collectives", coll), "queue": frame("queue", queue),
             "lanes": frame("lanes", lanes), "flows": frame("flows", flows),
+            "ios": frame("ios", ios),
             "cpu": frame("cpu", cpu), "transport": frame("transport", []),
             "sojourn": frame("sojourn", soj), "latency": frame("latency", lat),
             "histograms": frame("histograms", [])}
@@ -91,6 +95,11 @@ def test_summary(tables):
     assert lanes["normal"]["packets"] == 90 and lanes["normal"]["mbps"] == 0
     assert fifo["storage"]["goodput_mbps"] == pytest.approx(10.0)
     assert iso["storage"]["goodput_mbps"] == 0
+    # per entry; I/Os that arrived in the window (0 .. 1.0 s: k = 0..10)
+    assert fifo["storage"]["entries"]["dataset"]["goodput_mbps"] == pytest.approx(10.0)
+    meta_io = fifo["storage"]["entries"]["metadata"]
+    assert (meta_io["ios"], meta_io["io_p50_ms"], meta_io["goodput_mbps"]) == (11, 5.0, 0.0)
+    assert meta_io["io_p99_ms"] == pytest.approx(9.9)
     assert fifo["cpu_bound"] and not iso["cpu_bound"]
     assert s["scale_factor"] == 10
     # delays: samples in the window only; latency only from senders crossing the port

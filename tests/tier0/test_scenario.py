@@ -67,6 +67,16 @@ def _error(doc) -> ScenarioError:
     (lambda d: d["traffic"][1].update(clients=["g1", "g99"]), "traffic[1].clients[1]",
      "not a host"),
     (lambda d: d["traffic"][1].update(offered_load=0), "traffic[1].offered_load", "> 0"),
+    (lambda d: d["traffic"][1].update(mix="backup"), "traffic[1].mix", "unknown mix"),
+    (lambda d: d["traffic"][1].update(io_bytes=1000), "traffic[1].io_bytes", "multiple of 512"),
+    (lambda d: d["traffic"][1].update(arrival="bursty"), "traffic[1].arrival.process",
+     "unknown arrival process"),
+    (lambda d: d["traffic"][1].update(arrival={"process": "poisson", "on_ms": 5}),
+     "traffic[1].arrival.on_ms", "only an on_off"),
+    (lambda d: d["traffic"][1].update(arrival={"process": "on_off", "on_ms": 0}),
+     "traffic[1].arrival.on_ms", "> 0"),
+    (lambda d: d["traffic"].append(dict(d["traffic"][1])), "traffic[2].name",
+     "already named 'dataset'"),
     (lambda d: d["fabric"]["routers"].append("Leaf 3"), "fabric.routers[3]", "not a node name"),
     (lambda d: d["fabric"]["links"].append({"between": ["g1", "leaf2"]}), "fabric.links[3].between",
      "attached to 'leaf1'"),
@@ -81,6 +91,24 @@ def test_bad_input_names_file_key_and_reason(doc, mutate, key, reason):
     assert reason in exc.reason
     assert str(exc).startswith(f"lab.yaml: {key}: ")
     assert "\n" not in str(exc)
+
+
+def test_storage_mixes_take_their_defaults_and_overrides(doc):
+    doc = copy.deepcopy(doc)
+    doc["traffic"][1:] = [
+        {"kind": "storage", "server": "st1", "clients": ["g1"]},
+        {"kind": "storage", "mix": "checkpoint", "server": "st1", "clients": "gpu",
+         "arrival": {"process": "on_off", "on_ms": 200, "off_ms": 800}},
+        {"kind": "storage", "mix": "metadata", "name": "meta-1", "server": "st1",
+         "clients": ["g5"], "io_bytes": "8K"},
+    ]
+    dataset, checkpoint, meta = scenario.parse(doc, "lab.yaml").storage
+    assert (dataset.name, dataset.pattern, dataset.arrival.process) == ("dataset", "read",
+                                                                          "constant")
+    assert (checkpoint.pattern, checkpoint.clients[-1], checkpoint.arrival) == (
+        "write", "g8", scenario.Arrival("on_off", 200.0, 800.0, 0.0))
+    assert (meta.name, meta.io_bytes, meta.queue_depth, meta.arrival.process) == (
+        "meta-1", 8192, 1, "poisson")
 
 
 def test_unreadable_and_invalid_yaml(tmp_path):

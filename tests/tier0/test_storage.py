@@ -1,0 +1,100 @@
+"""The storage agent's pieces on local sockets: protocol, issuing, configuration."""
+
+import socket
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from labkit import scenario, topo
+from labkit.agents import storage_configs
+from labkit.traffic import nvme, storage, wire
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _pair(pattern: str, arrival: str, io_bytes: int = 8192, queue_depth: int = 2):
+    """A target and a host connected by a socket pair, running until ``stop``."""
+    a, b = socket.socketpair()
+    stop = threading.Event()
+    entry = {"name": "e", "pattern": pattern, "io_bytes": io_bytes, "queue_depth": queue_depth,
+             "arrival": {"process": arrival}, "templates": nvme.templates(io_bytes)}
+    received = storage.Counter()
+    target = storage.Stream(a, received if pattern == "write" else None)
+    client = storage.Stream(b, received if pattern == "read" else None)
+    ios: list = []
+    issuer = storage.Issuer(client, entry, ios)
+    for body in (lambda: storage.serve(target, nvme.templates(wire.BLOCK), stop),
+                 lambda: storage.host(client, entry, issuer, stop)):
+        threading.Thread(target=lambda f=body: _quietly(f), daemon=True).start()
+    return issuer, ios, received, stop, (a, b)
+
+
+def _quietly(f):
+    try:
+        f()
+    except (OSError, ConnectionError):
+        pass
+
+
+def _close(stop, socks):
+    stop.set()
+    for s in socks:
+        s.shutdown(socket.SHUT_RDWR)
+
+
+@pytest.mark.parametrize("pattern", ["read", "write"])
+def test_constant_io_keeps_the_queue_full_and_moves_the_commanded_bytes(pattern):
+    issuer, ios, received, stop, socks = _pair(pattern, "constant")
+    deadline = time.monotonic() + 5
+    while len(ios) < 50 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    _close(stop, socks)
+    assert len(ios) >= 50
+    assert received.samples[-1][1] >= len(ios) * 8192  # every I/O's blocks arrived
+    assert all(e == "e" and size == 8192 and ns > 0 for e, _, ns, size in ios)
+
+
+def test_arrivals_wait_for_a_free_slot_and_count_their_queueing():
+    issuer, ios, _, stop, socks = _pair("read", "poisson", queue_depth=1)
+    for _ in range(20):
+        issuer.arrive()
+    deadline = time.monotonic() + 5
+    while len(ios) < 20 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    _close(stop, socks)
+    assert len(ios) == 20
+    latencies = [ns for _, _, ns, _ in ios]
+    assert latencies[-1] > latencies[0]  # the last arrival queued behind the others
+
+
+def test_a_closed_window_issues_nothing():
+    issuer, ios, _, stop, socks = _pair("write", "on_off")
+    time.sleep(0.2)
+    assert ios == []
+    issuer.set_open(True)
+    time.sleep(0.2)
+    issuer.set_open(False)
+    time.sleep(0.1)
+    done = len(ios)
+    time.sleep(0.2)
+    _close(stop, socks)
+    assert done > 0 and len(ios) == done
+
+
+def test_configs_split_load_and_source_ports_per_entry():
+    sc = scenario.load(REPO / "topologies/storage-mix.yaml")
+    configs = storage_configs(sc, topo.Topology(sc.fabric))
+    flows = configs["st1"]["serve"]["flows"]
+    ranges = sorted((f["sport_lo"], f["sport_hi"]) for f in flows)
+    assert all(hi < lo2 for (_, hi), (lo2, _) in zip(ranges, ranges[1:]))  # disjoint
+    dataset = next(f for f in flows if f["name"] == "dataset")
+    assert dataset["pacing_bytes_per_s"] * 4 == pytest.approx(0.5 * 100e6 / 8, rel=1e-6)
+    g5 = {e["name"]: e for e in configs["g5"]["clients"]}
+    assert set(g5) == {"checkpoint", "metadata"}
+    assert g5["metadata"]["pacing_bytes_per_s"] == 0  # Poisson arrivals set its rate
+    assert g5["metadata"]["ios_per_s"] * 4 == pytest.approx(0.02 * 100e6 / 8 / 4096)
+    assert g5["checkpoint"]["seed"] != configs["g6"]["clients"][0]["seed"]
+    ports = [e["sport_base"] for cfg in configs.values() for e in cfg.get("clients", [])]
+    assert len(ports) == len(set(ports))
