@@ -88,7 +88,7 @@ def test_configs_split_load_and_source_ports_per_entry():
     configs = storage_configs(sc, topo.Topology(sc.fabric))
     flows = configs["st1"]["serve"]["flows"]
     ranges = sorted((f["sport_lo"], f["sport_hi"]) for f in flows)
-    assert all(hi < lo2 for (_, hi), (lo2, _) in zip(ranges, ranges[1:]))  # disjoint
+    assert all(hi < lo2 for (_, hi), (lo2, _) in zip(ranges, ranges[1:], strict=False))
     dataset = next(f for f in flows if f["name"] == "dataset")
     assert dataset["pacing_bytes_per_s"] * 4 == pytest.approx(0.5 * 100e6 / 8, rel=1e-6)
     g5 = {e["name"]: e for e in configs["g5"]["clients"]}
