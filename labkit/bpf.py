@@ -547,6 +547,20 @@ def tc_attach(program: Program, ifindex: int, egress: bool = True,
     return TcAttachment(ifindex, point, opts.handle, opts.priority, opts.prog_id)
 
 
+def attach_filter(ns, program: Program, ifname: str, ifindex: int, priority: int,
+                  attachments: list, record: Recorder | None = None,
+                  egress: bool = True) -> TcAttachment:
+    """:func:`tc_attach` inside namespace ``ns`` (a :class:`labkit.netns.Netns`), kept in
+    ``attachments`` for :func:`detach_all` and told to ``record``."""
+    attachment = ns.run(tc_attach, program, ifindex, egress, priority)
+    attachments.append((ns, attachment))
+    if record:
+        record("tc_filter", node=ns.name, ifname=ifname, prog_id=attachment.prog_id,
+               handle=attachment.handle, priority=attachment.priority,
+               **({} if egress else {"ingress": True}))
+    return attachment
+
+
 # --- pins ---------------------------------------------------------------------------------
 
 

@@ -124,11 +124,8 @@ class Classifier:
         if watch:
             obj = bpf.BpfObject(self.path, reuse={"lk_config": self.shared.maps["lk_config"]})
             self.watched[f"{ns.name}/{ifname}"] = bpf.record_programs(obj, self.record)
-        attachment = ns.run(bpf.tc_attach, obj.programs[PROGRAM], ifindex, True, PRIORITY)
-        self.attachments.append((ns, attachment))
-        if self.record:
-            self.record("tc_filter", node=ns.name, ifname=ifname, prog_id=attachment.prog_id,
-                        handle=attachment.handle, priority=attachment.priority)
+        bpf.attach_filter(ns, obj.programs[PROGRAM], ifname, ifindex, PRIORITY,
+                          self.attachments, self.record)
 
     def counters(self, port: str | None = None) -> dict[str, tuple[int, int]]:
         """(packets, bytes) per lane offered to a watched port ("<node>/<ifname>"), or to

@@ -28,11 +28,8 @@ class LossyLinks:
         self.objects[link_name] = obj
         obj.maps["lk_loss"].update(0, round(loss_percent * 1e4).to_bytes(4, "little"))
         for ns, ifname, ifindex in ports:
-            att = ns.run(bpf.tc_attach, obj.programs[PROGRAM], ifindex, True, PRIORITY)
-            self.attachments.append((ns, att))
-            if self.record:
-                self.record("tc_filter", node=ns.name, ifname=ifname, prog_id=att.prog_id,
-                            handle=att.handle, priority=att.priority)
+            bpf.attach_filter(ns, obj.programs[PROGRAM], ifname, ifindex, PRIORITY,
+                              self.attachments, self.record)
 
     def drops(self) -> dict[str, int]:
         return {name: sum(int.from_bytes(v, "little")

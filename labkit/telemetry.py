@@ -138,11 +138,8 @@ class LatencyProbe:
         self.attachments: list[tuple[Netns, bpf.TcAttachment]] = []
 
     def attach(self, ns: Netns, ifname: str, ifindex: int) -> None:
-        attachment = ns.run(bpf.tc_attach, self.obj.programs[self.PROGRAM], ifindex, False)
-        self.attachments.append((ns, attachment))
-        if self.record:
-            self.record("tc_filter", node=ns.name, ifname=ifname, prog_id=attachment.prog_id,
-                        handle=attachment.handle, priority=attachment.priority, ingress=True)
+        bpf.attach_filter(ns, self.obj.programs[self.PROGRAM], ifname, ifindex, 0,
+                          self.attachments, self.record, egress=False)
 
     def histograms(self) -> list[tuple[str, int, int]]:
         """(lane, bucket, count) of every non-empty latency histogram bucket."""

@@ -104,4 +104,42 @@ struct lk_telemetry_config {
 	__u32 pad;
 };
 
+/*
+ * The valve (valve.bpf.c): a rate per lane on a host's egress. Each lane keeps a
+ * virtual departure clock; a packet's delay is how far that clock runs ahead of
+ * now. Past ce_threshold_ns an ECN-capable packet is marked CE; past horizon_ns
+ * any packet is dropped. rate_bytes_per_s 0 leaves the lane open.
+ */
+struct lk_valve_lane {
+	__u64 rate_bytes_per_s;
+	__u64 ce_threshold_ns;
+	__u64 horizon_ns;
+	__u64 busy_rate_bytes_per_s; /* the rate while the job communicates; 0: rate */
+};
+struct lk_valve_config {
+	struct lk_valve_lane lanes[LK_NR_LANES];
+};
+
+/* What the job tells its own host's valve (state-aware control): the valve uses
+ * busy_rate_bytes_per_s while now < busy_until_ns. */
+struct lk_job_phase {
+	__u64 busy_until_ns;
+	__u64 bytes_left;  /* of the collective under way, for the record */
+	__u32 phase;       /* enum lk_phase */
+	__u32 pad;
+};
+enum lk_phase {
+	LK_PHASE_COMPUTE = 0,
+	LK_PHASE_SOON = 1,        /* about to communicate */
+	LK_PHASE_COMMUNICATE = 2,
+};
+
+/* Per-lane valve counters (per-CPU). */
+struct lk_valve_counters {
+	__u64 packets;
+	__u64 bytes;
+	__u64 ce_marked;
+	__u64 dropped;
+};
+
 #endif /* __LABKIT_H */

@@ -8,6 +8,7 @@ import subprocess
 import pytest
 
 from labkit import bpf, lanes, tc, telemetry
+from labkit.control import valve
 from labkit.scenario import LANES
 
 
@@ -20,11 +21,11 @@ def btf_structs(obj_name):
     return {t["name"]: t for t in json.loads(out)["types"] if t.get("kind") == "STRUCT"}
 
 
-@pytest.mark.parametrize("obj_name", ["classifier", "queues", "latency"])
+@pytest.mark.parametrize("obj_name", ["classifier", "queues", "latency", "valve"])
 def test_mirrors_match_btf(obj_name):
     structs = btf_structs(obj_name)
     checked = 0
-    for c_name, mirror in {**lanes.MIRRORS, **telemetry.MIRRORS}.items():
+    for c_name, mirror in {**lanes.MIRRORS, **telemetry.MIRRORS, **valve.MIRRORS}.items():
         if c_name not in structs:
             continue
         btf = structs[c_name]

@@ -1,0 +1,119 @@
+// SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
+/*
+ * labkit's valve: a tc (clsact egress) program on a host's NIC that holds each
+ * lane to the rate in lk_valve (a token bucket kept as a virtual departure
+ * clock). A packet that finds the clock more than ce_threshold_ns ahead is
+ * marked CE if it is ECN-capable (TCP then slows down); one that finds it more
+ * than horizon_ns ahead is dropped. Nothing is delayed: this kernel has no fq
+ * for departure-time pacing, so the valve signals and polices instead.
+ *
+ * The lane comes from the classifier's rules (lanes.h, the shared lk_config).
+ * While the job on this host says it communicates (lk_phase, written by the
+ * job itself or relayed to a storage host), a lane runs at its busy rate.
+ * Rates change by rewriting lk_valve; nothing is reloaded.
+ */
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include "labkit.h"
+#include "parse.h"
+#include "lanes.h"
+
+#define TC_ACT_UNSPEC (-1)
+#define NSEC_PER_SEC 1000000000ULL
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct lk_valve_config);
+} lk_valve SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct lk_job_phase);
+} lk_phase SEC(".maps");
+
+struct lk_valve_clock {
+	struct bpf_spin_lock lock;
+	__u64 next_ns; /* when the lane's last accepted byte leaves, at its rate */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, LK_NR_LANES);
+	__type(key, __u32);
+	__type(value, struct lk_valve_clock);
+} lk_valve_clock SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, LK_NR_LANES);
+	__type(key, __u32);
+	__type(value, struct lk_valve_counters);
+} lk_valve_stats SEC(".maps");
+
+static __always_inline __u32 lk_lane_of(struct __sk_buff *skb)
+{
+	const struct lk_classifier_config *cfg;
+	__u32 zero = 0;
+
+	cfg = bpf_map_lookup_elem(&lk_config, &zero);
+	if (!cfg)
+		return LK_LANE_NORMAL;
+	return lk_match(cfg, lk_parse((void *)(long)skb->data, (void *)(long)skb->data_end));
+}
+
+SEC("tc")
+int lk_valve_egress(struct __sk_buff *skb)
+{
+	const struct lk_valve_config *cfg;
+	const struct lk_valve_lane *lc;
+	const struct lk_job_phase *phase;
+	struct lk_valve_counters *stats;
+	struct lk_valve_clock *clock;
+	__u64 now, rate, cost, delay, next;
+	__u32 zero = 0, lane;
+
+	cfg = bpf_map_lookup_elem(&lk_valve, &zero);
+	if (!cfg)
+		return TC_ACT_UNSPEC;
+	bpf_skb_pull_data(skb, skb->len < 128 ? skb->len : 128);
+	lane = lk_lane_of(skb);
+	if (lane >= LK_NR_LANES)
+		return TC_ACT_UNSPEC;
+	stats = bpf_map_lookup_elem(&lk_valve_stats, &lane);
+	clock = bpf_map_lookup_elem(&lk_valve_clock, &lane);
+	if (!stats || !clock)
+		return TC_ACT_UNSPEC;
+
+	/* constant indices only: the verifier then needs no bounds proof for the array */
+	lc = lane == LK_LANE_VIP ? &cfg->lanes[LK_LANE_VIP] :
+	     lane == LK_LANE_LOW ? &cfg->lanes[LK_LANE_LOW] : &cfg->lanes[LK_LANE_NORMAL];
+	now = bpf_ktime_get_ns();
+	rate = lc->rate_bytes_per_s;
+	phase = bpf_map_lookup_elem(&lk_phase, &zero);
+	if (phase && now < phase->busy_until_ns && lc->busy_rate_bytes_per_s)
+		rate = lc->busy_rate_bytes_per_s;
+	if (rate) {
+		cost = (__u64)skb->len * NSEC_PER_SEC / rate;
+		bpf_spin_lock(&clock->lock);
+		next = clock->next_ns > now ? clock->next_ns : now;
+		delay = next - now;
+		if (delay <= lc->horizon_ns)
+			clock->next_ns = next + cost;
+		bpf_spin_unlock(&clock->lock);
+		if (delay > lc->horizon_ns) {
+			stats->dropped++;
+			return TC_ACT_SHOT;
+		}
+		if (delay > lc->ce_threshold_ns && bpf_skb_ecn_set_ce(skb))
+			stats->ce_marked++;
+	}
+	stats->packets += skb->gso_segs ? skb->gso_segs : 1;
+	stats->bytes += skb->len;
+	return TC_ACT_UNSPEC;
+}
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";

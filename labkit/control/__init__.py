@@ -1,0 +1,2 @@
+"""Adaptive congestion control: host valves (:mod:`.valve`) and the controllers that
+move them (reactive, proactive, state-aware)."""

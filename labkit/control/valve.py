@@ -1,0 +1,138 @@
+"""The valve (``bpf/valve.bpf.c``) seen from Python: one object per host, attached to
+the host's NIC egress, with a rate per lane held in ``lk_valve``.
+
+:class:`Valves` owns every host's valve in a run and the decision log: each rate
+change is recorded as (time, valve, lane, old and new Mbit/s, reason), which
+becomes ``controller.parquet``. Rates change by rewriting the map — at any rate
+the controller likes, nothing is reloaded.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import time
+from dataclasses import dataclass
+
+from labkit import bpf
+from labkit.netns import Netns
+from labkit.scenario import LANES
+
+PROGRAM = "lk_valve_egress"
+PRIORITY = 5  # after a lossy link's dropper (1), before the classifier (10)
+
+
+class ValveLane(ctypes.Structure):
+    _fields_ = [("rate_bytes_per_s", ctypes.c_uint64), ("ce_threshold_ns", ctypes.c_uint64),
+                ("horizon_ns", ctypes.c_uint64), ("busy_rate_bytes_per_s", ctypes.c_uint64)]
+
+
+class ValveConfig(ctypes.Structure):
+    _fields_ = [("lanes", ValveLane * len(LANES))]
+
+
+class JobPhase(ctypes.Structure):
+    _fields_ = [("busy_until_ns", ctypes.c_uint64), ("bytes_left", ctypes.c_uint64),
+                ("phase", ctypes.c_uint32), ("pad", ctypes.c_uint32)]
+
+
+class ValveCounters(ctypes.Structure):
+    _fields_ = [("packets", ctypes.c_uint64), ("bytes", ctypes.c_uint64),
+                ("ce_marked", ctypes.c_uint64), ("dropped", ctypes.c_uint64)]
+
+
+MIRRORS = {"lk_valve_lane": ValveLane, "lk_valve_config": ValveConfig,
+           "lk_job_phase": JobPhase, "lk_valve_counters": ValveCounters}
+PHASES = {"compute": 0, "soon": 1, "communicate": 2}
+
+
+@dataclass(frozen=True)
+class LaneSetting:
+    """A lane's valve: Mbit/s (None: open), CE threshold and drop horizon in ms, and
+    the Mbit/s while the job communicates (None: the same)."""
+
+    mbps: float | None = None
+    ce_ms: float = 1.0
+    horizon_ms: float = 20.0
+    busy_mbps: float | None = None
+
+    def encode(self) -> ValveLane:
+        def bps(mbps: float | None) -> int:
+            return 0 if mbps is None else max(1, int(mbps * 1e6 / 8))
+        return ValveLane(bps(self.mbps), int(self.ce_ms * 1e6), int(self.horizon_ms * 1e6),
+                         bps(self.busy_mbps))
+
+
+def read_counters(stats: bpf.Map) -> dict[str, ValveCounters]:
+    """Per lane, the per-CPU counters summed."""
+    out = {}
+    for i, lane in enumerate(LANES):
+        total = ValveCounters()
+        for raw in stats.lookup(i):
+            c = ValveCounters.from_buffer_copy(raw)
+            for name, _ in ValveCounters._fields_:
+                setattr(total, name, getattr(total, name) + getattr(c, name))
+        out[lane] = total
+    return out
+
+
+class Valve:
+    """One host's valve: its object (sharing the classifier's rules) and its lanes."""
+
+    def __init__(self, host: str, rules: bpf.Map, record: bpf.Recorder | None = None):
+        self.host = host
+        self.obj = bpf.record_programs(
+            bpf.BpfObject(bpf.object_path("valve"), reuse={"lk_config": rules}), record)
+        self.lanes = {lane: LaneSetting() for lane in LANES}
+        self.write()
+
+    def write(self) -> None:
+        cfg = ValveConfig()
+        for i, lane in enumerate(LANES):
+            cfg.lanes[i] = self.lanes[lane].encode()
+        self.obj.maps["lk_valve"].update(0, cfg)
+
+    def publish_phase(self, phase: str, busy_until_ns: int, bytes_left: int = 0) -> None:
+        self.obj.maps["lk_phase"].update(0, JobPhase(busy_until_ns, bytes_left, PHASES[phase]))
+
+    def counters(self) -> dict[str, ValveCounters]:
+        return read_counters(self.obj.maps["lk_valve_stats"])
+
+    def close(self) -> None:
+        self.obj.close()
+
+
+class Valves:
+    """Every host's valve in a run, and the log of every rate decision."""
+
+    def __init__(self, rules: bpf.Map, record: bpf.Recorder | None = None):
+        self.rules, self.record = rules, record
+        self.valves: dict[str, Valve] = {}
+        self.attachments: list[tuple[Netns, bpf.TcAttachment]] = []
+        self.decisions: list[tuple] = []  # (t_ns, valve, lane, old_mbps, new_mbps, reason)
+
+    def attach(self, host: str, ns: Netns, ifname: str, ifindex: int) -> Valve:
+        valve = self.valves[host] = Valve(host, self.rules, self.record)
+        bpf.attach_filter(ns, valve.obj.programs[PROGRAM], ifname, ifindex, PRIORITY,
+                          self.attachments, self.record)
+        return valve
+
+    def set(self, host: str, lane: str, reason: str, **changes) -> None:
+        """Change a lane's setting (``mbps=…``, ``busy_mbps=…``, …) and log it."""
+        valve = self.valves[host]
+        old = valve.lanes[lane]
+        new = LaneSetting(**{**old.__dict__, **changes})
+        if new == old:
+            return
+        valve.lanes[lane] = new
+        valve.write()
+        self.decisions.append((time.monotonic_ns(), host, lane, old.mbps, new.mbps,
+                               old.busy_mbps, new.busy_mbps, reason))
+
+    def counters(self) -> dict[str, dict[str, ValveCounters]]:
+        return {host: v.counters() for host, v in self.valves.items()}
+
+    def close(self) -> None:
+        bpf.detach_all(self.attachments)
+        for valve in self.valves.values():
+            valve.close()
+        self.valves.clear()
