@@ -7,6 +7,10 @@
  * than horizon_ns ahead is dropped. Nothing is delayed: this kernel has no fq
  * for departure-time pacing, so the valve signals and polices instead.
  *
+ * On a fabric port the same program, at the port's rate with one clock for all
+ * lanes (one_clock), follows the port's FIFO queue exactly as long as the port
+ * sends at its rate, and marks CE past a DCTCP-style threshold K in sojourn.
+ *
  * The lane comes from the classifier's rules (lanes.h, the shared lk_config).
  * While the job on this host says it communicates (lk_phase, written by the
  * job itself or relayed to a storage host), a lane runs at its busy rate.
@@ -73,7 +77,7 @@ int lk_valve_egress(struct __sk_buff *skb)
 	const struct lk_job_phase *phase;
 	struct lk_valve_counters *stats;
 	struct lk_valve_clock *clock;
-	__u64 now, rate, cost, delay, next;
+	__u64 now, rate, cost, delay, next, horizon;
 	__u32 zero = 0, lane;
 
 	cfg = bpf_map_lookup_elem(&lk_valve, &zero);
@@ -84,7 +88,7 @@ int lk_valve_egress(struct __sk_buff *skb)
 	if (lane >= LK_NR_LANES)
 		return TC_ACT_UNSPEC;
 	stats = bpf_map_lookup_elem(&lk_valve_stats, &lane);
-	clock = bpf_map_lookup_elem(&lk_valve_clock, &lane);
+	clock = bpf_map_lookup_elem(&lk_valve_clock, cfg->one_clock ? &zero : &lane);
 	if (!stats || !clock)
 		return TC_ACT_UNSPEC;
 
@@ -94,22 +98,31 @@ int lk_valve_egress(struct __sk_buff *skb)
 	now = bpf_ktime_get_ns();
 	rate = lc->rate_bytes_per_s;
 	phase = bpf_map_lookup_elem(&lk_phase, &zero);
-	if (phase && now < phase->busy_until_ns && lc->busy_rate_bytes_per_s)
+	if (phase && now >= phase->busy_from_ns && now < phase->busy_until_ns &&
+	    lc->busy_rate_bytes_per_s)
 		rate = lc->busy_rate_bytes_per_s;
 	if (rate) {
 		cost = (__u64)skb->len * NSEC_PER_SEC / rate;
+		horizon = lc->burst_bytes * NSEC_PER_SEC / rate;
+		if (horizon < lc->horizon_ns)
+			horizon = lc->horizon_ns;
 		bpf_spin_lock(&clock->lock);
 		next = clock->next_ns > now ? clock->next_ns : now;
 		delay = next - now;
-		if (delay <= lc->horizon_ns)
+		if (delay <= horizon)
 			clock->next_ns = next + cost;
 		bpf_spin_unlock(&clock->lock);
-		if (delay > lc->horizon_ns) {
+		if (delay > horizon) {
 			stats->dropped++;
 			return TC_ACT_SHOT;
 		}
 		if (delay > lc->ce_threshold_ns && bpf_skb_ecn_set_ce(skb))
 			stats->ce_marked++;
+	} else if (clock->next_ns > now) {
+		/* an open lane carries no debt into its next limited spell */
+		bpf_spin_lock(&clock->lock);
+		clock->next_ns = now;
+		bpf_spin_unlock(&clock->lock);
 	}
 	stats->packets += skb->gso_segs ? skb->gso_segs : 1;
 	stats->bytes += skb->len;

@@ -42,7 +42,7 @@ def roce_payload_bytes(mtu: int) -> int:
 
 class Agent:
     def __init__(self, fabric: Fabric, node: str, module: str, cfg: dict, workdir: Path,
-                 what: str):
+                 what: str, pass_fds: tuple[int, ...] = ()):
         self.node, self.what = node, what
         self.cfg_path = workdir / f"{what}-{node}.json"
         self.out = workdir / f"{what}-{node}.result.json"
@@ -52,7 +52,7 @@ class Agent:
         self.err = open(self.err_path, "w")
         self.proc = fabric.popen(node, [sys.executable, "-m", module, str(self.cfg_path)], what,
                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.err,
-                                 text=True, bufsize=1)
+                                 text=True, bufsize=1, pass_fds=pass_fds)
 
     def send(self, line: str) -> None:
         try:
@@ -116,9 +116,12 @@ def collective(op: str, algo: str, size_bytes: int) -> dict:
 
 def start_collective(fabric: Fabric, topo: Topology, ranks: tuple[str, ...], workload: dict,
                      iterations: int, compute_ms: float, workdir: Path, rng: random.Random,
-                     duration_s: float | None = None) -> list[Agent]:
+                     duration_s: float | None = None, phase_maps: dict[str, int] | None = None
+                     ) -> list[Agent]:
     """One agent per rank (``labkit.traffic.collective``) running ``workload`` (see
-    :func:`collective`, or a training job: ``{"kind": "job", "job": {...}}``)."""
+    :func:`collective`, or a training job: ``{"kind": "job", "job": {...}}``).
+    ``phase_maps``: per host, the fd of the map its agent publishes its phase to."""
+    phase_maps = phase_maps or {}
     n = len(ranks)
     workdir.mkdir(parents=True, exist_ok=True)
     payload = roce_payload_bytes(min(link.mtu for link in topo.fabric.links))
@@ -132,7 +135,9 @@ def start_collective(fabric: Fabric, topo: Topology, ranks: tuple[str, ...], wor
         "nak_template": roce.ack_template(0, wire.SYNDROME_NAK_PSN).hex(),
     }
     return [Agent(fabric, host, "labkit.traffic.collective",
-                   {**common, "rank": i, "ip": topo.host_ip(host)}, workdir, "collective")
+                  {**common, "rank": i, "ip": topo.host_ip(host),
+                   "phase_map_fd": phase_maps.get(host)}, workdir, "collective",
+                  pass_fds=(phase_maps[host],) if host in phase_maps else ())
             for i, host in enumerate(ranks)]
 
 
@@ -165,10 +170,18 @@ def storage_configs(sc: Scenario, topo: Topology) -> dict[str, dict]:
     return configs
 
 
-def start_storage(sc: Scenario, topo: Topology, fabric: Fabric, workdir: Path) -> list[Agent]:
-    """One storage agent per host that serves or is a client of a storage entry."""
-    return [Agent(fabric, node, "labkit.traffic.storage", cfg, workdir, "storage")
-            for node, cfg in storage_configs(sc, topo).items()]
+def start_storage(sc: Scenario, topo: Topology, fabric: Fabric, workdir: Path,
+                  valves: dict[str, dict] | None = None) -> list[Agent]:
+    """One storage agent per host that serves or is a client of a storage entry.
+    ``valves``: per host, the valve its senders follow (map fds and lane index)."""
+    valves = valves or {}
+    agents = []
+    for node, cfg in storage_configs(sc, topo).items():
+        valve = valves.get(node)
+        fds = (valve["config_fd"], valve["phase_fd"]) if valve else ()
+        agents.append(Agent(fabric, node, "labkit.traffic.storage", {**cfg, "valve": valve},
+                            workdir, "storage", pass_fds=fds))
+    return agents
 
 
 def run_agents(agents: list[Agent], iterations: int) -> list[dict]:

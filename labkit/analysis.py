@@ -115,6 +115,19 @@ def storage(flows: pl.DataFrame, ios: pl.DataFrame, start: int, end: int) -> dic
     return {"goodput_mbps": goodput_mbps(flows, start, end), "entries": entries}
 
 
+def controller(decisions: pl.DataFrame, control: dict) -> dict:
+    """What the controller did: how many decisions, what the hosts' valves let through
+    per lane (mean Mbit/s), marked and dropped, and the proactive controller's mean
+    absolute error in predicting a burst's start."""
+    valves = control["host_valves"]
+    return {"decisions": decisions.height,
+            "mean_rate_mbps": {lane: valves[lane]["mbps"] for lane in LANES},
+            "ce_marked": {lane: valves[lane]["ce_marked"] for lane in LANES},
+            "dropped": {lane: valves[lane]["dropped"] for lane in LANES},
+            "prediction_error_ms": control["prediction_error_ms"],
+            "senders": control["senders"], "marks_and_drops": control["by_valve"]}
+
+
 def port_utilization(queue: pl.DataFrame, start: int, end: int) -> pl.DataFrame:
     """Bytes each port sent over the window (all its classes)."""
     grown = counter_delta(queue, ["port", "classid"], ["bytes"], start, end)
@@ -225,8 +238,11 @@ def _policy(tables: dict, meta: dict, policy: str, ops: pl.DataFrame, start: int
     lanes = lane_stats(of("lanes"), port, start, end)
     delays = lane_delays(of("sojourn"), of("latency"), port, info["senders"], start, end)
     backlog = max_backlog(of("queue"), port, start, end)
+    control = meta.get("control", {}).get(policy)
     for lane in LANES:
-        lanes[lane].update(delays[lane], max_backlog_bytes=backlog[lane])
+        lanes[lane].update(delays[lane], max_backlog_bytes=backlog[lane],
+                           ecn_marks=control["port_ce_marks"].get(port, {}).get(lane, 0)
+                           if control else 0)
     busy = cpu_busy(of("cpu"), start, end)
     fid = fidelity(tables, policy, meta, start, end, busy)
     workload = ({"job": job(ops, of("collectives"), meta, port)} if meta.get("job") else
@@ -236,6 +252,7 @@ def _policy(tables: dict, meta: dict, policy: str, ops: pl.DataFrame, start: int
         "storage": storage(of("flows"), of("ios"), start, end),
         "bottleneck": {"link": info["link"], "port": port, "rate_mbps": info["rate_mbps"],
                        "utilization": util.get(port, 0.0), "lanes": lanes},
+        "controller": controller(of("controller"), control) if control else None,
         "cpu_busy": busy,
         "cpu_bound": fid["cpu_bound"],
         "fidelity": fid,

@@ -313,6 +313,34 @@ class Map:
         _check(lib.bpf_obj_pin(self.fd, str(path).encode()), f"pin of map {self.name} at {path}")
 
 
+class InheritedMap:
+    """A map known only by a file descriptor this process inherited from the one that
+    loaded it: how a job writes its phase into its host's valve. (Pins cannot serve:
+    a Mininet node remounts /sys, so it does not see the machine's /sys/fs/bpf.)"""
+
+    def __init__(self, fd: int):
+        self.fd = fd
+
+    def update(self, key: int, value: bytes) -> None:
+        k = ctypes.c_uint32(key)
+        v = ctypes.create_string_buffer(bytes(value), len(value))
+        if lib.bpf_map_update_elem(self.fd, ctypes.byref(k), v, BPF_ANY) < 0:
+            raise BpfError(f"update of inherited map fd {self.fd}", _errno())
+
+    def lookup(self, key: int, size: int) -> bytes:
+        """The value (``size`` bytes) at ``key`` of an array map."""
+        k = ctypes.c_uint32(key)
+        v = ctypes.create_string_buffer(size)
+        if lib.bpf_map_lookup_elem(self.fd, ctypes.byref(k), v) < 0:
+            raise BpfError(f"lookup in inherited map fd {self.fd}", _errno())
+        return v.raw
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
 class Program:
     """A program of a loaded object."""
 

@@ -40,8 +40,10 @@ class WatchedPort:
 class QueuePoller:
     """Sample the tc classes of ``ports`` every ``period_s`` until :meth:`stop`."""
 
-    def __init__(self, ports: list[WatchedPort], period_s: float = 0.008):
+    def __init__(self, ports: list[WatchedPort], period_s: float = 0.008,
+                 listener: Callable[[int, str, list, dict], None] | None = None):
         self.ports = ports
+        self.listener = listener  # told of every sample: (t_ns, port, classes, offered)
         self.period_ns = int(period_s * 1e9)
         # rows in the column order of rundir.SCHEMAS["queue"] / ["lanes"], minus policy
         self.rows: list[tuple] = []
@@ -79,10 +81,13 @@ class QueuePoller:
 
     def _sample(self, reader: tc.StatsReader, p: WatchedPort) -> None:
         now = time.monotonic_ns()
-        for s in reader.read(p.ifindex):
+        classes = reader.read(p.ifindex)
+        for s in classes:
             self.rows.append((now, p.label, s.classid, s.bytes, s.packets, s.drops,
                               s.overlimits, s.backlog_bytes, s.backlog_packets))
         offered, (enqueued, dropped) = p.offered(), p.queued()
+        if self.listener:
+            self.listener(now, p.label, classes, offered)
         for lane in LANES:
             self.lane_rows.append((now, p.label, lane, *offered[lane], *enqueued[lane],
                                    *dropped[lane]))

@@ -1,15 +1,18 @@
 """One policy of one scenario, run for real: fabric up, lanes on, traffic, telemetry, down.
 
-A policy decides two things: whether storage competes with the All-Reduce, and
-the layout of the router ports' queues.
+A policy (:func:`labkit.scenario.policy`) decides whether storage competes with the
+collectives, the layout of the router ports' queues, and which controller, if any,
+moves the hosts' valves:
 
-==========  ========  ==============================================
-policy      storage   router ports
-==========  ========  ==============================================
-isolated    no        one FIFO per port
-fifo        yes       one FIFO per port
-priority    yes       vip / normal / low lanes (strict priority)
-==========  ========  ==============================================
+==================  ========  ==============================================
+policy              storage   router ports
+==================  ========  ==============================================
+isolated            no        one FIFO per port
+fifo                yes       one FIFO per port
+priority            yes       vip / normal / low lanes (strict priority)
+<controller>        yes       one FIFO per port, valves on every host
+<layout>+<ctrl>     yes       the layout's ports, valves on every host
+==================  ========  ==============================================
 
 The lane classifier runs on every router port under every policy (under the
 FIFO layouts it only counts), so lane counters are comparable across policies.
@@ -35,11 +38,13 @@ from labkit.agents import (
     start_storage,
 )
 from labkit.capture import CpuSampler, QueuePoller, WatchedPort
+from labkit.control.session import ControlSession
 from labkit.fabric import Fabric
 from labkit.lanes import Classifier
 from labkit.pcap import PacketCapture, PcapRequest
 from labkit.registry import Registry
 from labkit.scenario import LANES, Scenario
+from labkit.scenario import policy as scenario_policy
 from labkit.telemetry import (
     DEFAULT_SAMPLE_EVERY,
     EV_SOJOURN,
@@ -51,8 +56,6 @@ from labkit.topo import Topology
 from labkit.traffic.collective import plan_for
 from labkit.traffic.jobs import sent_bytes
 
-LAYOUT = {"isolated": "fifo", "fifo": "fifo", "priority": "lanes"}
-WITH_STORAGE = {"isolated": False, "fifo": True, "priority": True}
 STORAGE_WARMUP_S = 1.0
 
 
@@ -77,6 +80,8 @@ class PolicyResult:
     packets_sampled: int = 0
     unpaired: int = 0  # dequeues whose enqueue the tracepoint did not report
     loss_drops: dict[str, int] = field(default_factory=dict)  # per lossy link
+    decisions: list[tuple] = field(default_factory=list)  # controller.parquet rows
+    control: dict | None = None  # valve totals and the controller's own figures
     aborted: bool = False
 
 
@@ -88,11 +93,12 @@ def run_policy(sc: Scenario, topo: Topology, policy: str, registry: Registry, wo
     ``progress(n)`` is called as the n-th op completes on the first rank; ``pcap``
     names links to capture into ``pcap_dir``.
     """
-    layout = LAYOUT[policy]
+    pol = scenario_policy(policy)
+    layout = pol.port_layout
     result = PolicyResult(policy)
     workdir.mkdir(parents=True, exist_ok=True)
     fabric = Fabric(topo, registry, router_layout=layout)
-    classifier = queues = latency = lossy = None
+    classifier = queues = latency = lossy = control = None
     agents: list[Agent] = []
     try:
         fabric.start()
@@ -106,28 +112,36 @@ def run_policy(sc: Scenario, topo: Topology, policy: str, registry: Registry, wo
         classifier.pin(pins)
         queues.pin(pins)
 
+        if pol.controller:
+            control = ControlSession(sc, topo, fabric, pol, classifier.shared.maps["lk_config"],
+                                     registry.add)
         rng = random.Random(f"{sc.seed}/{policy}")
         work, gap_ms = workload(sc)
         ring = start_collective(fabric, topo, sc.ranks, work, sc.iterations, gap_ms, workdir,
-                                rng, duration_s)
-        storage = start_storage(sc, topo, fabric, workdir) if WITH_STORAGE[policy] else []
+                                rng, duration_s, control.phase_maps if control else None)
+        storage = (start_storage(sc, topo, fabric, workdir,
+                                 control.storage_valves if control else None)
+                   if pol.storage else [])
         agents = ring + storage
         await_lines(agents, "READY", READY_TIMEOUT_S)
         capture = PacketCapture(fabric, topo, pcap, pcap_dir).start() if pcap else None
         events = EventReader(queues).start()
         try:
-            _drive(result, ring, storage, watched, duration_s, sc.iterations, progress)
+            _drive(result, ring, storage, watched, duration_s, sc.iterations, progress, control)
         finally:
             _collect_telemetry(result, events.stop(), queues, latency)
             if capture:
                 capture.stop()
         _collect(result, ring, storage)
         result.loss_drops = lossy.drops()
+        if control:
+            result.decisions = control.valves.decisions
+            result.control = control.summary_counters()
         return result
     finally:
         for a in agents:
             a.close()
-        for held in (latency, classifier, queues, lossy):
+        for held in (control, latency, classifier, queues, lossy):
             if held is not None:
                 held.close()
         fabric.stop()
@@ -170,11 +184,13 @@ def _collect_telemetry(result: PolicyResult, events: list[tuple], queues: QueueP
 
 def _drive(result: PolicyResult, ring: list[Agent], storage: list[Agent],
            watched: list[WatchedPort], duration_s: float | None, iterations: int,
-           progress: Callable[[int], None] | None) -> None:
+           progress: Callable[[int], None] | None, control: ControlSession | None) -> None:
     """Start storage, let it warm up, run the ring to the end, stop storage; record
-    telemetry meanwhile."""
-    poller = QueuePoller(watched).start()
+    telemetry meanwhile (and let the controller, if any, act on it)."""
+    poller = QueuePoller(watched, listener=control.feed.push if control else None).start()
     cpu = CpuSampler().start()
+    if control:
+        control.start()
     try:
         t_go = time.monotonic_ns() + 100_000_000
         for a in storage:
@@ -194,6 +210,8 @@ def _drive(result: PolicyResult, ring: list[Agent], storage: list[Agent],
             a.send("STOP")
         await_lines(storage, "DONE", 10)
     finally:
+        if control:
+            control.stop()
         poller.stop()
         result.queue, result.lanes, result.cpu = poller.rows, poller.lane_rows, cpu.stop()
 
@@ -264,4 +282,5 @@ def summary_meta(sc: Scenario, topo: Topology, run_id: str, results: list[Policy
                                      "dequeues_unpaired": r.unpaired}
                           for r in results},
             "loss_drops": {r.policy: r.loss_drops for r in results},
-            "storage_errors": {r.policy: r.storage_errors for r in results}}
+            "storage_errors": {r.policy: r.storage_errors for r in results},
+            "control": {r.policy: r.control for r in results if r.control}}

@@ -95,7 +95,8 @@ class Fabric:
                            ("net.ipv4.conf.all.rp_filter", "0"),
                            ("net.ipv4.conf.default.rp_filter", "0"),
                            ("net.ipv4.ip_forward", "1" if router else "0"),
-                           ("net.ipv4.fib_multipath_hash_policy", "1")):
+                           ("net.ipv4.fib_multipath_hash_policy", "1"),
+                           ("net.ipv4.tcp_ecn", "1")):  # storage TCP heeds CE marks
             _sysctl(key, value)
         with IPRoute() as ipr, Ethtool() as ethtool:
             (lo,) = ipr.link_lookup(ifname="lo")

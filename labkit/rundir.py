@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 import polars as pl
 
 from labkit import bpf, tc
+from labkit.scenario import policy
 
 if TYPE_CHECKING:
     from labkit.experiment import PolicyResult
@@ -56,7 +57,16 @@ SCHEMAS: dict[str, dict[str, pl.DataType]] = {
     "ios": {"policy": STR, "host": STR, "entry": STR, "t_ns": I64, "latency_ns": I64,
             "bytes": I64},
     "cpu": {"policy": STR, "t_ns": I64, "busy": F64},
+    "controller": {"policy": STR, "t_ns": I64, "valve": STR, "lane": STR, "old_mbps": F64,
+                   "new_mbps": F64, "old_busy_mbps": F64, "new_busy_mbps": F64,
+                   "reason": STR},
 }
+
+
+ROWS_OF = {"controller": "decisions"}  # PolicyResult attributes named otherwise
+# tables newer than the first runs: a manifest without a "tables" list predates them,
+# and such a run loads with them empty
+ADDED_LATER = {"ios", "controller"}
 
 
 class RunDataError(ValueError):
@@ -75,15 +85,15 @@ def tables_from(results: list[PolicyResult]) -> dict[str, pl.DataFrame]:
         rows["collectives"] += [{"policy": p, **o} for o in r.ops]
         rows["transport"] += [{"policy": p, **{k: x.get(k, 0) for k in SCHEMAS["transport"]
                                                if k != "policy"}} for x in r.ranks]
-        layout = "lanes" if p == "priority" else "fifo"
+        layout = policy(p).port_layout
         rows["queue"] += [
             {"policy": p, "t_ns": t, "port": port, "classid": tc.classid_str(cid),
              "lane": tc.lane_of_class(cid, layout), "bytes": b, "packets": pk, "drops": d,
              "overlimits": o, "backlog_bytes": bb, "backlog_packets": bp}
             for t, port, cid, b, pk, d, o, bb, bp in r.queue]
-        for name in ("lanes", "sojourn", "latency", "histograms"):
+        for name in ("lanes", "sojourn", "latency", "histograms", "controller"):
             rows[name] += [dict(zip(SCHEMAS[name], (p, *row), strict=True))
-                           for row in getattr(r, name)]
+                           for row in getattr(r, ROWS_OF.get(name, name))]
         rows["flows"] += [{"policy": p, **f} for f in r.flows]
         rows["ios"] += [{"policy": p, **io} for io in r.ios]
         rows["cpu"] += [{"policy": p, "t_ns": t, "busy": b} for t, b in r.cpu]
@@ -160,7 +170,7 @@ class RunWriter:
         for name, frame in tables.items():
             frame.write_parquet(self.tmp / f"{name}.parquet")
         _write_json(self.tmp / "summary.json", summary)
-        self.write_manifest(status="complete", end_time=now_iso())
+        self.write_manifest(status="complete", end_time=now_iso(), tables=sorted(tables))
         if self.target.exists():
             raise FileExistsError(f"{self.target} appeared while the run was in progress; "
                                   f"the run stays in {self.tmp}")
@@ -206,8 +216,12 @@ def load_run(path: str | Path) -> Run:
         except ValueError as exc:
             raise RunDataError(f"{f}: not valid JSON ({exc})") from None
     tables = {}
+    required = set(docs["manifest.json"].get("tables", set(SCHEMAS) - ADDED_LATER))
     for name, schema in SCHEMAS.items():
         f = path / f"{name}.parquet"
+        if not f.exists() and name not in required:
+            tables[name] = pl.DataFrame(schema=schema)
+            continue
         if not f.exists():
             raise RunDataError(f"{f}: missing (an incomplete or damaged run)")
         try:

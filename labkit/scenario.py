@@ -16,7 +16,9 @@ from typing import Any
 
 import yaml
 
-POLICIES = ("isolated", "fifo", "priority")
+LAYOUTS = ("isolated", "fifo", "priority")  # what the router ports do (and whether storage runs)
+CONTROLLERS = ("reactive", "proactive", "state-aware")  # labkit.control
+POLICIES = LAYOUTS + CONTROLLERS  # plus "<layout>+<controller>", e.g. "priority+reactive"
 LANES = ("vip", "normal", "low")
 ROLES = ("gpu", "storage")
 NAME_RE = re.compile(r"^[a-z][a-z0-9]{0,8}$")  # fits Linux's 15-byte "<node>-eth<N>"
@@ -24,6 +26,57 @@ LABEL_RE = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")  # names that only label data
 SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMG]?)(i?B?)\s*$", re.IGNORECASE)
 ROCEV2_PORT = 4791
 ALLREDUCE_ALGOS = ("ring", "tree", "halving_doubling")  # labkit.traffic.schedules
+
+
+@dataclass(frozen=True)
+class Policy:
+    """A policy name taken apart: the router ports' layout and the controller, if any.
+    A controller alone runs over FIFO ports (``reactive`` = ``fifo+reactive``)."""
+
+    name: str
+    layout: str
+    controller: str | None = None
+
+    @property
+    def storage(self) -> bool:
+        return self.layout != "isolated"
+
+    @property
+    def port_layout(self) -> str:
+        """The queue layout of router ports (:mod:`labkit.tc`): ``lanes`` or ``fifo``."""
+        return "lanes" if self.layout == "priority" else "fifo"
+
+
+def policy(name: str) -> Policy:
+    """The :class:`Policy` called ``name``; ValueError says what is wrong with it."""
+    layout, _, controller = name.rpartition("+") if "+" in name else (name, "", "")
+    if not controller and name in CONTROLLERS:
+        layout, controller = "fifo", name
+    if layout not in LAYOUTS:
+        raise ValueError(f"unknown policy {name!r} (known: {', '.join(POLICIES)}, "
+                         "or <fifo|priority>+<controller>)")
+    if controller and controller not in CONTROLLERS:
+        raise ValueError(f"unknown controller {controller!r} in {name!r} "
+                         f"(known: {', '.join(CONTROLLERS)})")
+    if controller and layout == "isolated":
+        raise ValueError(f"{name!r}: without storage there is nothing to control")
+    return Policy(name, layout, controller or None)
+
+
+@dataclass(frozen=True)
+class ControlSpec:
+    """Knobs of the adaptive policies (docs/control.md)."""
+
+    target_us: float = 1000.0  # reactive: the vip lane's queueing delay to hold
+    interval_ms: float = 10.0  # how often a controller decides
+    telemetry_delay_ms: float = 5.0  # age of fabric telemetry when a controller sees it
+    relay_delay_ms: float = 2.0  # state-aware: job phase to the storage hosts' valves
+    lead_ms: float = 40.0  # proactive and state-aware: start holding storage this early
+    busy_share: float = 0.05  # storage's share of the bottleneck while collectives run
+    ce_us: float = 500.0  # valves mark ECN-capable packets this far behind their rate
+    horizon_ms: float = 20.0  # ... and drop packets this far behind
+    burst_kb: float = 512.0  # ... or, at a slow rate, this much behind
+    fabric_ce_us: float = 1000.0  # bottleneck ports mark CE past this queueing delay
 
 
 class ScenarioError(ValueError):
@@ -168,6 +221,7 @@ class Scenario:
     description: str = ""
     sha256: str = field(default="", compare=False)
     job: JobSpec | None = None
+    control: ControlSpec = ControlSpec()
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -293,7 +347,7 @@ def parse(doc: Any, file: str = "<scenario>") -> Scenario:
     """Validate an already-parsed YAML document."""
     c = _Checker(file)
     top = c.mapping(doc, "", {"name", "description", "scale_factor", "seed", "defaults",
-                              "fabric", "lanes", "traffic", "policies"},
+                              "fabric", "lanes", "traffic", "policies", "control"},
                     {"name", "fabric", "traffic"})
     name = c.string(top["name"], "name")
     description = c.string(top["description"], "description") if "description" in top else ""
@@ -303,9 +357,21 @@ def parse(doc: Any, file: str = "<scenario>") -> Scenario:
     fabric = _fabric(c, top["fabric"], link_defaults)
     lanes = _lanes(c, top.get("lanes", {"vip": [{"roce": True}], "low": [{"tcp_port": 4420}]}))
     allreduce, job, storage = _traffic(c, top["traffic"], fabric)
-    policies = _policies(c, top.get("policies", list(POLICIES)), "policies")
+    policies = _policies(c, top.get("policies", list(LAYOUTS)), "policies")
+    control = _control(c, top.get("control", {}), "control")
     return Scenario(name, file, float(scale), seed, fabric, lanes, allreduce, storage, policies,
-                    description, job=job)
+                    description, job=job, control=control)
+
+
+def _control(c: _Checker, doc, key: str) -> ControlSpec:
+    fields = ControlSpec.__dataclass_fields__
+    c.mapping(doc, key, set(fields))
+    values = {k: float(c.number(v, f"{key}.{k}", 0, k in ("telemetry_delay_ms",
+                                                            "relay_delay_ms", "lead_ms")))
+              for k, v in doc.items()}
+    if values.get("busy_share", 0) >= 1:
+        c.fail(f"{key}.busy_share", "must be below 1 (a share of the bottleneck)")
+    return ControlSpec(**values)
 
 
 def _link_defaults(c: _Checker, defaults) -> dict:
@@ -630,8 +696,10 @@ def _traffic(c: _Checker, traffic, fabric: FabricSpec):
 def _policies(c: _Checker, policies, key: str) -> tuple[str, ...]:
     out = []
     for i, p in enumerate(c.seq(policies, key)):
-        if p not in POLICIES:
-            c.fail(f"{key}[{i}]", f"unknown policy {p!r} (known: {', '.join(POLICIES)})")
+        try:
+            policy(p if isinstance(p, str) else repr(p))
+        except ValueError as exc:
+            c.fail(f"{key}[{i}]", str(exc))
         if p not in out:
             out.append(p)
     if not out:

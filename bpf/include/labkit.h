@@ -107,7 +107,8 @@ struct lk_telemetry_config {
 /*
  * The valve (valve.bpf.c): a rate per lane on a host's egress. Each lane keeps a
  * virtual departure clock; a packet's delay is how far that clock runs ahead of
- * now. Past ce_threshold_ns an ECN-capable packet is marked CE; past horizon_ns
+ * now. Past ce_threshold_ns an ECN-capable packet is marked CE; past the horizon
+ * (horizon_ns, or the time burst_bytes take at the rate, whichever is longer)
  * any packet is dropped. rate_bytes_per_s 0 leaves the lane open.
  */
 struct lk_valve_lane {
@@ -115,14 +116,18 @@ struct lk_valve_lane {
 	__u64 ce_threshold_ns;
 	__u64 horizon_ns;
 	__u64 busy_rate_bytes_per_s; /* the rate while the job communicates; 0: rate */
+	__u64 burst_bytes;
 };
 struct lk_valve_config {
 	struct lk_valve_lane lanes[LK_NR_LANES];
+	__u32 one_clock; /* every lane on lane 0's clock: a port with one FIFO */
+	__u32 pad;
 };
 
 /* What the job tells its own host's valve (state-aware control): the valve uses
- * busy_rate_bytes_per_s while now < busy_until_ns. */
+ * busy_rate_bytes_per_s while busy_from_ns <= now < busy_until_ns. */
 struct lk_job_phase {
+	__u64 busy_from_ns;
 	__u64 busy_until_ns;
 	__u64 bytes_left;  /* of the collective under way, for the record */
 	__u32 phase;       /* enum lk_phase */

@@ -23,15 +23,18 @@ PRIORITY = 5  # after a lossy link's dropper (1), before the classifier (10)
 
 class ValveLane(ctypes.Structure):
     _fields_ = [("rate_bytes_per_s", ctypes.c_uint64), ("ce_threshold_ns", ctypes.c_uint64),
-                ("horizon_ns", ctypes.c_uint64), ("busy_rate_bytes_per_s", ctypes.c_uint64)]
+                ("horizon_ns", ctypes.c_uint64), ("busy_rate_bytes_per_s", ctypes.c_uint64),
+                ("burst_bytes", ctypes.c_uint64)]
 
 
 class ValveConfig(ctypes.Structure):
-    _fields_ = [("lanes", ValveLane * len(LANES))]
+    _fields_ = [("lanes", ValveLane * len(LANES)), ("one_clock", ctypes.c_uint32),
+                ("pad", ctypes.c_uint32)]
 
 
 class JobPhase(ctypes.Structure):
-    _fields_ = [("busy_until_ns", ctypes.c_uint64), ("bytes_left", ctypes.c_uint64),
+    _fields_ = [("busy_from_ns", ctypes.c_uint64), ("busy_until_ns", ctypes.c_uint64),
+                ("bytes_left", ctypes.c_uint64),
                 ("phase", ctypes.c_uint32), ("pad", ctypes.c_uint32)]
 
 
@@ -47,19 +50,21 @@ PHASES = {"compute": 0, "soon": 1, "communicate": 2}
 
 @dataclass(frozen=True)
 class LaneSetting:
-    """A lane's valve: Mbit/s (None: open), CE threshold and drop horizon in ms, and
-    the Mbit/s while the job communicates (None: the same)."""
+    """A lane's valve: Mbit/s (None: open), CE threshold and drop horizon in ms, the
+    Mbit/s while the job communicates (None: the same), and the burst the horizon
+    always allows however slow the rate."""
 
     mbps: float | None = None
     ce_ms: float = 1.0
     horizon_ms: float = 20.0
     busy_mbps: float | None = None
+    burst_bytes: int = 0
 
     def encode(self) -> ValveLane:
         def bps(mbps: float | None) -> int:
             return 0 if mbps is None else max(1, int(mbps * 1e6 / 8))
         return ValveLane(bps(self.mbps), int(self.ce_ms * 1e6), int(self.horizon_ms * 1e6),
-                         bps(self.busy_mbps))
+                         bps(self.busy_mbps), self.burst_bytes)
 
 
 def read_counters(stats: bpf.Map) -> dict[str, ValveCounters]:
@@ -78,21 +83,25 @@ def read_counters(stats: bpf.Map) -> dict[str, ValveCounters]:
 class Valve:
     """One host's valve: its object (sharing the classifier's rules) and its lanes."""
 
-    def __init__(self, host: str, rules: bpf.Map, record: bpf.Recorder | None = None):
+    def __init__(self, host: str, rules: bpf.Map, record: bpf.Recorder | None = None,
+                 setting: LaneSetting = LaneSetting(), one_clock: bool = False):
         self.host = host
         self.obj = bpf.record_programs(
             bpf.BpfObject(bpf.object_path("valve"), reuse={"lk_config": rules}), record)
-        self.lanes = {lane: LaneSetting() for lane in LANES}
+        self.lanes = {lane: setting for lane in LANES}
+        self.one_clock = one_clock
         self.write()
 
     def write(self) -> None:
-        cfg = ValveConfig()
+        cfg = ValveConfig(one_clock=int(self.one_clock))
         for i, lane in enumerate(LANES):
             cfg.lanes[i] = self.lanes[lane].encode()
         self.obj.maps["lk_valve"].update(0, cfg)
 
-    def publish_phase(self, phase: str, busy_until_ns: int, bytes_left: int = 0) -> None:
-        self.obj.maps["lk_phase"].update(0, JobPhase(busy_until_ns, bytes_left, PHASES[phase]))
+    def publish_phase(self, phase: str, busy_from_ns: int, busy_until_ns: int,
+                      bytes_left: int = 0) -> None:
+        self.obj.maps["lk_phase"].update(
+            0, JobPhase(busy_from_ns, busy_until_ns, bytes_left, PHASES[phase]))
 
     def counters(self) -> dict[str, ValveCounters]:
         return read_counters(self.obj.maps["lk_valve_stats"])
@@ -110,8 +119,10 @@ class Valves:
         self.attachments: list[tuple[Netns, bpf.TcAttachment]] = []
         self.decisions: list[tuple] = []  # (t_ns, valve, lane, old_mbps, new_mbps, reason)
 
-    def attach(self, host: str, ns: Netns, ifname: str, ifindex: int) -> Valve:
-        valve = self.valves[host] = Valve(host, self.rules, self.record)
+    def attach(self, host: str, ns: Netns, ifname: str, ifindex: int,
+               setting: LaneSetting = LaneSetting(), one_clock: bool = False) -> Valve:
+        """A valve on ``ifname``'s egress, known as ``host`` (a host, or a fabric port)."""
+        valve = self.valves[host] = Valve(host, self.rules, self.record, setting, one_clock)
         bpf.attach_filter(ns, valve.obj.programs[PROGRAM], ifname, ifindex, PRIORITY,
                           self.attachments, self.record)
         return valve
@@ -127,6 +138,15 @@ class Valves:
         valve.write()
         self.decisions.append((time.monotonic_ns(), host, lane, old.mbps, new.mbps,
                                old.busy_mbps, new.busy_mbps, reason))
+
+    def log_phase(self, hosts: list[str], start_ns: int, end_ns: int, now_ns: int) -> None:
+        """Record that the job's phase reached ``hosts``' valves: busy from..until."""
+        reason = (f"job phase relayed: busy from {(start_ns - now_ns) / 1e6:+.0f} ms "
+                  f"to {(end_ns - now_ns) / 1e6:+.0f} ms" if end_ns else "job phase relayed: idle")
+        for host in hosts:
+            lane = self.valves[host].lanes["low"]
+            self.decisions.append((now_ns, host, "low", lane.mbps, lane.mbps, lane.busy_mbps,
+                                   lane.busy_mbps, reason))
 
     def counters(self) -> dict[str, dict[str, ValveCounters]]:
         return {host: v.counters() for host, v in self.valves.items()}

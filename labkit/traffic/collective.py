@@ -29,6 +29,7 @@ import resource
 import select
 import signal
 import socket
+import struct
 import sys
 import time
 
@@ -117,6 +118,43 @@ def plan_for(cfg: dict) -> schedules.Plan:
     return jobs.plan(w["job"], cfg["n"], cfg["rank"])
 
 
+class PhaseBoard:
+    """This rank's phase, written into its host's valve (``lk_phase``, struct lk_job_phase)
+    so the valve holds storage while the rank communicates. Each write names the window
+    in which the rank expects to communicate: announced when its compute starts, from
+    the next op's start for twice the last op's length (a slow op must not outlast
+    it), and closed as the op ends by announcing the next."""
+
+    LAYOUT = struct.Struct("<QQQII")
+    SOON, COMMUNICATE = 1, 2
+    FIRST_GUESS_NS = 10**9
+
+    def __init__(self, fd: int | None):
+        self.map = None
+        if fd is not None:
+            from labkit.bpf import InheritedMap  # only when asked: agents start fast
+            self.map = InheritedMap(fd)
+        self.last_op_ns = self.FIRST_GUESS_NS
+
+    def _write(self, start: int, end: int, bytes_left: int, phase: int) -> None:
+        if self.map:
+            self.map.update(0, self.LAYOUT.pack(start, end, bytes_left, phase, 0))
+
+    def next_op_at(self, t_ns: int, nbytes: int) -> None:
+        self._write(t_ns, t_ns + 2 * self.last_op_ns, nbytes, self.SOON)
+
+    def op_started(self, t_ns: int, nbytes: int) -> None:
+        self._write(t_ns, t_ns + 2 * self.last_op_ns, nbytes, self.COMMUNICATE)
+
+    def op_ended(self, duration_ns: int) -> None:
+        self.last_op_ns = duration_ns
+
+    def close(self) -> None:
+        self._write(0, 0, 0, 0)
+        if self.map:
+            self.map.close()
+
+
 def _udp_socket() -> socket.socket:
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     # DF set and unconnected: the kernel writes IP ID 0, as RoCE NICs do (wire.Icrc)
@@ -176,6 +214,9 @@ def run(cfg: dict, stdin, stdout) -> dict:
     rview = memoryview(rbuf)
     ops: list[dict] = []
     op_index, next_op_at = 0, t0
+    op_bytes = sum(m.nbytes for step in plan.steps for m in step.send)
+    board = PhaseBoard(cfg.get("phase_map_fd"))
+    board.next_op_at(t0, op_bytes)
     waiting_since = None  # the op has been waiting for the network since
     while (wait_ns := t0 - time.monotonic_ns()) > 0:
         time.sleep(min(0.001, wait_ns / 1e9))
@@ -186,6 +227,7 @@ def run(cfg: dict, stdin, stdout) -> dict:
             break
         if not op_state and now >= next_op_at:  # the next op starts
             op_state.append(Op(plan, now))
+            board.op_started(now, op_bytes)
             waiting, early[:] = list(early), []
             for message in waiting:
                 deliver(*message)
@@ -227,6 +269,9 @@ def run(cfg: dict, stdin, stdout) -> dict:
             op_state.clear()
             op_index += 1
             next_op_at = now + compute_ns
+            board.op_ended(now - op.start_ns)
+            if op_index < cfg["iterations"]:
+                board.next_op_at(next_op_at, op_bytes)
             continue
         deadlines = [d for s in senders.values() if (d := s.deadline()) is not None]
         expired = [p for p, s in senders.items() if (d := s.deadline()) is not None and now >= d]
@@ -246,6 +291,7 @@ def run(cfg: dict, stdin, stdout) -> dict:
         watching = set(blocked)
         poller.poll(min(timeout_ms, 50))
 
+    board.close()
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return {
         "cpu_user_s": usage.ru_utime, "cpu_sys_s": usage.ru_stime,

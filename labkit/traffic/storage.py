@@ -32,6 +32,7 @@ import json
 import random
 import signal
 import socket
+import struct
 import sys
 import threading
 import time
@@ -41,6 +42,8 @@ from labkit.traffic import wire
 
 SO_MAX_PACING_RATE = 47
 SAMPLE_NS = 50_000_000
+VALVED_SNDBUF = 16 * 1024  # the kernel doubles it
+VALVED_CHUNK = 16 * 1024  # under a valve, data is written in chunks it allows
 
 
 class Counter:
@@ -63,9 +66,11 @@ class Counter:
 class Stream:
     """One NVMe/TCP connection: exact reads of PDUs, counted data bytes, locked sends."""
 
-    def __init__(self, conn: socket.socket, counter: Counter | None):
+    def __init__(self, conn: socket.socket, counter: Counter | None,
+                 allowance: Allowance | None = None):
         self.conn = conn
         self.counter = counter  # counts data this side receives, if it is the receiver
+        self.allowance = allowance  # what the host's valve lets this side send
         self.buf = bytearray(1 << 20)
         self.view = memoryview(self.buf)
         self.send_lock = threading.Lock()
@@ -74,6 +79,19 @@ class Stream:
         with self.send_lock:
             for part in parts:
                 self.conn.sendall(part)
+
+    def send_data(self, header: bytes, data: bytes, stop: threading.Event) -> None:
+        """A data PDU; under a valve, each chunk once the valve's allowance covers it."""
+        if not self.allowance:
+            self.send(header, data)
+            return
+        with self.send_lock:
+            self.conn.sendall(header)
+            view = memoryview(data)
+            for at in range(0, len(data), VALVED_CHUNK):
+                chunk = view[at:at + VALVED_CHUNK]
+                self.allowance.take(len(chunk), stop)
+                self.conn.sendall(chunk)
 
     def read_exact(self, n: int) -> memoryview:
         if n > len(self.buf):
@@ -128,8 +146,9 @@ def serve(stream: Stream, t: dict, stop: threading.Event) -> None:
         if hdr[wire.CMD_OPCODE] == wire.NVME_READ:
             if len(zeros) != length:
                 zeros = bytes(length)
-            stream.send(_pdu(t["c2h"], (4, 4, wire.DATA_HDR_LEN + length),
-                             (wire.DATA_CCCID, 2, cid), (wire.DATA_LEN_AT, 4, length)), zeros)
+            stream.send_data(_pdu(t["c2h"], (4, 4, wire.DATA_HDR_LEN + length),
+                                  (wire.DATA_CCCID, 2, cid), (wire.DATA_LEN_AT, 4, length)),
+                             zeros, stop)
         else:  # write: ask for the data, take it (counted: this side receives it)
             stream.send(_pdu(t["r2t"], (wire.DATA_CCCID, 2, cid), (wire.DATA_LEN_AT, 4, length)))
             stream.read_pdu()
@@ -206,8 +225,8 @@ def host(stream: Stream, entry: dict, issuer: Issuer, stop: threading.Event) -> 
     while not stop.is_set():
         kind, hdr = stream.read_pdu()
         if kind == wire.R2T:  # the target is ready for a write's data
-            stream.send(_pdu(t["h2c"], (wire.DATA_CCCID, 2, _uint(hdr, wire.DATA_CCCID))),
-                        payload)
+            stream.send_data(_pdu(t["h2c"], (wire.DATA_CCCID, 2, _uint(hdr, wire.DATA_CCCID))),
+                             payload, stop)
         elif kind == wire.CAPSULE_RESP:
             issuer.complete(_uint(hdr, wire.RESP_CID))
 
@@ -234,6 +253,61 @@ def drive_arrivals(issuers: list[Issuer], arrival: dict, t0_ns: int, rng: random
             rng.choice(issuers).arrive()
 
 
+class Allowance:
+    """What the host's valve lets each of the host's storage senders send, in the
+    application, before the data reaches a socket.
+
+    The valve (bpf/valve.bpf.c) polices in the kernel, but TCP facing a policer
+    loses packets and waits out retransmission timers, and pacing a socket down
+    leaves its next packet stuck behind the slow rate when the rate comes back.
+    So the senders take the valve's word before they write: every millisecond
+    this reads the valve's maps (file descriptors inherited from labkit) for the
+    lane's rate — its busy rate from ``lead_ms`` before the job's phase window opens
+    (so what sits in socket buffers drains before the collective starts) until it
+    closes — and :meth:`take` holds a write until the sender's share of that rate
+    covers it (a token bucket of one write); an open valve passes writes at once.
+    """
+
+    LANE = struct.Struct("<QQQQQ")  # struct lk_valve_lane
+    PHASE = struct.Struct("<QQQII")  # struct lk_job_phase
+    CONFIG_BYTES = 3 * LANE.size + 8  # struct lk_valve_config
+    PERIOD_S = 0.001
+
+    def __init__(self, cfg: dict):
+        from labkit.bpf import InheritedMap  # only under a valve: agents start fast
+        self.valve, self.phase = InheritedMap(cfg["config_fd"]), InheritedMap(cfg["phase_fd"])
+        self.lane = cfg["lane"]
+        self.lead_ns = int(cfg["lead_ms"] * 1e6)
+        self.senders = 0  # the host's sending connections share the lane's rate
+        self.rate = 0  # bytes/s for the whole lane; 0: open
+        self.changed = threading.Condition()
+
+    def lane_rate(self, now_ns: int) -> int:
+        rate, _, _, busy, _ = self.LANE.unpack_from(self.valve.lookup(0, self.CONFIG_BYTES),
+                                                 self.LANE.size * self.lane)
+        start, end, *_ = self.PHASE.unpack(self.phase.lookup(0, self.PHASE.size))
+        return busy if busy and start - self.lead_ns <= now_ns < end else rate
+
+    def follow(self, stop: threading.Event) -> None:
+        while not stop.wait(self.PERIOD_S):
+            rate = self.lane_rate(time.monotonic_ns())
+            if rate != self.rate:
+                with self.changed:
+                    self.rate = rate
+                    self.changed.notify_all()
+
+    def take(self, nbytes: int, stop: threading.Event) -> None:
+        """Wait until this sender may write ``nbytes`` (one sender's share of the rate)."""
+        waited_since = time.monotonic_ns()
+        with self.changed:
+            while self.rate and not stop.is_set():
+                share = self.rate / max(self.senders, 1)
+                due = waited_since + nbytes / share * 1e9
+                if time.monotonic_ns() >= due:
+                    return
+                self.changed.wait(min((due - time.monotonic_ns()) / 1e9, 0.05))
+
+
 def run(cfg: dict, stdin) -> dict:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -241,6 +315,7 @@ def run(cfg: dict, stdin) -> dict:
     ios: list[tuple] = []
     conns: list[socket.socket] = []
     errors: list[tuple[int, str]] = []  # (when, what)
+    allowance = Allowance(cfg["valve"]) if cfg.get("valve") else None
     serve_cfg = cfg.get("serve")
     listeners = []
     if serve_cfg:
@@ -257,10 +332,15 @@ def run(cfg: dict, stdin) -> dict:
         return {"samples": {}, "ios": [], "aborted": True, "errors": []}
     t0_ns = int(line[1])
 
-    def start(stream: Stream, pacing: int, body) -> None:
+    def start(stream: Stream, pacing: int, sends: bool, body) -> None:
         if pacing:
             stream.conn.setsockopt(socket.SOL_SOCKET, SO_MAX_PACING_RATE, pacing)
         conns.append(stream.conn)
+        if sends and allowance:
+            # what waits for the valve waits here, not in a deep socket buffer
+            stream.conn.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, VALVED_SNDBUF)
+            stream.allowance = allowance
+            allowance.senders += 1
 
         def guarded() -> None:
             try:
@@ -289,7 +369,7 @@ def run(cfg: dict, stdin) -> dict:
                 continue
             sends = flow["pattern"] == "read"
             start(Stream(conn, None if sends else counter(flow["name"])),
-                  flow["pacing_bytes_per_s"] if sends else 0,
+                  flow["pacing_bytes_per_s"] if sends else 0, sends,
                   lambda s: serve(s, templates, stop))
 
     for lsock in listeners:
@@ -306,12 +386,14 @@ def run(cfg: dict, stdin) -> dict:
             stream = Stream(conn, None if sends else counter(entry["name"]))
             issuer = Issuer(stream, entry, ios)
             issuers.append(issuer)
-            start(stream, entry["pacing_bytes_per_s"] if sends else 0,
+            start(stream, entry["pacing_bytes_per_s"] if sends else 0, sends,
                   lambda s, e=entry, i=issuer: host(s, e, i, stop))
         threading.Thread(target=drive_arrivals, daemon=True,
                          args=(issuers, entry["arrival"], t0_ns, random.Random(entry["seed"]),
                                entry["ios_per_s"], stop)).start()
 
+    if allowance:
+        threading.Thread(target=allowance.follow, args=(stop,), daemon=True).start()
     threading.Thread(target=lambda: (stdin.readline(), stop.set()), daemon=True).start()
     while not stop.is_set():
         stop.wait(0.2)

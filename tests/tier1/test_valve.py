@@ -81,9 +81,9 @@ def test_the_busy_rate_applies_while_the_job_says_it_communicates(valves):
     valves.set("h", "low", "test", mbps=None, busy_mbps=8.0, ce_ms=100.0, horizon_ms=5.0)
     pkt = storage()
     assert [run(valves, pkt).retval for _ in range(20)].count(DROP) == 0
-    valves.valves["h"].publish_phase("communicate", time.monotonic_ns() + 10**9)
+    valves.valves["h"].publish_phase("communicate", 0, time.monotonic_ns() + 10**9)
     assert [run(valves, pkt).retval for _ in range(20)].count(DROP) >= 10
-    valves.valves["h"].publish_phase("compute", 0)
+    valves.valves["h"].publish_phase("compute", 0, 0)
     time.sleep(0.01)
     assert [run(valves, pkt).retval for _ in range(20)].count(DROP) == 0
 

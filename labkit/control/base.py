@@ -1,0 +1,81 @@
+"""What every controller shares: the plant it acts on and its decision loop."""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+
+from labkit.control.feed import FabricFeed
+from labkit.control.valve import Valves
+from labkit.scenario import ControlSpec
+
+
+@dataclass
+class Plant:
+    """What a controller may touch and know: the hosts' valves, the hosts whose storage
+    data crosses a bottleneck (their low lane is what it holds back), the bottleneck's
+    rate, the fabric telemetry feed, the GPU hosts (whose job publishes its phase) and
+    the scenario's knobs."""
+
+    valves: Valves
+    senders: list[str]
+    gpu_hosts: list[str]
+    bottleneck_mbps: float
+    feed: FabricFeed
+    spec: ControlSpec
+
+
+class Controller:
+    """Runs :meth:`step` every ``interval_ms`` in a thread until :meth:`stop`."""
+
+    name = "controller"
+
+    def __init__(self, plant: Plant, interval_ms: float | None = None):
+        self.plant = plant
+        self.interval_ns = int((interval_ms or plant.spec.interval_ms) * 1e6)
+        self.errors: list[BaseException] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name=self.name, daemon=True)
+        self.held: float | None = None  # the low lane's total Mbit/s now (None: open)
+
+    @property
+    def prediction_error_ms(self) -> float | None:
+        return None
+
+    def start(self) -> Controller:
+        self._thread.start()
+        return self
+
+    def _loop(self) -> None:
+        tick = time.monotonic_ns()
+        try:
+            while not self._stop.is_set():
+                self.step(time.monotonic_ns())
+                tick += self.interval_ns
+                delay = tick - time.monotonic_ns()
+                if delay > 0:
+                    self._stop.wait(delay / 1e9)
+                else:
+                    tick = time.monotonic_ns()
+        except BaseException as exc:  # surfaced by stop()
+            self.errors.append(exc)
+
+    def step(self, now_ns: int) -> None:
+        raise NotImplementedError
+
+    def hold(self, total_mbps: float | None, reason: str) -> None:
+        """Share ``total_mbps`` of storage evenly over the senders' low lanes (None: open)."""
+        if total_mbps == self.held:
+            return
+        self.held = total_mbps
+        share = None if total_mbps is None else total_mbps / len(self.plant.senders)
+        for host in self.plant.senders:
+            self.plant.valves.set(host, "low", reason, mbps=share)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+        if self.errors:
+            raise RuntimeError(f"{self.name} controller failed: {self.errors[0]}") \
+                from self.errors[0]

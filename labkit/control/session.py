@@ -1,0 +1,103 @@
+"""The adaptive part of one policy's run: valves on every host's NIC and CE marking on
+the bottleneck ports, the fabric telemetry feed, the job's phase maps, and the
+controller — set up, started, stopped, and read back.
+"""
+
+from __future__ import annotations
+
+import time
+
+from labkit import bpf
+from labkit.control import Plant, make
+from labkit.control.feed import FabricFeed
+from labkit.control.valve import LaneSetting, Valves
+from labkit.fabric import Fabric
+from labkit.lanes import lane_of_tcp
+from labkit.scenario import LANES, Policy, Scenario
+from labkit.topo import Topology
+
+NEVER_MS = 10_000.0  # a horizon no queue reaches: fabric ports mark, their qdisc drops
+
+
+def storage_senders(sc: Scenario, topo: Topology) -> list[str]:
+    """Hosts that send storage data across a bottleneck port (servers of reads, clients
+    of writes): the valves a controller holds back."""
+    hops = {f"{p.node}->{p.peer}" for p in topo.bottleneck_ports()}
+    out = set()
+    for st in sc.storage:
+        for client in st.clients:
+            src, dst = (st.server, client) if st.pattern == "read" else (client, st.server)
+            path = topo.path(src, dst)
+            if any(f"{a}->{b}" in hops for a, b in zip(path, path[1:], strict=False)):
+                out.add(src)
+    return sorted(out)
+
+
+class ControlSession:
+    def __init__(self, sc: Scenario, topo: Topology, fabric: Fabric, pol: Policy,
+                 rules: bpf.Map, record: bpf.Recorder | None = None):
+        spec = sc.control
+        self.valves = Valves(rules, record)
+        host_setting = LaneSetting(ce_ms=spec.ce_us / 1e3, horizon_ms=spec.horizon_ms,
+                                   burst_bytes=int(spec.burst_kb * 1024))
+        for host in topo.hosts:
+            port = topo.ports[host][0]
+            self.valves.attach(host, fabric.ns[host], port.ifname,
+                               fabric.ifindex[f"{host}/{port.ifname}"], host_setting)
+        self.ports = {}  # bottleneck port label -> its Mbit/s
+        for port in topo.bottleneck_ports():
+            key = f"{port.node}/{port.ifname}"
+            self.valves.attach(port.ifname, fabric.ns[port.node], port.ifname,
+                               fabric.ifindex[key],
+                               LaneSetting(port.link.rate_mbps, spec.fabric_ce_us / 1e3,
+                                           NEVER_MS),
+                               one_clock=pol.port_layout == "fifo")
+            self.ports[port.ifname] = port.link.rate_mbps
+        # each rank's agent inherits the fd of its host's phase map; each storage agent
+        # those of its host's valve, whose rate its senders follow
+        self.phase_maps = {host: self.valves.valves[host].obj.maps["lk_phase"].fd
+                           for host in sc.ranks}
+        lane = LANES.index(lane_of_tcp(sc.lanes, sc.storage[0].port)) if sc.storage else 0
+        self.storage_valves = {
+            host: {"config_fd": v.obj.maps["lk_valve"].fd, "phase_fd": v.obj.maps["lk_phase"].fd,
+                   "lane": lane, "lead_ms": spec.lead_ms}
+            for host, v in self.valves.valves.items() if host in topo.hosts}
+        self.started_ns = self.stopped_ns = 0
+        self.feed = FabricFeed(self.ports, pol.port_layout, spec.telemetry_delay_ms)
+        senders = storage_senders(sc, topo) or sorted({st.server for st in sc.storage})
+        self.controller = make(pol.controller, Plant(
+            self.valves, senders, list(sc.ranks), min(self.ports.values()), self.feed, spec))
+
+    def start(self) -> None:
+        self.started_ns = time.monotonic_ns()
+        self.controller.start()
+
+    def stop(self) -> None:
+        self.stopped_ns = time.monotonic_ns()
+        self.controller.stop()
+
+    def summary_counters(self) -> dict:
+        """Valve totals per lane: what the hosts' valves passed (mean Mbit/s while the
+        controller ran), marked and dropped, and the bottleneck ports' CE marks."""
+        counters = self.valves.counters()
+        seconds = max(self.stopped_ns - self.started_ns, 1) / 1e9
+        hosts = {lane: {"mbps": 0.0, "ce_marked": 0, "dropped": 0} for lane in LANES}
+        ports = {port: {lane: int(counters[port][lane].ce_marked) for lane in LANES}
+                 for port in self.ports}
+        for name, per_lane in counters.items():
+            if name in self.ports:
+                continue
+            for lane, c in per_lane.items():
+                hosts[lane]["mbps"] += c.bytes * 8 / seconds / 1e6
+                hosts[lane]["ce_marked"] += int(c.ce_marked)
+                hosts[lane]["dropped"] += int(c.dropped)
+        by_host = {name: {lane: {"ce_marked": int(c.ce_marked), "dropped": int(c.dropped)}
+                          for lane, c in per_lane.items() if c.ce_marked or c.dropped}
+                   for name, per_lane in counters.items() if name not in self.ports}
+        return {"host_valves": hosts, "by_valve": {k: v for k, v in by_host.items() if v},
+                "port_ce_marks": ports,
+                "prediction_error_ms": self.controller.prediction_error_ms,
+                "senders": self.controller.plant.senders}
+
+    def close(self) -> None:
+        self.valves.close()

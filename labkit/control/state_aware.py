@@ -1,0 +1,64 @@
+"""``state-aware``: the job says when it communicates; the valves listen.
+
+Each collective agent writes its phase into its own host's valve (``lk_phase``,
+whose file descriptor it inherits): the window in which it expects to communicate
+(announced when its compute starts) and the bytes to send. That host's valve reads
+it in the kernel, per packet, with no control loop at all; the host's storage
+senders stop writing ``lead_ms`` before the window so their socket buffers drain
+before the collective starts (:class:`labkit.traffic.storage.Allowance`). Storage hosts run no
+job, so this relay carries the phase to them: it reads the GPU hosts' phase maps
+every millisecond and writes the merged window (see :meth:`StateAware._merged`)
+into the storage senders' valves ``relay_delay_ms`` later, emulating the message's
+trip across the fabric's control network. While a window is open each low lane
+runs at its share of ``busy_share`` of the bottleneck; otherwise it is open.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from labkit.control.base import Controller
+from labkit.control.valve import JobPhase
+
+RELAY_POLL_MS = 1.0
+
+
+class StateAware(Controller):
+    name = "state-aware"
+
+    def __init__(self, plant):
+        super().__init__(plant, interval_ms=RELAY_POLL_MS)
+        share = plant.spec.busy_share * plant.bottleneck_mbps / len(plant.senders)
+        for host in plant.senders:
+            plant.valves.set(host, "low", "state-aware: the busy rate while the job "
+                             "communicates", busy_mbps=share)
+        self.relayed = set(plant.senders) - set(plant.gpu_hosts)  # the rest read their own
+        self.window = (0, 0)
+        self.in_flight: deque[tuple[int, tuple[int, int]]] = deque()
+
+    def _merged(self, now_ns: int) -> tuple[int, int]:
+        """The ranks' windows as one: while any rank's window is open, until the last of
+        those closes (a rank closes its own by announcing the next); otherwise the
+        next windows, from the first start to the last end."""
+        windows = []
+        for host in self.plant.gpu_hosts:
+            p = JobPhase.from_buffer_copy(
+                self.plant.valves.valves[host].obj.maps["lk_phase"].lookup(0))
+            if p.busy_until_ns > now_ns:
+                windows.append((p.busy_from_ns, p.busy_until_ns))
+        open_now = [w for w in windows if w[0] <= now_ns]
+        chosen = open_now or windows
+        if not chosen:
+            return (0, 0)
+        return (min(w[0] for w in chosen), max(w[1] for w in chosen))
+
+    def step(self, now_ns: int) -> None:
+        window = self._merged(now_ns)
+        if window != self.window:
+            self.window = window
+            self.in_flight.append((now_ns + int(self.plant.spec.relay_delay_ms * 1e6), window))
+        while self.in_flight and self.in_flight[0][0] <= now_ns:
+            _, (start, end) = self.in_flight.popleft()
+            for host in self.relayed:
+                self.plant.valves.valves[host].publish_phase("soon", start, end)
+            self.plant.valves.log_phase(sorted(self.relayed), start, end, now_ns)
