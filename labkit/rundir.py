@@ -59,7 +59,7 @@ SCHEMAS: dict[str, dict[str, pl.DataType]] = {
     "cpu": {"policy": STR, "t_ns": I64, "busy": F64},
     "controller": {"policy": STR, "t_ns": I64, "valve": STR, "lane": STR, "old_mbps": F64,
                    "new_mbps": F64, "old_busy_mbps": F64, "new_busy_mbps": F64,
-                   "reason": STR},
+                   "busy_from_ns": I64, "busy_until_ns": I64, "reason": STR},
 }
 
 

@@ -117,7 +117,9 @@ class Valves:
         self.rules, self.record = rules, record
         self.valves: dict[str, Valve] = {}
         self.attachments: list[tuple[Netns, bpf.TcAttachment]] = []
-        self.decisions: list[tuple] = []  # (t_ns, valve, lane, old_mbps, new_mbps, reason)
+        # (t_ns, valve, lane, old_mbps, new_mbps, old_busy_mbps, new_busy_mbps,
+        #  busy_from_ns, busy_until_ns, reason): rundir.SCHEMAS["controller"]
+        self.decisions: list[tuple] = []
 
     def attach(self, host: str, ns: Netns, ifname: str, ifindex: int,
                setting: LaneSetting = LaneSetting(), one_clock: bool = False) -> Valve:
@@ -137,7 +139,7 @@ class Valves:
         valve.lanes[lane] = new
         valve.write()
         self.decisions.append((time.monotonic_ns(), host, lane, old.mbps, new.mbps,
-                               old.busy_mbps, new.busy_mbps, reason))
+                               old.busy_mbps, new.busy_mbps, None, None, reason))
 
     def log_phase(self, hosts: list[str], start_ns: int, end_ns: int, now_ns: int) -> None:
         """Record that the job's phase reached ``hosts``' valves: busy from..until."""
@@ -146,7 +148,7 @@ class Valves:
         for host in hosts:
             lane = self.valves[host].lanes["low"]
             self.decisions.append((now_ns, host, "low", lane.mbps, lane.mbps, lane.busy_mbps,
-                                   lane.busy_mbps, reason))
+                                   lane.busy_mbps, start_ns or None, end_ns or None, reason))
 
     def counters(self) -> dict[str, dict[str, ValveCounters]]:
         return {host: v.counters() for host, v in self.valves.items()}

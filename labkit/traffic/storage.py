@@ -260,7 +260,7 @@ class Allowance:
     The valve (bpf/valve.bpf.c) polices in the kernel, but TCP facing a policer
     loses packets and waits out retransmission timers, and pacing a socket down
     leaves its next packet stuck behind the slow rate when the rate comes back.
-    So the senders take the valve's word before they write: every millisecond
+    So the senders take the valve's word before they write: every 5 ms
     this reads the valve's maps (file descriptors inherited from labkit) for the
     lane's rate — its busy rate from ``lead_ms`` before the job's phase window opens
     (so what sits in socket buffers drains before the collective starts) until it
@@ -271,7 +271,7 @@ class Allowance:
     LANE = struct.Struct("<QQQQQ")  # struct lk_valve_lane
     PHASE = struct.Struct("<QQQII")  # struct lk_job_phase
     CONFIG_BYTES = 3 * LANE.size + 8  # struct lk_valve_config
-    PERIOD_S = 0.001
+    PERIOD_S = 0.005
 
     def __init__(self, cfg: dict):
         from labkit.bpf import InheritedMap  # only under a valve: agents start fast

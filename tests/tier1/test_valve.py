@@ -92,5 +92,5 @@ def test_every_rate_change_is_logged(valves):
     valves.set("h", "low", "because", mbps=10.0)
     valves.set("h", "low", "same again", mbps=10.0)  # no change, no entry
     valves.set("h", "low", "back", mbps=None)
-    assert [(d[1], d[2], d[3], d[4], d[7]) for d in valves.decisions] == [
+    assert [(d[1], d[2], d[3], d[4], d[-1]) for d in valves.decisions] == [
         ("h", "low", None, 10.0, "because"), ("h", "low", 10.0, None, "back")]
