@@ -33,7 +33,8 @@ def main(argv: list[str] | None = None) -> int:
     run = sub.add_parser("run", help="run a scenario under one or more policies")
     run.add_argument("scenario", type=Path)
     run.add_argument("--policy", action="append", default=[],
-                     help="isolated, fifo or priority (repeatable; default: the scenario's)")
+                     help="isolated, fifo, priority, reactive, proactive, state-aware, or "
+                          "<fifo|priority>+<controller> (repeatable; default: the scenario's)")
     run.add_argument("--out", type=Path, help="run directory (default: data/runs/<run-id>)")
     run.add_argument("--seed", type=int, help="override the scenario's seed")
     run.add_argument("--duration", type=float, metavar="S",
@@ -149,18 +150,18 @@ def cmd_run(args) -> int:
         with registry.RunLock(run_id), _progress() as progress:
             for policy in policies:
                 total = sc.iterations
-                task = progress.add_task(f"{policy:<9} building fabric", total=total)
+                task = progress.add_task(f"{policy:<11} building fabric", total=total)
 
                 def tick(done: int, task=task, policy=policy) -> None:
                     progress.update(task, completed=done,
-                                    description=f"{policy:<9} all-reduce")
+                                    description=f"{policy:<11} all-reduce")
 
                 result = experiment.run_policy(sc, topology, policy, reg,
                                                writer.agents_dir / policy,
                                                duration_s=args.duration, progress=tick,
                                                pcap=pcap, pcap_dir=writer.tmp / policy)
                 results.append(result)
-                progress.update(task, description=f"{policy:<9} done",
+                progress.update(task, description=f"{policy:<11} done",
                                 completed=len({o["op"] for o in result.ops}))
     except registry.RunLockedError as exc:
         err.print(f"[red]error:[/] {exc}")
@@ -295,6 +296,20 @@ def _print_summary(summary: dict) -> None:
                   _fmt(lanes["vip"].get("latency_p99_us"), ".0f"),
                   _fmt(max(v.get("max_backlog_bytes", 0) for v in lanes.values()) / 1024, ".0f"))
     console.print(d)
+    controlled = {k: p["controller"] for k, p in summary["policies"].items() if p.get("controller")}
+    if controlled:
+        c = Table(title="valves: storage through the hosts' valves, marks and drops (low lane)",
+                  title_justify="left")
+        for col in ("policy", "decisions", "low Mbit/s", "CE marked", "dropped",
+                    "ECN marks at bneck", "prediction error ms"):
+            c.add_column(col, justify="left" if col == "policy" else "right", no_wrap=True)
+        for policy, ctl in controlled.items():
+            lanes = summary["policies"][policy]["bottleneck"]["lanes"]
+            c.add_row(policy, str(ctl["decisions"]), _fmt(ctl["mean_rate_mbps"]["low"], ".1f"),
+                      str(ctl["ce_marked"]["low"]), str(ctl["dropped"]["low"]),
+                      str(sum(v.get("ecn_marks", 0) for v in lanes.values())),
+                      _fmt(ctl["prediction_error_ms"], ".1f"))
+        console.print(c)
     for policy, p in summary["policies"].items():
         for note in p.get("fidelity", {}).get("notes", []):
             console.print(f"[yellow]fidelity ({policy}):[/] {note}", highlight=False)
