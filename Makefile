@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 SYSTEM_PYTHON := /usr/bin/python3
 DEB_PACKAGES := mininet clang llvm libbpf-dev bpftool iperf3 tcpdump tshark iputils-ping \
-	iproute2 ethtool python3-venv procps
+	iproute2 ethtool python3-venv procps chromium
 BPF_SOURCES := $(wildcard bpf/*.bpf.c)
 BPF_OBJECTS := $(patsubst bpf/%.bpf.c,bpf/build/%.bpf.o,$(BPF_SOURCES))
 BPF_HEADERS := $(wildcard bpf/include/*.h)

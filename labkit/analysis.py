@@ -287,3 +287,93 @@ def summarize(tables: dict[str, pl.DataFrame], meta: dict) -> dict:
             "network, was the limit")
     return {"scenario": meta["scenario"], "run_id": meta["run_id"],
             "scale_factor": meta["scale_factor"], "policies": policies}
+
+
+# --- frames for figures (labkit.plots) -----------------------------------------------------
+
+
+def part_of_windows(collectives: pl.DataFrame, part: tuple[float, float] = (0.0, 1.0)
+                    ) -> dict[str, tuple[int, int]]:
+    """Each policy's window cut to ``part`` (fractions from, to of its length)."""
+    return {p: (int(s + (e - s) * part[0]), int(s + (e - s) * part[1]))
+            for p, (s, e) in windows(op_times(collectives)).items()}
+
+
+def cdf(values: pl.Series, points: int = 400) -> tuple[list[float], list[float]]:
+    """(sorted values, fraction of values at or below each): an empirical CDF, thinned to
+    about ``points`` evenly spaced ranks (the first and last kept) for drawing."""
+    v = values.drop_nulls().sort()
+    n = len(v)
+    keep = range(n) if n <= points else sorted({round(i * (n - 1) / (points - 1))
+                                                 for i in range(points)})
+    return [v[i] for i in keep], [(i + 1) / n for i in keep]
+
+
+def lane_sojourns(sojourn: pl.DataFrame, summary: dict, spans: dict) -> pl.DataFrame:
+    """Sampled sojourns (µs) at each policy's bottleneck port within its window:
+    ``policy, lane, sojourn_us``."""
+    parts = []
+    for policy, p in summary["policies"].items():
+        if policy not in spans:
+            continue
+        start, end = spans[policy]
+        parts.append(sojourn.filter((pl.col("policy") == policy)
+                                    & (pl.col("port") == p["bottleneck"]["port"])
+                                    & pl.col("t_ns").is_between(start, end))
+                      .select("policy", "lane", (pl.col("sojourn_ns") / 1e3).alias("sojourn_us")))
+    return pl.concat(parts) if parts else pl.DataFrame(
+        schema={"policy": pl.Utf8, "lane": pl.Utf8, "sojourn_us": pl.Float64})
+
+
+def allowed_storage(controller: pl.DataFrame, policy: str, start: int, end: int,
+                    open_mbps: float, step_ns: int = 5_000_000) -> pl.DataFrame:
+    """What the logged valves let storage send (low lane, Mbit/s summed over the valves,
+    at most ``open_mbps``) every ``step_ns`` in [start, end): an open valve counts as
+    ``open_mbps``, a relayed phase window switches its valve to its busy rate. Only valves
+    whose rate changed or that received a window count: windows a job wrote into its own
+    host's valve are not logged and do not show."""
+    rows = controller.filter((pl.col("policy") == policy) & (pl.col("lane") == "low")
+                             & (pl.col("t_ns") < end)).sort("t_ns")
+    moved = rows.filter(pl.col("new_mbps").is_not_null() | pl.col("busy_from_ns").is_not_null())
+    rows = rows.filter(pl.col("valve").is_in(moved["valve"].unique().to_list()))
+    rate: dict[str, float | None] = {}
+    busy: dict[str, tuple[int, int, float | None]] = {}
+    events = rows.iter_rows(named=True)
+    pending = next(events, None)
+    out_t, out_mbps = [], []
+    for t in range(start, end, step_ns):
+        while pending is not None and pending["t_ns"] <= t:
+            valve = pending["valve"]
+            if pending["busy_from_ns"] is not None:
+                busy[valve] = (pending["busy_from_ns"], pending["busy_until_ns"],
+                               pending["new_busy_mbps"])
+            else:
+                rate[valve] = pending["new_mbps"]
+            pending = next(events, None)
+        total = 0.0
+        for valve in rate.keys() | busy.keys():
+            b_from, b_until, b_mbps = busy.get(valve, (0, 0, None))
+            held = b_mbps if b_mbps is not None and b_from <= t < b_until else rate.get(valve)
+            total += open_mbps if held is None else held
+        out_t.append(t)
+        out_mbps.append(min(total, open_mbps))
+    return pl.DataFrame({"t_ns": out_t, "mbps": out_mbps},
+                        schema={"t_ns": pl.Int64, "mbps": pl.Float64})
+
+
+def job_breakdown(summary: dict) -> pl.DataFrame:
+    """Per policy with a training job: mean iteration split into compute, wire waits and
+    bubbles (ms), and bytes per iteration across the bottleneck."""
+    rows = []
+    for policy, p in summary["policies"].items():
+        job = p.get("job")
+        if not job:
+            continue
+        mean = job["mean_ms"]
+        rows.append({"policy": policy, "compute_ms": job["compute_ms"],
+                     "wire_wait_ms": job["wire_wait_fraction"] * mean,
+                     "bubble_ms": job["bubble_fraction"] * mean,
+                     "bottleneck_mb": job["bottleneck_bytes_per_iteration"] / 1e6})
+    return pl.DataFrame(rows, schema={"policy": pl.Utf8, "compute_ms": pl.Float64,
+                                      "wire_wait_ms": pl.Float64, "bubble_ms": pl.Float64,
+                                      "bottleneck_mb": pl.Float64})

@@ -58,13 +58,17 @@ def main(argv: list[str] | None = None) -> int:
     sweep.add_argument("--out", type=Path, help="write DIR/sweep.csv and DIR/sweep.json")
     report = sub.add_parser("report", help="print the summary of a recorded run")
     report.add_argument("run_dir", type=Path)
+    figures = sub.add_parser("figures", help="write a run's figures as HTML, SVG and PNG")
+    figures.add_argument("run_dir", type=Path)
+    figures.add_argument("--out", type=Path, required=True, help="directory for the figures")
     sub.add_parser("runs", help="list recorded runs with their status and size")
     clean = sub.add_parser("clean", help="remove what killed runs left behind (by registry)")
     clean.add_argument("--dry-run", action="store_true")
     args = parser.parse_args(argv)
     try:
         return {"doctor": cmd_doctor, "run": cmd_run, "sweep": cmd_sweep, "report": cmd_report,
-                "runs": cmd_runs, "clean": cmd_clean}[args.command](args)
+                "figures": cmd_figures, "runs": cmd_runs,
+                "clean": cmd_clean}[args.command](args)
     except scenario_mod.ScenarioError as exc:
         err.print(f"[red]error:[/] {exc}", highlight=False)
         return 2
@@ -249,9 +253,9 @@ def _raise_interrupt(signum, _frame):
 
 
 
-def _progress() -> Progress:
+def _progress(unit: str = "ops") -> Progress:
     return Progress(TextColumn("{task.description:<22}"), BarColumn(), MofNCompleteColumn(),
-                    TextColumn("ops"), TimeElapsedColumn(), console=console, transient=False)
+                    TextColumn(unit), TimeElapsedColumn(), console=console, transient=False)
 
 
 def _fmt(value, spec: str = ".2f") -> str:
@@ -324,6 +328,29 @@ def cmd_report(args) -> int:
         err.print(f"[red]error:[/] {exc}")
         return 2
     _print_summary(run.summary)
+    return 0
+
+
+def cmd_figures(args) -> int:
+    from labkit import figures
+    from labkit.rundir import RunDataError, load_run
+
+    try:
+        run = load_run(args.run_dir)
+    except RunDataError as exc:
+        err.print(f"[red]error:[/] {exc}")
+        return 2
+    names = [name for name, _ in figures.figure_set(run)]
+    with _progress("steps") as progress:
+        task = progress.add_task("building figures", total=len(names) + 2)
+        try:
+            written = figures.write(run, args.out,
+                                    lambda step: progress.update(task, advance=1,
+                                                                 description=step))
+        except FileExistsError as exc:
+            err.print(f"[red]error:[/] {exc}")
+            return 2
+    console.print(f"{len(written)} files in {args.out}: " + ", ".join(names))
     return 0
 
 

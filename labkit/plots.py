@@ -13,9 +13,16 @@ import polars as pl
 from labkit import analysis
 from labkit.rundir import Run
 
-POLICY_COLORS = {"isolated": "#009E73", "fifo": "#D55E00", "priority": "#0072B2"}
+POLICY_COLORS = {"isolated": "#009E73", "fifo": "#D55E00", "priority": "#0072B2",
+                 "reactive": "#56B4E9", "proactive": "#CC79A7", "state-aware": "#000000"}
 LANE_COLORS = {"vip": "#0072B2", "normal": "#999999", "low": "#E69F00", "all": "#CC79A7"}
+LANE_DASH = {"vip": "solid", "normal": "dot", "low": "dash", "all": "dashdot"}
 FONT = "Inter, Helvetica, Arial, sans-serif"
+
+
+def policy_color(policy: str) -> str:
+    """A policy's colour; ``priority+reactive`` takes its controller's."""
+    return POLICY_COLORS.get(policy.rpartition("+")[2], "#999999")
 
 
 def _layout(fig: go.Figure, run: Run, title: str, x: str, y: str) -> go.Figure:
@@ -34,10 +41,9 @@ def op_time_cdf(run: Run) -> go.Figure:
     ops = analysis.op_times(run["collectives"])
     fig = go.Figure()
     for policy in run.summary["policies"]:
-        ms = ops.filter(pl.col("policy") == policy)["ms"].sort()
-        fig.add_scatter(x=ms.to_list(), y=[(i + 1) / len(ms) for i in range(len(ms))],
-                        mode="lines", line={"shape": "hv", "color": POLICY_COLORS.get(policy)},
-                        name=policy)
+        x, y = analysis.cdf(ops.filter(pl.col("policy") == policy)["ms"])
+        fig.add_scatter(x=x, y=y, mode="lines", name=policy,
+                        line={"shape": "hv", "color": policy_color(policy)})
     return _layout(fig, run, "All-Reduce completion time", "completion time (ms)",
                    "fraction of ops")
 
@@ -54,6 +60,71 @@ def queue_timeline(run: Run, port: str | None = None) -> go.Figure:
              .group_by("t_ns").agg(pl.col("backlog_bytes").sum()).sort("t_ns"))
         fig.add_scatter(x=((q["t_ns"] - start) / 1e9).to_list(),
                         y=(q["backlog_bytes"] / 1024).to_list(), mode="lines", name=policy,
-                        line={"color": POLICY_COLORS.get(policy), "width": 1.5})
+                        line={"color": policy_color(policy), "width": 1.5})
     return _layout(fig, run, f"Queue at the bottleneck port{f' {port}' if port else ''}",
                    "time since the first op (s)", "backlog (KiB)")
+
+
+def lane_sojourn(run: Run, policies: list[str] | None = None, lanes: list[str] | None = None,
+                 window: tuple[float, float] = (0.0, 1.0)) -> go.Figure:
+    """Time in the bottleneck queue per lane (sampled packets), one CDF per policy and lane,
+    over the part ``window`` (fractions from, to) of each policy's ops."""
+    spans = analysis.part_of_windows(run["collectives"], window)
+    frame = analysis.lane_sojourns(run["sojourn"], run.summary, spans)
+    fig = go.Figure()
+    for policy in policies or list(run.summary["policies"]):
+        for lane in lanes or ["vip", "low"]:
+            x, y = analysis.cdf(frame.filter((pl.col("policy") == policy)
+                                             & (pl.col("lane") == lane))["sojourn_us"])
+            if x:
+                fig.add_scatter(x=x, y=y, mode="lines", name=f"{policy} · {lane}",
+                                line={"shape": "hv", "color": policy_color(policy),
+                                      "dash": LANE_DASH[lane]})
+    fig.update_xaxes(type="log")
+    return _layout(fig, run, "Time in the bottleneck queue, per lane", "sojourn (µs, log scale)",
+                   "fraction of packets")
+
+
+def valve_timeline(run: Run, policy: str, seconds: float = 5.0) -> go.Figure:
+    """What the valves let storage send over the first seconds of ``policy``'s ops, with
+    the ops shaded and the bottleneck queue beside it: what the controller did, and when."""
+    ops = analysis.op_times(run["collectives"]).filter(pl.col("policy") == policy).sort("start_ns")
+    start = ops["start_ns"].min()
+    end = start + int(seconds * 1e9)
+    fig = go.Figure()
+    for s_ns, e_ns in zip(ops["start_ns"], ops["end_ns"], strict=True):
+        if s_ns < end:
+            fig.add_vrect(x0=(s_ns - start) / 1e9, x1=(min(e_ns, end) - start) / 1e9,
+                          fillcolor=LANE_COLORS["vip"], opacity=0.10, line_width=0)
+    bneck = run.summary["policies"][policy]["bottleneck"]
+    allowed = analysis.allowed_storage(run["controller"], policy, start, end, bneck["rate_mbps"])
+    fig.add_scatter(x=((allowed["t_ns"] - start) / 1e9).to_list(), y=allowed["mbps"].to_list(),
+                    mode="lines", line={"shape": "hv", "color": "#000000", "width": 1.5},
+                    name="storage allowed by the valves (Mbit/s)")
+    q = (run["queue"].filter((pl.col("policy") == policy) & (pl.col("port") == bneck["port"])
+                             & pl.col("t_ns").is_between(start, end))
+         .group_by("t_ns").agg(pl.col("backlog_bytes").sum()).sort("t_ns"))
+    fig.add_scatter(x=((q["t_ns"] - start) / 1e9).to_list(), y=(q["backlog_bytes"] / 1024).to_list(),
+                    mode="lines", name=f"backlog at {bneck['port']} (KiB)", yaxis="y2",
+                    line={"color": LANE_COLORS["low"], "width": 1})
+    fig.update_layout(xaxis_range=[0, seconds], yaxis_rangemode="tozero",
+                      yaxis2={"title": "backlog (KiB)", "overlaying": "y", "side": "right",
+                              "showgrid": False, "rangemode": "tozero"},
+                      legend={"orientation": "h", "y": -0.2})
+    return _layout(fig, run, f"Valves under {policy} (shaded: All-Reduce ops)",
+                   "time since the first op (s)", "storage allowed (Mbit/s)")
+
+
+def parallelism(run: Run) -> go.Figure:
+    """Where a training iteration's time goes, per policy: compute, waits for data on the
+    wire, and bubbles (waits for a peer that had not sent)."""
+    frame = analysis.job_breakdown(run.summary)
+    fig = go.Figure()
+    for column, label, color in (("compute_ms", "compute", "#009E73"),
+                                 ("wire_wait_ms", "data on the wire", "#0072B2"),
+                                 ("bubble_ms", "bubble", "#E69F00")):
+        fig.add_bar(x=frame["policy"].to_list(), y=frame[column].to_list(), name=label,
+                    marker_color=color)
+    fig.update_layout(barmode="stack")
+    return _layout(fig, run, "Where an iteration's time goes", "policy",
+                   "mean time per iteration (ms)")

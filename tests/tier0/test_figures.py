@@ -1,0 +1,98 @@
+"""The figure set: analysis frames on fixtures, and byte-identical SVG from the same run."""
+
+import shutil
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from labkit import analysis, figures, rundir
+from labkit.rundir import SCHEMAS
+from tests.conftest import require
+
+REPO = Path(__file__).resolve().parents[2]
+MS = 1_000_000
+
+
+def test_cdf_is_thinned_but_keeps_both_ends():
+    x, y = analysis.cdf(pl.Series(range(1000, 0, -1)), points=50)
+    assert (x[0], x[-1], y[-1]) == (1, 1000, 1.0)
+    assert len(x) == 50 and x == sorted(x)
+    assert analysis.cdf(pl.Series([3, 1, 2])) == ([1, 2, 3], [1 / 3, 2 / 3, 1.0])
+
+
+def _decision(t, valve, new, busy_from=None, busy_until=None, busy=None):
+    return {"policy": "p", "t_ns": t, "valve": valve, "lane": "low", "old_mbps": None,
+            "new_mbps": new, "old_busy_mbps": None, "new_busy_mbps": busy,
+            "busy_from_ns": busy_from, "busy_until_ns": busy_until, "reason": ""}
+
+
+def test_allowed_storage_sums_valves_and_applies_relayed_windows():
+    rows = [_decision(0, "st1", None, busy=2.0),  # busy rate set, valve open
+            _decision(10 * MS, "st1", None, 20 * MS, 40 * MS, 2.0),  # relayed window
+            _decision(0, "g1", 30.0), _decision(50 * MS, "g1", None),
+            _decision(0, "g9", None, busy=1.0)]  # never moved: not counted
+    frame = pl.DataFrame(rows, schema=SCHEMAS["controller"])
+    steps = analysis.allowed_storage(frame, "p", 0, 60 * MS, 100.0, step_ns=10 * MS)
+    assert steps["mbps"].to_list() == [100.0, 100.0, 32.0, 32.0, 100.0, 100.0]
+
+
+def test_job_breakdown_splits_the_mean_iteration():
+    summary = {"policies": {
+        "fifo": {"job": {"mean_ms": 100.0, "compute_ms": 40.0, "wire_wait_fraction": 0.5,
+                         "bubble_fraction": 0.1, "bottleneck_bytes_per_iteration": 2e6}},
+        "isolated": {"allreduce": {}}}}
+    frame = analysis.job_breakdown(summary)
+    assert frame.row(0, named=True) == {"policy": "fifo", "compute_ms": 40.0,
+                                        "wire_wait_ms": 50.0, "bubble_ms": 10.0,
+                                        "bottleneck_mb": 2.0}
+
+
+def test_lane_sojourns_keep_each_policys_port_and_window():
+    soj = pl.DataFrame([{"policy": "a", "t_ns": t, "port": port, "lane": "vip",
+                         "sojourn_ns": 1000 * t, "bytes": 1, "stamp_ns": 0, "seq": 0}
+                        for t in range(10) for port in ("p1", "p2")], schema=SCHEMAS["sojourn"])
+    summary = {"policies": {"a": {"bottleneck": {"port": "p2"}}}}
+    frame = analysis.lane_sojourns(soj, summary, {"a": (2, 5)})
+    assert frame["sojourn_us"].to_list() == [2.0, 3.0, 4.0, 5.0]
+
+
+def test_same_run_gives_byte_identical_svg(tmp_path):
+    require(shutil.which("chromium") is not None, "needs Chromium for kaleido (make setup)")
+    run = rundir.load_run(REPO / "data/sample/bottleneck")
+    first = figures.write(run, tmp_path / "a")
+    second = figures.write(run, tmp_path / "b")
+    svgs = [p for p in first if p.suffix == ".svg"]
+    assert {p.stem for p in svgs} == {"queue-timeline", "completion-cdf", "lane-sojourn"}
+    for p in svgs:
+        assert p.read_bytes() == (tmp_path / "b" / p.name).read_bytes(), p.name
+        assert b"bottleneck" in p.read_bytes() and b"4000" in p.read_bytes()  # scenario, scale
+    assert all(p.stat().st_size > 0 for p in first + second)
+    with pytest.raises(FileExistsError, match="does not overwrite"):
+        figures.write(run, tmp_path / "a")
+
+
+def test_explorer_redraws_when_a_control_moves():
+    from labkit import widgets
+
+    run = rundir.load_run(REPO / "data/sample/bottleneck")
+    box = widgets.explorer(run)
+    (pick, lanes), (window, pct) = box.children[0].children, box.children[1].children
+    figure, table = box.children[2], box.children[3]
+    assert len(figure.data) == 5  # isolated has no low-lane packets at the bottleneck
+    lanes.value = ("vip",)
+    assert len(figure.data) == 3 and all("vip" in t.name for t in figure.data)
+    before = table.value
+    pct.value = "p50"
+    assert table.value != before and "p50" in table.value
+    pick.value = ("fifo",)
+    assert [t.name for t in figure.data] == ["fifo · vip"]
+
+
+def test_lane_table_quantiles_follow_the_window():
+    from labkit import widgets
+
+    run = rundir.load_run(REPO / "data/sample/bottleneck")
+    whole = widgets.lane_table(run, ["fifo"], ["vip"], (0.0, 1.0), 0.5)
+    half = widgets.lane_table(run, ["fifo"], ["vip"], (0.0, 0.5), 0.5)
+    assert whole["packets"][0] > half["packets"][0] > 0
