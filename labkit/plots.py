@@ -104,7 +104,8 @@ def valve_timeline(run: Run, policy: str, seconds: float = 5.0) -> go.Figure:
     q = (run["queue"].filter((pl.col("policy") == policy) & (pl.col("port") == bneck["port"])
                              & pl.col("t_ns").is_between(start, end))
          .group_by("t_ns").agg(pl.col("backlog_bytes").sum()).sort("t_ns"))
-    fig.add_scatter(x=((q["t_ns"] - start) / 1e9).to_list(), y=(q["backlog_bytes"] / 1024).to_list(),
+    fig.add_scatter(x=((q["t_ns"] - start) / 1e9).to_list(),
+                    y=(q["backlog_bytes"] / 1024).to_list(),
                     mode="lines", name=f"backlog at {bneck['port']} (KiB)", yaxis="y2",
                     line={"color": LANE_COLORS["low"], "width": 1})
     fig.update_layout(xaxis_range=[0, seconds], yaxis_rangemode="tozero",

@@ -77,7 +77,7 @@ def test_explorer_redraws_when_a_control_moves():
 
     run = rundir.load_run(REPO / "data/sample/bottleneck")
     box = widgets.explorer(run)
-    (pick, lanes), (window, pct) = box.children[0].children, box.children[1].children
+    (pick, lanes), (_, pct) = box.children[0].children, box.children[1].children
     figure, table = box.children[2], box.children[3]
     assert len(figure.data) == 5  # isolated has no low-lane packets at the bottleneck
     lanes.value = ("vip",)
