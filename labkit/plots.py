@@ -25,15 +25,24 @@ def policy_color(policy: str) -> str:
     return POLICY_COLORS.get(policy.rpartition("+")[2], "#999999")
 
 
-def _layout(fig: go.Figure, run: Run, title: str, x: str, y: str) -> go.Figure:
+def subtitle(run: Run) -> str:
+    """Where a figure's data came from: scenario, run id, scale factor."""
     s = run.summary
+    return (f"{s['scenario']} · run {s['run_id']} · 1 emulated Mbit/s = "
+            f"{s['scale_factor']:g} real Mbit/s")
+
+
+def _style(fig: go.Figure, title: str, sub: str, x: str, y: str) -> go.Figure:
     fig.update_layout(
         template="plotly_white", font={"family": FONT, "size": 13},
-        title={"text": f"{title}<br><sup>{s['scenario']} · run {s['run_id']} · 1 emulated "
-                       f"Mbit/s = {s['scale_factor']:g} real Mbit/s</sup>"},
+        title={"text": f"{title}<br><sup>{sub}</sup>"},
         xaxis_title=x, yaxis_title=y, legend_title_text="", margin={"t": 80},
     )
     return fig
+
+
+def _layout(fig: go.Figure, run: Run, title: str, x: str, y: str) -> go.Figure:
+    return _style(fig, title, subtitle(run), x, y)
 
 
 def op_time_cdf(run: Run) -> go.Figure:
@@ -129,3 +138,37 @@ def parallelism(run: Run) -> go.Figure:
     fig.update_layout(barmode="stack")
     return _layout(fig, run, "Where an iteration's time goes", "policy",
                    "mean time per iteration (ms)")
+
+
+def parallelism_comparison(runs: dict[str, Run], policy: str = "fifo") -> go.Figure:
+    """Training jobs side by side (one run each): bytes per iteration across the
+    bottleneck, and how much storage contention under ``policy`` slowed the iteration."""
+    from plotly.subplots import make_subplots
+
+    fig = make_subplots(rows=1, cols=2, subplot_titles=(
+        "MB per iteration across the bottleneck", f"iteration slowdown under {policy} (p50)"))
+    names = list(runs)
+    jobs = [runs[n].summary["policies"][policy]["job"] for n in names]
+    fig.add_bar(x=names, y=[j["bottleneck_bytes_per_iteration"] / 1e6 for j in jobs],
+                marker_color="#0072B2", showlegend=False, row=1, col=1)
+    fig.add_bar(x=names, y=[j["slowdown_p50"] for j in jobs], marker_color="#D55E00",
+                showlegend=False, row=1, col=2)
+    fig.update_yaxes(title_text="MB", row=1, col=1)
+    fig.update_yaxes(title_text="x isolated", row=1, col=2)
+    sub = " | ".join(subtitle(r) for r in runs.values())
+    return _style(fig, "Tensor vs pipeline parallelism on the same fabric", sub, "", "")
+
+
+def sweep_busbw(sweeps: dict[str, list[dict]], sub: str) -> go.Figure:
+    """Bus bandwidth against message size, one line per sweep (``labkit sweep`` records),
+    with the link rate the busbw can at most reach."""
+    fig = go.Figure()
+    palette = ["#0072B2", "#009E73", "#CC79A7", "#D55E00", "#E69F00", "#56B4E9"]
+    for i, (name, rows) in enumerate(sweeps.items()):
+        fig.add_scatter(x=[r["size"] for r in rows], y=[r["busbw_mbps"] for r in rows],
+                        mode="lines+markers", name=name, line={"color": palette[i % 6]})
+    link = min(r["link_mbps"] for rows in sweeps.values() for r in rows)
+    fig.add_hline(y=link, line_dash="dot", annotation_text=f"link rate {link:g} Mbit/s")
+    fig.update_xaxes(type="log")
+    return _style(fig, "All-Reduce bus bandwidth by message size", sub,
+                  "message size (bytes, log scale)", "busbw (Mbit/s)")

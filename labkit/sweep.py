@@ -41,6 +41,7 @@ class Row:
     busbw_mbps: float
     wrong: int
     link_mbps: float
+    retransmits: int = 0  # packets go-back-N sent again, all ranks, warm-up included
 
     def line(self) -> str:
         return (f"{self.size:12d} {self.count:12d} {self.type:>7} {self.redop:>7} "
@@ -81,10 +82,11 @@ def run(sc: Scenario, op: str, algo: str, size_list: list[int], iterations: int,
                                                 iterations + 1, 0.0, workdir / str(size), rng)
                 try:
                     ops = agents.run_agents(procs, iterations + 1)
+                    resent = sum(a.result()["retransmits"] for a in procs)
                 finally:
                     for a in procs:
                         a.close()
-                rows.append(measure(op, len(ranks), size, ops, link))
+                rows.append(measure(op, len(ranks), size, ops, link, resent))
                 if on_row:
                     on_row(rows[-1])
         finally:
@@ -92,7 +94,8 @@ def run(sc: Scenario, op: str, algo: str, size_list: list[int], iterations: int,
     return rows
 
 
-def measure(op: str, n: int, size: int, ops: list[dict], link_mbps: float) -> Row:
+def measure(op: str, n: int, size: int, ops: list[dict], link_mbps: float,
+            retransmits: int = 0) -> Row:
     """One row from every rank's ops (op 0 is the warm-up and does not count)."""
     spans: dict[int, tuple[int, int, int]] = {}
     for o in ops:
@@ -105,7 +108,7 @@ def measure(op: str, n: int, size: int, ops: list[dict], link_mbps: float) -> Ro
     return Row(size, size // 4, "float", "sum" if "reduce" in op else "none",
                0 if op == "broadcast" else -1, time_us, algbw,
                algbw * schedules.busbw_factor(op, n), sum(w for *_, w in spans.values()),
-               link_mbps)
+               link_mbps, retransmits)
 
 
 def write(rows: list[Row], out: Path) -> None:
