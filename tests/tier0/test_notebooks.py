@@ -12,10 +12,13 @@ REPO = Path(__file__).resolve().parents[2]
 NOTEBOOKS = sorted((REPO / "notebooks").glob("*.ipynb"))
 
 
-def test_sample_run_loads():
+def test_sample_runs_load():
     run = rundir.load_run(REPO / "data/sample/bottleneck")
     assert run.manifest["status"] == "complete"
     assert set(run.summary["policies"]) == {"isolated", "fifo", "priority"}
+    for name in ("checkpoint-burst", "tensor-parallel", "pipeline-parallel"):
+        assert rundir.load_run(REPO / "data/sample" / name).manifest["status"] == "complete"
+    assert len(list((REPO / "data/sample/sweeps").glob("*/sweep.json"))) == 4
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)

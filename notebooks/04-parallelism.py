@@ -1,0 +1,54 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 04 · Pipeline vs tensor parallelism
+#
+# The same batch, two ways to split a model over eight GPU hosts on the `bottleneck` fabric.
+# Tensor parallelism all-reduces activations after every layer, forward and backward: many
+# small, latency-bound collectives, all of them across leaf1's uplink. Pipeline parallelism
+# sends activations and gradients point to point at stage boundaries, micro-batch by
+# micro-batch; only one boundary crosses the uplink, and stages wait for each other
+# (bubbles). Both runs are shipped in `data/sample/`, each under `isolated` and `fifo`.
+
+# %%
+from pathlib import Path
+
+from labkit import plots
+from labkit.rundir import load_run
+
+SAMPLES = Path("..") / "data" / "sample"
+runs = {kind: load_run(SAMPLES / f"{kind}-parallel") for kind in ("tensor", "pipeline")}
+
+# %%
+{kind: {policy: {key: round(p["job"][key], 3) for key in
+                 ("p50_ms", "exposed_comm_fraction", "bubble_fraction", "slowdown_p50")}
+        for policy, p in run.summary["policies"].items()}
+ for kind, run in runs.items()}
+
+# %% [markdown]
+# Tensor parallelism moves far more data across the bottleneck per iteration, so storage
+# contention there slows it far more.
+
+# %%
+plots.parallelism_comparison(runs)
+
+# %% [markdown]
+# Where an iteration's time goes: compute, waits for data on the wire, and bubbles (waits
+# for a stage that had not sent yet).
+
+# %%
+plots.parallelism(runs["tensor"])
+
+# %%
+plots.parallelism(runs["pipeline"])
