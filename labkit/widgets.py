@@ -1,14 +1,25 @@
-"""ipywidgets over a recorded run: pick policies and lanes, a time window and a
-percentile, and the linked figures and table below redraw.
+"""ipywidgets for the notebooks, one cell each.
 
-Notebooks stay thin: ``widgets.explorer(run)`` is one cell.
+* :func:`explorer` — over a recorded run: pick policies and lanes, a time window and a
+  percentile, and the linked figure and table redraw;
+* :func:`live_panel` — sliders, a run button and a progress bar for a short real run.
 """
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
 import ipywidgets as w
 import plotly.graph_objects as go
 import polars as pl
+import yaml
 
 from labkit import analysis, plots
 from labkit.rundir import Run
@@ -57,3 +68,96 @@ def explorer(run: Run) -> w.VBox:
     redraw()
     return w.VBox([w.HBox([pick, lanes]), w.HBox([window, pct]), figure, table])
 
+
+
+LIVE_POLICIES = ("isolated", "fifo", "priority")
+LIVE_SECONDS = 4  # per policy: three policies, fabrics included, in about 20 s
+SIZES = {"256K": "256KiB", "1M": "1MiB", "2M": "2MiB", "4M": "4MiB"}
+
+
+def cannot_run_live(euid: int | None = None) -> str | None:
+    """Why a live run cannot start on this machine, in plain words (None: it can)."""
+    from labkit import bpf
+
+    if (os.geteuid() if euid is None else euid) != 0:
+        return ("a live run needs root: it builds network namespaces and loads eBPF programs. "
+                "The recorded runs above need no root.")
+    if shutil.which("mnexec") is None:
+        return "Mininet is not installed (run `make setup` as root)."
+    missing = [n for n in ("classifier", "queues", "latency") if not bpf.object_path(n).exists()]
+    if missing:
+        return f"the eBPF programs are not built ({', '.join(missing)}): run `make bpf`."
+    return None
+
+
+def live_scenario(base: Path, storage_load: float, size: str, hosts: int, out: Path) -> Path:
+    """``base`` with the sliders' values: the All-Reduce over the first ``hosts`` GPU hosts
+    (half behind each leaf, as far as they go), ``size`` per op, storage at ``storage_load``
+    x the bottleneck. Written to ``out`` and returned."""
+    doc = yaml.safe_load(base.read_text())
+    gpus = doc["fabric"]["hosts"]["gpu"]
+    leaves = list(gpus.values())
+    ranks = [h for pair in zip(*leaves, strict=False) for h in pair][:hosts]
+    for entry in doc["traffic"]:
+        if entry["kind"] == "allreduce":
+            entry.update(ranks=sorted(ranks, key=lambda h: int(h[1:])), size_bytes=SIZES[size])
+        elif entry["kind"] == "storage":
+            entry["offered_load"] = storage_load
+    doc["name"] = f"{doc['name']}-live"
+    out.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return out
+
+
+def live_panel(base: Path) -> w.VBox:
+    """Sliders for storage load, message size and GPU hosts, a run button and a progress
+    bar: a short real run (about 20 s) of ``base`` under three policies, then its
+    completion-time CDFs and queue. Says plainly why when this machine cannot run it."""
+    load = w.FloatSlider(value=1.2, min=0.2, max=2.0, step=0.1, description="storage load")
+    size = w.SelectionSlider(options=list(SIZES), value="2M", description="message")
+    hosts = w.IntSlider(value=8, min=2, max=8, description="GPU hosts")
+    button = w.Button(description="run", button_style="primary")
+    bar = w.IntProgress(value=0, min=0, max=100, description="idle")
+    status = w.HTML()
+    figures = w.Output()
+
+    def run_it(_):
+        reason = cannot_run_live()
+        if reason:
+            status.value = f"<b>cannot run here:</b> {reason}"
+            return
+        button.disabled, bar.value, bar.description = True, 0, "running"
+        threading.Thread(target=_live_run, daemon=True,
+                         args=(base, load.value, size.value, hosts.value, bar, status, figures,
+                               button)).start()
+
+    button.on_click(run_it)
+    return w.VBox([w.HBox([load, size, hosts]), w.HBox([button, bar]), status, figures])
+
+
+def _live_run(base, load, size, hosts, bar, status, figures, button) -> None:
+    from labkit.rundir import RunDataError, load_run
+
+    work = Path(tempfile.mkdtemp(prefix="labkit-live-"))
+    scenario = live_scenario(base, load, size, hosts, work / "live.yaml")
+    expected = len(LIVE_POLICIES) * (LIVE_SECONDS + 3)
+    argv = [sys.executable, "-m", "labkit.cli", "run", str(scenario), "--duration",
+            str(LIVE_SECONDS), "--out", str(work / "run")]
+    for p in LIVE_POLICIES:
+        argv += ["--policy", p]
+    started = time.monotonic()
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    while proc.poll() is None:
+        bar.value = min(99, int((time.monotonic() - started) / expected * 100))
+        time.sleep(0.25)
+    bar.value, bar.description = 100, "done"
+    try:
+        run = load_run(work / "run")
+    except RunDataError:
+        status.value = f"<b>the run failed:</b> {proc.stderr.read()[-500:]}"
+        button.disabled = False
+        return
+    figures.outputs = ()
+    for fig in (plots.op_time_cdf(run), plots.queue_timeline(run)):
+        figures.append_display_data(fig)
+    status.value = f"recorded in {work / 'run'} ({time.monotonic() - started:.0f} s)"
+    button.disabled = False

@@ -54,3 +54,15 @@ plots.op_time_cdf(run)
 
 # %%
 plots.queue_timeline(run)
+
+# %% [markdown]
+# ## Try it live
+#
+# With root, this runs the scenario for real for about 20 seconds under the three
+# policies, with the storage load, message size and number of GPU hosts you pick; without
+# root it says why it cannot.
+
+# %%
+from labkit import widgets
+
+widgets.live_panel(Path("..") / "topologies" / "bottleneck.yaml")

@@ -96,3 +96,14 @@ def test_lane_table_quantiles_follow_the_window():
     whole = widgets.lane_table(run, ["fifo"], ["vip"], (0.0, 1.0), 0.5)
     half = widgets.lane_table(run, ["fifo"], ["vip"], (0.0, 0.5), 0.5)
     assert whole["packets"][0] > half["packets"][0] > 0
+
+
+def test_live_panel_says_why_it_cannot_run_and_builds_valid_scenarios(tmp_path):
+    from labkit import scenario, widgets
+
+    assert "needs root" in widgets.cannot_run_live(euid=1000)
+    path = widgets.live_scenario(REPO / "topologies/bottleneck.yaml", 0.5, "1M", 4,
+                                 tmp_path / "live.yaml")
+    sc = scenario.load(path)
+    assert sc.allreduce.ranks == ("g1", "g2", "g5", "g6")  # both leaves: the ring crosses
+    assert sc.allreduce.size_bytes == 1 << 20 and sc.storage[0].offered_load == 0.5

@@ -1,0 +1,25 @@
+"""The notebooks' live panel starts a short real run and shows it, in about 20 s."""
+
+import time
+from pathlib import Path
+
+from labkit import widgets
+from tests.leaks import assert_no_leaks
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_run_button_runs_a_short_scenario_and_draws_it(fabric_ready):
+    panel = widgets.live_panel(REPO / "topologies/bottleneck.yaml")
+    (load, size, hosts), (button, bar) = panel.children[0].children, panel.children[1].children
+    status, figures = panel.children[2], panel.children[3]
+    load.value, size.value, hosts.value = 1.0, "1M", 4
+    started = time.monotonic()
+    button.click()
+    while button.disabled and time.monotonic() - started < 90:
+        time.sleep(0.2)
+    elapsed = time.monotonic() - started
+    assert bar.value == 100 and "recorded in" in status.value, status.value
+    assert elapsed < 40  # about 20 s on this machine; generous for a noisy one
+    assert len(figures.outputs) == 2  # completion-time CDFs and the queue
+    assert_no_leaks()
