@@ -40,39 +40,49 @@ def lane_table(run: Run, policies: list[str], lanes: list[str], window: tuple[fl
             .sort("policy", "lane"))
 
 
-def explorer(run: Run) -> w.VBox:
-    """Policy and lane pickers, a time-window slider and a percentile selector, linked to
-    the per-lane sojourn CDFs (a plotly FigureWidget, redrawn in place) and a table of the
-    chosen percentile."""
-    policies = list(run.summary["policies"])
-    pick = w.SelectMultiple(options=policies, value=tuple(policies), description="policies")
+def explorer(runs: dict[str, Run] | Run) -> w.VBox:
+    """Run and policy pickers, a lane filter, a time-window slider and a percentile
+    selector, linked to the per-lane sojourn CDFs (a plotly FigureWidget, redrawn in place)
+    and a table of the chosen percentile."""
+    runs = runs if isinstance(runs, dict) else {runs.summary["scenario"]: runs}
+    which = w.Dropdown(options=list(runs), description="run")
+    pick = w.SelectMultiple(description="policies")
     lanes = w.SelectMultiple(options=["vip", "normal", "low"], value=("vip", "low"),
                              description="lanes")
     window = w.FloatRangeSlider(value=(0.0, 1.0), min=0.0, max=1.0, step=0.05,
                                 description="window", readout_format=".0%")
     pct = w.Dropdown(options=list(PERCENTILES), value="p99", description="percentile")
-    figure = go.FigureWidget(plots.lane_sojourn(run, policies, list(lanes.value)))
+    first = runs[which.value]
+    figure = go.FigureWidget(plots.lane_sojourn(first, list(first.summary["policies"])))
     table = w.HTML()
 
     def redraw(*_):
-        chosen = [p for p in policies if p in pick.value]
+        run = runs[which.value]
+        chosen = [p for p in run.summary["policies"] if p in pick.value]
         fresh = plots.lane_sojourn(run, chosen, list(lanes.value), window.value)
         with figure.batch_update():
             figure.data = []
             figure.add_traces(list(fresh.data))
+            figure.update_layout(title_text=fresh.layout.title.text)
         rows = lane_table(run, chosen, list(lanes.value), window.value, PERCENTILES[pct.value])
         table.value = f"<b>sojourn at {pct.value} (µs)</b>" + rows._repr_html_()
 
+    def new_run(*_):
+        policies = tuple(runs[which.value].summary["policies"])
+        pick.options = policies
+        pick.value = policies  # observed: redraws
+
+    which.observe(new_run, names="value")
     for control in (pick, lanes, window, pct):
         control.observe(redraw, names="value")
-    redraw()
-    return w.VBox([w.HBox([pick, lanes]), w.HBox([window, pct]), figure, table])
-
+    new_run()
+    return w.VBox([w.HBox([which, pick, lanes]), w.HBox([window, pct]), figure, table])
 
 
 LIVE_POLICIES = ("isolated", "fifo", "priority")
 LIVE_SECONDS = 4  # per policy: three policies, fabrics included, in about 20 s
-SIZES = {"256K": "256KiB", "1M": "1MiB", "2M": "2MiB", "4M": "4MiB"}
+SIZES = {"64K": "64KiB", "256K": "256KiB", "1M": "1MiB", "2M": "2MiB", "4M": "4MiB"}
+JOB_SIZES = ("activation_bytes", "tokens_bytes", "gradient_bytes")  # a job's message size
 
 
 def cannot_run_live(euid: int | None = None) -> str | None:
@@ -91,16 +101,18 @@ def cannot_run_live(euid: int | None = None) -> str | None:
 
 
 def live_scenario(base: Path, storage_load: float, size: str, hosts: int, out: Path) -> Path:
-    """``base`` with the sliders' values: the All-Reduce over the first ``hosts`` GPU hosts
-    (half behind each leaf, as far as they go), ``size`` per op, storage at ``storage_load``
-    x the bottleneck. Written to ``out`` and returned."""
+    """``base`` with the sliders' values: the collective (or training job) over the first
+    ``hosts`` GPU hosts (half behind each leaf, as far as they go), ``size`` per message,
+    storage at ``storage_load`` x the bottleneck. Written to ``out`` and returned."""
     doc = yaml.safe_load(base.read_text())
     gpus = doc["fabric"]["hosts"]["gpu"]
     leaves = list(gpus.values())
     ranks = [h for pair in zip(*leaves, strict=False) for h in pair][:hosts]
     for entry in doc["traffic"]:
-        if entry["kind"] == "allreduce":
-            entry.update(ranks=sorted(ranks, key=lambda h: int(h[1:])), size_bytes=SIZES[size])
+        if entry["kind"] in ("allreduce", "job"):
+            entry["ranks"] = sorted(ranks, key=lambda h: int(h[1:]))
+            sized = [k for k in ("size_bytes", *JOB_SIZES) if k in entry]
+            entry[sized[0]] = SIZES[size]
         elif entry["kind"] == "storage":
             entry["offered_load"] = storage_load
     doc["name"] = f"{doc['name']}-live"
@@ -108,9 +120,9 @@ def live_scenario(base: Path, storage_load: float, size: str, hosts: int, out: P
     return out
 
 
-def live_panel(base: Path) -> w.VBox:
+def live_panel(base: Path, policies: tuple[str, ...] = LIVE_POLICIES) -> w.VBox:
     """Sliders for storage load, message size and GPU hosts, a run button and a progress
-    bar: a short real run (about 20 s) of ``base`` under three policies, then its
+    bar: a short real run (about 20 s) of ``base`` under ``policies``, then its
     completion-time CDFs and queue. Says plainly why when this machine cannot run it."""
     load = w.FloatSlider(value=1.2, min=0.2, max=2.0, step=0.1, description="storage load")
     size = w.SelectionSlider(options=list(SIZES), value="2M", description="message")
@@ -127,22 +139,22 @@ def live_panel(base: Path) -> w.VBox:
             return
         button.disabled, bar.value, bar.description = True, 0, "running"
         threading.Thread(target=_live_run, daemon=True,
-                         args=(base, load.value, size.value, hosts.value, bar, status, figures,
-                               button)).start()
+                         args=(base, policies, load.value, size.value, hosts.value, bar,
+                               status, figures, button)).start()
 
     button.on_click(run_it)
     return w.VBox([w.HBox([load, size, hosts]), w.HBox([button, bar]), status, figures])
 
 
-def _live_run(base, load, size, hosts, bar, status, figures, button) -> None:
+def _live_run(base, policies, load, size, hosts, bar, status, figures, button) -> None:
     from labkit.rundir import RunDataError, load_run
 
     work = Path(tempfile.mkdtemp(prefix="labkit-live-"))
     scenario = live_scenario(base, load, size, hosts, work / "live.yaml")
-    expected = len(LIVE_POLICIES) * (LIVE_SECONDS + 3)
+    expected = len(policies) * (LIVE_SECONDS + 3)
     argv = [sys.executable, "-m", "labkit.cli", "run", str(scenario), "--duration",
             str(LIVE_SECONDS), "--out", str(work / "run")]
-    for p in LIVE_POLICIES:
+    for p in policies:
         argv += ["--policy", p]
     started = time.monotonic()
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)

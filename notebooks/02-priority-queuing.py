@@ -26,15 +26,17 @@ from pathlib import Path
 from labkit import plots, widgets
 from labkit.rundir import load_run
 
-run = load_run(Path("..") / "data" / "sample" / "bottleneck")
+SAMPLES = Path("..") / "data" / "sample"
+run = load_run(SAMPLES / "bottleneck")
 
 # %% [markdown]
 # Time in the bottleneck queue, per lane, measured per packet by eBPF on the qdisc
-# tracepoints. Pick policies and lanes, narrow the time window, choose a percentile: the
-# curves and the table follow.
+# tracepoints. Pick a run and policies and lanes, narrow the time window, choose a
+# percentile: the curves and the table follow. (`checkpoint-burst` has no lanes in its
+# ports: there the lanes only label the packets that share one FIFO.)
 
 # %%
-widgets.explorer(run)
+widgets.explorer({name: load_run(SAMPLES / name) for name in ("bottleneck", "checkpoint-burst")})
 
 # %% [markdown]
 # What the lanes cost storage: its goodput and the bottleneck's use under each policy.
@@ -51,3 +53,12 @@ widgets.explorer(run)
 
 # %%
 plots.op_time_cdf(run)
+
+# %% [markdown]
+# ## Try it live
+#
+# With root: a 20-second run of `bottleneck.yaml` under the three policies with your
+# storage load, message size and number of GPU hosts.
+
+# %%
+widgets.live_panel(Path("..") / "topologies" / "bottleneck.yaml")

@@ -25,7 +25,7 @@
 # %%
 from pathlib import Path
 
-from labkit import plots
+from labkit import plots, widgets
 from labkit.rundir import load_run
 
 run = load_run(Path("..") / "data" / "sample" / "checkpoint-burst")
@@ -57,3 +57,13 @@ plots.valve_timeline(run, "state-aware")
 
 # %%
 plots.op_time_cdf(run)
+
+# %% [markdown]
+# ## Try it live
+#
+# With root: a short run of `checkpoint-burst.yaml` alone, under FIFO and with state-aware
+# valves.
+
+# %%
+widgets.live_panel(Path("..") / "topologies" / "checkpoint-burst.yaml",
+                   ("isolated", "fifo", "state-aware"))

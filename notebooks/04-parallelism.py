@@ -24,7 +24,7 @@
 # %%
 from pathlib import Path
 
-from labkit import plots
+from labkit import plots, widgets
 from labkit.rundir import load_run
 
 SAMPLES = Path("..") / "data" / "sample"
@@ -52,3 +52,12 @@ plots.parallelism(runs["tensor"])
 
 # %%
 plots.parallelism(runs["pipeline"])
+
+# %% [markdown]
+# ## Try it live
+#
+# With root: a short run of the tensor-parallel job with your activation size (the message
+# slider), number of GPU hosts and storage load.
+
+# %%
+widgets.live_panel(Path("..") / "topologies" / "tensor-parallel.yaml", ("isolated", "fifo"))

@@ -25,7 +25,7 @@
 import json
 from pathlib import Path
 
-from labkit import plots
+from labkit import plots, widgets
 
 SWEEPS = Path("..") / "data" / "sample" / "sweeps"
 sweeps = {d.name: json.loads((d / "sweep.json").read_text()) for d in sorted(SWEEPS.iterdir())}
@@ -54,3 +54,12 @@ plots.sweep_busbw({k: v for k, v in sweeps.items() if k.startswith("ring")}, SCA
 
 # %%
 {name: {r["size"]: r["retransmits"] for r in rows} for name, rows in sweeps.items()}
+
+# %% [markdown]
+# ## Try it live
+#
+# With root: the ring All-Reduce for a few seconds on the lossy uplinks, at the message
+# size and number of GPU hosts you pick. (`labkit sweep` records a whole sweep.)
+
+# %%
+widgets.live_panel(Path("..") / "topologies" / "lossy-uplink.yaml", ("isolated",))

@@ -75,9 +75,10 @@ def test_same_run_gives_byte_identical_svg(tmp_path):
 def test_explorer_redraws_when_a_control_moves():
     from labkit import widgets
 
-    run = rundir.load_run(REPO / "data/sample/bottleneck")
-    box = widgets.explorer(run)
-    (pick, lanes), (_, pct) = box.children[0].children, box.children[1].children
+    runs = {name: rundir.load_run(REPO / "data/sample" / name)
+            for name in ("bottleneck", "checkpoint-burst")}
+    box = widgets.explorer(runs)
+    (which, pick, lanes), (_, pct) = box.children[0].children, box.children[1].children
     figure, table = box.children[2], box.children[3]
     assert len(figure.data) == 5  # isolated has no low-lane packets at the bottleneck
     lanes.value = ("vip",)
@@ -87,6 +88,9 @@ def test_explorer_redraws_when_a_control_moves():
     assert table.value != before and "p50" in table.value
     pick.value = ("fifo",)
     assert [t.name for t in figure.data] == ["fifo · vip"]
+    which.value = "checkpoint-burst"  # another run: its own policies, all picked
+    assert "state-aware" in pick.options and len(figure.data) == 5
+    assert "checkpoint-burst" in figure.layout.title.text
 
 
 def test_lane_table_quantiles_follow_the_window():
@@ -107,3 +111,6 @@ def test_live_panel_says_why_it_cannot_run_and_builds_valid_scenarios(tmp_path):
     sc = scenario.load(path)
     assert sc.allreduce.ranks == ("g1", "g2", "g5", "g6")  # both leaves: the ring crosses
     assert sc.allreduce.size_bytes == 1 << 20 and sc.storage[0].offered_load == 0.5
+    job = scenario.load(widgets.live_scenario(REPO / "topologies/tensor-parallel.yaml", 1.0,
+                                              "64K", 2, tmp_path / "job.yaml")).job
+    assert job.ranks == ("g1", "g5") and dict(job.params)["activation_bytes"] == 65536
