@@ -22,7 +22,7 @@ import polars as pl
 import yaml
 
 from labkit import analysis, plots
-from labkit.rundir import Run
+from labkit.rundir import RUNS_DIR, Run, RunDataError, load_run, new_run_id
 
 PERCENTILES = {"p50": 0.5, "p90": 0.9, "p99": 0.99, "p99.9": 0.999}
 
@@ -120,10 +120,12 @@ def live_scenario(base: Path, storage_load: float, size: str, hosts: int, out: P
     return out
 
 
-def live_panel(base: Path, policies: tuple[str, ...] = LIVE_POLICIES) -> w.VBox:
+def live_panel(base: Path, policies: tuple[str, ...] = LIVE_POLICIES,
+               runs_dir: Path | None = None) -> w.VBox:
     """Sliders for storage load, message size and GPU hosts, a run button and a progress
-    bar: a short real run (about 20 s) of ``base`` under ``policies``, then its
-    completion-time CDFs and queue. Says plainly why when this machine cannot run it."""
+    bar: a short real run (about 20 s) of ``base`` under ``policies``, recorded like any
+    run (in ``runs_dir``, default data/runs), then its completion-time CDFs and queue.
+    Says plainly why when this machine cannot run it."""
     load = w.FloatSlider(value=1.2, min=0.2, max=2.0, step=0.1, description="storage load")
     size = w.SelectionSlider(options=list(SIZES), value="2M", description="message")
     hosts = w.IntSlider(value=8, min=2, max=8, description="GPU hosts")
@@ -140,20 +142,21 @@ def live_panel(base: Path, policies: tuple[str, ...] = LIVE_POLICIES) -> w.VBox:
         button.disabled, bar.value, bar.description = True, 0, "running"
         threading.Thread(target=_live_run, daemon=True,
                          args=(base, policies, load.value, size.value, hosts.value, bar,
-                               status, figures, button)).start()
+                               status, figures, button, runs_dir or RUNS_DIR)).start()
 
     button.on_click(run_it)
     return w.VBox([w.HBox([load, size, hosts]), w.HBox([button, bar]), status, figures])
 
 
-def _live_run(base, policies, load, size, hosts, bar, status, figures, button) -> None:
-    from labkit.rundir import RunDataError, load_run
+def _live_run(base, policies, load, size, hosts, bar, status, figures, button,
+              runs_dir: Path) -> None:
 
-    work = Path(tempfile.mkdtemp(prefix="labkit-live-"))
+    work = Path(tempfile.mkdtemp(prefix="labkit-live-"))  # the derived scenario only
     scenario = live_scenario(base, load, size, hosts, work / "live.yaml")
+    out = runs_dir / new_run_id(f"{base.stem}-live")
     expected = len(policies) * (LIVE_SECONDS + 3)
     argv = [sys.executable, "-m", "labkit.cli", "run", str(scenario), "--duration",
-            str(LIVE_SECONDS), "--out", str(work / "run")]
+            str(LIVE_SECONDS), "--out", str(out)]
     for p in policies:
         argv += ["--policy", p]
     started = time.monotonic()
@@ -161,9 +164,10 @@ def _live_run(base, policies, load, size, hosts, bar, status, figures, button) -
     while proc.poll() is None:
         bar.value = min(99, int((time.monotonic() - started) / expected * 100))
         time.sleep(0.25)
+    shutil.rmtree(work)  # the run's manifest keeps the scenario it ran
     bar.value, bar.description = 100, "done"
     try:
-        run = load_run(work / "run")
+        run = load_run(out)
     except RunDataError:
         status.value = f"<b>the run failed:</b> {proc.stderr.read()[-500:]}"
         button.disabled = False
@@ -171,5 +175,5 @@ def _live_run(base, policies, load, size, hosts, bar, status, figures, button) -
     figures.outputs = ()
     for fig in (plots.op_time_cdf(run), plots.queue_timeline(run)):
         figures.append_display_data(fig)
-    status.value = f"recorded in {work / 'run'} ({time.monotonic() - started:.0f} s)"
+    status.value = f"recorded in {out} ({time.monotonic() - started:.0f} s)"
     button.disabled = False

@@ -84,6 +84,4 @@ def test_state_aware_relays_the_published_phase_to_storage_hosts(fabric_ready, r
         assert known.height, "no window relayed before the op"
         last = known.row(-1, named=True)
         assert last["busy_from_ns"] <= s + REACTION_NS < last["busy_until_ns"]
-    fifo_free = run.summary["policies"]["state-aware"]
-    assert fifo_free["bottleneck"]["lanes"]["vip"]["drops"] == 0
     assert_no_leaks()

@@ -9,8 +9,8 @@ from tests.leaks import assert_no_leaks
 REPO = Path(__file__).resolve().parents[2]
 
 
-def test_run_button_runs_a_short_scenario_and_draws_it(fabric_ready):
-    panel = widgets.live_panel(REPO / "topologies/bottleneck.yaml")
+def test_run_button_runs_a_short_scenario_and_draws_it(fabric_ready, tmp_path):
+    panel = widgets.live_panel(REPO / "topologies/bottleneck.yaml", runs_dir=tmp_path)
     (load, size, hosts), (button, bar) = panel.children[0].children, panel.children[1].children
     status, figures = panel.children[2], panel.children[3]
     load.value, size.value, hosts.value = 1.0, "1M", 4
@@ -22,4 +22,6 @@ def test_run_button_runs_a_short_scenario_and_draws_it(fabric_ready):
     assert bar.value == 100 and "recorded in" in status.value, status.value
     assert elapsed < 40  # about 20 s on this machine; generous for a noisy one
     assert len(figures.outputs) == 2  # completion-time CDFs and the queue
+    (recorded,) = tmp_path.iterdir()
+    assert recorded.name.endswith("bottleneck-live") and (recorded / "summary.json").exists()
     assert_no_leaks()
