@@ -80,7 +80,7 @@ def explorer(runs: dict[str, Run] | Run) -> w.VBox:
 
 
 LIVE_POLICIES = ("isolated", "fifo", "priority")
-LIVE_SECONDS = 4  # per policy: three policies, fabrics included, in about 20 s
+LIVE_SECONDS = 3  # per policy: three policies, fabrics included, in about 20 s
 SIZES = {"64K": "64KiB", "256K": "256KiB", "1M": "1MiB", "2M": "2MiB", "4M": "4MiB"}
 JOB_SIZES = ("activation_bytes", "tokens_bytes", "gradient_bytes")  # a job's message size
 

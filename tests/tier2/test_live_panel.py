@@ -20,7 +20,7 @@ def test_run_button_runs_a_short_scenario_and_draws_it(fabric_ready, tmp_path):
         time.sleep(0.2)
     elapsed = time.monotonic() - started
     assert bar.value == 100 and "recorded in" in status.value, status.value
-    assert elapsed < 40  # about 20 s on this machine; generous for a noisy one
+    assert elapsed < 35  # about 20 s on this machine; generous for a noisy one
     assert len(figures.outputs) == 2  # completion-time CDFs and the queue
     (recorded,) = tmp_path.iterdir()
     assert recorded.name.endswith("bottleneck-live") and (recorded / "summary.json").exists()
