@@ -42,6 +42,7 @@ struct {
 struct lk_valve_clock {
 	struct bpf_spin_lock lock;
 	__u64 next_ns; /* when the lane's last accepted byte leaves, at its rate */
+	__u64 rate;    /* the rate next_ns was counted at */
 };
 
 struct {
@@ -108,6 +109,9 @@ int lk_valve_egress(struct __sk_buff *skb)
 			horizon = lc->horizon_ns;
 		bpf_spin_lock(&clock->lock);
 		next = clock->next_ns > now ? clock->next_ns : now;
+		if (clock->rate != rate && next > now && clock->rate) /* same bytes, new rate */
+			next = now + (next - now) * clock->rate / rate;
+		clock->rate = rate;
 		delay = next - now;
 		if (delay <= horizon)
 			clock->next_ns = next + cost;

@@ -94,3 +94,11 @@ def test_every_rate_change_is_logged(valves):
     valves.set("h", "low", "back", mbps=None)
     assert [(d[1], d[2], d[3], d[4], d[-1]) for d in valves.decisions] == [
         ("h", "low", None, 10.0, "because"), ("h", "low", 10.0, None, "back")]
+
+
+def test_a_new_rate_rescales_the_bytes_already_accepted(valves):
+    pkt = storage()
+    valves.set("h", "low", "test", mbps=8.0, ce_ms=100.0, horizon_ms=10.0)
+    assert all(run(valves, pkt).retval == PASS for _ in range(8))  # ~8.4 ms of debt at 8
+    valves.set("h", "low", "test", mbps=80.0, horizon_ms=2.0)  # the same bytes: ~0.8 ms
+    assert run(valves, pkt).retval == PASS
