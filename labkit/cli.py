@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import signal
 import sys
 from collections import Counter
@@ -341,12 +342,16 @@ def cmd_figures(args) -> int:
         err.print(f"[red]error:[/] {exc}")
         return 2
     names = [name for name, _ in figures.figure_set(run)]
+    images = shutil.which("chromium") is not None
+    if not images:
+        err.print("[yellow]note:[/] SVG and PNG need Chromium (apt-get install chromium, or "
+                  "make setup); writing HTML only")
     with _progress("steps") as progress:
         task = progress.add_task("building figures", total=len(names) + 2)
         try:
             written = figures.write(run, args.out,
                                     lambda step: progress.update(task, advance=1,
-                                                                 description=step))
+                                                                 description=step), images)
         except FileExistsError as exc:
             err.print(f"[red]error:[/] {exc}")
             return 2

@@ -26,7 +26,7 @@ TC_H_ROOT = 0xFFFFFFFF
 TOOLS = {"mnexec": "mininet", "clang": "clang", "bpftool": "bpftool", "iperf3": "iperf3",
          "tcpdump": "tcpdump", "tshark": "tshark", "ping": "iputils-ping", "unshare": "util-linux"}
 PACKAGES = ("mininet", "pyroute2", "scapy", "polars", "plotly", "ipywidgets")
-BPF_PROGRAMS = ("classifier", "queues")
+BPF_PROGRAMS = ("classifier", "queues", "latency", "valve")
 
 
 @dataclass
@@ -74,6 +74,10 @@ def checks() -> list[Check]:
                              "make setup   (creates .venv with Debian's Mininet visible)"))
     for name in BPF_PROGRAMS:
         out.append(_bpf_object_check(name))
+    chromium = shutil.which("chromium")
+    out.append(Check("Chromium for figure export (labkit figures, optional)", chromium is not None,
+                     chromium or "not installed: HTML figures only",
+                     "apt-get install chromium   (make setup does this)", required=False))
     return out
 
 

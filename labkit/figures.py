@@ -46,10 +46,12 @@ def stable_svg(svg: bytes, name: str) -> bytes:
     return svg.replace(found.group(1), re.sub(rb"[^a-z0-9]", b"", name.encode())[:24])
 
 
-def write(run: Run, out: Path, on_step: Callable[[str], None] | None = None) -> list[Path]:
-    """Write every figure of ``run`` into ``out`` as .html, .svg and .png; returns the files.
-    ``on_step`` hears of each figure built and each format rendered (figures + 2 steps).
-    Existing files are left alone: a figure set is written into an empty or new directory."""
+def write(run: Run, out: Path, on_step: Callable[[str], None] | None = None,
+          images: bool = True) -> list[Path]:
+    """Write every figure of ``run`` into ``out`` as .html, .svg and .png (only .html without
+    ``images``); returns the files. ``on_step`` hears of each figure built and each format
+    rendered (figures + 2 steps). Existing files are left alone: a figure set is written
+    into an empty or new directory."""
     out.mkdir(parents=True, exist_ok=True)
     built: dict[str, go.Figure] = {}
     for name, build in figure_set(run):
@@ -66,12 +68,13 @@ def write(run: Run, out: Path, on_step: Callable[[str], None] | None = None) -> 
         built[name] = fig
         if on_step:
             on_step(f"built {name}")
-    for ext, scale in (("svg", 1), ("png", 2)):  # one Chromium session per format
+    formats = (("svg", 1), ("png", 2)) if images else ()
+    for ext, scale in formats:  # one Chromium session per format
         pio.write_images(list(built.values()), [out / f"{n}.{ext}" for n in built],
                          format=ext, width=WIDTH, height=HEIGHT, scale=scale)
         if on_step:
             on_step(f"rendered {ext.upper()}")
-    for name in built:
+    for name in built if images else ():
         svg = out / f"{name}.svg"
         svg.write_bytes(stable_svg(svg.read_bytes(), name))
-    return [out / f"{n}.{ext}" for n in built for ext in ("html", "svg", "png")]
+    return [out / f"{n}.{ext}" for n in built for ext in ("html", *(e for e, _ in formats))]

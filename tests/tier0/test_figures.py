@@ -114,3 +114,10 @@ def test_live_panel_says_why_it_cannot_run_and_builds_valid_scenarios(tmp_path):
     job = scenario.load(widgets.live_scenario(REPO / "topologies/tensor-parallel.yaml", 1.0,
                                               "64K", 2, tmp_path / "job.yaml")).job
     assert job.ranks == ("g1", "g5") and dict(job.params)["activation_bytes"] == 65536
+
+
+def test_without_chromium_only_html_is_written(tmp_path):
+    run = rundir.load_run(REPO / "data/sample/pipeline-parallel")
+    written = figures.write(run, tmp_path, images=False)
+    assert {p.suffix for p in written} == {".html"} and all(p.exists() for p in written)
+    assert "parallelism" in {p.stem for p in written}  # a job run adds its breakdown
