@@ -42,8 +42,8 @@ from labkit.traffic import wire
 
 SO_MAX_PACING_RATE = 47
 SAMPLE_NS = 50_000_000
-VALVED_SNDBUF = 16 * 1024  # the kernel doubles it
-VALVED_CHUNK = 16 * 1024  # under a valve, data is written in chunks it allows
+VALVED_SNDBUF = 8 * 1024  # the kernel doubles it
+VALVED_CHUNK = 8 * 1024  # under a valve, data is written in chunks it allows
 
 
 class Counter:
