@@ -34,10 +34,20 @@ def storage_senders(sc: Scenario, topo: Topology) -> list[str]:
 
 
 class ControlSession:
+    """Everything adaptive in one policy's run; :meth:`close` releases it all (also when
+    setting it up failed half-way)."""
+
     def __init__(self, sc: Scenario, topo: Topology, fabric: Fabric, pol: Policy,
                  rules: bpf.Map, record: bpf.Recorder | None = None):
-        spec = sc.control
         self.valves = Valves(rules, record)
+        try:
+            self._build(sc, topo, fabric, pol)
+        except BaseException:
+            self.valves.close()
+            raise
+
+    def _build(self, sc: Scenario, topo: Topology, fabric: Fabric, pol: Policy) -> None:
+        spec = sc.control
         host_setting = LaneSetting(ce_ms=spec.ce_us / 1e3, horizon_ms=spec.horizon_ms,
                                    burst_bytes=int(spec.burst_kb * 1024))
         for host in topo.hosts:
