@@ -11,9 +11,6 @@
 #include "parse.h"
 #include "lanes.h"
 
-/* Headers we may need to look at: Ethernet + VLAN + IPv6 + TCP + BTH. */
-#define LK_PARSE_BYTES 128
-
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, LK_NR_LANES);
@@ -27,26 +24,12 @@ int lk_classify(struct __sk_buff *skb)
 	const struct lk_classifier_config *cfg;
 	struct lk_lane_counters *counters;
 	__u32 zero = 0, lane;
-	void *data, *data_end;
 
 	cfg = bpf_map_lookup_elem(&lk_config, &zero);
 	if (!cfg)
 		return TC_ACT_OK;
 
-	/* Headers of a non-linear skb may sit outside the linear area: pull them in. */
-	data = (void *)(long)skb->data;
-	data_end = (void *)(long)skb->data_end;
-	if (data + LK_PARSE_BYTES > data_end) {
-		__u32 want = skb->len < LK_PARSE_BYTES ? skb->len : LK_PARSE_BYTES;
-
-		if (data + want > data_end) {
-			bpf_skb_pull_data(skb, want);
-			data = (void *)(long)skb->data;
-			data_end = (void *)(long)skb->data_end;
-		}
-	}
-
-	lane = lk_match(cfg, lk_parse(data, data_end));
+	lane = lk_skb_lane(skb, cfg);
 	/* constant indices only: the verifier then needs no bounds proof for the array */
 	if (lane == LK_LANE_VIP)
 		skb->priority = cfg->lane_priority[LK_LANE_VIP];

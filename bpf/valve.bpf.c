@@ -59,20 +59,10 @@ struct {
 	__type(value, struct lk_valve_counters);
 } lk_valve_stats SEC(".maps");
 
-static __always_inline __u32 lk_lane_of(struct __sk_buff *skb)
-{
-	const struct lk_classifier_config *cfg;
-	__u32 zero = 0;
-
-	cfg = bpf_map_lookup_elem(&lk_config, &zero);
-	if (!cfg)
-		return LK_LANE_NORMAL;
-	return lk_match(cfg, lk_parse((void *)(long)skb->data, (void *)(long)skb->data_end));
-}
-
 SEC("tc")
 int lk_valve_egress(struct __sk_buff *skb)
 {
+	const struct lk_classifier_config *rules;
 	const struct lk_valve_config *cfg;
 	const struct lk_valve_lane *lc;
 	const struct lk_job_phase *phase;
@@ -82,10 +72,10 @@ int lk_valve_egress(struct __sk_buff *skb)
 	__u32 zero = 0, lane;
 
 	cfg = bpf_map_lookup_elem(&lk_valve, &zero);
-	if (!cfg)
+	rules = bpf_map_lookup_elem(&lk_config, &zero);
+	if (!cfg || !rules)
 		return TC_ACT_UNSPEC;
-	bpf_skb_pull_data(skb, skb->len < 128 ? skb->len : 128);
-	lane = lk_lane_of(skb);
+	lane = lk_skb_lane(skb, rules);
 	if (lane >= LK_NR_LANES)
 		return TC_ACT_UNSPEC;
 	stats = bpf_map_lookup_elem(&lk_valve_stats, &lane);

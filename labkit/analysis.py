@@ -174,6 +174,15 @@ def lane_delays(sojourn: pl.DataFrame, latency: pl.DataFrame, port: str, senders
     return out
 
 
+def backlog_series(queue: pl.DataFrame, policy: str, port: str, start: int,
+                   end: int) -> pl.DataFrame:
+    """``t_ns, backlog_bytes`` at ``port`` under ``policy`` in [start, end], all its classes
+    summed (what a packet arriving then would find queued, under any layout)."""
+    return (queue.filter((pl.col("policy") == policy) & (pl.col("port") == port)
+                         & pl.col("t_ns").is_between(start, end))
+            .group_by("t_ns").agg(pl.col("backlog_bytes").sum()).sort("t_ns"))
+
+
 def max_backlog(queue: pl.DataFrame, port: str, start: int, end: int) -> dict[str, int]:
     """Per lane, the largest backlog of the queue it waited in (the shared one under FIFO)."""
     q = queue.filter((pl.col("port") == port) & pl.col("t_ns").is_between(start, end))

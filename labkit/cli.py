@@ -320,13 +320,20 @@ def _print_summary(summary: dict) -> None:
             console.print(f"[yellow]fidelity ({policy}):[/] {note}", highlight=False)
 
 
-def cmd_report(args) -> int:
+def _load(path: Path):
+    """The recorded run at ``path``, or None after saying what is wrong with it."""
     from labkit.rundir import RunDataError, load_run
 
     try:
-        run = load_run(args.run_dir)
+        return load_run(path)
     except RunDataError as exc:
         err.print(f"[red]error:[/] {exc}")
+        return None
+
+
+def cmd_report(args) -> int:
+    run = _load(args.run_dir)
+    if run is None:
         return 2
     _print_summary(run.summary)
     return 0
@@ -334,12 +341,9 @@ def cmd_report(args) -> int:
 
 def cmd_figures(args) -> int:
     from labkit import figures
-    from labkit.rundir import RunDataError, load_run
 
-    try:
-        run = load_run(args.run_dir)
-    except RunDataError as exc:
-        err.print(f"[red]error:[/] {exc}")
+    run = _load(args.run_dir)
+    if run is None:
         return 2
     names = [name for name, _ in figures.figure_set(run)]
     images = shutil.which("chromium") is not None

@@ -64,9 +64,7 @@ def queue_timeline(run: Run, port: str | None = None) -> go.Figure:
     for policy, p in run.summary["policies"].items():
         name = port or p["bottleneck"]["port"]
         start, end = spans[policy]
-        q = (run["queue"].filter((pl.col("policy") == policy) & (pl.col("port") == name)
-                                 & pl.col("t_ns").is_between(start, end))
-             .group_by("t_ns").agg(pl.col("backlog_bytes").sum()).sort("t_ns"))
+        q = analysis.backlog_series(run["queue"], policy, name, start, end)
         fig.add_scatter(x=((q["t_ns"] - start) / 1e9).to_list(),
                         y=(q["backlog_bytes"] / 1024).to_list(), mode="lines", name=policy,
                         line={"color": policy_color(policy), "width": 1.5})
@@ -110,9 +108,7 @@ def valve_timeline(run: Run, policy: str, seconds: float = 5.0) -> go.Figure:
     fig.add_scatter(x=((allowed["t_ns"] - start) / 1e9).to_list(), y=allowed["mbps"].to_list(),
                     mode="lines", line={"shape": "hv", "color": "#000000", "width": 1.5},
                     name="storage allowed by the valves (Mbit/s)")
-    q = (run["queue"].filter((pl.col("policy") == policy) & (pl.col("port") == bneck["port"])
-                             & pl.col("t_ns").is_between(start, end))
-         .group_by("t_ns").agg(pl.col("backlog_bytes").sum()).sort("t_ns"))
+    q = analysis.backlog_series(run["queue"], policy, bneck["port"], start, end)
     fig.add_scatter(x=((q["t_ns"] - start) / 1e9).to_list(),
                     y=(q["backlog_bytes"] / 1024).to_list(),
                     mode="lines", name=f"backlog at {bneck['port']} (KiB)", yaxis="y2",

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /*
  * The lane rules: the lk_config map the scenario fills and the first-match
- * lookup over it. Shared by the classifier (egress) and the latency probe
- * (ingress), which reuses the classifier's map so both see the same rules.
+ * lookup over it. Shared by the classifier (egress), the valve (egress) and the
+ * latency probe (ingress), which reuse the classifier's map so all see the same rules.
+ * Include parse.h first.
  */
 #ifndef __LABKIT_LANES_H
 #define __LABKIT_LANES_H
@@ -32,6 +33,29 @@ static __always_inline __u32 lk_match(const struct lk_classifier_config *cfg, __
 			return r->lane;
 	}
 	return cfg->default_lane;
+}
+
+/* Headers we may need to look at: Ethernet + VLAN + IPv6 + TCP + BTH. */
+#define LK_PARSE_BYTES 128
+
+/* The lane of an egress skb. Headers of a non-linear skb may sit outside the linear
+ * area: they are pulled in first, and only then (a pull costs a helper call). */
+static __always_inline __u32 lk_skb_lane(struct __sk_buff *skb,
+					 const struct lk_classifier_config *cfg)
+{
+	void *data = (void *)(long)skb->data;
+	void *data_end = (void *)(long)skb->data_end;
+
+	if (data + LK_PARSE_BYTES > data_end) {
+		__u32 want = skb->len < LK_PARSE_BYTES ? skb->len : LK_PARSE_BYTES;
+
+		if (data + want > data_end) {
+			bpf_skb_pull_data(skb, want);
+			data = (void *)(long)skb->data;
+			data_end = (void *)(long)skb->data_end;
+		}
+	}
+	return lk_match(cfg, lk_parse(data, data_end));
 }
 
 #endif /* __LABKIT_LANES_H */

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from labkit import bpf
 from labkit.netns import Netns
@@ -133,7 +133,7 @@ class Valves:
         """Change a lane's setting (``mbps=…``, ``busy_mbps=…``, …) and log it."""
         valve = self.valves[host]
         old = valve.lanes[lane]
-        new = LaneSetting(**{**old.__dict__, **changes})
+        new = replace(old, **changes)
         if new == old:
             return
         valve.lanes[lane] = new

@@ -29,7 +29,6 @@ import resource
 import select
 import signal
 import socket
-import struct
 import sys
 import time
 
@@ -125,7 +124,6 @@ class PhaseBoard:
     the next op's start for twice the last op's length (a slow op must not outlast
     it), and closed as the op ends by announcing the next."""
 
-    LAYOUT = struct.Struct("<QQQII")
     SOON, COMMUNICATE = 1, 2
     FIRST_GUESS_NS = 10**9
 
@@ -138,7 +136,7 @@ class PhaseBoard:
 
     def _write(self, start: int, end: int, bytes_left: int, phase: int) -> None:
         if self.map:
-            self.map.update(0, self.LAYOUT.pack(start, end, bytes_left, phase, 0))
+            self.map.update(0, wire.JOB_PHASE.pack(start, end, bytes_left, phase, 0))
 
     def next_op_at(self, t_ns: int, nbytes: int) -> None:
         self._write(t_ns, t_ns + 2 * self.last_op_ns, nbytes, self.SOON)

@@ -32,7 +32,6 @@ import json
 import random
 import signal
 import socket
-import struct
 import sys
 import threading
 import time
@@ -268,9 +267,6 @@ class Allowance:
     covers it (a token bucket of one write); an open valve passes writes at once.
     """
 
-    LANE = struct.Struct("<QQQQQ")  # struct lk_valve_lane
-    PHASE = struct.Struct("<QQQII")  # struct lk_job_phase
-    CONFIG_BYTES = 3 * LANE.size + 8  # struct lk_valve_config
     PERIOD_S = 0.005
 
     def __init__(self, cfg: dict):
@@ -283,9 +279,9 @@ class Allowance:
         self.changed = threading.Condition()
 
     def lane_rate(self, now_ns: int) -> int:
-        rate, _, _, busy, _ = self.LANE.unpack_from(self.valve.lookup(0, self.CONFIG_BYTES),
-                                                 self.LANE.size * self.lane)
-        start, end, *_ = self.PHASE.unpack(self.phase.lookup(0, self.PHASE.size))
+        rate, _, _, busy, _ = wire.VALVE_LANE.unpack_from(
+            self.valve.lookup(0, wire.VALVE_CONFIG_BYTES), wire.VALVE_LANE.size * self.lane)
+        start, end, *_ = wire.JOB_PHASE.unpack(self.phase.lookup(0, wire.JOB_PHASE.size))
         return busy if busy and start - self.lead_ns <= now_ns < end else rate
 
     def follow(self, stop: threading.Event) -> None:

@@ -92,3 +92,11 @@ BLOCK = 512
 CMD_OPCODE, CMD_CID, CMD_SGL_LEN, CMD_SLBA, CMD_NLB = 8, 10, 8 + 32, 8 + 40, 8 + 48
 RESP_CID = 8 + 12
 DATA_CCCID, DATA_TTAG, DATA_OFFSET_AT, DATA_LEN_AT = 8, 10, 12, 16
+
+
+# --- the valve's maps, as agents read and write them (bpf/include/labkit.h) -------------
+# (labkit.control.valve mirrors the same structs with ctypes; test_abi checks both)
+
+JOB_PHASE = struct.Struct("<QQQII")  # lk_job_phase: busy from, busy until, bytes, phase, pad
+VALVE_LANE = struct.Struct("<QQQQQ")  # lk_valve_lane: rate, CE, horizon, busy rate, burst
+VALVE_CONFIG_BYTES = 3 * VALVE_LANE.size + 8  # lk_valve_config: three lanes, one_clock, pad

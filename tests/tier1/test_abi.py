@@ -44,3 +44,11 @@ def test_lane_order_and_class_minors_match_the_header():
     assert f"#define LK_MAX_RULES {lanes.LK_MAX_RULES}" in header
     assert f"#define LK_HIST_BUCKETS {telemetry.HIST_BUCKETS}" in header
     assert telemetry.EVENT.size == ctypes.sizeof(telemetry.Event)
+
+
+def test_agents_struct_layouts_match_the_valve_mirrors():
+    from labkit.traffic import wire
+
+    assert wire.JOB_PHASE.size == ctypes.sizeof(valve.JobPhase)
+    assert wire.VALVE_LANE.size == ctypes.sizeof(valve.ValveLane)
+    assert wire.VALVE_CONFIG_BYTES == ctypes.sizeof(valve.ValveConfig)
