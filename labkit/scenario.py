@@ -71,8 +71,9 @@ class ControlSpec:
     interval_ms: float = 10.0  # how often a controller decides
     telemetry_delay_ms: float = 5.0  # age of fabric telemetry when a controller sees it
     relay_delay_ms: float = 2.0  # state-aware: job phase to the storage hosts' valves
-    lead_ms: float = 40.0  # proactive and state-aware: start holding storage this early
-    busy_share: float = 0.05  # storage's share of the bottleneck while collectives run
+    lead_ms: float = 5.0  # proactive and state-aware: start holding storage this early
+    busy_share: float = 0.005  # storage's share of the bottleneck while collectives run
+    idle_share: float = 0.98  # ... and at most, when they leave it idle (below 1: no queue)
     ce_us: float = 500.0  # valves mark ECN-capable packets this far behind their rate
     horizon_ms: float = 20.0  # ... and drop packets this far behind
     burst_kb: float = 512.0  # ... or, at a slow rate, this much behind
@@ -369,8 +370,12 @@ def _control(c: _Checker, doc, key: str) -> ControlSpec:
     values = {k: float(c.number(v, f"{key}.{k}", 0, k in ("telemetry_delay_ms",
                                                             "relay_delay_ms", "lead_ms")))
               for k, v in doc.items()}
-    if values.get("busy_share", 0) >= 1:
-        c.fail(f"{key}.busy_share", "must be below 1 (a share of the bottleneck)")
+    if values.get("idle_share", 1) > 1:
+        c.fail(f"{key}.idle_share", "must be at most 1 (a share of the bottleneck)")
+    busy, idle = (values.get(k, getattr(ControlSpec, k)) for k in ("busy_share", "idle_share"))
+    if busy >= idle:
+        c.fail(f"{key}.busy_share", f"must be below idle_share ({idle:g}): storage gets less "
+               "while collectives run than while they leave the bottleneck idle")
     return ControlSpec(**values)
 
 

@@ -14,12 +14,12 @@ from labkit.scenario import ControlSpec
 @dataclass
 class Plant:
     """What a controller may touch and know: the hosts' valves, the hosts whose storage
-    data crosses a bottleneck (their low lane is what it holds back), the bottleneck's
-    rate, the fabric telemetry feed, the GPU hosts (whose job publishes its phase) and
-    the scenario's knobs."""
+    data meets the collectives (their low lane is what it holds back) with each one's
+    fair share in Mbit/s, the bottleneck's rate, the fabric telemetry feed, the GPU hosts (whose
+    job publishes its phase) and the scenario's knobs."""
 
     valves: Valves
-    senders: list[str]
+    senders: dict[str, float]  # host -> its fair share, Mbit/s
     gpu_hosts: list[str]
     bottleneck_mbps: float
     feed: FabricFeed
@@ -37,7 +37,7 @@ class Controller:
         self.errors: list[BaseException] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name=self.name, daemon=True)
-        self.held: float | None = None  # the low lane's total Mbit/s now (None: open)
+        self.held: float | None = None  # the share of their fair share senders get now
 
     @property
     def prediction_error_ms(self) -> float | None:
@@ -64,14 +64,14 @@ class Controller:
     def step(self, now_ns: int) -> None:
         raise NotImplementedError
 
-    def hold(self, total_mbps: float | None, reason: str) -> None:
-        """Share ``total_mbps`` of storage evenly over the senders' low lanes (None: open)."""
-        if total_mbps == self.held:
+    def hold(self, share: float, reason: str) -> None:
+        """Hold each sender's low lane to ``share`` of its fair share (``busy_share``
+        while collectives run, at most ``idle_share``: storage alone never queues)."""
+        if share == self.held:
             return
-        self.held = total_mbps
-        share = None if total_mbps is None else total_mbps / len(self.plant.senders)
-        for host in self.plant.senders:
-            self.plant.valves.set(host, "low", reason, mbps=share)
+        self.held = share
+        for host, fair_mbps in self.plant.senders.items():
+            self.plant.valves.set(host, "low", reason, mbps=round(share * fair_mbps, 3))
 
     def stop(self) -> None:
         self._stop.set()

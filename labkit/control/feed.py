@@ -20,12 +20,13 @@ from labkit import tc
 class PortView:
     """One bottleneck port, as last seen: when it was sampled, the queueing delay a vip
     packet would meet (backlog of the queue the vip lane uses / port rate), and the
-    vip lane's bytes offered so far."""
+    vip lane's bytes offered so far and since the port's previous sample."""
 
     t_ns: int
     vip_delay_ns: int
     backlog_bytes: int
     vip_bytes: int
+    vip_new_bytes: int
 
 
 class FabricFeed:
@@ -37,6 +38,7 @@ class FabricFeed:
         self.delay_ns = int(delay_ms * 1e6)
         self.pending: deque[tuple[str, PortView]] = deque()
         self.seen: dict[str, PortView] = {}
+        self.vip_so_far: dict[str, int] = {}
         self.lock = threading.Lock()
 
     def push(self, t_ns: int, port: str, classes: list[tc.ClassStats],
@@ -44,9 +46,12 @@ class FabricFeed:
         """Called by the poller for every sample of a port (``lanes``: offered per lane)."""
         waits_in = [c for c in classes if self.vip_class is None or c.classid == self.vip_class]
         backlog = sum(c.backlog_bytes for c in waits_in)
-        view = PortView(t_ns, int(backlog * 8e3 / self.rates[port]),
-                        sum(c.backlog_bytes for c in classes), lanes["vip"][1])
+        vip = lanes["vip"][1]
         with self.lock:
+            view = PortView(t_ns, int(backlog * 8e3 / self.rates[port]),
+                            sum(c.backlog_bytes for c in classes), vip,
+                            vip - self.vip_so_far.get(port, vip))
+            self.vip_so_far[port] = vip
             self.pending.append((port, view))
 
     def view(self, now_ns: int) -> dict[str, PortView]:

@@ -1,19 +1,19 @@
 """``reactive``: dynamic shaping by AIMD on the storage senders' low lanes.
 
 Every interval it looks at the bottleneck as the fabric telemetry shows it
-(``telemetry_delay_ms`` old): if a vip packet would wait longer than
-``target_us``, storage's total rate is halved (at most once per round trip of the
-control loop, so one observation is not punished twice); otherwise it grows by
-5 % of the bottleneck per interval, and the valves open once it reaches it.
+(``telemetry_delay_ms`` old): if vip packets arrived there and would wait longer
+than ``target_us``, storage's share of its fair share is halved (at most once per
+round trip of the control loop, so one observation is not punished twice);
+otherwise it grows by a quarter of the fair share per interval, up to ``idle_share``.
 """
 
 from __future__ import annotations
 
 from labkit.control.base import Controller
 
-INCREASE = 0.05  # of the bottleneck's rate, per interval
+INCREASE = 0.25  # of the senders' fair share, per interval
 DECREASE = 0.5
-FLOOR = 0.01  # of the bottleneck's rate: never shut storage out entirely
+FLOOR = 0.01  # of the senders' fair share: never shut storage out entirely
 POLL_MS = 8  # the fabric telemetry's sampling period (labkit.capture.QueuePoller)
 
 
@@ -22,7 +22,7 @@ class Reactive(Controller):
 
     def __init__(self, plant):
         super().__init__(plant)
-        self.rate = plant.bottleneck_mbps
+        self.share = plant.spec.idle_share
         self.last_cut = 0
         spec = plant.spec
         self.loop_ns = int((spec.telemetry_delay_ms + POLL_MS + spec.interval_ms) * 1e6)
@@ -31,15 +31,15 @@ class Reactive(Controller):
         views = self.plant.feed.view(now_ns)
         if not views:
             return
-        delay_us = max(v.vip_delay_ns for v in views.values()) / 1e3
-        top = self.plant.bottleneck_mbps
+        # no vip packet arrived, none waited: storage's own queue is not the vip lane's
+        delay_us = max(v.vip_delay_ns if v.vip_new_bytes else 0 for v in views.values()) / 1e3
         if delay_us > self.plant.spec.target_us:
             if now_ns - self.last_cut < self.loop_ns:
                 return
-            self.rate = max(self.rate * DECREASE, FLOOR * top)
+            self.share = max(self.share * DECREASE, FLOOR)
             self.last_cut = now_ns
             reason = f"vip delay {delay_us:.0f} us > target: x{DECREASE}"
         else:
-            self.rate = min(self.rate + INCREASE * top, top)
+            self.share = min(self.share + INCREASE, self.plant.spec.idle_share)
             reason = f"vip delay {delay_us:.0f} us <= target: +{INCREASE:.0%}"
-        self.hold(None if self.rate >= top else round(self.rate, 3), reason)
+        self.hold(round(self.share, 4), reason)

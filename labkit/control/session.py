@@ -19,18 +19,29 @@ from labkit.topo import Topology
 NEVER_MS = 10_000.0  # a horizon no queue reaches: fabric ports mark, their qdisc drops
 
 
-def storage_senders(sc: Scenario, topo: Topology) -> list[str]:
-    """Hosts that send storage data across a bottleneck port (servers of reads, clients
-    of writes): the valves a controller holds back."""
-    hops = {f"{p.node}->{p.peer}" for p in topo.bottleneck_ports()}
-    out = set()
+def storage_senders(sc: Scenario, topo: Topology) -> dict[str, float]:
+    """Hosts whose storage data meets the collectives on its way — across a bottleneck
+    port, or out of a NIC that also carries a rank's traffic — each with its fair share
+    in Mbit/s: a contended port's rate split evenly among the storage senders through
+    it (a host crossing several takes its smallest share). These are the valves a
+    controller holds back (servers of reads, clients of writes)."""
+    contended = {f"{p.node}->{p.peer}": (p.link.rate_mbps, set())
+                 for p in topo.bottleneck_ports()}
+    for rank in sc.ranks:
+        nic = topo.ports[rank][0]
+        contended[f"{rank}->{nic.peer}"] = (nic.link.rate_mbps, set())
     for st in sc.storage:
         for client in st.clients:
             src, dst = (st.server, client) if st.pattern == "read" else (client, st.server)
             path = topo.path(src, dst)
-            if any(f"{a}->{b}" in hops for a, b in zip(path, path[1:], strict=False)):
-                out.add(src)
-    return sorted(out)
+            for a, b in zip(path, path[1:], strict=False):
+                if f"{a}->{b}" in contended:
+                    contended[f"{a}->{b}"][1].add(src)
+    shares: dict[str, float] = {}
+    for rate, hosts in contended.values():
+        for host in hosts:
+            shares[host] = min(shares.get(host, rate), rate / len(hosts))
+    return dict(sorted(shares.items()))
 
 
 class ControlSession:
@@ -74,9 +85,9 @@ class ControlSession:
             for host, v in self.valves.valves.items() if host in topo.hosts}
         self.started_ns = self.stopped_ns = 0
         self.feed = FabricFeed(self.ports, pol.port_layout, spec.telemetry_delay_ms)
-        senders = storage_senders(sc, topo) or sorted({st.server for st in sc.storage})
         self.controller = make(pol.controller, Plant(
-            self.valves, senders, list(sc.ranks), min(self.ports.values()), self.feed, spec))
+            self.valves, storage_senders(sc, topo), list(sc.ranks), min(self.ports.values()),
+            self.feed, spec))
 
     def start(self) -> None:
         self.started_ns = time.monotonic_ns()

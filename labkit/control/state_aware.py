@@ -7,10 +7,11 @@ it in the kernel, per packet, with no control loop at all; the host's storage
 senders stop writing ``lead_ms`` before the window so their socket buffers drain
 before the collective starts (:class:`labkit.traffic.storage.Allowance`). Storage hosts run no
 job, so this relay carries the phase to them: it reads the GPU hosts' phase maps
-every 5 ms and writes the merged window (see :meth:`StateAware._merged`)
+every 2 ms and writes the merged window (see :meth:`StateAware._merged`)
 into the storage senders' valves ``relay_delay_ms`` later, emulating the message's
 trip across the fabric's control network. While a window is open each low lane
-runs at its share of ``busy_share`` of the bottleneck; otherwise it is open.
+runs at ``busy_share`` of its fair share (:func:`labkit.control.session.storage_senders`);
+otherwise at ``idle_share`` of it.
 """
 
 from __future__ import annotations
@@ -28,10 +29,11 @@ class StateAware(Controller):
 
     def __init__(self, plant):
         super().__init__(plant, interval_ms=RELAY_POLL_MS)
-        share = plant.spec.busy_share * plant.bottleneck_mbps / len(plant.senders)
-        for host in plant.senders:
-            plant.valves.set(host, "low", "state-aware: the busy rate while the job "
-                             "communicates", busy_mbps=share)
+        spec = plant.spec
+        for host, fair_mbps in plant.senders.items():
+            plant.valves.set(host, "low", "state-aware: the idle rate, and the busy rate "
+                             "while the job communicates", mbps=spec.idle_share * fair_mbps,
+                             busy_mbps=spec.busy_share * fair_mbps)
         self.relayed = set(plant.senders) - set(plant.gpu_hosts)  # the rest read their own
         self.window = (0, 0)
         self.in_flight: deque[tuple[int, tuple[int, int]]] = deque()

@@ -17,7 +17,8 @@ arrivals that find the queue full. Each I/O's time from arrival to completion is
 recorded.
 
 The data sender paces its socket to the entry's share of the offered load with
-SO_MAX_PACING_RATE (TCP's own pacing; no fq needed); the target knows a
+SO_MAX_PACING_RATE (TCP's own pacing; no fq needed), or, under a valve, paces its
+writes with the valve's :class:`Allowance`; the target knows a
 connection's entry from the client's source port, which falls in the entry's range.
 The data receiver samples the running total of data bytes every 50 ms.
 
@@ -42,7 +43,7 @@ from labkit.traffic import wire
 SO_MAX_PACING_RATE = 47
 SAMPLE_NS = 50_000_000
 VALVED_SNDBUF = 8 * 1024  # the kernel doubles it
-VALVED_CHUNK = 8 * 1024  # under a valve, data is written in chunks it allows
+VALVED_CHUNK = 16 * 1024  # under a valve, data is written in chunks it allows
 
 
 class Counter:
@@ -70,6 +71,7 @@ class Stream:
         self.conn = conn
         self.counter = counter  # counts data this side receives, if it is the receiver
         self.allowance = allowance  # what the host's valve lets this side send
+        self.pacing = 0  # bytes/s the entry offers (0: as fast as it can)
         self.buf = bytearray(1 << 20)
         self.view = memoryview(self.buf)
         self.send_lock = threading.Lock()
@@ -89,7 +91,7 @@ class Stream:
             view = memoryview(data)
             for at in range(0, len(data), VALVED_CHUNK):
                 chunk = view[at:at + VALVED_CHUNK]
-                self.allowance.take(len(chunk), stop)
+                self.allowance.take(len(chunk), stop, self.pacing)
                 self.conn.sendall(chunk)
 
     def read_exact(self, n: int) -> memoryview:
@@ -252,6 +254,16 @@ def drive_arrivals(issuers: list[Issuer], arrival: dict, t0_ns: int, rng: random
             rng.choice(issuers).arrive()
 
 
+def rate_in_force(setting: tuple[int, int, int, int], now_ns: int) -> tuple[int, int]:
+    """Under a valve's ``setting`` (rate and busy rate in bytes/s, the busy window's
+    start and end), the rate in force at ``now_ns`` (0: open) and when it changes
+    next (the window's next edge; 0: not before the setting does)."""
+    rate, busy, start, end = setting
+    if not busy or now_ns >= end:
+        return rate, 0
+    return (busy, end) if now_ns >= start else (rate, start)
+
+
 class Allowance:
     """What the host's valve lets each of the host's storage senders send, in the
     application, before the data reaches a socket.
@@ -259,12 +271,14 @@ class Allowance:
     The valve (bpf/valve.bpf.c) polices in the kernel, but TCP facing a policer
     loses packets and waits out retransmission timers, and pacing a socket down
     leaves its next packet stuck behind the slow rate when the rate comes back.
-    So the senders take the valve's word before they write: every 5 ms
-    this reads the valve's maps (file descriptors inherited from labkit) for the
-    lane's rate — its busy rate from ``lead_ms`` before the job's phase window opens
-    (so what sits in socket buffers drains before the collective starts) until it
-    closes — and :meth:`take` holds a write until the sender's share of that rate
-    covers it (a token bucket of one write); an open valve passes writes at once.
+    So the senders take the valve's word before they write: every 5 ms this reads
+    the valve's maps (file descriptors inherited from labkit) — the lane's rate, its
+    busy rate and the job's phase window — and :meth:`take` holds a write until the
+    sender's share of the rate in force covers it (a token bucket of one write). The
+    busy rate is in force from ``lead_ms`` before the window opens (so what sits in
+    socket buffers drains before the collective starts) until it closes; the window is
+    known in advance, so senders switch at its edges, not at the next read. An open
+    valve passes writes at once.
     """
 
     PERIOD_S = 0.005
@@ -275,33 +289,39 @@ class Allowance:
         self.lane = cfg["lane"]
         self.lead_ns = int(cfg["lead_ms"] * 1e6)
         self.senders = 0  # the host's sending connections share the lane's rate
-        self.rate = 0  # bytes/s for the whole lane; 0: open
+        self.setting = (0, 0, 0, 0)  # see rate_in_force; busy from lead_ms early
         self.changed = threading.Condition()
 
-    def lane_rate(self, now_ns: int) -> int:
+    def read(self) -> tuple[int, int, int, int]:
         rate, _, _, busy, _ = wire.VALVE_LANE.unpack_from(
             self.valve.lookup(0, wire.VALVE_CONFIG_BYTES), wire.VALVE_LANE.size * self.lane)
         start, end, *_ = wire.JOB_PHASE.unpack(self.phase.lookup(0, wire.JOB_PHASE.size))
-        return busy if busy and start - self.lead_ns <= now_ns < end else rate
+        return rate, busy, start - self.lead_ns, end
 
     def follow(self, stop: threading.Event) -> None:
         while not stop.wait(self.PERIOD_S):
-            rate = self.lane_rate(time.monotonic_ns())
-            if rate != self.rate:
+            setting = self.read()
+            if setting != self.setting:
                 with self.changed:
-                    self.rate = rate
+                    self.setting = setting
                     self.changed.notify_all()
 
-    def take(self, nbytes: int, stop: threading.Event) -> None:
-        """Wait until this sender may write ``nbytes`` (one sender's share of the rate)."""
+    def take(self, nbytes: int, stop: threading.Event, most: int = 0) -> None:
+        """Wait until this sender may write ``nbytes``: one sender's share of the rate,
+        and at most ``most`` bytes/s (its own pace; 0: none)."""
         waited_since = time.monotonic_ns()
         with self.changed:
-            while self.rate and not stop.is_set():
-                share = self.rate / max(self.senders, 1)
-                due = waited_since + nbytes / share * 1e9
-                if time.monotonic_ns() >= due:
+            while not stop.is_set():
+                now = time.monotonic_ns()
+                rate, edge = rate_in_force(self.setting, now)
+                limits = [r for r in (rate / max(self.senders, 1), most) if r]
+                if not limits:
                     return
-                self.changed.wait(min((due - time.monotonic_ns()) / 1e9, 0.05))
+                due = waited_since + nbytes / min(limits) * 1e9
+                if now >= due:
+                    return
+                wake = min(due, edge) if edge else due
+                self.changed.wait(min((wake - now) / 1e9, 0.05))
 
 
 def run(cfg: dict, stdin) -> dict:
@@ -329,14 +349,15 @@ def run(cfg: dict, stdin) -> dict:
     t0_ns = int(line[1])
 
     def start(stream: Stream, pacing: int, sends: bool, body) -> None:
-        if pacing:
-            stream.conn.setsockopt(socket.SOL_SOCKET, SO_MAX_PACING_RATE, pacing)
         conns.append(stream.conn)
         if sends and allowance:
-            # what waits for the valve waits here, not in a deep socket buffer
+            # what waits — for the valve, or for the entry's pace — waits here, not in
+            # a socket buffer that would still be draining when a collective starts
             stream.conn.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, VALVED_SNDBUF)
-            stream.allowance = allowance
+            stream.allowance, stream.pacing = allowance, pacing
             allowance.senders += 1
+        elif pacing:
+            stream.conn.setsockopt(socket.SOL_SOCKET, SO_MAX_PACING_RATE, pacing)
 
         def guarded() -> None:
             try:

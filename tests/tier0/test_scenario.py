@@ -81,6 +81,10 @@ def _error(doc) -> ScenarioError:
     (lambda d: d["fabric"]["links"].append({"between": ["g1", "leaf2"]}), "fabric.links[3].between",
      "attached to 'leaf1'"),
     (lambda d: d["fabric"].update(links=[["leaf1", "spine1"]]), "fabric.links", "not connected"),
+    (lambda d: d.update(control={"idle_share": 1.5}), "control.idle_share", "at most 1"),
+    (lambda d: d.update(control={"busy_share": 0.5, "idle_share": 0.4}), "control.busy_share",
+     "below idle_share"),
+    (lambda d: d.update(control={"lead": 5}), "control.lead", "unknown key"),
 ])
 def test_bad_input_names_file_key_and_reason(doc, mutate, key, reason):
     bad = copy.deepcopy(doc)

@@ -98,3 +98,13 @@ def test_configs_split_load_and_source_ports_per_entry():
     assert g5["checkpoint"]["seed"] != configs["g6"]["clients"][0]["seed"]
     ports = [e["sport_base"] for cfg in configs.values() for e in cfg.get("clients", [])]
     assert len(ports) == len(set(ports))
+
+
+def test_the_rate_in_force_switches_at_the_busy_windows_edges():
+    setting = (1000, 10, 100, 200)  # 1000 B/s, 10 B/s busy from t=100 to t=200
+    assert storage.rate_in_force(setting, 50) == (1000, 100)
+    assert storage.rate_in_force(setting, 100) == (10, 200)
+    assert storage.rate_in_force(setting, 199) == (10, 200)
+    assert storage.rate_in_force(setting, 200) == (1000, 0)
+    assert storage.rate_in_force((1000, 0, 100, 200), 150) == (1000, 0)  # no busy rate
+    assert storage.rate_in_force((0, 0, 0, 0), 150) == (0, 0)  # open
