@@ -116,11 +116,12 @@ def collective(op: str, algo: str, size_bytes: int) -> dict:
 
 def start_collective(fabric: Fabric, topo: Topology, ranks: tuple[str, ...], workload: dict,
                      iterations: int, compute_ms: float, workdir: Path, rng: random.Random,
-                     duration_s: float | None = None, phase_maps: dict[str, int] | None = None
-                     ) -> list[Agent]:
+                     duration_s: float | None = None, phase_maps: dict[str, int] | None = None,
+                     dcqcn: bool = False) -> list[Agent]:
     """One agent per rank (``labkit.traffic.collective``) running ``workload`` (see
     :func:`collective`, or a training job: ``{"kind": "job", "job": {...}}``).
-    ``phase_maps``: per host, the fd of the map its agent publishes its phase to."""
+    ``phase_maps``: per host, the fd of the map its agent publishes its phase to;
+    ``dcqcn``: senders mark their packets ECN-capable and react to CNPs."""
     phase_maps = phase_maps or {}
     n = len(ranks)
     workdir.mkdir(parents=True, exist_ok=True)
@@ -133,10 +134,13 @@ def start_collective(fabric: Fabric, topo: Topology, ranks: tuple[str, ...], wor
         "templates": {k: v.hex() for k, v in roce.data_templates(0, payload).items()},
         "ack_template": roce.ack_template(0).hex(),
         "nak_template": roce.ack_template(0, wire.SYNDROME_NAK_PSN).hex(),
+        "cnp_template": roce.cnp_template(0).hex(),
     }
     return [Agent(fabric, host, "labkit.traffic.collective",
                   {**common, "rank": i, "ip": topo.host_ip(host),
-                   "phase_map_fd": phase_maps.get(host)}, workdir, "collective",
+                   "phase_map_fd": phase_maps.get(host),
+                   "dcqcn": {"line_mbps": topo.ports[host][0].link.rate_mbps} if dcqcn else None},
+                  workdir, "collective",
                   pass_fds=(phase_maps[host],) if host in phase_maps else ())
             for i, host in enumerate(ranks)]
 

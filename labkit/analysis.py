@@ -115,12 +115,13 @@ def storage(flows: pl.DataFrame, ios: pl.DataFrame, start: int, end: int) -> dic
     return {"goodput_mbps": goodput_mbps(flows, start, end), "entries": entries}
 
 
-def controller(decisions: pl.DataFrame, control: dict) -> dict:
+def controller(decisions: pl.DataFrame, control: dict, transport: pl.DataFrame) -> dict:
     """What the controller did: how many decisions, what the hosts' valves let through
-    per lane (mean Mbit/s), marked and dropped, and the proactive controller's mean
-    absolute error in predicting a burst's start."""
+    per lane (mean Mbit/s), marked and dropped, the proactive controller's mean
+    absolute error in predicting a burst's start, and the CNPs the collective's
+    senders received (each a DCQCN rate cut; 0 unless the scenario turns DCQCN on)."""
     valves = control["host_valves"]
-    return {"decisions": decisions.height,
+    return {"decisions": decisions.height, "cnps": int(transport["cnps"].sum()),
             "mean_rate_mbps": {lane: valves[lane]["mbps"] for lane in LANES},
             "ce_marked": {lane: valves[lane]["ce_marked"] for lane in LANES},
             "dropped": {lane: valves[lane]["dropped"] for lane in LANES},
@@ -261,7 +262,8 @@ def _policy(tables: dict, meta: dict, policy: str, ops: pl.DataFrame, start: int
         "storage": storage(of("flows"), of("ios"), start, end),
         "bottleneck": {"link": info["link"], "port": port, "rate_mbps": info["rate_mbps"],
                        "utilization": util.get(port, 0.0), "lanes": lanes},
-        "controller": controller(of("controller"), control) if control else None,
+        "controller": (controller(of("controller"), control, of("transport"))
+                       if control else None),
         "cpu_busy": busy,
         "cpu_bound": fid["cpu_bound"],
         "fidelity": fid,

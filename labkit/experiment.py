@@ -118,7 +118,8 @@ def run_policy(sc: Scenario, topo: Topology, policy: str, registry: Registry, wo
         rng = random.Random(f"{sc.seed}/{policy}")
         work, gap_ms = workload(sc)
         ring = start_collective(fabric, topo, sc.ranks, work, sc.iterations, gap_ms, workdir,
-                                rng, duration_s, control.phase_maps if control else None)
+                                rng, duration_s, control.phase_maps if control else None,
+                                sc.control.dcqcn)
         storage = (start_storage(sc, topo, fabric, workdir,
                                  control.storage_valves if control else None)
                    if pol.storage else [])

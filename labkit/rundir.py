@@ -40,7 +40,7 @@ SCHEMAS: dict[str, dict[str, pl.DataType]] = {
                     "bubble_ns": I64},
     "transport": {"policy": STR, "host": STR, "rank": I64, "packets_sent": I64,
                   "retransmits": I64, "timeouts": I64, "naks": I64, "out_of_order": I64,
-                  "bytes_received": I64, "cpu_user_s": F64, "cpu_sys_s": F64},
+                  "bytes_received": I64, "cpu_user_s": F64, "cpu_sys_s": F64, "cnps": I64},
     "queue": {"policy": STR, "t_ns": I64, "port": STR, "classid": STR, "lane": STR,
               "bytes": I64, "packets": I64, "drops": I64, "overlimits": I64,
               "backlog_bytes": I64, "backlog_packets": I64},
@@ -67,6 +67,7 @@ ROWS_OF = {"controller": "decisions"}  # PolicyResult attributes named otherwise
 # tables newer than the first runs: a manifest without a "tables" list predates them,
 # and such a run loads with them empty
 ADDED_LATER = {"ios", "controller"}
+COLUMNS_ADDED_LATER = {("transport", "cnps"): 0}  # what older runs lack, and its value there
 
 
 class RunDataError(ValueError):
@@ -229,6 +230,9 @@ def load_run(path: str | Path) -> Run:
         except Exception as exc:  # polars raises several types for a damaged file
             raise RunDataError(f"{f}: not a readable Parquet file ({exc})") from None
         for col, dtype in schema.items():
+            if col not in frame.columns and (name, col) in COLUMNS_ADDED_LATER:
+                frame = frame.with_columns(pl.lit(COLUMNS_ADDED_LATER[name, col], dtype)
+                                           .alias(col))
             if col not in frame.columns:
                 raise RunDataError(f"{f}: column {col!r} is missing")
             if frame.schema[col] != dtype:

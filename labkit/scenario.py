@@ -78,6 +78,7 @@ class ControlSpec:
     horizon_ms: float = 20.0  # ... and drop packets this far behind
     burst_kb: float = 512.0  # ... or, at a slow rate, this much behind
     fabric_ce_us: float = 1000.0  # bottleneck ports mark CE past this queueing delay
+    dcqcn: bool = False  # collective senders mark ECT and react to CNPs (labkit.traffic.rc)
 
 
 class ScenarioError(ValueError):
@@ -369,7 +370,9 @@ def _control(c: _Checker, doc, key: str) -> ControlSpec:
     c.mapping(doc, key, set(fields))
     values = {k: float(c.number(v, f"{key}.{k}", 0, k in ("telemetry_delay_ms",
                                                             "relay_delay_ms", "lead_ms")))
-              for k, v in doc.items()}
+              for k, v in doc.items() if k != "dcqcn"}
+    if "dcqcn" in doc:
+        values["dcqcn"] = c.boolean(doc["dcqcn"], f"{key}.dcqcn")
     if values.get("idle_share", 1) > 1:
         c.fail(f"{key}.idle_share", "must be at most 1 (a share of the bottleneck)")
     busy, idle = (values.get(k, getattr(ControlSpec, k)) for k in ("busy_share", "idle_share"))

@@ -25,6 +25,7 @@ agents start fast.
 from __future__ import annotations
 
 import json
+import os
 import resource
 import select
 import signal
@@ -35,7 +36,9 @@ import time
 from labkit.traffic import jobs, rc, schedules, wire
 from labkit.traffic.sender import BatchSender
 
+NICE = -10  # ranks stand in for GPUs and their NICs: storage agents must not delay them
 SO_RCVBUFFORCE = 33
+TOS_CMSG_BYTES = 32  # room for the IP_TOS control message (CMSG_SPACE(1))
 IP_MTU_DISCOVER, IP_PMTUDISC_DO = 10, 2  # <linux/in.h>; not exported by Python 3.11
 RCVBUF_BYTES = 16 << 20
 SNDBUF_BYTES = 128 << 10
@@ -177,24 +180,32 @@ def run(cfg: dict, stdin, stdout) -> dict:
         if not (op_state and op_state[0].arrived(peer, chunk, value, sent_ns)):
             early.append((peer, chunk, value, sent_ns))
 
+    dcqcn = cfg.get("dcqcn")  # {"line_mbps": …} when the scenario turns DCQCN on
     rx = _udp_socket()
     rx.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, RCVBUF_BYTES)
+    if dcqcn:  # see each packet's ECN field: CE asks for a CNP
+        rx.setsockopt(socket.IPPROTO_IP, socket.IP_RECVTOS, 1)
     rx.bind(("0.0.0.0", wire.ROCEV2_PORT))
     senders, receivers, tx = {}, {}, {}
     for p in partners:
         s = tx[p] = _udp_socket()
         s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SNDBUF_BYTES)
+        if dcqcn:  # ECN-capable: the fabric may mark it CE instead of queueing it long
+            s.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, wire.ECT0)
         s.bind(("0.0.0.0", cfg["sport_base"] + p))
         templates = {k: rc.with_dqpn(v, QPN_BASE + p) for k, v in data.items()}
         out = BatchSender(s, (peers[p], wire.ROCEV2_PORT), batch=SEND_BURST,
                           slot_bytes=max(len(t) for t in templates.values()))
         senders[p] = rc.Sender(out, wire.Icrc(cfg["ip"], peers[p], cfg["sport_base"] + p),
-                               templates, cfg["payload_bytes"], rank << 24)
+                               templates, cfg["payload_bytes"], rank << 24,
+                               rc.Dcqcn(dcqcn["line_mbps"] * 1e6 / 8) if dcqcn else None)
         receivers[p] = rc.Receiver(
             rx, (peers[p], wire.ROCEV2_PORT), wire.Icrc(cfg["ip"], peers[p], wire.ROCEV2_PORT),
             rc.with_dqpn(bytes.fromhex(cfg["ack_template"]), QPN_BASE + p),
             rc.with_dqpn(bytes.fromhex(cfg["nak_template"]), QPN_BASE + p),
-            deliver=lambda chunk, value, sent, p=p: deliver(p, chunk, value, sent))
+            deliver=lambda chunk, value, sent, p=p: deliver(p, chunk, value, sent),
+            cnp=rc.with_dqpn(bytes.fromhex(cfg["cnp_template"]), QPN_BASE + p)
+            if dcqcn else None)
     by_ip = {peers[p]: p for p in partners}
 
     print("READY", file=stdout, flush=True)
@@ -243,7 +254,13 @@ def run(cfg: dict, stdin, stdout) -> dict:
         before = delivered[0]
         while True:  # drain the receive side
             try:
-                nbytes, (addr, _) = rx.recvfrom_into(rbuf)
+                if dcqcn:
+                    nbytes, anc, _, (addr, _) = rx.recvmsg_into([rbuf], TOS_CMSG_BYTES)
+                    ce = any(level == socket.IPPROTO_IP and kind == socket.IP_TOS
+                             and data[0] & wire.ECN_MASK == wire.CE for level, kind, data in anc)
+                else:
+                    nbytes, (addr, _) = rx.recvfrom_into(rbuf)
+                    ce = False
             except BlockingIOError:
                 break
             p = by_ip.get(addr)
@@ -254,7 +271,9 @@ def run(cfg: dict, stdin, stdout) -> dict:
                 senders[p].on_ack(int.from_bytes(rbuf[wire.PSN:wire.PSN + 3], "big"),
                                   rbuf[wire.BTH_LEN], time.monotonic_ns())
             elif opcode in wire.DATA_OPCODES:
-                receivers[p].on_data(rview, nbytes)
+                receivers[p].on_data(rview, nbytes, ce)
+            elif opcode == wire.CNP:
+                senders[p].on_cnp(time.monotonic_ns())
         now = time.monotonic_ns()
         if op and op.received_all() and all(s.idle() for s in senders.values()):
             if waiting_since is not None:
@@ -276,11 +295,14 @@ def run(cfg: dict, stdin, stdout) -> dict:
         for p in expired:
             senders[p].on_timeout(now)
         if (expired or delivered[0] != before
-                or any(s.pending() for p, s in senders.items() if p not in blocked)):
+                or any(s.ready(now) for p, s in senders.items() if p not in blocked)):
             continue
-        # wait for a packet, room to send, a timer, the end of a compute or the next op
+        # wait for a packet, room to send, a timer, DCQCN's pace, the end of a compute or
+        # the next op
         busy = op.busy_until if op else None
-        waits = deadlines + [d for d in (None if op_state else next_op_at, stop_at, busy) if d]
+        paced = [t for s in senders.values() if (t := s.paced_until(now)) is not None]
+        waits = deadlines + paced + [d for d in (None if op_state else next_op_at, stop_at,
+                                                 busy) if d]
         timeout_ms = max(0, min(waits) - now) / 1e6 if waits else 50
         for p in set(blocked) - watching:
             poller.register(tx[p], select.POLLOUT)
@@ -297,15 +319,26 @@ def run(cfg: dict, stdin, stdout) -> dict:
         "retransmits": sum(s.retransmits for s in senders.values()),
         "timeouts": sum(s.timeouts for s in senders.values()),
         "naks": sum(s.naks for s in senders.values()),
+        "cnps": sum(s.cnps for s in senders.values()),  # received, each a rate cut
         "out_of_order": sum(r.dropped_out_of_order for r in receivers.values()),
         "bytes_received": sum(r.bytes for r in receivers.values()),
         "packets_sent": sum(s.high for s in senders.values()),
     }
 
 
+def _ahead_of_storage() -> None:
+    """Run ahead of the storage agents on a busy machine: a rank's compute phase ends on
+    time and its packets leave when due, as a GPU's would (needs CAP_SYS_NICE)."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, 0, NICE)
+    except PermissionError:
+        pass
+
+
 def main() -> None:
     with open(sys.argv[1]) as f:
         cfg = json.load(f)
+    _ahead_of_storage()
     result = run(cfg, sys.stdin, sys.stdout)
     with open(cfg["out"], "w") as f:
         json.dump(result, f)

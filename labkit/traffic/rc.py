@@ -6,7 +6,9 @@ back N on a NAK or a retransmission timeout (RFC 6298-style RTO). Each message
 carries its chunk id in the RETH virtual address and the chunk's value (see
 :mod:`labkit.traffic.schedules`) after the stamp in its first packet.
 :class:`Receiver` accepts only the next expected PSN, ACKs each message end,
-NAKs the first packet of a gap once, and reports whole messages.
+NAKs the first packet of a gap once, and reports whole messages. With DCQCN on, a
+receiver answers packets that arrive marked CE with a CNP (at most one per
+``CNP_GAP_NS``) and the sender's :class:`Dcqcn` paces it below line rate.
 
 Every data packet carries a stamp for one-way latency (``bpf/latency.bpf.c``) and
 a valid ICRC. Standard library only (plus ``wire`` and ``sender``).
@@ -31,6 +33,87 @@ VALUE_AT = wire.STAMP.size  # the chunk value follows the stamp in a message's f
 MIN_MESSAGE = VALUE_AT + 8
 
 
+CNP_GAP_NS = 2_000_000  # a receiver sends at most one CNP per queue pair this often
+
+
+class Dcqcn:
+    """DCQCN's reaction point for one queue pair (Zhu et al., SIGCOMM 2015), in bytes/s
+    and emulated time. A CNP cuts the rate by ``alpha``/2 (at most once per
+    ``TIMER_NS``) and keeps the rate before as the target; every ``TIMER_NS`` after,
+    ``alpha`` decays and the rate recovers: halfway to the target for ``FAST_ROUNDS``
+    rounds, then the target itself grows by ``AI`` of line rate. Back at line rate the
+    sender is not paced at all. (DCQCN's byte counter and hyper increase are left out:
+    the timer alone drives recovery.)"""
+
+    G = 1 / 16
+    TIMER_NS = 5_000_000
+    FAST_ROUNDS = 5
+    AI = 0.05  # of line rate, per round after fast recovery
+    FLOOR = 0.01  # of line rate
+    BURST_NS = 1_000_000  # a paced sender may send this long at its rate at once
+
+    def __init__(self, line_bytes_per_s: float):
+        self.line = line_bytes_per_s
+        self.rate = self.target = line_bytes_per_s
+        self.alpha = 1.0
+        self.rounds = 0
+        self.next_round: int | None = None
+        self.last_cut: int | None = None
+        self.tokens = 0.0
+        self.filled_at = 0
+
+    @property
+    def paced(self) -> bool:
+        return self.rate < self.line
+
+    def on_cnp(self, now: int) -> None:
+        """Cut the rate, at most once per ``TIMER_NS`` (later CNPs in it are the same
+        congestion, still being reported)."""
+        if self.last_cut is not None and now - self.last_cut < self.TIMER_NS:
+            return
+        self.last_cut = now
+        self._recover(now)
+        if not self.paced:  # pacing starts now, with an empty bucket
+            self.tokens, self.filled_at = 0.0, now
+        self.target = self.rate
+        self.rate = max(self.rate * (1 - self.alpha / 2), self.FLOOR * self.line)
+        self.alpha = (1 - self.G) * self.alpha + self.G
+        self.rounds = 0
+        self.next_round = now + self.TIMER_NS
+
+    def _recover(self, now: int) -> None:
+        while self.next_round is not None and now >= self.next_round:
+            self.alpha *= 1 - self.G
+            self.rounds += 1
+            if self.rounds > self.FAST_ROUNDS:
+                self.target = min(self.target + self.AI * self.line, self.line)
+            self.rate = (self.rate + self.target) / 2
+            if self.rate >= 0.99 * self.line:
+                self.rate, self.next_round = self.line, None
+            else:
+                self.next_round += self.TIMER_NS
+
+    def allowed(self, now: int, packet_bytes: int) -> int:
+        """How many packets may leave now (no limit when not paced)."""
+        self._recover(now)
+        if not self.paced:
+            return 1 << 30
+        burst = max(2 * packet_bytes, self.rate * self.BURST_NS / 1e9)
+        self.tokens = min(burst, self.tokens + (now - self.filled_at) * self.rate / 1e9)
+        self.filled_at = now
+        return int(self.tokens // packet_bytes)
+
+    def spent(self, nbytes: int) -> None:
+        if self.paced:
+            self.tokens -= nbytes
+
+    def ready_at(self, now: int, packet_bytes: int) -> int | None:
+        """When a paced sender's next packet may leave (None: now, or not paced)."""
+        if not self.paced or self.allowed(now, packet_bytes):
+            return None
+        return now + int((packet_bytes - self.tokens) / self.rate * 1e9) + 1
+
+
 def with_dqpn(template: bytes, dqpn: int) -> bytearray:
     out = bytearray(template)
     out[DQPN_AT] = dqpn.to_bytes(3, "big")
@@ -41,8 +124,10 @@ class Sender:
     """The send side of a queue pair towards one peer."""
 
     def __init__(self, out: BatchSender, icrc: wire.Icrc, templates: dict[str, bytes],
-                 payload_bytes: int, seq_base: int):
+                 payload_bytes: int, seq_base: int, dcqcn: Dcqcn | None = None):
         self.out = out
+        self.dcqcn = dcqcn
+        self.cnps = 0
         self.icrc = icrc
         self.templates = templates
         self.mtu = payload_bytes
@@ -94,12 +179,29 @@ class Sender:
     def idle(self) -> bool:
         return self.base >= len(self.packets)
 
+    def ready(self, now: int) -> bool:
+        """Packets are waiting and may leave now (DCQCN's pace allowing)."""
+        return self.pending() and (not self.dcqcn or self.dcqcn.allowed(now, self.mtu) > 0)
+
+    def paced_until(self, now: int) -> int | None:
+        """When DCQCN lets the next waiting packet leave, if it must wait."""
+        return self.dcqcn.ready_at(now, self.mtu) if self.dcqcn and self.pending() else None
+
+    def on_cnp(self, now: int) -> None:
+        self.cnps += 1
+        if self.dcqcn:
+            self.dcqcn.on_cnp(now)
+
     def send_some(self, now: int) -> bool:
         """Send the next batch in one sendmmsg; False when the socket took less than all
         of it (it is full: wait until it drains)."""
         packets, out = self.packets, self.out
         first = self.next
         stop = min(len(packets), first + out.batch)
+        if self.dcqcn:
+            stop = min(stop, first + self.dcqcn.allowed(now, self.mtu))
+            if stop == first:
+                return True  # paced: not the socket's fault
         stamp, seq_base, clock = wire.STAMP.pack_into, self.seq_base, time.monotonic_ns
         for psn in range(first, stop):
             buf, stamp_at = packets[psn]
@@ -109,6 +211,8 @@ class Sender:
                 stamp(slot, stamp_at, wire.STAMP_MAGIC, seq_base | psn & wire.PSN_MASK, clock())
             self.icrc.put(slot)
         psn = first + out.flush()
+        if self.dcqcn:
+            self.dcqcn.spent((psn - first) * self.mtu)
         for end in range(first + 1, psn + 1):
             if end in self.ends:
                 self.sent_at.setdefault(end, now)
@@ -170,8 +274,11 @@ class Receiver:
 
     def __init__(self, sock: socket.socket, dest: tuple[str, int], icrc: wire.Icrc,
                  ack: bytearray, nak: bytearray,
-                 deliver: Callable[[int, int, int], None]):
+                 deliver: Callable[[int, int, int], None], cnp: bytearray | None = None):
         self.sock = sock
+        self.cnp = cnp  # with DCQCN on: the reply to packets marked CE
+        self.cnps = 0
+        self.last_cnp = -CNP_GAP_NS
         self.dest = dest
         self.icrc = icrc
         self.ack, self.nak = ack, nak
@@ -184,7 +291,13 @@ class Receiver:
         self.chunk = self.value = self.sent_ns = 0  # of the message being received
         self.in_message = False  # between a message's first and last packet
 
-    def on_data(self, pkt: memoryview, nbytes: int) -> None:
+    def on_data(self, pkt: memoryview, nbytes: int, ce: bool = False) -> None:
+        if ce and self.cnp is not None:
+            now = time.monotonic_ns()
+            if now - self.last_cnp >= CNP_GAP_NS:
+                self.last_cnp = now
+                self.cnps += 1
+                self._reply(self.cnp, 0)
         psn24 = int.from_bytes(pkt[PSN_AT], "big")
         diff = (psn24 - self.expected) & wire.PSN_MASK
         opcode = pkt[wire.OPCODE]

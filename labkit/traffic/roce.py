@@ -11,7 +11,7 @@ the kernel writes (:class:`labkit.traffic.wire.Icrc`).
 
 from __future__ import annotations
 
-from scapy.contrib.roce import AETH, BTH
+from scapy.contrib.roce import AETH, BTH, CNPPadding
 from scapy.fields import IntField, XIntField, XLongField
 from scapy.packet import Packet, bind_layers
 
@@ -60,6 +60,12 @@ def _with_payload(head: Packet, data: bytes) -> bytes:
 def ack_template(dqpn: int, syndrome: int = wire.SYNDROME_ACK) -> bytes:
     """An RC ACKNOWLEDGE (BTH + AETH) to the queue pair ``dqpn``; PSN patched per use."""
     return bytes(_bth(wire.ACKNOWLEDGE, dqpn) / AETH(syndrome=syndrome, msn=0))
+
+
+def cnp_template(dqpn: int) -> bytes:
+    """A congestion notification packet (BTH + 16 reserved bytes) to the queue pair
+    ``dqpn``: the receiver's word to a sender whose packets arrived marked CE."""
+    return bytes(_bth(wire.CNP, dqpn) / CNPPadding())
 
 
 def decode(payload: bytes) -> Packet:

@@ -173,3 +173,51 @@ def test_duplicate_message_end_is_acked_again():
     r.on_data(only, len(only))
     r.on_data(only, len(only))  # the ACK was lost and the sender resent
     assert [psn(p) for p in out.sent] == [0, 0] and r.messages == 1 and len(delivered) == 1
+
+
+MS = 1_000_000
+
+
+def test_a_packet_marked_ce_gets_one_cnp_per_gap():
+    out = Wire()
+    r = rc.Receiver(out, ("10.0.8.2", 4791), wire.Icrc("10.0.1.2", "10.0.8.2", 4791),
+                    rc.with_dqpn(roce.ack_template(0), 0x106),
+                    rc.with_dqpn(roce.ack_template(0, wire.SYNDROME_NAK_PSN), 0x106),
+                    deliver=lambda *_: None, cnp=rc.with_dqpn(roce.cnp_template(0), 0x106))
+    s = sender(Wire())
+    s.enqueue(3000)
+    drain(s)
+    for i, pkt in enumerate(s.out.sent):
+        r.on_data(memoryview(pkt), len(pkt), ce=i < 2)  # two marked, back to back
+    cnps = [p for p in out.sent if p[wire.OPCODE] == wire.CNP]
+    assert len(cnps) == 1 and r.cnps == 1  # the second came within CNP_GAP_NS
+    assert BTH(cnps[0]).dqpn == 0x106
+
+
+def test_dcqcn_cuts_on_a_cnp_then_recovers_to_line_rate():
+    line = 12.5e6  # 100 Mbit/s in bytes/s
+    d = rc.Dcqcn(line)
+    assert not d.paced and d.allowed(0, 9000) > 1000
+    d.on_cnp(0)
+    assert d.rate == line / 2 and d.target == line  # alpha starts at 1
+    d.on_cnp(1 * MS)  # the same congestion, still being reported: no second cut
+    assert d.rate == line / 2
+    d.allowed(rc.Dcqcn.TIMER_NS, 9000)  # one round of fast recovery: halfway back
+    assert d.rate == 0.75 * line
+    d.on_cnp(rc.Dcqcn.TIMER_NS + 1)  # alpha has grown a little less than it decayed
+    assert 0.375 * line < d.rate < 0.75 * line and d.target == 0.75 * line
+    d.allowed(10**9, 9000)  # a second later: target grown back by additive increase
+    assert not d.paced and d.rate == line
+
+
+def test_a_paced_sender_sends_at_its_rate_and_says_when_it_may_again():
+    out = Wire()
+    s = sender(out, payload=1000)
+    s.dcqcn = rc.Dcqcn(1e6)  # 1 MB/s line
+    s.dcqcn.on_cnp(0)  # paced at 500 kB/s from now; at most two packets at once
+    s.enqueue(10_000)
+    assert s.send_some(now=1) and not out.sent  # paced, not blocked by the socket
+    assert not s.ready(now=1)  # ... so the agent's loop waits instead of spinning
+    assert s.paced_until(1) == 2 * MS + 1  # 1000 bytes at 500 kB/s
+    s.send_some(now=4 * MS)  # long enough for three, but the bucket holds two
+    assert len(out.sent) == 2 and s.paced_until(4 * MS) == 6 * MS + 1

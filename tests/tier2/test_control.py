@@ -8,6 +8,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+import yaml
 
 from labkit import analysis, rundir, scenario
 from tests.leaks import assert_no_leaks
@@ -88,4 +89,30 @@ def test_state_aware_relays_the_published_phase_to_storage_hosts(fabric_ready, r
         assert known.height, "no window relayed before the op"
         last = known.row(-1, named=True)
         assert last["busy_from_ns"] <= s + REACTION_NS < last["busy_until_ns"]
+    assert_no_leaks()
+
+
+def test_dcqcn_senders_get_cnps_for_marked_packets_and_slow_down(fabric_ready, tmp_path):
+    """With ``control.dcqcn`` on, ring packets are ECN-capable; the bottleneck ports'
+    valves mark them CE past their threshold, receivers answer with CNPs, and the
+    senders cut their rate (each CNP received is counted)."""
+    doc = yaml.safe_load(SCENARIO.read_text())
+    doc["control"]["dcqcn"] = True
+    lab = tmp_path / "dcqcn.yaml"
+    lab.write_text(yaml.safe_dump(doc))
+    out = tmp_path / "run"
+    proc = subprocess.run([sys.executable, "-m", "labkit.cli", "run", str(lab), "--policy",
+                           "isolated", "--policy", "reactive", "--duration", "4", "--out",
+                           str(out)], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    dcqcn = rundir.load_run(out)
+    reactive = dcqcn.summary["policies"]["reactive"]
+    assert reactive["bottleneck"]["lanes"]["vip"]["ecn_marks"] > 0
+    assert reactive["controller"]["cnps"] > 0
+    ranks = dcqcn.tables["transport"].filter(pl.col("policy") == "reactive")
+    assert ranks["cnps"].sum() == reactive["controller"]["cnps"]
+    assert dcqcn.summary["policies"]["isolated"]["allreduce"]["busbw_mbps"] > \
+        reactive["allreduce"]["busbw_mbps"]  # slowed by its own rate cuts, too
+    ops = dcqcn.tables["collectives"].filter(pl.col("policy") == "reactive")
+    assert ops.height and ops["wrong"].sum() == 0
     assert_no_leaks()
