@@ -68,9 +68,12 @@ def test_moving_a_widget_changes_the_plot(served_notebook):
             before = legend(page)
             assert "fifo · low" in before and "fifo · vip" in before
             page.locator("select[multiple]").nth(1).select_option(["vip"])  # lanes: vip only
-            page.wait_for_function(
-                "() => !Array.from(document.querySelectorAll('.js-plotly-plot .legendtext'))"
-                ".some(n => n.textContent.endsWith(' · low'))", timeout=30_000)
+            page.wait_for_function(  # redrawn: entries again, none of them low
+                "() => { const names = Array.from(document.querySelectorAll("
+                "'.js-plotly-plot .legendtext')).map(n => n.textContent)"
+                ".filter(n => n.includes(' · '));"
+                " return names.length > 0 && !names.some(n => n.endsWith(' · low')); }",
+                timeout=30_000)
             after = legend(page)
             assert after and all(name.endswith("vip") for name in after) and after != before
         finally:

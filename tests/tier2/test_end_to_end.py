@@ -83,8 +83,14 @@ def test_lanes_cut_the_time_in_the_queue(fabric_ready, bottleneck_run):
 
 def test_one_way_latency_is_never_below_sojourn(fabric_ready, bottleneck_run):
     run, _, _ = bottleneck_run
-    joined = (run["sojourn"].filter(pl.col("stamp_ns") > 0)
-              .join(run["latency"], on=["policy", "stamp_ns", "seq"]))
+    key = ["policy", "stamp_ns", "seq"]
+
+    def once(frame: pl.DataFrame) -> pl.DataFrame:
+        # a packet seen more than once (rare: 1 in ~60k under fifo) cannot be paired
+        return frame.filter(pl.len().over(key) == 1)
+
+    joined = once(run["sojourn"].filter(pl.col("stamp_ns") > 0)).join(once(run["latency"]),
+                                                                        on=key)
     assert joined.height > 100
     assert joined.filter(pl.col("latency_ns") < pl.col("sojourn_ns")).height == 0
 
