@@ -21,7 +21,7 @@ import statistics
 
 from labkit.control.base import Controller
 
-SAMPLE_CHECK_MS = 2.0  # acts on each telemetry sample as it arrives (checked this often)
+SAMPLE_CHECK_MS = 4.0  # acts on each telemetry sample soon after it arrives (half its period)
 ACTIVE = 0.10  # of the bottleneck's rate: the vip lane is busy above this
 QUIET_MS = 20  # a burst ends after this long below ACTIVE
 DUE = 0.85  # a burst this far into its learned length ends at its first quiet sample

@@ -74,20 +74,21 @@ class ControlSession:
                                            NEVER_MS),
                                one_clock=pol.port_layout == "fifo")
             self.ports[port.ifname] = port.link.rate_mbps
-        # each rank's agent inherits the fd of its host's phase map; each storage agent
-        # those of its host's valve, whose rate its senders follow
+        # each rank's agent inherits the fd of its host's phase map; the storage agent of
+        # each host a controller holds back, those of its host's valve, which its
+        # senders follow
+        senders = storage_senders(sc, topo)
         self.phase_maps = {host: self.valves.valves[host].obj.maps["lk_phase"].fd
                            for host in sc.ranks}
         lane = LANES.index(lane_of_tcp(sc.lanes, sc.storage[0].port)) if sc.storage else 0
         self.storage_valves = {
             host: {"config_fd": v.obj.maps["lk_valve"].fd, "phase_fd": v.obj.maps["lk_phase"].fd,
                    "lane": lane, "lead_ms": spec.lead_ms}
-            for host, v in self.valves.valves.items() if host in topo.hosts}
+            for host, v in self.valves.valves.items() if host in senders}
         self.started_ns = self.stopped_ns = 0
         self.feed = FabricFeed(self.ports, pol.port_layout, spec.telemetry_delay_ms)
         self.controller = make(pol.controller, Plant(
-            self.valves, storage_senders(sc, topo), list(sc.ranks), min(self.ports.values()),
-            self.feed, spec))
+            self.valves, senders, list(sc.ranks), min(self.ports.values()), self.feed, spec))
 
     def start(self) -> None:
         self.started_ns = time.monotonic_ns()
