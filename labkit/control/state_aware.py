@@ -7,7 +7,7 @@ it in the kernel, per packet, with no control loop at all; the host's storage
 senders stop writing ``lead_ms`` before the window so their socket buffers drain
 before the collective starts (:class:`labkit.traffic.storage.Allowance`). Storage hosts run no
 job, so this relay carries the phase to them: it reads the GPU hosts' phase maps
-every 2 ms and writes the merged window (see :meth:`StateAware._merged`)
+every 5 ms and writes the merged window (see :meth:`StateAware._merged`)
 into the storage senders' valves ``relay_delay_ms`` later, emulating the message's
 trip across the fabric's control network. While a window is open each low lane
 runs at ``busy_share`` of its fair share (:func:`labkit.control.session.storage_senders`);
