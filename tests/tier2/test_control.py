@@ -19,15 +19,20 @@ MS = 1_000_000
 REACTION_NS = 50 * MS
 
 
-@pytest.fixture(scope="module")
-def run(tmp_path_factory):
-    out = tmp_path_factory.mktemp("control") / "run"
-    proc = subprocess.run([sys.executable, "-m", "labkit.cli", "run", str(SCENARIO),
-                           "--policy", "reactive", "--policy", "proactive",
-                           "--policy", "state-aware", "--duration", "6", "--out", str(out)],
+def _labkit_run(scenario: Path, policies: list[str], seconds: int, out: Path) -> rundir.Run:
+    """``labkit run`` as a user types it; the recorded run."""
+    args = [a for p in policies for a in ("--policy", p)]
+    proc = subprocess.run([sys.executable, "-m", "labkit.cli", "run", str(scenario), *args,
+                           "--duration", str(seconds), "--out", str(out)],
                           cwd=REPO, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return rundir.load_run(out)
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    return _labkit_run(SCENARIO, ["reactive", "proactive", "state-aware"], 6,
+                       tmp_path_factory.mktemp("control") / "run")
 
 
 def _of(run, table: str, policy: str) -> pl.DataFrame:
@@ -100,12 +105,7 @@ def test_dcqcn_senders_get_cnps_for_marked_packets_and_slow_down(fabric_ready, t
     doc["control"]["dcqcn"] = True
     lab = tmp_path / "dcqcn.yaml"
     lab.write_text(yaml.safe_dump(doc))
-    out = tmp_path / "run"
-    proc = subprocess.run([sys.executable, "-m", "labkit.cli", "run", str(lab), "--policy",
-                           "isolated", "--policy", "reactive", "--duration", "4", "--out",
-                           str(out)], cwd=REPO, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    dcqcn = rundir.load_run(out)
+    dcqcn = _labkit_run(lab, ["isolated", "reactive"], 4, tmp_path / "run")
     reactive = dcqcn.summary["policies"]["reactive"]
     assert reactive["bottleneck"]["lanes"]["vip"]["ecn_marks"] > 0
     assert reactive["controller"]["cnps"] > 0
