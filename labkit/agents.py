@@ -3,13 +3,15 @@
 An agent is ``python -m labkit.traffic.<module> CONFIG.json`` started with
 :meth:`labkit.fabric.Fabric.popen` (so it is in the run registry). It prints
 ``READY`` once its sockets are bound, starts on ``GO <t0_ns>``, and prints
-``DONE`` after writing its results next to its config. Configurations carry the
+``DONE`` after writing its results next to its config (ranks first print
+``FINISHED`` and wait for ``END``: :func:`finish_together`). Configurations carry the
 packet templates built here with scapy; agents only patch them.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import random
 import selectors
 import subprocess
@@ -53,6 +55,17 @@ class Agent:
         self.proc = fabric.popen(node, [sys.executable, "-m", module, str(self.cfg_path)], what,
                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.err,
                                  text=True, bufsize=1, pass_fds=pass_fds)
+        self.unread = b""  # stdout read past the last whole line
+
+    def read_lines(self) -> list[str] | None:
+        """The whole lines the agent has printed since the last call (None: it exited).
+        Reads the pipe itself: a buffered readline would hide a second line already read
+        from the pipe from the next ``select``."""
+        chunk = os.read(self.proc.stdout.fileno(), 65536)
+        if not chunk:
+            return None
+        *lines, self.unread = (self.unread + chunk).split(b"\n")
+        return [line.decode().strip() for line in lines]
 
     def send(self, line: str) -> None:
         try:
@@ -93,18 +106,17 @@ def await_lines(agents: list[Agent], word: str, timeout_s: float,
                                  f"from {names}")
             for key, _ in sel.select(timeout=min(left, 0.5)):
                 a: Agent = key.data
-                line = a.proc.stdout.readline()
-                if not line:
+                lines = a.read_lines()
+                if lines is None:
                     sel.unregister(a.proc.stdout)
-                    if a in waiting:
-                        raise AgentError(a.failure())
-                    continue
-                line = line.strip()
-                if line == word:
-                    waiting.discard(a)
-                    sel.unregister(a.proc.stdout)
-                elif on_line:
-                    on_line(a, line)
+                    raise AgentError(a.failure())
+                for line in lines:
+                    if line == word:
+                        waiting.discard(a)
+                        sel.unregister(a.proc.stdout)
+                        break
+                    if on_line:
+                        on_line(a, line)
     finally:
         sel.close()
 
@@ -188,11 +200,21 @@ def start_storage(sc: Scenario, topo: Topology, fabric: Fabric, workdir: Path,
     return agents
 
 
+def finish_together(ranks: list[Agent], timeout_s: float,
+                    on_line: Callable[[Agent, str], None] | None = None) -> None:
+    """Wait until every rank has finished its ops, then let them all end (ranks keep
+    acknowledging until then, and none exits while another is still in its last op)."""
+    await_lines(ranks, "FINISHED", timeout_s, on_line)
+    for a in ranks:
+        a.send("END")
+    await_lines(ranks, "DONE", 10)
+
+
 def run_agents(agents: list[Agent], iterations: int) -> list[dict]:
     """Start collective agents together, wait for them, return their ops."""
     await_lines(agents, "READY", READY_TIMEOUT_S)
     t0 = time.monotonic_ns() + 50_000_000
     for a in agents:
         a.send(f"GO {t0}")
-    await_lines(agents, "DONE", max(120, 10 * iterations))
+    finish_together(agents, max(120, 10 * iterations))
     return [op for a in agents for op in a.result()["ops"]]

@@ -34,6 +34,7 @@ from labkit.agents import (
     Agent,
     await_lines,
     collective,
+    finish_together,
     start_collective,
     start_storage,
 )
@@ -205,7 +206,7 @@ def _drive(result: PolicyResult, ring: list[Agent], storage: list[Agent],
                 progress(int(line.split()[1]) + 1)
 
         limit_s = duration_s + 30 if duration_s else max(120, 5 * iterations)
-        await_lines(ring, "DONE", limit_s, on_line)
+        finish_together(ring, limit_s, on_line)
         result.storage_stopped_ns = time.monotonic_ns()  # connections close from here on
         for a in storage:
             a.send("STOP")

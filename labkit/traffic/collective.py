@@ -10,8 +10,9 @@ ones and reports how many chunks were wrong (nccl-tests' ``#wrong``).
 Protocol with the controller: the agent reads a JSON config (path in argv),
 binds its sockets, prints ``READY``, waits for ``GO <t0_ns>`` on stdin (a
 CLOCK_MONOTONIC instant shared by all namespaces), prints ``OP <k>`` as each op
-completes here, writes its results JSON, prints ``DONE`` and exits. SIGTERM
-ends it early; the results written then cover the ops completed.
+completes here and ``FINISHED`` after the last, keeps acknowledging until ``END``
+on stdin (every rank has finished), writes its results JSON, prints ``DONE`` and
+exits. SIGTERM ends it early; the results written then cover the ops completed.
 
 Training jobs (:mod:`labkit.traffic.jobs`) run the same way, one plan per
 iteration, with their compute phases as timed waits; each iteration reports its
@@ -221,6 +222,31 @@ def run(cfg: dict, stdin, stdout) -> dict:
     watching: set[int] = set()  # tx sockets polled for room
     rbuf = bytearray(65536)
     rview = memoryview(rbuf)
+
+    def drain() -> None:
+        """Handle every packet waiting at the receive socket."""
+        while True:
+            try:
+                if dcqcn:
+                    nbytes, anc, _, (addr, _) = rx.recvmsg_into([rbuf], TOS_CMSG_BYTES)
+                    ce = any(level == socket.IPPROTO_IP and kind == socket.IP_TOS
+                             and data[0] & wire.ECN_MASK == wire.CE for level, kind, data in anc)
+                else:
+                    nbytes, (addr, _) = rx.recvfrom_into(rbuf)
+                    ce = False
+            except BlockingIOError:
+                return
+            p = by_ip.get(addr)
+            if p is None:
+                continue
+            opcode = rbuf[wire.OPCODE]
+            if opcode == wire.ACKNOWLEDGE:
+                senders[p].on_ack(int.from_bytes(rbuf[wire.PSN:wire.PSN + 3], "big"),
+                                  rbuf[wire.BTH_LEN], time.monotonic_ns())
+            elif opcode in wire.DATA_OPCODES:
+                receivers[p].on_data(rview, nbytes, ce)
+            elif opcode == wire.CNP:
+                senders[p].on_cnp(time.monotonic_ns())
     ops: list[dict] = []
     op_index, next_op_at = 0, t0
     op_bytes = sum(m.nbytes for step in plan.steps for m in step.send)
@@ -252,28 +278,7 @@ def run(cfg: dict, stdin, stdout) -> dict:
                 senders[m.peer].enqueue(m.nbytes, m.chunk, value)
         blocked = [p for p, s in senders.items() if s.pending() and not s.send_some(now)]
         before = delivered[0]
-        while True:  # drain the receive side
-            try:
-                if dcqcn:
-                    nbytes, anc, _, (addr, _) = rx.recvmsg_into([rbuf], TOS_CMSG_BYTES)
-                    ce = any(level == socket.IPPROTO_IP and kind == socket.IP_TOS
-                             and data[0] & wire.ECN_MASK == wire.CE for level, kind, data in anc)
-                else:
-                    nbytes, (addr, _) = rx.recvfrom_into(rbuf)
-                    ce = False
-            except BlockingIOError:
-                break
-            p = by_ip.get(addr)
-            if p is None:
-                continue
-            opcode = rbuf[wire.OPCODE]
-            if opcode == wire.ACKNOWLEDGE:
-                senders[p].on_ack(int.from_bytes(rbuf[wire.PSN:wire.PSN + 3], "big"),
-                                  rbuf[wire.BTH_LEN], time.monotonic_ns())
-            elif opcode in wire.DATA_OPCODES:
-                receivers[p].on_data(rview, nbytes, ce)
-            elif opcode == wire.CNP:
-                senders[p].on_cnp(time.monotonic_ns())
+        drain()
         now = time.monotonic_ns()
         if op and op.received_all() and all(s.idle() for s in senders.values()):
             if waiting_since is not None:
@@ -312,6 +317,18 @@ def run(cfg: dict, stdin, stdout) -> dict:
         poller.poll(min(timeout_ms, 50))
 
     board.close()
+    # Stay until every rank is done: a peer whose last ACK was lost resends its last
+    # message and needs it ACKed again, and ranks exiting early would take CPU from the
+    # ones still finishing the last op.
+    print("FINISHED", file=stdout, flush=True)
+    for p in watching:
+        poller.unregister(tx[p])
+    poller.register(stdin, select.POLLIN)
+    while not stopping:
+        if any(fd == stdin.fileno() for fd, _ in poller.poll(50)):
+            stdin.readline()  # END, or "" when the controller is gone
+            break
+        drain()
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return {
         "cpu_user_s": usage.ru_utime, "cpu_sys_s": usage.ru_stime,
