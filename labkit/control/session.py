@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 
 from labkit import bpf
-from labkit.control import Plant, make
+from labkit.control import CONTROLLERS, Plant, make
 from labkit.control.feed import FabricFeed
 from labkit.control.valve import LaneSetting, Valves
 from labkit.fabric import Fabric
@@ -83,7 +83,8 @@ class ControlSession:
         lane = LANES.index(lane_of_tcp(sc.lanes, sc.storage[0].port)) if sc.storage else 0
         self.storage_valves = {
             host: {"config_fd": v.obj.maps["lk_valve"].fd, "phase_fd": v.obj.maps["lk_phase"].fd,
-                   "lane": lane, "lead_ms": spec.lead_ms}
+                   "lane": lane, "lead_ms": spec.lead_ms,
+                   "follow_ms": CONTROLLERS[pol.controller].follow_ms}
             for host, v in self.valves.valves.items() if host in senders}
         self.started_ns = self.stopped_ns = 0
         self.feed = FabricFeed(self.ports, pol.port_layout, spec.telemetry_delay_ms)

@@ -271,8 +271,9 @@ class Allowance:
     The valve (bpf/valve.bpf.c) polices in the kernel, but TCP facing a policer
     loses packets and waits out retransmission timers, and pacing a socket down
     leaves its next packet stuck behind the slow rate when the rate comes back.
-    So the senders take the valve's word before they write: every 5 ms this reads
-    the valve's maps (file descriptors inherited from labkit) — the lane's rate, its
+    So the senders take the valve's word before they write: every ``follow_ms`` (set by
+    the controller) this reads the valve's maps (file descriptors inherited from labkit) —
+    the lane's rate, its
     busy rate and the job's phase window — and :meth:`take` holds a write until the
     sender's share of the rate in force covers it (a token bucket of one write). The
     busy rate is in force from ``lead_ms`` before the window opens (so what sits in
@@ -281,13 +282,12 @@ class Allowance:
     valve passes writes at once.
     """
 
-    PERIOD_S = 0.005
-
     def __init__(self, cfg: dict):
         from labkit.bpf import InheritedMap  # only under a valve: agents start fast
         self.valve, self.phase = InheritedMap(cfg["config_fd"]), InheritedMap(cfg["phase_fd"])
         self.lane = cfg["lane"]
         self.lead_ns = int(cfg["lead_ms"] * 1e6)
+        self.period_s = cfg["follow_ms"] / 1e3
         self.senders = 0  # the host's sending connections share the lane's rate
         self.setting = (0, 0, 0, 0)  # see rate_in_force; busy from lead_ms early
         self.changed = threading.Condition()
@@ -299,7 +299,7 @@ class Allowance:
         return rate, busy, start - self.lead_ns, end
 
     def follow(self, stop: threading.Event) -> None:
-        while not stop.wait(self.PERIOD_S):
+        while not stop.wait(self.period_s):
             setting = self.read()
             if setting != self.setting:
                 with self.changed:
