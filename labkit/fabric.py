@@ -44,7 +44,7 @@ def _receive_in_order(ethtool: Ethtool, ifname: str) -> None:
     """Make a veth receive through NAPI: one poller per queue, so a flow's packets stay in
     order even when two CPUs transmit them. Without NAPI a veth hands each packet to the
     transmitting CPU's backlog, and a router's dequeues on two CPUs reorder a flow, which
-    RoCE takes for loss (measured: 2-19 NAKs per rank in a 40-op ring with no drop
+    RoCE takes for loss (measured: up to 19 NAKs per rank in a 40-op ring with no drop
     anywhere). A veth uses NAPI only with GRO on at the receiver and TSO off at the
     sender (``veth_skb_is_eligible_for_gro``); TCP still sends large segments (GSO
     splits them after the qdisc, GRO merges them again at the next hop)."""

@@ -72,7 +72,7 @@ class ControlSpec:
     telemetry_delay_ms: float = 5.0  # age of fabric telemetry when a controller sees it
     relay_delay_ms: float = 2.0  # state-aware: job phase to the storage hosts' valves
     lead_ms: float = 5.0  # proactive and state-aware: start holding storage this early
-    busy_share: float = 0.005  # storage's share of the bottleneck while collectives run
+    busy_share: float = 0.005  # each storage sender's share of its fair share while collectives run
     idle_share: float = 0.98  # ... and at most, when they leave it idle (below 1: no queue)
     ce_us: float = 500.0  # valves mark ECN-capable packets this far behind their rate
     horizon_ms: float = 20.0  # ... and drop packets this far behind
@@ -374,7 +374,7 @@ def _control(c: _Checker, doc, key: str) -> ControlSpec:
     if "dcqcn" in doc:
         values["dcqcn"] = c.boolean(doc["dcqcn"], f"{key}.dcqcn")
     if values.get("idle_share", 1) > 1:
-        c.fail(f"{key}.idle_share", "must be at most 1 (a share of the bottleneck)")
+        c.fail(f"{key}.idle_share", "must be at most 1 (a share of each sender's fair share)")
     busy, idle = (values.get(k, getattr(ControlSpec, k)) for k in ("busy_share", "idle_share"))
     if busy >= idle:
         c.fail(f"{key}.busy_share", f"must be below idle_share ({idle:g}): storage gets less "

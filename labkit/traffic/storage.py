@@ -273,13 +273,12 @@ class Allowance:
     leaves its next packet stuck behind the slow rate when the rate comes back.
     So the senders take the valve's word before they write: every ``follow_ms`` (set by
     the controller) this reads the valve's maps (file descriptors inherited from labkit) —
-    the lane's rate, its
-    busy rate and the job's phase window — and :meth:`take` holds a write until the
-    sender's share of the rate in force covers it (a token bucket of one write). The
-    busy rate is in force from ``lead_ms`` before the window opens (so what sits in
-    socket buffers drains before the collective starts) until it closes; the window is
-    known in advance, so senders switch at its edges, not at the next read. An open
-    valve passes writes at once.
+    the lane's rate, its busy rate and the job's phase window — and :meth:`take` holds a
+    write until the sender's share of the rate in force covers it (a token bucket of one
+    write). The busy rate is in force from ``lead_ms`` before the window opens (so what
+    sits in socket buffers drains before the collective starts) until it closes; the
+    window is known in advance, so senders switch at its edges, not at the next read. An
+    open valve passes writes at once.
     """
 
     def __init__(self, cfg: dict):
