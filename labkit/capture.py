@@ -76,6 +76,8 @@ class QueuePoller:
                         self._stop.wait(delay / 1e9)
                     else:
                         tick = time.monotonic_ns()  # fell behind: do not burst to catch up
+                for p in ports:  # the last row of each port: taken after the traffic ended
+                    self._sample(reader, p)
         except BaseException as exc:  # surfaced by stop()
             self.errors.append(exc)
 
@@ -85,7 +87,9 @@ class QueuePoller:
         for s in classes:
             self.rows.append((now, p.label, s.classid, s.bytes, s.packets, s.drops,
                               s.overlimits, s.backlog_bytes, s.backlog_packets))
-        offered, (enqueued, dropped) = p.offered(), p.queued()
+        # tracepoint counts first: a packet they count was offered before, so a row
+        # never shows more enqueued + dropped than offered
+        (enqueued, dropped), offered = p.queued(), p.offered()
         if self.listener:
             self.listener(now, p.label, classes, offered)
         for lane in LANES:

@@ -260,6 +260,15 @@ def bytes_per_iteration(sc: Scenario, topo: Topology) -> tuple[dict[str, int], d
     return per_hop, senders
 
 
+def tracepoint_unseen(lane_rows: list[tuple]) -> int:
+    """Packets the classifier sent to the watched ports that the tracepoint programs did
+    not see enqueued or dropped (the last row per port and lane; see bpf/queues.bpf.c)."""
+    last: dict[tuple[str, str], tuple] = {}
+    for row in lane_rows:  # (t_ns, port, lane, offered p/B, enqueued p/B, dropped p/B)
+        last[row[1], row[2]] = row
+    return sum(r[3] - r[5] - r[7] for r in last.values())
+
+
 def summary_meta(sc: Scenario, topo: Topology, run_id: str, results: list[PolicyResult]
                  ) -> dict:
     """What :func:`labkit.analysis.summarize` needs besides the tables."""
@@ -281,7 +290,8 @@ def summary_meta(sc: Scenario, topo: Topology, run_id: str, results: list[Policy
             "telemetry": {r.policy: {"sample_every": DEFAULT_SAMPLE_EVERY,
                                      "events_lost": r.events_lost,
                                      "packets_considered": r.packets_sampled,
-                                     "dequeues_unpaired": r.unpaired}
+                                     "dequeues_unpaired": r.unpaired,
+                                     "tracepoint_unseen": tracepoint_unseen(r.lanes)}
                           for r in results},
             "loss_drops": {r.policy: r.loss_drops for r in results},
             "storage_errors": {r.policy: r.storage_errors for r in results},

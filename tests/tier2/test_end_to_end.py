@@ -105,13 +105,34 @@ def test_one_way_latency_is_never_below_sojourn(fabric_ready, bottleneck_run):
 
 
 def test_lane_counters_add_up(fabric_ready, bottleneck_run):
-    """What the classifier sent to a port = what its queue accepted + what it dropped."""
+    """The classifier and the qdisc see every packet; the tracepoint programs nearly all.
+
+    Exact: alone on the fabric (one lane, no GSO, nothing dropped) what the classifier
+    sent to a port is what the port's HTB class took, counted by the kernel itself; the
+    last rows are read after the traffic ended. Bounded: the tracepoint counters never
+    exceed what the classifier sent, and fall short by at most 1 % per lane. Measured
+    shortfall 0.1-0.4 %: this kernel does not run BPF programs on the qdisc and kfree_skb
+    tracepoints for some of their hits in softirq context (bpf/queues.bpf.c)."""
     run, _, _ = bottleneck_run
-    last = run["lanes"].sort("t_ns").group_by("policy", "port", "lane").last()
-    gap = last.with_columns((pl.col("offered_packets") - pl.col("enqueued_packets")
-                             - pl.col("dropped_packets")).alias("gap"))
-    total = gap["offered_packets"].sum()
-    assert gap["gap"].abs().sum() <= 0.001 * total, gap.filter(pl.col("gap") != 0)
+    lanes = run["lanes"].sort("t_ns").group_by("policy", "port", "lane").last()
+    classes = run["queue"].sort("t_ns").group_by("policy", "port", "classid").last()
+    alone_offered = lanes.filter(pl.col("policy") == "isolated").group_by("port").agg(
+        pl.col("offered_packets").sum())
+    alone_taken = classes.filter(pl.col("policy") == "isolated").group_by("port").agg(
+        (pl.col("packets") + pl.col("drops") + pl.col("backlog_packets")).sum().alias("taken"))
+    both = alone_offered.join(alone_taken, on="port")
+    assert both.height == 2 and (both["offered_packets"] == both["taken"]).all(), both
+    assert both["offered_packets"].min() > 30_000
+
+    unseen = lanes.with_columns((pl.col("offered_packets") - pl.col("enqueued_packets")
+                                 - pl.col("dropped_packets")).alias("unseen"))
+    assert (unseen["unseen"] >= 0).all(), unseen.filter(pl.col("unseen") < 0)
+    # + 2: a lane of a few hundred packets (ACKs, ARP) may miss one or two
+    too_many = unseen.filter(pl.col("unseen") > 0.01 * pl.col("offered_packets") + 2)
+    assert too_many.height == 0, too_many
+    telemetry = run.summary["policies"]
+    for policy, counts in unseen.group_by("policy").agg(pl.col("unseen").sum()).iter_rows():
+        assert telemetry[policy]["telemetry"]["tracepoint_unseen"] == counts
 
 
 def test_nothing_left_behind(fabric_ready, bottleneck_run):
