@@ -5,6 +5,8 @@ SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python
 SYSTEM_PYTHON := /usr/bin/python3
+LOCK := requirements.lock
+PIP := $(PY) -m pip install -q --disable-pip-version-check
 DEB_PACKAGES := mininet clang llvm libbpf-dev bpftool iperf3 tcpdump tshark iputils-ping \
 	iproute2 ethtool python3-venv procps chromium
 BPF_SOURCES := $(wildcard bpf/*.bpf.c)
@@ -12,7 +14,7 @@ BPF_OBJECTS := $(patsubst bpf/%.bpf.c,bpf/build/%.bpf.o,$(BPF_SOURCES))
 BPF_HEADERS := $(wildcard bpf/include/*.h)
 BPF_CFLAGS := -target bpf -O2 -g -Wall -Werror -Ibpf/build -Ibpf/include
 
-.PHONY: setup system mounts bpf demo test bench soak lint clean-build
+.PHONY: setup system mounts bpf demo test bench soak lint lock clean-build
 
 setup: system mounts $(VENV)/.installed bpf
 
@@ -37,13 +39,27 @@ mounts:
 
 # The venv uses Debian's Python so that Debian's Mininet module is importable; a .pth
 # file exposes that one module and nothing else from the system's site-packages.
-$(VENV)/.installed: pyproject.toml
+# Every Python package (and setuptools, which builds labkit) comes from $(LOCK): exact
+# versions, hash-checked; labkit itself is then installed without dependencies.
+$(VENV)/.installed: pyproject.toml $(LOCK)
 	@test -x $(PY) || $(SYSTEM_PYTHON) -m venv $(VENV)
 	@mkdir -p $(VENV)/debian-mininet
 	@ln -sfn /usr/lib/python3/dist-packages/mininet $(VENV)/debian-mininet/mininet
 	@echo "$(CURDIR)/$(VENV)/debian-mininet" > $$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/debian-mininet.pth
-	$(PY) -m pip install -q --disable-pip-version-check -e '.[notebooks,dev]'
+	$(PIP) --require-hashes -r $(LOCK)
+	$(PIP) --no-deps --no-build-isolation -e .
 	@touch $@
+
+# Refresh $(LOCK) on purpose: the newest releases within pyproject.toml's bounds, with
+# hashes, resolved by pip-tools for Debian's Python in a throwaway venv. Review the diff,
+# run `make test`, commit both files together.
+lock:
+	rm -rf .lock-venv && $(SYSTEM_PYTHON) -m venv .lock-venv
+	.lock-venv/bin/pip install -q --disable-pip-version-check pip-tools
+	CUSTOM_COMPILE_COMMAND="make lock" .lock-venv/bin/pip-compile -q --upgrade \
+	  --generate-hashes --all-build-deps --extra notebooks --extra dev --strip-extras \
+	  --allow-unsafe --no-emit-index-url --no-emit-find-links -o $(LOCK) pyproject.toml
+	rm -rf .lock-venv
 
 bpf: $(BPF_OBJECTS)
 

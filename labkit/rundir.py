@@ -116,16 +116,25 @@ def sha256_file(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def provenance() -> dict:
-    from importlib.metadata import version
+def python_packages() -> dict[str, str]:
+    """Every Python distribution importable here, by its canonical name: its version."""
+    from importlib.metadata import distributions
 
+    found = {d.metadata["Name"].lower().replace("_", "-"): d.version for d in distributions()
+             if d.metadata["Name"]}
+    return dict(sorted(found.items()))
+
+
+def provenance() -> dict:
+    lock = bpf.REPO_ROOT / "requirements.lock"
     objects = sorted(bpf.BUILD_DIR.glob("*.bpf.o"))
     return {
         "kernel": platform.release(),
         "labkit_revision": _git_revision(),
         "bpf_objects": {o.name: sha256_file(o) for o in objects},
         "python": platform.python_version(),
-        "packages": {p: version(p) for p in ("pyroute2", "scapy", "polars")},
+        "packages": python_packages(),
+        "requirements_lock": sha256_file(lock) if lock.exists() else None,
         "tools": _tool_versions(),
         "cpus": os.cpu_count(),
     }

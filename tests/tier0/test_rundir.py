@@ -52,3 +52,20 @@ def test_damaged_run_gives_a_clear_error(tmp_path, damage, message):
     with pytest.raises(RunDataError, match=message):
         rundir.load_run(path)
     assert before == {f.name: f.read_bytes() for f in path.iterdir() if f.is_file()}
+
+
+def test_provenance_names_every_python_package_and_the_lock():
+    """A recorded run says which library computed it: each installed distribution's
+    version, as pinned by requirements.lock, and the lock file's hash."""
+    from importlib.metadata import version
+
+    prov = rundir.provenance()
+    packages = prov["packages"]
+    for name in ("polars", "plotly", "scapy", "pyroute2", "pyyaml", "rich", "labkit"):
+        assert packages[name] == version(name), name
+    lock = rundir.bpf.REPO_ROOT / "requirements.lock"
+    pinned = dict(line.split(" ")[0].split("==") for line in lock.read_text().splitlines()
+                  if "==" in line and not line.startswith((" ", "#")))
+    assert pinned, "requirements.lock pins nothing"
+    assert {n: packages.get(n) for n in pinned} == pinned, "the venv does not match the lock"
+    assert prov["requirements_lock"] == rundir.sha256_file(lock)

@@ -67,6 +67,8 @@ def test_tables_and_manifest(fabric_ready, bottleneck_run):
     assert set(m["bpf_objects"]) >= {"classifier.bpf.o", "queues.bpf.o"}
     assert m["kernel"] and m["labkit_revision"] and m["seed"] == 1
     assert m["start_time"] <= m["end_time"]
+    assert m["packages"]["polars"] == pl.__version__ and "plotly" in m["packages"]
+    assert len(m["requirements_lock"]) == 64
     coll = run["collectives"]
     assert coll.filter(coll["policy"] == "fifo")["op"].n_unique() == 40
     q = run["queue"].filter(run["queue"]["policy"] == "priority")
