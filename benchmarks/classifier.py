@@ -1,7 +1,11 @@
-"""The lane classifier's cost per packet against an empty tc program.
+"""The lane classifier's cost per packet above an empty tc program.
 
 Both run through BPF_PROG_TEST_RUN on the same RoCEv2 packet, interleaved in
-rounds so that machine noise hits both alike; the medians are compared.
+rounds so that machine noise hits both alike; the medians are compared. The
+empty program's time is the test-run harness itself (context set-up, the
+packet's skb), which a real packet path does not pay, so the goal is on the
+difference: a 400 Gbit/s port carrying 4 KiB packets leaves ~80 ns per packet
+per core, and the classifier may take at most 25 of them.
 """
 
 import statistics
@@ -34,5 +38,5 @@ def run() -> list[dict]:
     return [
         {"name": "classifier_ns", "value": c, "unit": "ns/packet", "goal": None},
         {"name": "empty_prog_ns", "value": e, "unit": "ns/packet", "goal": None},
-        {"name": "classifier_vs_empty", "value": c / e, "unit": "ratio", "goal": "<= 1.5"},
+        {"name": "classifier_cost_ns", "value": c - e, "unit": "ns/packet", "goal": "<= 25"},
     ]

@@ -15,6 +15,7 @@ tc calls act on the network namespace of the calling thread: wrap them in
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import errno as errno_mod
@@ -136,6 +137,7 @@ _SIGNATURES = [
     ("bpf_link__pin", _int, [_vp, _cp]),
     ("bpf_link__unpin", _int, [_vp]),
     ("bpf_obj_pin", _int, [_int, _cp]),
+    ("bpf_enable_stats", _int, [_int]),
     ("bpf_map_lookup_elem", _int, [_int, _vp, _vp]),
     ("bpf_map_update_elem", _int, [_int, _vp, _vp, ctypes.c_uint64]),
     ("bpf_prog_test_run_opts", _int, [_int, _vp]),
@@ -466,6 +468,30 @@ def prog_loaded(prog_id: int, name: str) -> bool:
         return False
     try:
         return prog_info(fd)[1] == name[:15]
+    finally:
+        os.close(fd)
+
+
+def prog_stats(fd: int) -> dict[str, int]:
+    """run_time_ns, run_cnt and recursion_misses of the program open at ``fd``, as the
+    kernel prints them in its fdinfo (run time is counted only while stats are enabled)."""
+    fields = {}
+    for line in Path(f"/proc/self/fdinfo/{fd}").read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key in ("run_time_ns", "run_cnt", "recursion_misses"):
+            fields[key] = int(value)
+    return fields
+
+
+@contextlib.contextmanager
+def run_time_stats():
+    """Count every BPF program's run time and runs while inside (BPF_ENABLE_STATS: the
+    kernel turns them off again when the returned descriptor closes, however we exit)."""
+    fd = lib.bpf_enable_stats(0)  # BPF_STATS_RUN_TIME
+    if fd < 0:
+        raise BpfError("bpf_enable_stats", _errno())
+    try:
+        yield
     finally:
         os.close(fd)
 

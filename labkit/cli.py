@@ -43,6 +43,9 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--pcap", action="append", default=[], metavar="LINK",
                      help="capture LINK (e.g. leaf1-spine1) to <out>/<policy>/LINK.pcap "
                           "(repeatable)")
+    run.add_argument("--no-telemetry", action="store_true",
+                     help="leave out the queue and latency probes and the queue poller: only "
+                          "to measure what they cost (the run has no queue or latency data)")
     run.add_argument("--pcap-snaplen", type=int, default=0, metavar="BYTES",
                      help="bytes kept per captured packet (default: whole packets)")
     sweep = sub.add_parser("sweep", help="a collective's bandwidth across sizes (nccl-tests)")
@@ -127,6 +130,11 @@ def cmd_run(args) -> int:
     if args.duration is not None and args.duration <= 0:
         err.print(f"[red]error:[/] --duration: must be > 0 seconds, got {args.duration}")
         return 2
+    steered = [p for p in policies if scenario_mod.policy(p).controller]
+    if args.no_telemetry and steered:
+        err.print(f"[red]error:[/] --no-telemetry: policy {steered[0]} steers its valves from "
+                  "telemetry; leave it out or keep telemetry on")
+        return 2
     topology = topo.Topology(sc.fabric)
     try:
         check_links(topology, args.pcap)
@@ -164,7 +172,8 @@ def cmd_run(args) -> int:
                 result = experiment.run_policy(sc, topology, policy, reg,
                                                writer.agents_dir / policy,
                                                duration_s=args.duration, progress=tick,
-                                               pcap=pcap, pcap_dir=writer.tmp / policy)
+                                               pcap=pcap, pcap_dir=writer.tmp / policy,
+                                               telemetry=not args.no_telemetry)
                 results.append(result)
                 progress.update(task, description=f"{policy:<11} done",
                                 completed=len({o["op"] for o in result.ops}))

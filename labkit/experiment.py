@@ -88,13 +88,18 @@ class PolicyResult:
 
 def run_policy(sc: Scenario, topo: Topology, policy: str, registry: Registry, workdir: Path,
                duration_s: float | None = None, progress: Callable[[int], None] | None = None,
-               pcap: PcapRequest | None = None, pcap_dir: Path | None = None) -> PolicyResult:
+               pcap: PcapRequest | None = None, pcap_dir: Path | None = None,
+               telemetry: bool = True) -> PolicyResult:
     """Build a fresh fabric, run the scenario's traffic under ``policy``, tear down.
 
     ``progress(n)`` is called as the n-th op completes on the first rank; ``pcap``
-    names links to capture into ``pcap_dir``.
+    names links to capture into ``pcap_dir``. ``telemetry=False`` leaves out the queue
+    and latency probes and the queue poller (only to measure what they cost: such a run
+    has no queue, lanes, sojourn or latency rows, and cannot steer a controller).
     """
     pol = scenario_policy(policy)
+    if pol.controller and not telemetry:
+        raise ValueError(f"policy {policy} steers its valves from telemetry: keep it on")
     layout = pol.port_layout
     result = PolicyResult(policy)
     workdir.mkdir(parents=True, exist_ok=True)
@@ -105,13 +110,16 @@ def run_policy(sc: Scenario, topo: Topology, policy: str, registry: Registry, wo
         fabric.start()
         lossy = loss.attach(topo, fabric, record=registry.add)
         classifier = Classifier(sc.lanes, layout, record=registry.add)
-        queues = QueueProbe(record=registry.add)
-        latency = LatencyProbe(classifier.shared.maps["lk_config"], queues, record=registry.add)
+        if telemetry:
+            queues = QueueProbe(record=registry.add)
+            latency = LatencyProbe(classifier.shared.maps["lk_config"], queues,
+                                   record=registry.add)
         watched = _attach_probes(topo, fabric, classifier, queues, latency, sc.ranks)
         pins = bpf.pin_dir(registry.run_id)
         registry.add_pin_dir(pins)
         classifier.pin(pins)
-        queues.pin(pins)
+        if queues:
+            queues.pin(pins)
 
         if pol.controller:
             control = ControlSession(sc, topo, fabric, pol, classifier.shared.maps["lk_config"],
@@ -127,11 +135,12 @@ def run_policy(sc: Scenario, topo: Topology, policy: str, registry: Registry, wo
         agents = ring + storage
         await_lines(agents, "READY", READY_TIMEOUT_S)
         capture = PacketCapture(fabric, topo, pcap, pcap_dir).start() if pcap else None
-        events = EventReader(queues).start()
+        events = EventReader(queues).start() if queues else None
         try:
             _drive(result, ring, storage, watched, duration_s, sc.iterations, progress, control)
         finally:
-            _collect_telemetry(result, events.stop(), queues, latency)
+            if events:
+                _collect_telemetry(result, events.stop(), queues, latency)
             if capture:
                 capture.stop()
         _collect(result, ring, storage)
@@ -150,15 +159,15 @@ def run_policy(sc: Scenario, topo: Topology, policy: str, registry: Registry, wo
 
 
 def _attach_probes(topo: Topology, fabric: Fabric, classifier: Classifier,
-                   queues: QueueProbe, latency: LatencyProbe,
+                   queues: QueueProbe | None, latency: LatencyProbe | None,
                    receivers: tuple[str, ...]) -> list[WatchedPort]:
     """The classifier on every router port, the queue probe on the bottleneck ports, the
-    latency probe at the receivers' NICs."""
-    for host in receivers:
+    latency probe at the receivers' NICs (without probes: the classifier alone)."""
+    for host in receivers if latency else ():
         port = topo.ports[host][0]
         latency.attach(fabric.ns[host], port.ifname, fabric.ifindex[f"{host}/{port.ifname}"])
     watched = []
-    bottleneck_ports = topo.bottleneck_ports()
+    bottleneck_ports = topo.bottleneck_ports() if queues else ()
     for port in topo.router_ports():
         key = f"{port.node}/{port.ifname}"
         ns, ifindex = fabric.ns[port.node], fabric.ifindex[key]
