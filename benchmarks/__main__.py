@@ -15,7 +15,11 @@ OUT = Path(__file__).resolve().parent.parent / "data" / "bench" / "latest.json"
 
 
 def main() -> int:
-    records = classifier.run() + telemetry.run() + sender.run()
+    records = []
+    for module, takes in ((classifier, "~10 s"), (telemetry, "~7 min"), (sender, "~30 s")):
+        name = module.__name__.split(".")[-1]
+        print(f"bench {name}: running ({takes}) ...", file=sys.stderr, flush=True)
+        records += module.run()
     width = max(len(r["name"]) for r in records)
     failed = 0
     for r in records:

@@ -285,6 +285,13 @@ def summarize(tables: dict[str, pl.DataFrame], meta: dict) -> dict:
     for p, summary in policies.items():
         summary["telemetry"] = meta.get("telemetry", {}).get(p)
         summary["lossy_links"] = meta.get("loss_drops", {}).get(p, {})  # drops on purpose
+        summary["commands"] = meta.get("commands", {}).get(p, [])
+        for c in summary["commands"]:
+            if not c["stopped_by_labkit"] and c["exit"] != 0:
+                summary["fidelity"]["notes"].append(
+                    f"command {c['name']} ({c['role']}) on {c['host']} exited with "
+                    f"{c['exit']} before the run ended: see agents/{p}/commands/{c['name']}"
+                    f"{'' if c['role'] == 'run' else '.serve'}.err")
     kind = "job" if meta.get("job") else "allreduce"
     base = policies.get("isolated", {}).get(kind)
     for p in policies.values():

@@ -55,6 +55,7 @@ from labkit.telemetry import (
 )
 from labkit.topo import Topology
 from labkit.traffic.collective import plan_for
+from labkit.traffic.commands import Commands
 from labkit.traffic.jobs import sent_bytes
 
 STORAGE_WARMUP_S = 1.0
@@ -83,6 +84,7 @@ class PolicyResult:
     loss_drops: dict[str, int] = field(default_factory=dict)  # per lossy link
     decisions: list[tuple] = field(default_factory=list)  # controller.parquet rows
     control: dict | None = None  # valve totals and the controller's own figures
+    commands: list[dict] = field(default_factory=list)  # the command entries, as they ended
     aborted: bool = False
 
 
@@ -104,7 +106,7 @@ def run_policy(sc: Scenario, topo: Topology, policy: str, registry: Registry, wo
     result = PolicyResult(policy)
     workdir.mkdir(parents=True, exist_ok=True)
     fabric = Fabric(topo, registry, router_layout=layout)
-    classifier = queues = latency = lossy = control = None
+    classifier = queues = latency = lossy = control = commands = None
     agents: list[Agent] = []
     try:
         fabric.start()
@@ -133,11 +135,14 @@ def run_policy(sc: Scenario, topo: Topology, policy: str, registry: Registry, wo
                                  control.storage_valves if control else None)
                    if pol.storage else [])
         agents = ring + storage
+        if pol.storage and sc.commands:  # the user's programs compete as storage does
+            commands = Commands(sc.commands, topo, fabric, workdir / "commands").serve()
         await_lines(agents, "READY", READY_TIMEOUT_S)
         capture = PacketCapture(fabric, topo, pcap, pcap_dir).start() if pcap else None
         events = EventReader(queues).start() if queues else None
         try:
-            _drive(result, ring, storage, watched, duration_s, sc.iterations, progress, control)
+            _drive(result, ring, storage, watched, duration_s, sc.iterations, progress, control,
+                   commands)
         finally:
             if events:
                 _collect_telemetry(result, events.stop(), queues, latency)
@@ -150,6 +155,8 @@ def run_policy(sc: Scenario, topo: Topology, policy: str, registry: Registry, wo
             result.control = control.summary_counters()
         return result
     finally:
+        if commands:  # still running after a failure: stop them too
+            result.commands += commands.stop()
         for a in agents:
             a.close()
         for held in (control, latency, classifier, queues, lossy):
@@ -195,9 +202,10 @@ def _collect_telemetry(result: PolicyResult, events: list[tuple], queues: QueueP
 
 def _drive(result: PolicyResult, ring: list[Agent], storage: list[Agent],
            watched: list[WatchedPort], duration_s: float | None, iterations: int,
-           progress: Callable[[int], None] | None, control: ControlSession | None) -> None:
-    """Start storage, let it warm up, run the ring to the end, stop storage; record
-    telemetry meanwhile (and let the controller, if any, act on it)."""
+           progress: Callable[[int], None] | None, control: ControlSession | None,
+           commands: Commands | None = None) -> None:
+    """Start storage (and the user's commands), let it warm up, run the ring to the end,
+    stop storage; record telemetry meanwhile (and let the controller, if any, act on it)."""
     poller = QueuePoller(watched, listener=control.feed.push if control else None).start()
     cpu = CpuSampler().start()
     if control:
@@ -206,7 +214,9 @@ def _drive(result: PolicyResult, ring: list[Agent], storage: list[Agent],
         t_go = time.monotonic_ns() + 100_000_000
         for a in storage:
             a.send(f"GO {t_go}")
-        t0 = t_go + (int(STORAGE_WARMUP_S * 1e9) if storage else 0)
+        if commands:
+            commands.start()
+        t0 = t_go + (int(STORAGE_WARMUP_S * 1e9) if storage or commands else 0)
         for a in ring:
             a.send(f"GO {t0}")
 
@@ -220,6 +230,8 @@ def _drive(result: PolicyResult, ring: list[Agent], storage: list[Agent],
         for a in storage:
             a.send("STOP")
         await_lines(storage, "DONE", 10)
+        if commands:
+            result.commands = commands.stop()
     finally:
         if control:
             control.stop()
@@ -303,5 +315,6 @@ def summary_meta(sc: Scenario, topo: Topology, run_id: str, results: list[Policy
                                      "tracepoint_unseen": tracepoint_unseen(r.lanes)}
                           for r in results},
             "loss_drops": {r.policy: r.loss_drops for r in results},
+            "commands": {r.policy: r.commands for r in results if r.commands},
             "storage_errors": {r.policy: r.storage_errors for r in results},
             "control": {r.policy: r.control for r in results if r.control}}

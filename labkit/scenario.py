@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import hashlib
 import re
+import shlex
+import shutil
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -209,6 +212,25 @@ class StorageSpec:
     kind: str = "storage"
 
 
+HOST_REF = re.compile(r"\{([A-Za-z0-9_.-]+)\}")  # "{g1}" in a command: g1's address
+MAX_COMMANDS = 16
+
+
+@dataclass(frozen=True)
+class CommandSpec:
+    """A program of the user's own run in a host beside the storage traffic (iperf3, a
+    data loader...): ``run`` and ``serve`` are argv lists whose ``{host}`` references
+    become that host's address when the program starts. ``serve`` (a server the command
+    talks to) starts on ``serve_host`` before the traffic does."""
+
+    name: str
+    host: str
+    run: tuple[str, ...]
+    serve_host: str | None = None
+    serve: tuple[str, ...] = ()
+    kind: str = "command"
+
+
 @dataclass(frozen=True)
 class Scenario:
     name: str
@@ -224,6 +246,7 @@ class Scenario:
     sha256: str = field(default="", compare=False)
     job: JobSpec | None = None
     control: ControlSpec = ControlSpec()
+    commands: tuple[CommandSpec, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -358,11 +381,11 @@ def parse(doc: Any, file: str = "<scenario>") -> Scenario:
     link_defaults = _link_defaults(c, top.get("defaults", {}))
     fabric = _fabric(c, top["fabric"], link_defaults)
     lanes = _lanes(c, top.get("lanes", {"vip": [{"roce": True}], "low": [{"tcp_port": 4420}]}))
-    allreduce, job, storage = _traffic(c, top["traffic"], fabric)
+    allreduce, job, storage, commands = _traffic(c, top["traffic"], fabric)
     policies = _policies(c, top.get("policies", list(LAYOUTS)), "policies")
     control = _control(c, top.get("control", {}), "control")
     return Scenario(name, file, float(scale), seed, fabric, lanes, allreduce, storage, policies,
-                    description, job=job, control=control)
+                    description, job=job, control=control, commands=commands)
 
 
 def _control(c: _Checker, doc, key: str) -> ControlSpec:
@@ -658,12 +681,64 @@ def _arrival(c: _Checker, a, key: str) -> Arrival:
                    float(c.number(a.get("phase_ms", 0), f"{key}.phase_ms", 0, True)))
 
 
+def _argv(c: _Checker, value, key: str, fabric: FabricSpec) -> tuple[str, ...]:
+    """A command line (a string, split as a shell would, or a list of arguments) whose
+    program exists here and whose {host} references name hosts of the fabric."""
+    if isinstance(value, str):
+        try:
+            argv = shlex.split(value)
+        except ValueError as exc:
+            c.fail(key, f"cannot split the command line: {exc}")
+    else:
+        argv = [c.string(a, f"{key}[{i}]") for i, a in enumerate(c.seq(value, key))]
+    if not argv:
+        c.fail(key, "must name a program")
+    hosts = {h.name for h in fabric.hosts}
+    for arg in argv:
+        for ref in HOST_REF.findall(arg):
+            if ref not in hosts:
+                c.fail(key, f"{{{ref}}} is not a host of this fabric (hosts: "
+                            f"{', '.join(sorted(hosts))})")
+    if shutil.which(argv[0]) is None:
+        c.fail(key, f"program {argv[0]!r} is not installed on this machine (install it, "
+                    f"e.g. apt-get install {Path(argv[0]).name})")
+    return tuple(argv)
+
+
+def expand_hosts(argv: tuple[str, ...], address: Callable[[str], str]) -> list[str]:
+    """``argv`` with every {host} replaced by ``address(host)``."""
+    return [HOST_REF.sub(lambda m: address(m.group(1)), arg) for arg in argv]
+
+
+def _command(c: _Checker, t: dict, key: str, fabric: FabricSpec) -> CommandSpec:
+    c.mapping(t, key, {"kind", "name", "host", "run", "serve"}, {"name", "host", "run"})
+    name = t["name"]
+    if not isinstance(name, str) or not LABEL_RE.match(name):
+        c.fail(f"{key}.name", f"must be a label like 'bulk' or 'loader-1' (a-z, then "
+                              f"a-z0-9_-, at most 32), got {name!r}")
+    host = _one_host(c, t["host"], f"{key}.host", fabric)
+    run = _argv(c, t["run"], f"{key}.run", fabric)
+    if "serve" not in t:
+        return CommandSpec(name, host, run)
+    serve = c.mapping(t["serve"], f"{key}.serve", {"host", "run"}, {"host", "run"})
+    return CommandSpec(name, host, run, _one_host(c, serve["host"], f"{key}.serve.host", fabric),
+                       _argv(c, serve["run"], f"{key}.serve.run", fabric))
+
+
+def _one_host(c: _Checker, value, key: str, fabric: FabricSpec) -> str:
+    hosts = _selection(c, value, key, fabric)
+    if len(hosts) != 1:
+        c.fail(key, f"must name one host, got {len(hosts)} ({', '.join(hosts)}); "
+                    "write one entry per host")
+    return hosts[0]
+
+
 def _traffic(c: _Checker, traffic, fabric: FabricSpec):
-    allreduce, job, storage = None, None, []
+    allreduce, job, storage, commands = None, None, [], []
     for i, t in enumerate(c.seq(traffic, "traffic")):
         key = f"traffic[{i}]"
         if not isinstance(t, dict) or "kind" not in t:
-            c.fail(key, "must be a mapping with a kind (allreduce, job or storage)")
+            c.fail(key, "must be a mapping with a kind (allreduce, job, storage or command)")
         if t["kind"] in ("allreduce", "job") and (allreduce or job):
             c.fail(key, "only one collective workload per scenario (an allreduce or a job)")
         if t["kind"] == "job":
@@ -693,12 +768,20 @@ def _traffic(c: _Checker, traffic, fabric: FabricSpec):
             if len(storage) == MAX_STORAGE_ENTRIES:
                 c.fail(key, f"at most {MAX_STORAGE_ENTRIES} storage entries per scenario")
             storage.append(entry)
+        elif t["kind"] == "command":
+            entry = _command(c, t, key, fabric)
+            if entry.name in {e.name for e in commands}:
+                c.fail(f"{key}.name", f"another command entry is already named {entry.name!r}; "
+                                      "give this one a name of its own")
+            if len(commands) == MAX_COMMANDS:
+                c.fail(key, f"at most {MAX_COMMANDS} command entries per scenario")
+            commands.append(entry)
         else:
-            c.fail(f"{key}.kind",
-                   f"unknown traffic kind {t['kind']!r} (known: allreduce, job, storage)")
+            c.fail(f"{key}.kind", f"unknown traffic kind {t['kind']!r} "
+                                  "(known: allreduce, job, storage, command)")
     if allreduce is None and job is None:
         c.fail("traffic", "needs a collective workload (kind: allreduce, or kind: job)")
-    return allreduce, job, tuple(storage)
+    return allreduce, job, tuple(storage), tuple(commands)
 
 
 def _policies(c: _Checker, policies, key: str) -> tuple[str, ...]:

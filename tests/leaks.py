@@ -6,6 +6,7 @@ import time
 from pathlib import Path
 
 from labkit import bpf, registry
+from labkit.traffic.commands import MARKER
 
 
 def labkit_objects() -> dict[str, list[str]]:
@@ -21,9 +22,18 @@ def labkit_objects() -> dict[str, list[str]]:
         except OSError:
             continue
         text = b" ".join(args).decode(errors="replace")
-        if "labkit.traffic." in text or " -is mininet:" in text:
+        if "labkit.traffic." in text or " -is mininet:" in text or _is_command(cmdline.parent):
             procs.append(f"{cmdline.parent.name}: {text.strip()}")
     return {"bpf_programs": progs, "pins": pins, "registries": registries, "processes": procs}
+
+
+def _is_command(proc: Path) -> bool:
+    """A program a scenario's command entry started (labkit marks its environment)."""
+    try:
+        return any(v.startswith(MARKER.encode() + b"=")
+                   for v in (proc / "environ").read_bytes().split(b"\0"))
+    except OSError:
+        return False
 
 
 def assert_no_leaks(timeout_s: float = 5.0) -> None:

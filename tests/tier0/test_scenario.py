@@ -129,3 +129,38 @@ def test_unreadable_and_invalid_yaml(tmp_path):
 def test_sizes(doc, text, expected):
     doc["traffic"][0]["size_bytes"] = text
     assert scenario.parse(doc).allreduce.size_bytes == expected
+
+
+def test_command_entries_expand_host_references(doc):
+    doc["traffic"].append({"kind": "command", "name": "bulk", "host": "st1",
+                           "run": "iperf3 -c {g1} -t 60 -P 4",
+                           "serve": {"host": "g1", "run": ["iperf3", "-s"]}})
+    (cmd,) = scenario.parse(doc).commands
+    assert (cmd.host, cmd.serve_host, cmd.serve) == ("st1", "g1", ("iperf3", "-s"))
+    assert scenario.expand_hosts(cmd.run, {"g1": "10.0.0.1"}.get) == [
+        "iperf3", "-c", "10.0.0.1", "-t", "60", "-P", "4"]
+
+
+@pytest.mark.parametrize("entry, key, reason", [
+    ({"run": "iperf3 -c {g9}"}, "traffic[2].run", "{g9} is not a host of this fabric"),
+    ({"run": "no-such-program-here -x"}, "traffic[2].run",
+     "program 'no-such-program-here' is not installed"),
+    ({"run": "iperf3 -c '{g1}"}, "traffic[2].run", "cannot split the command line"),
+    ({"run": ""}, "traffic[2].run", "must name a program"),
+    ({"host": "leaf1"}, "traffic[2].host", "'leaf1' is not a host of this fabric"),
+    ({"name": "Bulk Load"}, "traffic[2].name", "must be a label"),
+    ({"host": "gpu"}, "traffic[2].host", "must name one host, got 8"),
+    ({"serve": {"host": "g1"}}, "traffic[2].serve.run", "is required"),
+    ({"cwd": "/tmp"}, "traffic[2].cwd", "unknown key"),
+])
+def test_bad_command_entries_name_key_and_reason(doc, entry, key, reason):
+    doc["traffic"].append({"kind": "command", "name": "bulk", "host": "st1",
+                           "run": "iperf3 -c {g1}", **entry})
+    err = _error(doc)
+    assert err.key == key and reason in err.reason, (err.key, err.reason)
+
+
+def test_command_names_are_unique(doc):
+    entry = {"kind": "command", "name": "bulk", "host": "st1", "run": "iperf3 -c {g1}"}
+    doc["traffic"] += [entry, dict(entry)]
+    assert _error(doc).key == "traffic[3].name"

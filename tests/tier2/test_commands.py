@@ -1,0 +1,72 @@
+"""A scenario's command entries run the user's own programs in the fabric.
+
+One short `fifo` run of the bottleneck with an unmodified iperf3 (server on g1, client on
+st1) beside the ring, and a second command that fails at once (nobody listens): the
+programs start, their output is kept, their packets are counted at the bottleneck like
+any other traffic, the failure is reported, and nothing outlives the run.
+"""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import polars as pl
+import pytest
+import yaml
+
+from labkit import rundir
+from tests.leaks import assert_no_leaks
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("commands")
+    doc = yaml.safe_load((REPO / "topologies/bottleneck.yaml").read_text())
+    doc["traffic"] = [doc["traffic"][0],  # the ring only: iperf3 is the competing traffic
+                      {"kind": "command", "name": "bulk", "host": "st1",
+                       "run": "iperf3 -c {g1} -t 600 -i 1 --forceflush",
+                       "serve": {"host": "g1", "run": "iperf3 -s -i 1 --forceflush"}},
+                      {"kind": "command", "name": "refused", "host": "g2",
+                       "run": "iperf3 -c {g6} -p 5999 -t 2"}]
+    (tmp / "cmd.yaml").write_text(yaml.safe_dump(doc))
+    out = tmp / "run"
+    proc = subprocess.run([sys.executable, "-m", "labkit.cli", "run", str(tmp / "cmd.yaml"),
+                           "--policy", "fifo", "--duration", "4", "--out", str(out)],
+                          cwd=REPO, capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    return rundir.load_run(out), out, proc.stdout
+
+
+def test_programs_ran_and_their_output_is_kept(fabric_ready, run):
+    loaded, out, _ = run
+    rows = {(c["name"], c["role"]): c for c in loaded.summary["policies"]["fifo"]["commands"]}
+    assert set(rows) == {("bulk", "run"), ("bulk", "serve"), ("refused", "run")}
+    assert rows["bulk", "run"]["stopped_by_labkit"] and rows["bulk", "serve"]["stopped_by_labkit"]
+    assert rows["bulk", "run"]["argv"][2].startswith("10.")  # {g1} became g1's address
+    client = (out / "agents/fifo/commands/bulk.out").read_text()
+    server = (out / "agents/fifo/commands/bulk.serve.out").read_text()
+    assert "connected to" in client and "bits/sec" in client
+    assert "Accepted connection" in server
+
+
+def test_a_failed_command_is_reported(fabric_ready, run):
+    loaded, out, stdout = run
+    refused = next(c for c in loaded.summary["policies"]["fifo"]["commands"]
+                   if c["name"] == "refused")
+    assert not refused["stopped_by_labkit"] and refused["exit"] not in (0, None)
+    notes = loaded.summary["policies"]["fifo"]["fidelity"]["notes"]
+    assert any("command refused (run) on g2 exited" in n for n in notes), notes
+    assert (out / "agents/fifo/commands/refused.err").stat().st_size > 0
+
+
+def test_their_packets_are_counted_at_the_bottleneck(fabric_ready, run):
+    loaded, _, _ = run
+    last = loaded["lanes"].sort("t_ns").group_by("port", "lane").last()
+    normal = last.filter((pl.col("port") == "spine1-eth0") & (pl.col("lane") == "normal"))
+    assert normal["offered_bytes"].item() > 10_000_000  # iperf3 (port 5201) rides normal
+
+
+def test_nothing_outlives_the_run(fabric_ready, run):
+    assert_no_leaks()
