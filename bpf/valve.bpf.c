@@ -15,6 +15,11 @@
  * While the job on this host says it communicates (lk_phase, written by the
  * job itself or relayed to a storage host), a lane runs at its busy rate.
  * Rates change by rewriting lk_valve; nothing is reloaded.
+ *
+ * On a controlled host's NIC (held layout, labkit/tc.py) it also sorts: vip packets
+ * into their strict-priority HTB class (vip_class), every other packet into the
+ * held class, whose ceiling the controller moves. There the lanes are left open:
+ * the qdisc, not this program, holds the traffic back, whoever sent it.
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
@@ -78,6 +83,12 @@ int lk_valve_egress(struct __sk_buff *skb)
 	lane = lk_skb_lane(skb, rules);
 	if (lane >= LK_NR_LANES)
 		return TC_ACT_UNSPEC;
+	if (cfg->vip_class) {
+		if (lane == LK_LANE_VIP)
+			skb->priority = cfg->vip_class;
+		else if (skb->priority == cfg->vip_class)
+			skb->priority = 0; /* the held class (HTB's default) */
+	}
 	stats = bpf_map_lookup_elem(&lk_valve_stats, &lane);
 	clock = bpf_map_lookup_elem(&lk_valve_clock, cfg->one_clock ? &zero : &lane);
 	if (!stats || !clock)

@@ -63,10 +63,12 @@ def _sysctl(path: str, value: str) -> None:
 class Fabric:
     """A running emulated fabric. Use as a context manager, or call :meth:`stop`."""
 
-    def __init__(self, topology: Topology, registry: Registry, router_layout: str = "fifo"):
+    def __init__(self, topology: Topology, registry: Registry, router_layout: str = "fifo",
+                 host_layout: str = "fifo"):
         self.topo = topology
         self.registry = registry
         self.router_layout = router_layout
+        self.host_layout = host_layout  # "held" where a controller shapes the hosts' NICs
         self.net = None
         self.nodes: dict = {}
         self.ns: dict[str, Netns] = {}
@@ -136,7 +138,11 @@ class Fabric:
     def _shape_for(self, port: Port, router: bool) -> tc.PortShape:
         link = port.link
         return tc.PortShape(port.ifname, link.rate_mbps, link.buffer_kb * 1024, link.mtu,
-                            self.router_layout if router else "fifo")
+                            self.router_layout if router else self.host_layout)
+
+    def host_shape(self, host: str) -> tc.PortShape:
+        """How ``host``'s NIC is shaped."""
+        return self._shape_for(self.topo.ports[host][0], router=False)
 
     def popen(self, node: str, argv: list[str], what: str, **kwargs):
         """Start ``argv`` inside ``node``'s namespace and record the process."""

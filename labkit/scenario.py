@@ -82,6 +82,12 @@ class ControlSpec:
     burst_kb: float = 512.0  # ... or, at a slow rate, this much behind
     fabric_ce_us: float = 1000.0  # bottleneck ports mark CE past this queueing delay
     dcqcn: bool = False  # collective senders mark ECT and react to CNPs (labkit.traffic.rc)
+    # how held hosts are held: "police" — the valve's token bucket marks and drops, and
+    # labkit's own storage agents pace themselves by reading it (other programs' traffic
+    # is only policed); "shape" — an HTB class on each held host's NIC that every non-vip
+    # packet passes, its ceiling moved by the controller (any program's traffic waits
+    # there; docs/control.md has what each costs)
+    enforce: str = "police"
 
 
 class ScenarioError(ValueError):
@@ -212,6 +218,7 @@ class StorageSpec:
     kind: str = "storage"
 
 
+ENFORCEMENTS = ("shape", "police")
 HOST_REF = re.compile(r"\{([A-Za-z0-9_.-]+)\}")  # "{g1}" in a command: g1's address
 MAX_COMMANDS = 16
 
@@ -229,6 +236,11 @@ class CommandSpec:
     serve_host: str | None = None
     serve: tuple[str, ...] = ()
     kind: str = "command"
+
+    @property
+    def peers(self) -> tuple[str, ...]:
+        """The hosts ``run`` names: where its traffic goes, as far as labkit can tell."""
+        return tuple(dict.fromkeys(r for arg in self.run for r in HOST_REF.findall(arg)))
 
 
 @dataclass(frozen=True)
@@ -393,9 +405,14 @@ def _control(c: _Checker, doc, key: str) -> ControlSpec:
     c.mapping(doc, key, set(fields))
     values = {k: float(c.number(v, f"{key}.{k}", 0, k in ("telemetry_delay_ms",
                                                             "relay_delay_ms", "lead_ms")))
-              for k, v in doc.items() if k != "dcqcn"}
+              for k, v in doc.items() if k not in ("dcqcn", "enforce")}
     if "dcqcn" in doc:
         values["dcqcn"] = c.boolean(doc["dcqcn"], f"{key}.dcqcn")
+    if "enforce" in doc:
+        if doc["enforce"] not in ENFORCEMENTS:
+            c.fail(f"{key}.enforce", f"must be one of {', '.join(ENFORCEMENTS)}, "
+                                     f"got {doc['enforce']!r}")
+        values["enforce"] = doc["enforce"]
     if values.get("idle_share", 1) > 1:
         c.fail(f"{key}.idle_share", "must be at most 1 (a share of each sender's fair share)")
     busy, idle = (values.get(k, getattr(ControlSpec, k)) for k in ("busy_share", "idle_share"))

@@ -5,6 +5,11 @@ link rate, and leaf classes under it, each with a byte-limited FIFO (bfifo)
 holding the port's buffer:
 
 * ``fifo`` ports: one leaf ``1:10`` that every packet shares;
+* ``held`` ports (a controlled host's NIC): ``1:10`` for vip at the whole link, strict,
+  and ``1:20`` for everything else, whose ceiling a controller moves
+  (:func:`set_held_ceil`): packets it holds wait in this queue, whoever sent them.
+  The host's valve (``bpf/valve.bpf.c``) sends vip to ``1:10``; the rest take the
+  default class.
 * ``lanes`` ports: ``1:10`` vip, ``1:20`` normal, ``1:30`` low. vip's own rate is
   the whole link, the others get a token rate and may borrow up to the link
   (``ceil``): HTB serves a class within its rate before any borrower, so vip
@@ -32,6 +37,11 @@ ROOT = 0x10000  # 1:
 PARENT = 0x10001  # 1:1
 LANE_CLASS = {"vip": 0x10010, "normal": 0x10020, "low": 0x10030}
 FIFO_CLASS = 0x10010
+HELD_CLASS = 0x10020  # a held port's class for every non-vip packet
+# The held class's queue: short, so that what a slow ceiling holds back waits in the
+# sender's socket (TCP retries what the qdisc refused, no timer fires) rather than in
+# a queue that drains slower than TCP's retransmission timeout
+HELD_BUFFER_BYTES = 64 * 1024
 TOKEN_RATE_FRACTION = 0.01  # the lower lanes' guaranteed share of the link
 QUANTUM_BYTES = 65536  # >= one GSO packet, so HTB's round-robin never starves a class
 
@@ -55,11 +65,19 @@ class PortShape:
     rate_mbps: float
     buffer_bytes: int
     mtu: int
-    layout: str  # "fifo" or "lanes"
+    layout: str  # "fifo", "lanes" or "held"
 
 
 def _bytes_per_s(rate_mbps: float) -> int:
     return int(rate_mbps * 1e6 / 8)
+
+
+def _class_params(rate: int, ceil: int, mtu: int) -> dict:
+    """HTB's rate and ceil, both bursts one jiffy of tokens at ``ceil`` plus a packet (as
+    tc computes them for the ceiling)."""
+    burst = ceil // 1000 + mtu
+    return {"rate": rate, "ceil": ceil, "burst": burst, "cburst": burst,
+            "quantum": QUANTUM_BYTES, "mtu": mtu}
 
 
 def shape(ipr: IPRoute, port: PortShape) -> int:
@@ -67,23 +85,32 @@ def shape(ipr: IPRoute, port: PortShape) -> int:
     (index,) = ipr.link_lookup(ifname=port.ifname)
     ipr.link("set", index=index, mtu=port.mtu)
     rate = _bytes_per_s(port.rate_mbps)
-    burst = rate // 1000 + port.mtu  # one jiffy of tokens plus a packet, as tc does
-    default = (FIFO_CLASS if port.layout == "fifo" else LANE_CLASS["normal"]) & 0xFFFF
+    default = {"fifo": FIFO_CLASS, "lanes": LANE_CLASS["normal"], "held": HELD_CLASS}[
+        port.layout] & 0xFFFF
     ipr.tc("replace", "htb", index, ROOT, default=default)
-    common = {"burst": burst, "cburst": burst, "quantum": QUANTUM_BYTES, "mtu": port.mtu}
-    ipr.tc("add-class", "htb", index, PARENT, parent=ROOT, rate=rate, ceil=rate, **common)
-    if port.layout == "fifo":
-        leaves = [(FIFO_CLASS, rate, 0)]
-    else:
-        token = max(int(rate * TOKEN_RATE_FRACTION), 1000)
-        leaves = [(LANE_CLASS["vip"], rate, 0), (LANE_CLASS["normal"], token, 1),
-                  (LANE_CLASS["low"], token, 2)]
+    ipr.tc("add-class", "htb", index, PARENT, parent=ROOT, **_class_params(rate, rate, port.mtu))
+    token = max(int(rate * TOKEN_RATE_FRACTION), 1000)
+    leaves = {"fifo": [(FIFO_CLASS, rate, 0)],
+              "lanes": [(LANE_CLASS["vip"], rate, 0), (LANE_CLASS["normal"], token, 1),
+                        (LANE_CLASS["low"], token, 2)],
+              "held": [(LANE_CLASS["vip"], rate, 0), (HELD_CLASS, token, 1)]}[port.layout]
     for classid, lane_rate, prio in leaves:
-        ipr.tc("add-class", "htb", index, classid, parent=PARENT, rate=lane_rate, ceil=rate,
-               prio=prio, **common)
-        ipr.tc("add", "bfifo", index, (classid & 0xFFFF) << 16, parent=classid,
-               limit=port.buffer_bytes)
+        ipr.tc("add-class", "htb", index, classid, parent=PARENT, prio=prio,
+               **_class_params(lane_rate, rate, port.mtu))
+        limit = HELD_BUFFER_BYTES if classid == HELD_CLASS else port.buffer_bytes
+        ipr.tc("add", "bfifo", index, (classid & 0xFFFF) << 16, parent=classid, limit=limit)
     return index
+
+
+def set_held_ceil(index: int, port: PortShape, ceil_mbps: float | None) -> None:
+    """Move the ceiling of a held port's class 1:20 (None: the whole link). Run it in the
+    port's namespace; the class keeps its queue, so a flow is never reordered."""
+    link = _bytes_per_s(port.rate_mbps)
+    ceil = link if ceil_mbps is None else min(max(_bytes_per_s(ceil_mbps), 1000), link)
+    token = max(int(link * TOKEN_RATE_FRACTION), 1000)
+    with IPRoute() as ipr:
+        ipr.tc("change-class", "htb", index, HELD_CLASS, parent=PARENT, prio=1,
+               **_class_params(min(token, ceil), ceil, port.mtu))
 
 
 @dataclass(frozen=True)

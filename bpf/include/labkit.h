@@ -121,7 +121,8 @@ struct lk_valve_lane {
 struct lk_valve_config {
 	struct lk_valve_lane lanes[LK_NR_LANES];
 	__u32 one_clock; /* every lane on lane 0's clock: a port with one FIFO */
-	__u32 pad;
+	__u32 vip_class; /* nonzero: vip packets get this skb->priority (an HTB class of a
+			    held NIC), and no other packet keeps it */
 };
 
 /* What the job tells its own host's valve (state-aware control): the valve uses

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import time
 
-from labkit import bpf
+from labkit import bpf, tc
 from labkit.control import CONTROLLERS, Plant, make
 from labkit.control.feed import FabricFeed
+from labkit.control.shaper import Shaper
 from labkit.control.valve import LaneSetting, Valves
 from labkit.fabric import Fabric
 from labkit.lanes import lane_of_tcp
@@ -19,24 +20,33 @@ from labkit.topo import Topology
 NEVER_MS = 10_000.0  # a horizon no queue reaches: fabric ports mark, their qdisc drops
 
 
+def _flows(sc: Scenario) -> list[tuple[str, str]]:
+    """(source, destination) of the storage entries' data and of the command entries'
+    traffic (from their host to each host their command names)."""
+    out = []
+    for st in sc.storage:
+        out += [(st.server, c) if st.pattern == "read" else (c, st.server) for c in st.clients]
+    for cmd in sc.commands:
+        out += [(cmd.host, peer) for peer in cmd.peers]
+    return out
+
+
 def storage_senders(sc: Scenario, topo: Topology) -> dict[str, float]:
-    """Hosts whose storage data meets the collectives on its way — across a bottleneck
-    port, or out of a NIC that also carries a rank's traffic — each with its fair share
-    in Mbit/s: a contended port's rate split evenly among the storage senders through
-    it (a host crossing several takes its smallest share). These are the valves a
+    """Hosts whose storage (or command) data meets the collectives on its way — across a
+    bottleneck port, or out of a NIC that also carries a rank's traffic — each with its
+    fair share in Mbit/s: a contended port's rate split evenly among the senders through
+    it (a host crossing several takes its smallest share). These are the hosts a
     controller holds back (servers of reads, clients of writes)."""
     contended = {f"{p.node}->{p.peer}": (p.link.rate_mbps, set())
                  for p in topo.bottleneck_ports()}
     for rank in sc.ranks:
         nic = topo.ports[rank][0]
         contended[f"{rank}->{nic.peer}"] = (nic.link.rate_mbps, set())
-    for st in sc.storage:
-        for client in st.clients:
-            src, dst = (st.server, client) if st.pattern == "read" else (client, st.server)
-            path = topo.path(src, dst)
-            for a, b in zip(path, path[1:], strict=False):
-                if f"{a}->{b}" in contended:
-                    contended[f"{a}->{b}"][1].add(src)
+    for src, dst in _flows(sc):
+        path = topo.path(src, dst)
+        for a, b in zip(path, path[1:], strict=False):
+            if f"{a}->{b}" in contended:
+                contended[f"{a}->{b}"][1].add(src)
     shares: dict[str, float] = {}
     for rate, hosts in contended.values():
         for host in hosts:
@@ -51,6 +61,7 @@ class ControlSession:
     def __init__(self, sc: Scenario, topo: Topology, fabric: Fabric, pol: Policy,
                  rules: bpf.Map, record: bpf.Recorder | None = None):
         self.valves = Valves(rules, record)
+        self.shaper: Shaper | None = None
         try:
             self._build(sc, topo, fabric, pol)
         except BaseException:
@@ -59,12 +70,14 @@ class ControlSession:
 
     def _build(self, sc: Scenario, topo: Topology, fabric: Fabric, pol: Policy) -> None:
         spec = sc.control
+        shaping = spec.enforce == "shape"
         host_setting = LaneSetting(ce_ms=spec.ce_us / 1e3, horizon_ms=spec.horizon_ms,
                                    burst_bytes=int(spec.burst_kb * 1024))
         for host in topo.hosts:
             port = topo.ports[host][0]
             self.valves.attach(host, fabric.ns[host], port.ifname,
-                               fabric.ifindex[f"{host}/{port.ifname}"], host_setting)
+                               fabric.ifindex[f"{host}/{port.ifname}"], host_setting,
+                               vip_class=tc.LANE_CLASS["vip"] if shaping else 0)
         self.ports = {}  # bottleneck port label -> its Mbit/s
         for port in topo.bottleneck_ports():
             key = f"{port.node}/{port.ifname}"
@@ -74,10 +87,12 @@ class ControlSession:
                                            NEVER_MS),
                                one_clock=pol.port_layout == "fifo")
             self.ports[port.ifname] = port.link.rate_mbps
-        # each rank's agent inherits the fd of its host's phase map; the storage agent of
-        # each host a controller holds back, those of its host's valve, which its
-        # senders follow
+        # each rank's agent inherits the fd of its host's phase map; under "police", the
+        # storage agent of each host a controller holds back, those of its host's valve,
+        # which its senders follow (under "shape" they are plain senders: the kernel holds)
         senders = storage_senders(sc, topo)
+        self.shaper = Shaper(self.valves, fabric, list(senders), spec.lead_ms) if shaping \
+            else None
         self.phase_maps = {host: self.valves.valves[host].obj.maps["lk_phase"].fd
                            for host in sc.ranks}
         lane = LANES.index(lane_of_tcp(sc.lanes, sc.storage[0].port)) if sc.storage else 0
@@ -85,7 +100,7 @@ class ControlSession:
             host: {"config_fd": v.obj.maps["lk_valve"].fd, "phase_fd": v.obj.maps["lk_phase"].fd,
                    "lane": lane, "lead_ms": spec.lead_ms,
                    "follow_ms": CONTROLLERS[pol.controller].follow_ms}
-            for host, v in self.valves.valves.items() if host in senders}
+            for host, v in self.valves.valves.items() if host in senders and not shaping}
         self.started_ns = self.stopped_ns = 0
         self.feed = FabricFeed(self.ports, pol.port_layout, spec.telemetry_delay_ms)
         self.controller = make(pol.controller, Plant(
@@ -93,11 +108,17 @@ class ControlSession:
 
     def start(self) -> None:
         self.started_ns = time.monotonic_ns()
+        if self.shaper:
+            self.shaper.start()
         self.controller.start()
 
     def stop(self) -> None:
         self.stopped_ns = time.monotonic_ns()
-        self.controller.stop()
+        try:
+            self.controller.stop()
+        finally:
+            if self.shaper:
+                self.shaper.stop()
 
     def summary_counters(self) -> dict:
         """Valve totals per lane: what the hosts' valves passed (mean Mbit/s while the
@@ -120,7 +141,11 @@ class ControlSession:
         return {"host_valves": hosts, "by_valve": {k: v for k, v in by_host.items() if v},
                 "port_ce_marks": ports,
                 "prediction_error_ms": self.controller.prediction_error_ms,
+                "enforce": "shape" if self.shaper else "police",
+                "ceiling_changes": self.shaper.changes if self.shaper else None,
                 "senders": self.controller.plant.senders}
 
     def close(self) -> None:
+        if self.shaper:
+            self.shaper.halt()
         self.valves.close()

@@ -29,7 +29,7 @@ class ValveLane(ctypes.Structure):
 
 class ValveConfig(ctypes.Structure):
     _fields_ = [("lanes", ValveLane * len(LANES)), ("one_clock", ctypes.c_uint32),
-                ("pad", ctypes.c_uint32)]
+                ("vip_class", ctypes.c_uint32)]
 
 
 class JobPhase(ctypes.Structure):
@@ -84,18 +84,22 @@ class Valve:
     """One host's valve: its object (sharing the classifier's rules) and its lanes."""
 
     def __init__(self, host: str, rules: bpf.Map, record: bpf.Recorder | None = None,
-                 setting: LaneSetting = LaneSetting(), one_clock: bool = False):
+                 setting: LaneSetting = LaneSetting(), one_clock: bool = False,
+                 vip_class: int = 0):
+        """``vip_class``: the host's NIC is held (labkit/tc.py): send vip to that class
+        and police nothing; the lanes' settings are then the held class's ceiling."""
         self.host = host
         self.obj = bpf.record_programs(
             bpf.BpfObject(bpf.object_path("valve"), reuse={"lk_config": rules}), record)
         self.lanes = {lane: setting for lane in LANES}
         self.one_clock = one_clock
+        self.vip_class = vip_class
         self.write()
 
     def write(self) -> None:
-        cfg = ValveConfig(one_clock=int(self.one_clock))
+        cfg = ValveConfig(one_clock=int(self.one_clock), vip_class=self.vip_class)
         for i, lane in enumerate(LANES):
-            cfg.lanes[i] = self.lanes[lane].encode()
+            cfg.lanes[i] = (LaneSetting() if self.vip_class else self.lanes[lane]).encode()
         self.obj.maps["lk_valve"].update(0, cfg)
 
     def publish_phase(self, phase: str, busy_from_ns: int, busy_until_ns: int,
@@ -122,9 +126,11 @@ class Valves:
         self.decisions: list[tuple] = []
 
     def attach(self, host: str, ns: Netns, ifname: str, ifindex: int,
-               setting: LaneSetting = LaneSetting(), one_clock: bool = False) -> Valve:
+               setting: LaneSetting = LaneSetting(), one_clock: bool = False,
+               vip_class: int = 0) -> Valve:
         """A valve on ``ifname``'s egress, known as ``host`` (a host, or a fabric port)."""
-        valve = self.valves[host] = Valve(host, self.rules, self.record, setting, one_clock)
+        valve = self.valves[host] = Valve(host, self.rules, self.record, setting, one_clock,
+                                          vip_class)
         bpf.attach_filter(ns, valve.obj.programs[PROGRAM], ifname, ifindex, PRIORITY,
                           self.attachments, self.record)
         return valve

@@ -105,4 +105,4 @@ DATA_CCCID, DATA_TTAG, DATA_OFFSET_AT, DATA_LEN_AT = 8, 10, 12, 16
 
 JOB_PHASE = struct.Struct("<QQQII")  # lk_job_phase: busy from, busy until, bytes, phase, pad
 VALVE_LANE = struct.Struct("<QQQQQ")  # lk_valve_lane: rate, CE, horizon, busy rate, burst
-VALVE_CONFIG_BYTES = 3 * VALVE_LANE.size + 8  # lk_valve_config: three lanes, one_clock, pad
+VALVE_CONFIG_BYTES = 3 * VALVE_LANE.size + 8  # lk_valve_config: three lanes, one_clock, vip_class

@@ -164,3 +164,12 @@ def test_command_names_are_unique(doc):
     entry = {"kind": "command", "name": "bulk", "host": "st1", "run": "iperf3 -c {g1}"}
     doc["traffic"] += [entry, dict(entry)]
     assert _error(doc).key == "traffic[3].name"
+
+
+def test_control_enforce_is_police_or_shape(doc):
+    assert scenario.parse(doc).control.enforce == "police"
+    doc["control"] = {"enforce": "shape"}
+    assert scenario.parse(doc).control.enforce == "shape"
+    doc["control"] = {"enforce": "pray"}
+    err = _error(doc)
+    assert err.key == "control.enforce" and "must be one of shape, police" in err.reason

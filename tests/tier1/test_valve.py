@@ -9,7 +9,8 @@ from scapy.layers.inet import IP, TCP, UDP
 from scapy.layers.l2 import Ether
 from scapy.packet import Raw
 
-from labkit import bpf, lanes
+from labkit import bpf, lanes, tc
+from labkit.bpf import SkBuff
 from labkit.control.valve import PROGRAM, Valve, Valves
 from labkit.scenario import LaneRule
 
@@ -102,3 +103,26 @@ def test_a_new_rate_rescales_the_bytes_already_accepted(valves):
     assert all(run(valves, pkt).retval == PASS for _ in range(8))  # ~8.4 ms of debt at 8
     valves.set("h", "low", "test", mbps=80.0, horizon_ms=2.0)  # the same bytes: ~0.8 ms
     assert run(valves, pkt).retval == PASS
+
+
+def test_on_a_held_nic_vip_goes_to_its_class_and_nothing_is_policed(bpf_ready):
+    """vip_class set: vip packets get the vip HTB class, other packets never keep it
+    (a sender cannot jump the queue with SO_PRIORITY), and a held rate polices nothing:
+    the NIC's held class holds back instead."""
+    with bpf.BpfObject(bpf.object_path("classifier")) as cls:
+        cls.maps["lk_config"].update(0, lanes.build_config(RULES, "lanes"))
+        valves = Valves(cls.maps["lk_config"])
+        valves.valves["h"] = Valve("h", cls.maps["lk_config"], vip_class=tc.LANE_CLASS["vip"])
+        try:
+            valves.set("h", "low", "test", mbps=0.1, horizon_ms=0.001)
+            prog = valves.valves["h"].obj.programs[PROGRAM]
+            roce = bytes(Ether() / IP() / UDP(dport=4791) / BTH(opcode=0x0A) / Raw(bytes(64)))
+            vip = prog.test_run(roce)
+            spoofed = prog.test_run(storage(), SkBuff(priority=tc.LANE_CLASS["vip"]),
+                                    repeat=1000)
+            assert vip.retval == PASS and vip.ctx.priority == tc.LANE_CLASS["vip"]
+            assert spoofed.retval == PASS and spoofed.ctx.priority == 0
+            c = valves.valves["h"].counters()["low"]
+            assert (c.packets, c.dropped, c.ce_marked) == (1000, 0, 0)
+        finally:
+            valves.close()
