@@ -750,6 +750,16 @@ def _one_host(c: _Checker, value, key: str, fabric: FabricSpec) -> str:
     return hosts[0]
 
 
+def _add_named(c: _Checker, entries: list, entry, key: str, most: int) -> None:
+    """Append a storage or command entry: names unique within its kind, at most ``most``."""
+    if entry.name in {e.name for e in entries}:
+        c.fail(f"{key}.name", f"another {entry.kind} entry is already named {entry.name!r}; "
+                              "give this one a name of its own")
+    if len(entries) == most:
+        c.fail(key, f"at most {most} {entry.kind} entries per scenario")
+    entries.append(entry)
+
+
 def _traffic(c: _Checker, traffic, fabric: FabricSpec):
     allreduce, job, storage, commands = None, None, [], []
     for i, t in enumerate(c.seq(traffic, "traffic")):
@@ -778,21 +788,9 @@ def _traffic(c: _Checker, traffic, fabric: FabricSpec):
                 algo=t.get("algo", "ring"),
             )
         elif t["kind"] == "storage":
-            entry = _storage(c, t, key, fabric)
-            if entry.name in {e.name for e in storage}:
-                c.fail(f"{key}.name", f"another storage entry is already named {entry.name!r}; "
-                                      "give this one a name of its own")
-            if len(storage) == MAX_STORAGE_ENTRIES:
-                c.fail(key, f"at most {MAX_STORAGE_ENTRIES} storage entries per scenario")
-            storage.append(entry)
+            _add_named(c, storage, _storage(c, t, key, fabric), key, MAX_STORAGE_ENTRIES)
         elif t["kind"] == "command":
-            entry = _command(c, t, key, fabric)
-            if entry.name in {e.name for e in commands}:
-                c.fail(f"{key}.name", f"another command entry is already named {entry.name!r}; "
-                                      "give this one a name of its own")
-            if len(commands) == MAX_COMMANDS:
-                c.fail(key, f"at most {MAX_COMMANDS} command entries per scenario")
-            commands.append(entry)
+            _add_named(c, commands, _command(c, t, key, fabric), key, MAX_COMMANDS)
         else:
             c.fail(f"{key}.kind", f"unknown traffic kind {t['kind']!r} "
                                   "(known: allreduce, job, storage, command)")

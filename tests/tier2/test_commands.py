@@ -8,6 +8,7 @@ any other traffic, the failure is reported, and nothing outlives the run.
 
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import polars as pl
@@ -15,14 +16,12 @@ import pytest
 import yaml
 
 from labkit import rundir
-from tests.leaks import assert_no_leaks
+from tests.leaks import assert_no_leaks, labkit_objects
 
 REPO = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture(scope="module")
-def run(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("commands")
+def scenario_with_commands(tmp: Path) -> Path:
     doc = yaml.safe_load((REPO / "topologies/bottleneck.yaml").read_text())
     doc["traffic"] = [doc["traffic"][0],  # the ring only: iperf3 is the competing traffic
                       {"kind": "command", "name": "bulk", "host": "st1",
@@ -31,8 +30,15 @@ def run(tmp_path_factory):
                       {"kind": "command", "name": "refused", "host": "g2",
                        "run": "iperf3 -c {g6} -p 5999 -t 2"}]
     (tmp / "cmd.yaml").write_text(yaml.safe_dump(doc))
+    return tmp / "cmd.yaml"
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("commands")
+    path = scenario_with_commands(tmp)
     out = tmp / "run"
-    proc = subprocess.run([sys.executable, "-m", "labkit.cli", "run", str(tmp / "cmd.yaml"),
+    proc = subprocess.run([sys.executable, "-m", "labkit.cli", "run", str(path),
                            "--policy", "fifo", "--duration", "4", "--out", str(out)],
                           cwd=REPO, capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
@@ -69,4 +75,25 @@ def test_their_packets_are_counted_at_the_bottleneck(fabric_ready, run):
 
 
 def test_nothing_outlives_the_run(fabric_ready, run):
+    assert_no_leaks()
+
+
+def test_kill_9_then_clean_stops_the_programs(fabric_ready, tmp_path):
+    """A killed run's programs hold their namespaces: `labkit clean` stops them by the
+    pids its registry recorded."""
+    proc = subprocess.Popen([sys.executable, "-m", "labkit.cli", "run",
+                             str(scenario_with_commands(tmp_path)), "--policy", "fifo",
+                             "--duration", "20", "--out", str(tmp_path / "run")], cwd=REPO,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while not any("iperf3 -c" in p for p in labkit_objects()["processes"]):
+        assert time.monotonic() < deadline and proc.poll() is None, "iperf3 never started"
+        time.sleep(0.2)
+    proc.kill()
+    proc.wait()
+    assert any("iperf3 -c" in p for p in labkit_objects()["processes"])  # outlived labkit
+    clean = subprocess.run([sys.executable, "-m", "labkit.cli", "clean"], cwd=REPO,
+                           capture_output=True, text=True)
+    assert clean.returncode == 0, clean.stderr
+    assert "command bulk" in clean.stdout, clean.stdout
     assert_no_leaks()
