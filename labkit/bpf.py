@@ -279,12 +279,21 @@ class Map:
         self.value_size = lib.bpf_map__value_size(ptr)
         self.max_entries = lib.bpf_map__max_entries(ptr)
         self.percpu = self.type in PERCPU_MAP_TYPES
+        # a per-CPU value is one slot per possible CPU, each rounded up to 8 bytes
+        self.stride = (self.value_size + 7) // 8 * 8
+        self.ncpu = possible_cpus() if self.percpu else 1
+        self._int_keys: dict[int, ctypes.Array] = {}
 
     def _key(self, key) -> ctypes.Array:
+        if isinstance(key, int) and key in self._int_keys:
+            return self._int_keys[key]
         raw = key.to_bytes(self.key_size, "little") if isinstance(key, int) else bytes(key)
         if len(raw) != self.key_size:
             raise ValueError(f"map {self.name}: key is {len(raw)} bytes, expected {self.key_size}")
-        return ctypes.create_string_buffer(raw, self.key_size)
+        buf = ctypes.create_string_buffer(raw, self.key_size)
+        if isinstance(key, int) and len(self._int_keys) < 256:  # array indices: reused
+            self._int_keys[key] = buf
+        return buf
 
     def update(self, key, value) -> None:
         raw = bytes(value)
@@ -297,19 +306,24 @@ class Map:
         if lib.bpf_map_update_elem(self.fd, self._key(key), val, BPF_ANY) < 0:
             raise BpfError(f"update of map {self.name}", _errno())
 
-    def lookup(self, key) -> bytes | list[bytes] | None:
-        """The value as bytes (a list of one value per CPU for per-CPU maps)."""
-        stride = (self.value_size + 7) // 8 * 8
-        ncpu = possible_cpus() if self.percpu else 1
-        buf = ctypes.create_string_buffer(stride * ncpu)
+    def lookup_raw(self, key) -> bytes | None:
+        """The value as the kernel copies it out: for a per-CPU map, ``ncpu`` slots of
+        ``stride`` bytes (cheap to parse in bulk: telemetry polls at 125 Hz)."""
+        buf = ctypes.create_string_buffer(self.stride * self.ncpu)
         if lib.bpf_map_lookup_elem(self.fd, self._key(key), buf) < 0:
             err = _errno()
             if err == errno_mod.ENOENT:
                 return None
             raise BpfError(f"lookup in map {self.name}", err)
-        if not self.percpu:
-            return buf.raw[: self.value_size]
-        return [buf.raw[i * stride : i * stride + self.value_size] for i in range(ncpu)]
+        return buf.raw
+
+    def lookup(self, key) -> bytes | list[bytes] | None:
+        """The value as bytes (a list of one value per CPU for per-CPU maps)."""
+        raw = self.lookup_raw(key)
+        if raw is None or not self.percpu:
+            return raw if raw is None else raw[: self.value_size]
+        return [raw[i * self.stride : i * self.stride + self.value_size]
+                for i in range(self.ncpu)]
 
     def pin(self, path: Path) -> None:
         _check(lib.bpf_obj_pin(self.fd, str(path).encode()), f"pin of map {self.name} at {path}")

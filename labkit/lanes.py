@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ctypes
 import socket
+import struct
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -49,6 +50,7 @@ class LaneCounters(ctypes.Structure):
     _fields_ = [("packets", ctypes.c_uint64), ("bytes", ctypes.c_uint64)]
 
 
+COUNTERS = struct.Struct("<QQ")  # LaneCounters, as the kernel copies it per CPU (16 bytes)
 MIRRORS = {"lk_rule": Rule, "lk_classifier_config": ClassifierConfig,
            "lk_lane_counters": LaneCounters}
 
@@ -57,8 +59,8 @@ def read_lane_counters(stats: bpf.Map, first: int) -> dict[str, tuple[int, int]]
     """Sum per-CPU ``lk_lane_counters`` at keys ``first .. first+2`` into (packets, bytes)."""
     out = {}
     for i, lane in enumerate(LANES):
-        per_cpu = [LaneCounters.from_buffer_copy(v) for v in stats.lookup(first + i)]
-        out[lane] = (sum(c.packets for c in per_cpu), sum(c.bytes for c in per_cpu))
+        per_cpu = COUNTERS.iter_unpack(stats.lookup_raw(first + i))  # (packets, bytes)
+        out[lane] = tuple(map(sum, zip(*per_cpu, strict=True)))
     return out
 
 

@@ -144,15 +144,22 @@ class StatsReader:
         self.sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, socket.NETLINK_ROUTE)
         self.sock.bind((0, 0))
         self.seq = 0
+        self.requests: dict[int, bytearray] = {}  # per ifindex, encoded once
+
+    def _request(self, index: int) -> bytearray:
+        if index not in self.requests:
+            msg = tcmsg.tcmsg()
+            msg["index"] = index
+            msg["header"] = {"type": RTM_GETTCLASS, "flags": NLM_F_REQUEST | NLM_F_DUMP}
+            msg.encode()
+            self.requests[index] = bytearray(msg.data)
+        return self.requests[index]
 
     def read(self, index: int) -> list[ClassStats]:
         self.seq += 1
-        msg = tcmsg.tcmsg()
-        msg["index"] = index
-        msg["header"] = {"type": RTM_GETTCLASS, "flags": NLM_F_REQUEST | NLM_F_DUMP,
-                         "sequence_number": self.seq}
-        msg.encode()
-        self.sock.send(msg.data)
+        request = self._request(index)
+        struct.pack_into("=I", request, 8, self.seq)  # nlmsghdr.nlmsg_seq
+        self.sock.send(request)
         out: list[ClassStats] = []
         while True:
             data = self.sock.recv(1 << 16)
