@@ -130,7 +130,8 @@ def scenario_effect() -> dict[str, float]:
     half = SCENARIO_ROUNDS // 2
     a, b = _headline(runs[False][:half]), _headline(runs[False][half:])
     return {**{k: abs(on[k] / off[k] - 1) for k in on},
-            **{f"noise_{k}": abs(a[k] / b[k] - 1) for k in a}}
+            **{f"noise_{k}": abs(a[k] / b[k] - 1) for k in a},
+            "fifo_p99_on": on["fifo_p99"], "fifo_p99_off": off["fifo_p99"]}
 
 
 def ringbuf_rate() -> float:
@@ -176,6 +177,10 @@ def run() -> list[dict]:
          "goal": "<= 0.03"},
         {"name": "telemetry_effect_fifo_slowdown_p99", "value": effect["fifo_p99"],
          "unit": "|on/off-1|", "goal": "<= 0.03"},
+        {"name": "fifo_slowdown_p99_telemetry_on", "value": effect["fifo_p99_on"],
+         "unit": "x", "goal": None},
+        {"name": "fifo_slowdown_p99_telemetry_off", "value": effect["fifo_p99_off"],
+         "unit": "x", "goal": None},
         {"name": "noise_isolated_busbw", "value": effect["noise_busbw"], "unit": "|a/b-1|",
          "goal": None},
         {"name": "noise_fifo_slowdown_p99", "value": effect["noise_fifo_p99"],

@@ -97,7 +97,8 @@ def shape(ipr: IPRoute, port: PortShape) -> int:
     for classid, lane_rate, prio in leaves:
         ipr.tc("add-class", "htb", index, classid, parent=PARENT, prio=prio,
                **_class_params(lane_rate, rate, port.mtu))
-        limit = HELD_BUFFER_BYTES if classid == HELD_CLASS else port.buffer_bytes
+        held = port.layout == "held" and classid == HELD_CLASS  # (1:20 is normal elsewhere)
+        limit = HELD_BUFFER_BYTES if held else port.buffer_bytes
         ipr.tc("add", "bfifo", index, (classid & 0xFFFF) << 16, parent=classid, limit=limit)
     return index
 

@@ -92,3 +92,25 @@ def test_an_unmodified_iperf3_is_held_within_20_ms_and_released(fabric_ready):
     assert after > 0.6 * LINK_MBPS, after
     assert shaper.changes == 2
     assert_no_leaks()
+
+
+def _bfifo_limits() -> dict[str, int]:
+    """Leaf qdisc handle -> bfifo limit (bytes) of every interface in this namespace."""
+    from pyroute2 import IPRoute
+
+    with IPRoute() as ipr:
+        return {f"{q['index']}/{q['handle'] >> 16:x}": q.get_attr("TCA_OPTIONS")["limit"]
+                for q in ipr.get_qdiscs() if q.get_attr("TCA_KIND") == "bfifo"}
+
+
+def test_only_a_held_class_gets_the_short_queue(fabric_ready):
+    """Every leaf queue holds the link's buffer, except the held class of a held NIC (whose
+    handle 20: is the normal lane's on a lanes port: a short queue there would starve
+    normal traffic at the routers)."""
+    t = topo.Topology(PATH.fabric)
+    with Fabric(t, Registry("test-held-queues"), router_layout="lanes", host_layout="held") as f:
+        router = f.ns["r1"].run(_bfifo_limits)
+        host = f.ns["h1"].run(_bfifo_limits)
+    assert len(router) == 6 and set(router.values()) == {1024 * 1024}
+    assert sorted(host.values()) == [tc.HELD_BUFFER_BYTES, 1024 * 1024]
+    assert_no_leaks()
