@@ -126,7 +126,9 @@ def controller(decisions: pl.DataFrame, control: dict, transport: pl.DataFrame) 
             "ce_marked": {lane: valves[lane]["ce_marked"] for lane in LANES},
             "dropped": {lane: valves[lane]["dropped"] for lane in LANES},
             "prediction_error_ms": control["prediction_error_ms"],
-            "senders": control["senders"], "marks_and_drops": control["by_valve"]}
+            "senders": control["senders"], "marks_and_drops": control["by_valve"],
+            "enforce": control.get("enforce", "police"),  # runs recorded before: police
+            "ceiling_changes": control.get("ceiling_changes")}
 
 
 def port_utilization(queue: pl.DataFrame, start: int, end: int) -> pl.DataFrame:
