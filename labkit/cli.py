@@ -130,6 +130,7 @@ def cmd_run(args) -> int:
     if args.duration is not None and args.duration <= 0:
         err.print(f"[red]error:[/] --duration: must be > 0 seconds, got {args.duration}")
         return 2
+    scenario_mod.check_programs(sc)
     steered = [p for p in policies if scenario_mod.policy(p).controller]
     if args.no_telemetry and steered:
         err.print(f"[red]error:[/] --no-telemetry: policy {steered[0]} steers its valves from "

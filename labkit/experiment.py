@@ -105,8 +105,9 @@ def run_policy(sc: Scenario, topo: Topology, policy: str, registry: Registry, wo
     layout = pol.port_layout
     result = PolicyResult(policy)
     workdir.mkdir(parents=True, exist_ok=True)
-    held = pol.controller is not None and sc.control.enforce == "shape"
-    fabric = Fabric(topo, registry, router_layout=layout, host_layout="held" if held else "fifo")
+    shaped = pol.controller is not None and sc.control.enforce == "shape"
+    fabric = Fabric(topo, registry, router_layout=layout,
+                    host_layout="held" if shaped else "fifo")
     classifier = queues = latency = lossy = control = commands = None
     agents: list[Agent] = []
     try:

@@ -236,6 +236,7 @@ class CommandSpec:
     serve_host: str | None = None
     serve: tuple[str, ...] = ()
     kind: str = "command"
+    key: str = field(default="", compare=False)  # where in the file: "traffic[3]"
 
     @property
     def peers(self) -> tuple[str, ...]:
@@ -700,7 +701,8 @@ def _arrival(c: _Checker, a, key: str) -> Arrival:
 
 def _argv(c: _Checker, value, key: str, fabric: FabricSpec) -> tuple[str, ...]:
     """A command line (a string, split as a shell would, or a list of arguments) whose
-    program exists here and whose {host} references name hosts of the fabric."""
+    {host} references name hosts of the fabric (whether its program is installed is
+    :func:`check_programs`'s question)."""
     if isinstance(value, str):
         try:
             argv = shlex.split(value)
@@ -716,10 +718,18 @@ def _argv(c: _Checker, value, key: str, fabric: FabricSpec) -> tuple[str, ...]:
             if ref not in hosts:
                 c.fail(key, f"{{{ref}}} is not a host of this fabric (hosts: "
                             f"{', '.join(sorted(hosts))})")
-    if shutil.which(argv[0]) is None:
-        c.fail(key, f"program {argv[0]!r} is not installed on this machine (install it, "
-                    f"e.g. apt-get install {Path(argv[0]).name})")
     return tuple(argv)
+
+
+def check_programs(sc: Scenario) -> None:
+    """Raise ScenarioError unless every command entry's programs are installed here (a
+    check of this machine, not of the file: run before a run, not when parsing)."""
+    for cmd in sc.commands:
+        for role, argv in (("run", cmd.run), ("serve.run", cmd.serve)):
+            if argv and shutil.which(argv[0]) is None:
+                raise ScenarioError(sc.path, f"{cmd.key}.{role}",
+                                    f"program {argv[0]!r} is not installed on this machine "
+                                    f"(install it, e.g. apt-get install {Path(argv[0]).name})")
 
 
 def expand_hosts(argv: tuple[str, ...], address: Callable[[str], str]) -> list[str]:
@@ -736,10 +746,10 @@ def _command(c: _Checker, t: dict, key: str, fabric: FabricSpec) -> CommandSpec:
     host = _one_host(c, t["host"], f"{key}.host", fabric)
     run = _argv(c, t["run"], f"{key}.run", fabric)
     if "serve" not in t:
-        return CommandSpec(name, host, run)
+        return CommandSpec(name, host, run, key=key)
     serve = c.mapping(t["serve"], f"{key}.serve", {"host", "run"}, {"host", "run"})
     return CommandSpec(name, host, run, _one_host(c, serve["host"], f"{key}.serve.host", fabric),
-                       _argv(c, serve["run"], f"{key}.serve.run", fabric))
+                       _argv(c, serve["run"], f"{key}.serve.run", fabric), key=key)
 
 
 def _one_host(c: _Checker, value, key: str, fabric: FabricSpec) -> str:
