@@ -372,6 +372,7 @@ def load(path: str | Path) -> Scenario:
     except OSError as exc:
         raise ScenarioError(file, "", f"cannot read the file: {exc.strerror}") from exc
     try:
+        _no_key_twice(yaml.compose(text, Loader=yaml.SafeLoader), file)
         doc = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
@@ -379,6 +380,25 @@ def load(path: str | Path) -> Scenario:
         problem = " ".join(str(getattr(exc, "problem", None) or exc).split())  # one line
         raise ScenarioError(file, "", f"not valid YAML: {where}{problem}") from None
     return replace(parse(doc, file), sha256=hashlib.sha256(text.encode()).hexdigest())
+
+
+def _no_key_twice(node: yaml.Node | None, file: str, path: str = "") -> None:
+    """Refuse a mapping that names a key twice, at any depth (YAML itself lets the last
+    one win: a second `policies:` or `traffic:` would silently replace the first)."""
+    if isinstance(node, yaml.MappingNode):
+        first: dict[str, int] = {}
+        for key_node, value_node in node.value:
+            key = str(key_node.value)
+            where = _join(path, key)
+            line = key_node.start_mark.line + 1
+            if key in first and key != "<<":
+                raise ScenarioError(file, where, f"written twice, at line {first[key]} and line "
+                                                 f"{line}: keep one")
+            first.setdefault(key, line)
+            _no_key_twice(value_node, file, where)
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            _no_key_twice(item, file, f"{path}[{i}]")
 
 
 def parse(doc: Any, file: str = "<scenario>") -> Scenario:

@@ -3,7 +3,8 @@
 Malformed scenarios are made from the shipped bottleneck.yaml by mutations that are
 invalid by construction: an unknown key in any mapping, a value of the wrong kind or
 an impossible number at any leaf, an unknown node where a node is referenced, a
-required key removed, a host placed twice, or text that is not a scenario at all.
+required key removed, a host placed twice, a key written twice at any depth, or text
+that is not a scenario at all.
 Each mutation knows the key its error must name.
 """
 
@@ -108,8 +109,36 @@ def _placed_again(host):
     return doc
 
 
+BASE_TEXT = yaml.safe_dump(BASE, sort_keys=False)
+
+
+def _key_lines(node, path=""):
+    """(path, line, column) of every mapping key in BASE_TEXT that starts its own line."""
+    if isinstance(node, yaml.MappingNode):
+        for k, v in node.value:
+            where = f"{path}.{k.value}" if path else k.value
+            yield where, k.start_mark.line, k.start_mark.column
+            yield from _key_lines(v, where)
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            yield from _key_lines(item, f"{path}[{i}]")
+
+
+KEY_LINES = [(p, line, col) for p, line, col in _key_lines(yaml.compose(BASE_TEXT))
+             if not BASE_TEXT.splitlines()[line][:col].strip()]  # not after a "- "
+
+
+def _written_twice(place):
+    """BASE with one key written again just above itself, at any depth."""
+    path, line, col = place
+    lines = BASE_TEXT.splitlines()
+    lines.insert(line, " " * col + path.rsplit(".", 1)[-1].split("[")[0] + ": 1")
+    return "\n".join(lines) + "\n"
+
+
+key_twice = st.sampled_from(KEY_LINES).map(lambda place: (_written_twice(place), place[0]))
 MALFORMED = st.one_of(unknown_key, wrong_kind, impossible_number, unknown_node, missing,
-                      placed_twice, not_a_scenario)
+                      placed_twice, not_a_scenario, key_twice)
 
 
 @settings(max_examples=500, deadline=None, derandomize=True, database=None,

@@ -182,3 +182,17 @@ def test_a_program_that_is_not_installed_is_caught_before_a_run(doc):
         scenario.check_programs(sc)
     assert info.value.key == "traffic[2].serve.run"
     assert "'no-such-program-here' is not installed" in info.value.reason
+
+
+def test_a_key_written_twice_is_refused_with_both_lines(tmp_path):
+    """YAML lets the last one win; a pasted second `policies:` must not pass silently."""
+    text = (TOPOLOGIES / "bottleneck.yaml").read_text()
+    path = tmp_path / "lab.yaml"
+    path.write_text(text + "policies: [fifo]\n")
+    first = next(i for i, line in enumerate(text.splitlines(), 1)
+                 if line.startswith("policies:"))
+    with pytest.raises(ScenarioError) as info:
+        scenario.load(path)
+    assert info.value.key == "policies"
+    assert info.value.reason == (f"written twice, at line {first} and line "
+                                 f"{len(text.splitlines()) + 1}: keep one")
