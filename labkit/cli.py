@@ -1,18 +1,21 @@
-"""The ``labkit`` command: doctor, run, report, runs, clean.
+"""labkit: emulate, measure and relieve the network bottleneck of AI training.
 
-Exit codes: 0 success; 1 a run or check failed; 2 bad input (scenario file,
-arguments); 130 interrupted.
+Commands: doctor, run, sweep, report, figures, runs, clean. Exit codes: 0 success;
+1 a run or check failed; 2 bad input (scenario file, arguments); 130 interrupted.
+``--json`` (report, runs, doctor) prints one JSON document on stdout whose
+``"schema"`` names its shape and version (docs/data-model.md).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import signal
 import sys
 from collections import Counter
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 
 from rich.console import Console
@@ -27,12 +30,31 @@ ROOT_HINT = ("needs root (it builds namespaces and loads eBPF programs). Without
              "still analyse recorded runs: `labkit report DIR`, `labkit runs` and the notebooks.")
 
 
+JSON_SCHEMA = 1  # the version of every --json document's shape; bumped when one changes
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("labkit")
+    except PackageNotFoundError:
+        return "unknown"
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="labkit", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("doctor", help="check that this machine can run labkit")
+    parser = argparse.ArgumentParser(
+        prog="labkit", formatter_class=argparse.RawDescriptionHelpFormatter,
+        description=__doc__.split("``--json``")[0].strip(),
+        epilog="example: labkit run topologies/bottleneck.yaml --policy fifo --policy priority")
+    parser.add_argument("--version", action="version", version=f"labkit {_version()}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    doctor = sub.add_parser("doctor", help="check that this machine can run labkit")
+    doctor.add_argument("--json", action="store_true",
+                        help="print the checks as JSON (schema labkit.doctor)")
     run = sub.add_parser("run", help="run a scenario under one or more policies")
-    run.add_argument("scenario", type=Path)
+    run.add_argument("scenario", type=Path,
+                     help="a scenario file, e.g. topologies/bottleneck.yaml")
     run.add_argument("--policy", action="append", default=[],
                      help="isolated, fifo, priority, reactive, proactive, state-aware, or "
                           "<fifo|priority>+<controller> (repeatable; default: the scenario's)")
@@ -49,25 +71,37 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--pcap-snaplen", type=int, default=0, metavar="BYTES",
                      help="bytes kept per captured packet (default: whole packets)")
     sweep = sub.add_parser("sweep", help="a collective's bandwidth across sizes (nccl-tests)")
-    sweep.add_argument("scenario", type=Path)
+    sweep.add_argument("scenario", type=Path,
+                       help="a scenario file whose fabric and ranks to use, e.g. "
+                            "topologies/leaf-spine.yaml")
     sweep.add_argument("--op", default="all_reduce", choices=("all_reduce", "all_gather",
                                                               "reduce_scatter", "all_to_all",
-                                                              "broadcast"))
+                                                              "broadcast"),
+                       help="the collective, e.g. --op all_gather (default all_reduce)")
     sweep.add_argument("--algo", default="ring",
                        help="ring, tree, halving_doubling, pairwise (by op)")
-    sweep.add_argument("-b", "--minbytes", default="64K")
-    sweep.add_argument("-e", "--maxbytes", default="8M")
-    sweep.add_argument("-f", "--stepfactor", type=int, default=2)
-    sweep.add_argument("-n", "--iters", type=int, default=10)
+    sweep.add_argument("-b", "--minbytes", default="64K",
+                       help="smallest message size, e.g. 64K (default 64K)")
+    sweep.add_argument("-e", "--maxbytes", default="8M",
+                       help="largest message size, e.g. 8M (default 8M)")
+    sweep.add_argument("-f", "--stepfactor", type=int, default=2,
+                       help="multiply the size by this between steps (default 2)")
+    sweep.add_argument("-n", "--iters", type=int, default=10,
+                       help="timed iterations per size (default 10)")
     sweep.add_argument("--out", type=Path, help="write DIR/sweep.csv and DIR/sweep.json")
     report = sub.add_parser("report", help="print the summary of a recorded run")
-    report.add_argument("run_dir", type=Path)
+    report.add_argument("run_dir", type=Path, help="a run directory, e.g. data/sample/bottleneck")
+    report.add_argument("--json", action="store_true",
+                        help="print the summary as JSON (schema labkit.report)")
     figures = sub.add_parser("figures", help="write a run's figures as HTML, SVG and PNG")
-    figures.add_argument("run_dir", type=Path)
+    figures.add_argument("run_dir", type=Path, help="a run directory, e.g. data/sample/bottleneck")
     figures.add_argument("--out", type=Path, required=True, help="directory for the figures")
-    sub.add_parser("runs", help="list recorded runs with their status and size")
+    runs = sub.add_parser("runs", help="list recorded runs with their status and size")
+    runs.add_argument("--json", action="store_true",
+                      help="print the list as JSON (schema labkit.runs)")
     clean = sub.add_parser("clean", help="remove what killed runs left behind (by registry)")
-    clean.add_argument("--dry-run", action="store_true")
+    clean.add_argument("--dry-run", action="store_true",
+                       help="say what each leftover run recorded, remove nothing")
     args = parser.parse_args(argv)
     try:
         return {"doctor": cmd_doctor, "run": cmd_run, "sweep": cmd_sweep, "report": cmd_report,
@@ -81,15 +115,25 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
 
+def _print_json(kind: str, body: dict) -> None:
+    """One JSON document on stdout: {"schema": "labkit.<kind>", "version": N, ...}."""
+    print(json.dumps({"schema": f"labkit.{kind}", "version": JSON_SCHEMA, **body}, indent=2))
+
+
 def cmd_doctor(args) -> int:
     from labkit import doctor
 
-    failed = 0
-    for c in doctor.checks():
+    found = doctor.checks()
+    failed = sum(1 for c in found if c.required and not c.ok)
+    if args.json:
+        _print_json("doctor", {"ready": not failed,
+                               "checks": [asdict(c) for c in found]})
+        return 1 if failed else 0
+    for c in found:
         if c.ok:
             mark = "[green]✓[/]"
         elif c.required:
-            mark, failed = "[red]✗[/]", failed + 1
+            mark = "[red]✗[/]"
         else:
             mark = "[dim]○[/]"
         line = f"{mark} {c.name}"
@@ -345,7 +389,11 @@ def cmd_report(args) -> int:
     run = _load(args.run_dir)
     if run is None:
         return 2
-    _print_summary(run.summary)
+    if args.json:
+        _print_json("report", {"run_dir": str(args.run_dir), "status": run.manifest["status"],
+                               "summary": run.summary})
+    else:
+        _print_summary(run.summary)
     return 0
 
 
@@ -377,6 +425,9 @@ def cmd_runs(args) -> int:
     from labkit.rundir import list_runs
 
     runs = list_runs()
+    if args.json:
+        _print_json("runs", {"runs": runs})
+        return 0
     if not runs:
         console.print("no runs recorded yet: `labkit run topologies/bottleneck.yaml`")
         return 0
