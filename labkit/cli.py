@@ -88,6 +88,9 @@ def main(argv: list[str] | None = None) -> int:
                        help="multiply the size by this between steps (default 2)")
     sweep.add_argument("-n", "--iters", type=int, default=10,
                        help="timed iterations per size (default 10)")
+    sweep.add_argument("--units", choices=("emulated", "real"), default="emulated",
+                       help="real: also print algbw and busbw in GB/s of the fabric the "
+                            "scenario's scale factor says the links stand for")
     sweep.add_argument("--out", type=Path, help="write DIR/sweep.csv and DIR/sweep.json")
     report = sub.add_parser("report", help="print the summary of a recorded run")
     report.add_argument("run_dir", type=Path, help="a run directory, e.g. data/sample/bottleneck")
@@ -263,21 +266,26 @@ def cmd_sweep(args) -> int:
     run_id = rundir.new_run_id(f"sweep-{sc.name}")
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, _raise_interrupt)
+    scale = sc.scale_factor if args.units == "real" else None
     console.print(f"# labkit sweep: {args.op} ({args.algo}) over {len(sc.ranks)} "
-                  f"ranks of {sc.name}, {args.iters} timed ops per size", highlight=False)
-    console.print(sweep.HEADER, highlight=False)
+                  f"ranks of {sc.name}, {args.iters} timed ops per size; " +
+                  (f"time and rates of the fabric the links stand for (scale factor "
+                   f"{sc.scale_factor:g}), emulated Mbit/s after #wrong" if scale
+                   else "rates in Mbit/s of the emulated links"), highlight=False)
+    console.print("#", highlight=False)
+    for line in sweep.header(scale):
+        console.print(line, highlight=False)
     try:
         with registry.RunLock(run_id), _temporary_dir() as work:
             rows = sweep.run(sc, args.op, args.algo, size_list, args.iters,
                              registry.Registry(run_id), Path(work),
-                             on_row=lambda r: console.print(r.line(), highlight=False))
+                             on_row=lambda r: console.print(r.line(scale), highlight=False))
     except registry.RunLockedError as exc:
         err.print(f"[red]error:[/] {exc}")
         return 1
     wrong = sum(r.wrong for r in rows)
-    console.print(f"# out of bounds values : {wrong} {'OK' if not wrong else 'FAILED'}")
-    console.print(f"# avg bus bandwidth    : {sum(r.busbw_mbps for r in rows) / len(rows):.2f} "
-                  f"Mbit/s (links: {rows[0].link_mbps:g} Mbit/s)")
+    for line in sweep.footer(rows, scale):
+        console.print(line, highlight=False)
     if args.out:
         try:
             sweep.write(rows, args.out)

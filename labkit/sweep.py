@@ -5,7 +5,13 @@ conditions), then for each size from ``-b`` to ``-e`` (times ``-f``) one agent p
 rank runs a warm-up op and ``-n`` timed ops. Columns follow nccl-tests: size,
 count, type, redop, root, time (mean op time, µs), algbw = size / time, busbw =
 algbw × the op's factor, and #wrong (chunks whose values did not add up). Rates
-are in Mbit/s of the emulated links, not GB/s.
+are in Mbit/s of the emulated links; with the scale factor (``--units real``) time and
+rates are those of the fabric the scenario says they stand for, in nccl-tests' own
+columns, and the emulated rates follow. ``count`` is nccl-tests' per-rank
+element count (``paramcount``: the whole message for all_reduce and broadcast, one
+rank's part, 4-element aligned, for all_gather, reduce_scatter and all_to_all). Only
+nccl-tests' out-of-place half is printed: labkit has no separate in-place run, so it
+prints no in-place columns rather than repeat these.
 """
 
 from __future__ import annotations
@@ -23,10 +29,36 @@ from labkit.scenario import Scenario
 from labkit.topo import Topology
 from labkit.traffic import schedules
 
-HEADER = ("#  sizes in bytes, time in microseconds, algbw and busbw in Mbit/s of the emulated "
-          "links\n"
-          "#       size        count    type   redop    root      time    algbw    busbw  "
-          "#wrong")
+COLUMNS = "#       size        count    type   redop    root      time    algbw    busbw  #wrong"
+_UNITS_HEAD = "#        (B)   (elements)                               (us)"
+UNITS = {"emulated": _UNITS_HEAD + " (Mbit/s) (Mbit/s)", "real": _UNITS_HEAD + "   (GB/s)   (GB/s)"}
+EMULATED_AFTER = ("    algbw    busbw", "  (Mbit/s) (Mbit/s)")  # labkit's own, after #wrong
+WORD_BYTES = 4  # float
+ALIGN = 4  # nccl-tests aligns a rank's part to 4 elements
+PER_RANK_OPS = ("all_gather", "reduce_scatter", "all_to_all")
+
+
+def param_count(op: str, size: int, nranks: int) -> int:
+    """nccl-tests' ``count`` column: elements per rank's call."""
+    count = size // WORD_BYTES
+    if op in PER_RANK_OPS:
+        return count // (ALIGN * nranks) * ALIGN
+    return count
+
+
+def header(scale: float | None = None) -> list[str]:
+    """nccl-tests' column heads; with ``scale`` (real units) the emulated rates follow."""
+    if not scale:
+        return [COLUMNS, UNITS["emulated"]]
+    return [COLUMNS + EMULATED_AFTER[0], UNITS["real"] + EMULATED_AFTER[1]]
+
+
+def footer(rows: list[Row], scale: float | None = None) -> list[str]:
+    """nccl-tests' closing lines, to the letter, the average in the busbw column's units."""
+    wrong = sum(r.wrong for r in rows)
+    avg = sum(r.busbw_mbps for r in rows) / len(rows)
+    return [f"# Out of bounds values : {wrong} {'OK' if not wrong else 'FAILED'}",
+            f"# Avg bus bandwidth    : {avg * scale / 8000 if scale else avg:g} ", "#"]
 
 
 @dataclass(frozen=True)
@@ -43,10 +75,19 @@ class Row:
     link_mbps: float
     retransmits: int = 0  # packets go-back-N sent again, all ranks, warm-up included
 
-    def line(self) -> str:
-        return (f"{self.size:12d} {self.count:12d} {self.type:>7} {self.redop:>7} "
-                f"{self.root:7d} {self.time_us:9.0f} {self.algbw_mbps:8.2f} "
-                f"{self.busbw_mbps:8.2f} {self.wrong:7d}")
+    def line(self, scale: float | None = None) -> str:
+        """The row as nccl-tests prints it. With ``scale`` (the scenario's scale factor)
+        time and rates are the modelled fabric's — µs ÷ scale, GB/s — and the emulated
+        Mbit/s follow #wrong, so a parser of nccl-tests' columns reads real units."""
+        time_us, algbw, busbw = self.time_us, self.algbw_mbps, self.busbw_mbps
+        if scale:
+            time_us, algbw, busbw = time_us / scale, algbw * scale / 8000, busbw * scale / 8000
+        out = (f"{self.size:12d} {self.count:12d} {self.type:>7} {self.redop:>7} "
+               f"{self.root:7d} {time_us:9.{0 if not scale else 2}f} {algbw:8.2f} "
+               f"{busbw:8.2f} {self.wrong:7d}")
+        if scale:
+            out += f" {self.algbw_mbps:8.2f} {self.busbw_mbps:8.2f}"
+        return out
 
 
 def sizes(begin: int, end: int, factor: int) -> list[int]:
@@ -105,7 +146,8 @@ def measure(op: str, n: int, size: int, ops: list[dict], link_mbps: float,
         spans[o["op"]] = (min(lo, o["start_ns"]), max(hi, o["end_ns"]), wrong + o["wrong"])
     time_us = sum(hi - lo for lo, hi, _ in spans.values()) / len(spans) / 1e3
     algbw = size * 8 / time_us  # bits per microsecond = Mbit/s
-    return Row(size, size // 4, "float", "sum" if "reduce" in op else "none",
+    return Row(size, param_count(op, size, n), "float",
+               "sum" if "reduce" in op else "none",
                0 if op == "broadcast" else -1, time_us, algbw,
                algbw * schedules.busbw_factor(op, n), sum(w for *_, w in spans.values()),
                link_mbps, retransmits)

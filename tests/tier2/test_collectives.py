@@ -6,10 +6,12 @@ import sys
 from pathlib import Path
 
 import polars as pl
+import pytest
 import yaml
 
 from labkit import rundir
 from tests.leaks import assert_no_leaks
+from tests.tier0.test_sweep_format import parse_nccl_tests
 
 REPO = Path(__file__).resolve().parents[2]
 LABKIT = [sys.executable, "-m", "labkit.cli"]
@@ -23,6 +25,11 @@ def test_ring_all_reduce_sweep_on_leaf_spine(fabric_ready, tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "busbw" in proc.stdout and "Mbit/s" in proc.stdout
     rows = json.loads((tmp_path / "sweep.json").read_text())
+    parsed = parse_nccl_tests(proc.stdout)  # a parser of nccl-tests' output reads it as is
+    assert [r["size"] for r in parsed["rows"]] == [r["size"] for r in rows]
+    assert parsed["wrong"] == (0, "OK")
+    assert parsed["avg_busbw"] == pytest.approx(
+        sum(r["busbw_mbps"] for r in rows) / len(rows), rel=1e-4)
     assert [r["size"] for r in rows] == [65536 << k for k in range(8)]
     link = rows[0]["link_mbps"]
     assert rows[-1]["busbw_mbps"] >= 0.8 * link
