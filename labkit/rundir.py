@@ -177,8 +177,13 @@ class RunWriter:
         _write_json(self.tmp / "manifest.json", self.manifest)
 
     def finish(self, tables: dict[str, pl.DataFrame], summary: dict) -> Path:
+        """Write the tables (each file leads with a ``run_id`` column, so many runs read
+        as one: ``pl.scan_parquet("data/runs/*/collectives.parquet")``), the summary, and
+        move the run into place."""
+        run_id = self.manifest.get("run_id", self.target.name)
         for name, frame in tables.items():
-            frame.write_parquet(self.tmp / f"{name}.parquet")
+            frame.select(pl.lit(run_id, pl.String).alias("run_id"), pl.all()).write_parquet(
+                self.tmp / f"{name}.parquet")
         _write_json(self.tmp / "summary.json", summary)
         self.write_manifest(status="complete", end_time=now_iso(), tables=sorted(tables))
         if self.target.exists():

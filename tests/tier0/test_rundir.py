@@ -69,3 +69,23 @@ def test_provenance_names_every_python_package_and_the_lock():
     assert pinned, "requirements.lock pins nothing"
     assert {n: packages.get(n) for n in pinned} == pinned, "the venv does not match the lock"
     assert prov["requirements_lock"] == rundir.sha256_file(lock)
+
+
+def test_every_table_file_leads_with_its_run_id_so_runs_query_as_one(tmp_path):
+    for run_id in ("r1", "r2"):
+        w = rundir.RunWriter(tmp_path / run_id)
+        w.write_manifest(run_id=run_id)
+        tables = {name: pl.DataFrame([], schema=schema)
+                  for name, schema in rundir.SCHEMAS.items()}
+        tables["cpu"] = pl.DataFrame({"policy": ["fifo"], "t_ns": [1], "busy": [0.5]},
+                                     schema=rundir.SCHEMAS["cpu"])
+        w.finish(tables, {"scenario": "t", "policies": {}})
+    both = pl.scan_parquet(tmp_path / "*" / "cpu.parquet").collect()
+    assert both.columns[0] == "run_id" and sorted(both["run_id"]) == ["r1", "r2"]
+    assert rundir.load_run(tmp_path / "r1")["cpu"].columns == list(rundir.SCHEMAS["cpu"])
+
+
+def test_a_run_recorded_before_run_id_columns_still_loads():
+    sample = rundir.bpf.REPO_ROOT / "data/sample/bottleneck"
+    assert "run_id" not in pl.read_parquet_schema(sample / "collectives.parquet")
+    assert rundir.load_run(sample)["collectives"].height > 0
