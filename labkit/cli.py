@@ -91,7 +91,9 @@ def main(argv: list[str] | None = None) -> int:
     sweep.add_argument("--units", choices=("emulated", "real"), default="emulated",
                        help="real: also print algbw and busbw in GB/s of the fabric the "
                             "scenario's scale factor says the links stand for")
-    sweep.add_argument("--out", type=Path, help="write DIR/sweep.csv and DIR/sweep.json")
+    sweep.add_argument("--out", type=Path,
+                       help="record the sweep in this new directory (default: "
+                            "data/runs/<run-id>): manifest, sweep.parquet, .csv and .json")
     report = sub.add_parser("report", help="print the summary of a recorded run")
     report.add_argument("run_dir", type=Path, help="a run directory, e.g. data/sample/bottleneck")
     report.add_argument("--json", action="store_true",
@@ -264,6 +266,15 @@ def cmd_sweep(args) -> int:
         err.print(f"[red]error:[/] {problem}")
         return 1
     run_id = rundir.new_run_id(f"sweep-{sc.name}")
+    try:
+        writer = rundir.RunWriter(args.out or rundir.RUNS_DIR / run_id)
+    except FileExistsError as exc:
+        err.print(f"[red]error:[/] {exc}")
+        return 2
+    writer.write_manifest(run_id=run_id, kind="sweep", scenario=sc.to_dict(),
+                          scenario_sha256=sc.sha256, op=args.op, algo=args.algo,
+                          sizes=size_list, iters=args.iters, start_time=rundir.now_iso(),
+                          argv=sys.argv, **rundir.provenance())
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, _raise_interrupt)
     scale = sc.scale_factor if args.units == "real" else None
@@ -282,17 +293,15 @@ def cmd_sweep(args) -> int:
                              on_row=lambda r: console.print(r.line(scale), highlight=False))
     except registry.RunLockedError as exc:
         err.print(f"[red]error:[/] {exc}")
+        writer.write_manifest(status="not started", error=str(exc))
         return 1
+    except KeyboardInterrupt:
+        writer.write_manifest(status="interrupted", end_time=rundir.now_iso())
+        raise
     wrong = sum(r.wrong for r in rows)
     for line in sweep.footer(rows, scale):
         console.print(line, highlight=False)
-    if args.out:
-        try:
-            sweep.write(rows, args.out)
-        except FileExistsError as exc:
-            err.print(f"[red]error:[/] {exc}")
-            return 1
-        console.print(f"written to {args.out}/sweep.csv and sweep.json")
+    console.print(f"sweep recorded in {sweep.write(rows, writer)}")
     return 0 if not wrong else 1
 
 

@@ -176,7 +176,8 @@ class RunWriter:
         self.manifest.update(fields)
         _write_json(self.tmp / "manifest.json", self.manifest)
 
-    def finish(self, tables: dict[str, pl.DataFrame], summary: dict) -> Path:
+    def finish(self, tables: dict[str, pl.DataFrame], summary: dict,
+               tables_written: list[str] | None = None) -> Path:
         """Write the tables (each file leads with a ``run_id`` column, so many runs read
         as one: ``pl.scan_parquet("data/runs/*/collectives.parquet")``), the summary, and
         move the run into place."""
@@ -185,7 +186,8 @@ class RunWriter:
             frame.select(pl.lit(run_id, pl.String).alias("run_id"), pl.all()).write_parquet(
                 self.tmp / f"{name}.parquet")
         _write_json(self.tmp / "summary.json", summary)
-        self.write_manifest(status="complete", end_time=now_iso(), tables=sorted(tables))
+        self.write_manifest(status="complete", end_time=now_iso(),
+                            tables=sorted([*tables, *(tables_written or [])]))
         if self.target.exists():
             raise FileExistsError(f"{self.target} appeared while the run was in progress; "
                                   f"the run stays in {self.tmp}")
@@ -230,6 +232,9 @@ def load_run(path: str | Path) -> Run:
             raise RunDataError(f"{f}: missing (an incomplete or damaged run)") from None
         except ValueError as exc:
             raise RunDataError(f"{f}: not valid JSON ({exc})") from None
+    if docs["manifest.json"].get("kind") == "sweep":
+        raise RunDataError(f"{path}: a sweep, not a run: its table is sweep.parquet "
+                           "(also sweep.csv and sweep.json)")
     tables = {}
     required = set(docs["manifest.json"].get("tables", set(SCHEMAS) - ADDED_LATER))
     for name, schema in SCHEMAS.items():

@@ -22,9 +22,12 @@ import random
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import polars as pl
+
 from labkit import agents, loss
 from labkit.fabric import Fabric
 from labkit.registry import Registry
+from labkit.rundir import RunWriter
 from labkit.scenario import Scenario
 from labkit.topo import Topology
 from labkit.traffic import schedules
@@ -153,14 +156,16 @@ def measure(op: str, n: int, size: int, ops: list[dict], link_mbps: float,
                link_mbps, retransmits)
 
 
-def write(rows: list[Row], out: Path) -> None:
-    out.mkdir(parents=True, exist_ok=True)
-    for name in ("sweep.csv", "sweep.json"):
-        if (out / name).exists():
-            raise FileExistsError(f"{out / name} exists; labkit never overwrites results")
+def write(rows: list[Row], writer: RunWriter) -> Path:
+    """Record a sweep as a run directory: ``sweep.parquet`` (``run_id`` first, like every
+    run table), ``sweep.csv`` and ``sweep.json``, and the manifest (kind ``sweep``)."""
     records = [asdict(r) for r in rows]
-    with open(out / "sweep.csv", "w", newline="") as f:
+    run_id = writer.manifest.get("run_id", writer.target.name)
+    pl.DataFrame(records).select(pl.lit(run_id).alias("run_id"), pl.all()).write_parquet(
+        writer.tmp / "sweep.parquet")
+    with open(writer.tmp / "sweep.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(records[0]))
         w.writeheader()
         w.writerows(records)
-    (out / "sweep.json").write_text(json.dumps(records, indent=2) + "\n")
+    (writer.tmp / "sweep.json").write_text(json.dumps(records, indent=2) + "\n")
+    return writer.finish({}, {"kind": "sweep", "rows": len(rows)}, tables_written=["sweep"])

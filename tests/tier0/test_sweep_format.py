@@ -70,3 +70,26 @@ def test_real_units_are_the_modelled_fabrics_in_nccl_tests_columns():
     assert parsed["algbw"] == pytest.approx(parsed["size"] / (parsed["time_us"] * 1e3),
                                             rel=0.01)
     assert row.line(scale).split()[-2:] == [f"{row.algbw_mbps:.2f}", f"{row.busbw_mbps:.2f}"]
+
+
+def test_a_sweep_is_recorded_like_a_run(tmp_path):
+    import json
+
+    import polars as pl
+
+    from labkit import rundir
+
+    rows = [sweep.measure("all_reduce", 4, s, ops(4, s / 10), 100.0) for s in (4096, 8192)]
+    writer = rundir.RunWriter(tmp_path / "s1")
+    writer.write_manifest(run_id="s1", kind="sweep")
+    path = sweep.write(rows, writer)
+    manifest = json.loads((path / "manifest.json").read_text())
+    assert manifest["status"] == "complete" and manifest["tables"] == ["sweep"]
+    table = pl.read_parquet(path / "sweep.parquet")
+    assert table.columns[0] == "run_id" and table["size"].to_list() == [4096, 8192]
+    assert [r["run_id"] for r in rundir.list_runs(tmp_path)] == ["s1"]
+    try:
+        rundir.load_run(path)
+        raise AssertionError("a sweep loaded as a run")
+    except rundir.RunDataError as exc:
+        assert "a sweep, not a run" in str(exc)

@@ -20,11 +20,13 @@ LABKIT = [sys.executable, "-m", "labkit.cli"]
 def test_ring_all_reduce_sweep_on_leaf_spine(fabric_ready, tmp_path):
     proc = subprocess.run([*LABKIT, "sweep", str(REPO / "topologies/leaf-spine.yaml"), "--op",
                            "all_reduce", "--algo", "ring", "-b", "64K", "-e", "8M", "-f", "2",
-                           "-n", "3", "--out", str(tmp_path)], cwd=REPO, capture_output=True,
+                           "-n", "3", "--out", str(tmp_path / "sweep")], cwd=REPO,
+                          capture_output=True,
                           text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "busbw" in proc.stdout and "Mbit/s" in proc.stdout
-    rows = json.loads((tmp_path / "sweep.json").read_text())
+    out = tmp_path / "sweep"
+    rows = json.loads((out / "sweep.json").read_text())
     parsed = parse_nccl_tests(proc.stdout)  # a parser of nccl-tests' output reads it as is
     assert [r["size"] for r in parsed["rows"]] == [r["size"] for r in rows]
     assert parsed["wrong"] == (0, "OK")
@@ -35,7 +37,12 @@ def test_ring_all_reduce_sweep_on_leaf_spine(fabric_ready, tmp_path):
     assert rows[-1]["busbw_mbps"] >= 0.8 * link
     assert all(r["busbw_mbps"] <= link for r in rows)
     assert all(r["wrong"] == 0 for r in rows)
-    assert (tmp_path / "sweep.csv").read_text().startswith("size,count,type,redop,root,time_us")
+    assert (out / "sweep.csv").read_text().startswith("size,count,type,redop,root,time_us")
+    manifest = json.loads((out / "manifest.json").read_text())  # recorded like a run
+    assert manifest["kind"] == "sweep" and manifest["status"] == "complete"
+    assert manifest["scenario_sha256"] and manifest["packages"]["polars"]
+    table = pl.read_parquet(out / "sweep.parquet")
+    assert table.columns[0] == "run_id" and set(table["run_id"]) == {manifest["run_id"]}
     assert_no_leaks()
 
 
