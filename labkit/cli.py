@@ -68,6 +68,9 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--no-telemetry", action="store_true",
                      help="leave out the queue and latency probes and the queue poller: only "
                           "to measure what they cost (the run has no queue or latency data)")
+    run.add_argument("--json", action="store_true",
+                     help="print the final summary as JSON on stdout (schema labkit.report); "
+                          "progress goes to stderr")
     run.add_argument("--pcap-snaplen", type=int, default=0, metavar="BYTES",
                      help="bytes kept per captured packet (default: whole packets)")
     sweep = sub.add_parser("sweep", help="a collective's bandwidth across sizes (nccl-tests)")
@@ -210,7 +213,7 @@ def cmd_run(args) -> int:
         signal.signal(sig, _raise_interrupt)
     results = []
     try:
-        with registry.RunLock(run_id), _progress() as progress:
+        with registry.RunLock(run_id), _progress(to_stderr=args.json) as progress:
             for policy in policies:
                 total = sc.iterations
                 task = progress.add_task(f"{policy:<11} building fabric", total=total)
@@ -243,6 +246,9 @@ def cmd_run(args) -> int:
     summary = analysis.summarize(tables, meta)
     writer.write_manifest(fidelity={p: s["fidelity"] for p, s in summary["policies"].items()})
     path = writer.finish(tables, summary)
+    if args.json:
+        _print_json("report", {"run_dir": str(path), "status": "complete", "summary": summary})
+        return 0
     _print_summary(summary)
     console.print(f"\nrun recorded in [bold]{path}[/]")
     return 0
@@ -325,9 +331,11 @@ def _raise_interrupt(signum, _frame):
 
 
 
-def _progress(unit: str = "ops") -> Progress:
+def _progress(unit: str = "ops", to_stderr: bool = False) -> Progress:
+    """Progress bars, on stderr when stdout carries a JSON document."""
     return Progress(TextColumn("{task.description:<22}"), BarColumn(), MofNCompleteColumn(),
-                    TextColumn(unit), TimeElapsedColumn(), console=console, transient=False)
+                    TextColumn(unit), TimeElapsedColumn(), console=err if to_stderr else console,
+                    transient=False)
 
 
 def _fmt(value, spec: str = ".2f") -> str:
