@@ -63,7 +63,9 @@ def write(run: Run, out: Path, on_step: Callable[[str], None] | None = None,
         fig = build()
         for i, trace in enumerate(fig.data):
             trace.uid = f"{name}-{i}"
-        fig.write_html(out / f"{name}.html", include_plotlyjs="cdn", full_html=True,
+        # plotly.js beside the pages (one copy for the set), not from a CDN: figures open
+        # in a lab or on a laptop without internet
+        fig.write_html(out / f"{name}.html", include_plotlyjs="directory", full_html=True,
                        div_id=name)
         built[name] = fig
         if on_step:

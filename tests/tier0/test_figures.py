@@ -116,6 +116,14 @@ def test_live_panel_says_why_it_cannot_run_and_builds_valid_scenarios(tmp_path):
     assert job.ranks == ("g1", "g5") and dict(job.params)["activation_bytes"] == 65536
 
 
+def test_html_needs_no_internet(tmp_path):
+    run = rundir.load_run(REPO / "data/sample/bottleneck")
+    written = figures.write(run, tmp_path, images=False)
+    page = written[0].read_text()
+    assert "cdn.plot.ly" not in page and 'src="plotly.min.js"' in page
+    assert (tmp_path / "plotly.min.js").stat().st_size > 1_000_000
+
+
 def test_without_chromium_only_html_is_written(tmp_path):
     run = rundir.load_run(REPO / "data/sample/pipeline-parallel")
     written = figures.write(run, tmp_path, images=False)
