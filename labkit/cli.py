@@ -284,19 +284,18 @@ def cmd_sweep(args) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, _raise_interrupt)
     scale = sc.scale_factor if args.units == "real" else None
-    console.print(f"# labkit sweep: {args.op} ({args.algo}) over {len(sc.ranks)} "
-                  f"ranks of {sc.name}, {args.iters} timed ops per size; " +
-                  (f"time and rates of the fabric the links stand for (scale factor "
-                   f"{sc.scale_factor:g}), emulated Mbit/s after #wrong" if scale
-                   else "rates in Mbit/s of the emulated links"), highlight=False)
-    console.print("#", highlight=False)
-    for line in sweep.header(scale):
-        console.print(line, highlight=False)
+    # nccl-tests' format is plain text, one record per line: printed as is, never wrapped
+    print(f"# labkit sweep: {args.op} ({args.algo}) over {len(sc.ranks)} ranks of {sc.name}, "
+          f"{args.iters} timed ops per size; " +
+          (f"time and rates of the fabric the links stand for (scale factor "
+           f"{sc.scale_factor:g}), emulated Mbit/s after #wrong" if scale
+           else "rates in Mbit/s of the emulated links"), "#", *sweep.header(scale),
+          sep="\n", flush=True)
     try:
         with registry.RunLock(run_id), _temporary_dir() as work:
             rows = sweep.run(sc, args.op, args.algo, size_list, args.iters,
                              registry.Registry(run_id), Path(work),
-                             on_row=lambda r: console.print(r.line(scale), highlight=False))
+                             on_row=lambda r: print(r.line(scale), flush=True))
     except registry.RunLockedError as exc:
         err.print(f"[red]error:[/] {exc}")
         writer.write_manifest(status="not started", error=str(exc))
@@ -305,8 +304,7 @@ def cmd_sweep(args) -> int:
         writer.write_manifest(status="interrupted", end_time=rundir.now_iso())
         raise
     wrong = sum(r.wrong for r in rows)
-    for line in sweep.footer(rows, scale):
-        console.print(line, highlight=False)
+    print(*sweep.footer(rows, scale), sep="\n", flush=True)
     console.print(f"sweep recorded in {sweep.write(rows, writer)}")
     return 0 if not wrong else 1
 
