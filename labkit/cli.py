@@ -57,11 +57,13 @@ def main(argv: list[str] | None = None) -> int:
                      help="a scenario file, e.g. topologies/bottleneck.yaml")
     run.add_argument("--policy", action="append", default=[],
                      help="isolated, fifo, priority, reactive, proactive, state-aware, or "
-                          "<fifo|priority>+<controller> (repeatable; default: the scenario's)")
-    run.add_argument("--out", type=Path, help="run directory (default: data/runs/<run-id>)")
-    run.add_argument("--seed", type=int, help="override the scenario's seed")
+                          "<fifo|priority>+<controller> (repeatable; default: the scenario's), "
+                          "e.g. --policy fifo --policy priority")
+    run.add_argument("--out", type=Path,
+                     help="run directory (default: data/runs/<run-id>), e.g. --out data/runs/mine")
+    run.add_argument("--seed", type=int, help="override the scenario's seed, e.g. --seed 7")
     run.add_argument("--duration", type=float, metavar="S",
-                     help="cap each policy's traffic at S seconds")
+                     help="cap each policy's traffic at S seconds, e.g. --duration 10")
     run.add_argument("--pcap", action="append", default=[], metavar="LINK",
                      help="capture LINK (e.g. leaf1-spine1) to <out>/<policy>/LINK.pcap "
                           "(repeatable)")
@@ -72,7 +74,8 @@ def main(argv: list[str] | None = None) -> int:
                      help="print the final summary as JSON on stdout (schema labkit.report); "
                           "progress goes to stderr")
     run.add_argument("--pcap-snaplen", type=int, default=0, metavar="BYTES",
-                     help="bytes kept per captured packet (default: whole packets)")
+                     help="bytes kept per captured packet (default: whole packets), "
+                          "e.g. --pcap-snaplen 128")
     sweep = sub.add_parser("sweep", help="a collective's bandwidth across sizes (nccl-tests)")
     sweep.add_argument("scenario", type=Path,
                        help="a scenario file whose fabric and ranks to use, e.g. "
@@ -82,15 +85,15 @@ def main(argv: list[str] | None = None) -> int:
                                                               "broadcast"),
                        help="the collective, e.g. --op all_gather (default all_reduce)")
     sweep.add_argument("--algo", default="ring",
-                       help="ring, tree, halving_doubling, pairwise (by op)")
+                       help="ring, tree, halving_doubling, pairwise (by op), e.g. --algo tree")
     sweep.add_argument("-b", "--minbytes", default="64K",
                        help="smallest message size, e.g. 64K (default 64K)")
     sweep.add_argument("-e", "--maxbytes", default="8M",
                        help="largest message size, e.g. 8M (default 8M)")
     sweep.add_argument("-f", "--stepfactor", type=int, default=2,
-                       help="multiply the size by this between steps (default 2)")
+                       help="multiply the size by this between steps (default 2), e.g. -f 4")
     sweep.add_argument("-n", "--iters", type=int, default=10,
-                       help="timed iterations per size (default 10)")
+                       help="timed iterations per size (default 10), e.g. -n 20")
     sweep.add_argument("--units", choices=("emulated", "real"), default="emulated",
                        help="real: also print algbw and busbw in GB/s of the fabric the "
                             "scenario's scale factor says the links stand for")
@@ -103,7 +106,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="print the summary as JSON (schema labkit.report)")
     figures = sub.add_parser("figures", help="write a run's figures as HTML, SVG and PNG")
     figures.add_argument("run_dir", type=Path, help="a run directory, e.g. data/sample/bottleneck")
-    figures.add_argument("--out", type=Path, required=True, help="directory for the figures")
+    figures.add_argument("--out", type=Path, required=True,
+                         help="directory for the figures, e.g. --out figures/")
     runs = sub.add_parser("runs", help="list recorded runs with their status and size")
     runs.add_argument("--json", action="store_true",
                       help="print the list as JSON (schema labkit.runs)")
