@@ -320,8 +320,10 @@ class Map:
     def lookup(self, key) -> bytes | list[bytes] | None:
         """The value as bytes (a list of one value per CPU for per-CPU maps)."""
         raw = self.lookup_raw(key)
-        if raw is None or not self.percpu:
-            return raw if raw is None else raw[: self.value_size]
+        if raw is None:
+            return None
+        if not self.percpu:
+            return raw[: self.value_size]
         return [raw[i * self.stride : i * self.stride + self.value_size]
                 for i in range(self.ncpu)]
 

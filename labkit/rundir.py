@@ -176,8 +176,7 @@ class RunWriter:
         self.manifest.update(fields)
         _write_json(self.tmp / "manifest.json", self.manifest)
 
-    def finish(self, tables: dict[str, pl.DataFrame], summary: dict,
-               tables_written: list[str] | None = None) -> Path:
+    def finish(self, tables: dict[str, pl.DataFrame], summary: dict) -> Path:
         """Write the tables (each file leads with a ``run_id`` column, so many runs read
         as one: ``pl.scan_parquet("data/runs/*/collectives.parquet")``), the summary, and
         move the run into place."""
@@ -186,8 +185,7 @@ class RunWriter:
             frame.select(pl.lit(run_id, pl.String).alias("run_id"), pl.all()).write_parquet(
                 self.tmp / f"{name}.parquet")
         _write_json(self.tmp / "summary.json", summary)
-        self.write_manifest(status="complete", end_time=now_iso(),
-                            tables=sorted([*tables, *(tables_written or [])]))
+        self.write_manifest(status="complete", end_time=now_iso(), tables=sorted(tables))
         if self.target.exists():
             raise FileExistsError(f"{self.target} appeared while the run was in progress; "
                                   f"the run stays in {self.tmp}")

@@ -41,6 +41,11 @@ ALIGN = 4  # nccl-tests aligns a rank's part to 4 elements
 PER_RANK_OPS = ("all_gather", "reduce_scatter", "all_to_all")
 
 
+def real_gbps(mbps: float, scale: float) -> float:
+    """Emulated Mbit/s as GB/s of the fabric they stand for (1 emulated Mbit/s = scale)."""
+    return mbps * scale / 8000
+
+
 def param_count(op: str, size: int, nranks: int) -> int:
     """nccl-tests' ``count`` column: elements per rank's call."""
     count = size // WORD_BYTES
@@ -61,7 +66,7 @@ def footer(rows: list[Row], scale: float | None = None) -> list[str]:
     wrong = sum(r.wrong for r in rows)
     avg = sum(r.busbw_mbps for r in rows) / len(rows)
     return [f"# Out of bounds values : {wrong} {'OK' if not wrong else 'FAILED'}",
-            f"# Avg bus bandwidth    : {avg * scale / 8000 if scale else avg:g} ", "#"]
+            f"# Avg bus bandwidth    : {real_gbps(avg, scale) if scale else avg:g} ", "#"]
 
 
 @dataclass(frozen=True)
@@ -84,7 +89,8 @@ class Row:
         Mbit/s follow #wrong, so a parser of nccl-tests' columns reads real units."""
         time_us, algbw, busbw = self.time_us, self.algbw_mbps, self.busbw_mbps
         if scale:
-            time_us, algbw, busbw = time_us / scale, algbw * scale / 8000, busbw * scale / 8000
+            time_us = time_us / scale
+            algbw, busbw = real_gbps(algbw, scale), real_gbps(busbw, scale)
         out = (f"{self.size:12d} {self.count:12d} {self.type:>7} {self.redop:>7} "
                f"{self.root:7d} {time_us:9.{0 if not scale else 2}f} {algbw:8.2f} "
                f"{busbw:8.2f} {self.wrong:7d}")
@@ -157,15 +163,12 @@ def measure(op: str, n: int, size: int, ops: list[dict], link_mbps: float,
 
 
 def write(rows: list[Row], writer: RunWriter) -> Path:
-    """Record a sweep as a run directory: ``sweep.parquet`` (``run_id`` first, like every
+    """Record a sweep as a run directory: ``sweep.parquet`` (led by ``run_id``, like every
     run table), ``sweep.csv`` and ``sweep.json``, and the manifest (kind ``sweep``)."""
     records = [asdict(r) for r in rows]
-    run_id = writer.manifest.get("run_id", writer.target.name)
-    pl.DataFrame(records).select(pl.lit(run_id).alias("run_id"), pl.all()).write_parquet(
-        writer.tmp / "sweep.parquet")
     with open(writer.tmp / "sweep.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(records[0]))
         w.writeheader()
         w.writerows(records)
     (writer.tmp / "sweep.json").write_text(json.dumps(records, indent=2) + "\n")
-    return writer.finish({}, {"kind": "sweep", "rows": len(rows)}, tables_written=["sweep"])
+    return writer.finish({"sweep": pl.DataFrame(records)}, {"kind": "sweep", "rows": len(rows)})

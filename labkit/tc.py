@@ -72,6 +72,11 @@ def _bytes_per_s(rate_mbps: float) -> int:
     return int(rate_mbps * 1e6 / 8)
 
 
+def _token(link: int) -> int:
+    """The guaranteed rate of a class that borrows the rest of the link (bytes/s)."""
+    return max(int(link * TOKEN_RATE_FRACTION), 1000)
+
+
 def _class_params(rate: int, ceil: int, mtu: int) -> dict:
     """HTB's rate and ceil, both bursts one jiffy of tokens at ``ceil`` plus a packet (as
     tc computes them for the ceiling)."""
@@ -89,7 +94,7 @@ def shape(ipr: IPRoute, port: PortShape) -> int:
         port.layout] & 0xFFFF
     ipr.tc("replace", "htb", index, ROOT, default=default)
     ipr.tc("add-class", "htb", index, PARENT, parent=ROOT, **_class_params(rate, rate, port.mtu))
-    token = max(int(rate * TOKEN_RATE_FRACTION), 1000)
+    token = _token(rate)
     leaves = {"fifo": [(FIFO_CLASS, rate, 0)],
               "lanes": [(LANE_CLASS["vip"], rate, 0), (LANE_CLASS["normal"], token, 1),
                         (LANE_CLASS["low"], token, 2)],
@@ -108,10 +113,9 @@ def set_held_ceil(index: int, port: PortShape, ceil_mbps: float | None) -> None:
     port's namespace; the class keeps its queue, so a flow is never reordered."""
     link = _bytes_per_s(port.rate_mbps)
     ceil = link if ceil_mbps is None else min(max(_bytes_per_s(ceil_mbps), 1000), link)
-    token = max(int(link * TOKEN_RATE_FRACTION), 1000)
     with IPRoute() as ipr:
         ipr.tc("change-class", "htb", index, HELD_CLASS, parent=PARENT, prio=1,
-               **_class_params(min(token, ceil), ceil, port.mtu))
+               **_class_params(min(_token(link), ceil), ceil, port.mtu))
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,8 @@ class Shaper:
         self.valves, self.fabric, self.hosts = valves, fabric, hosts
         self.lead_ns = int(lead_ms * 1e6)
         self.applied: dict[str, float | None] = {h: None for h in hosts}  # None: the link
+        self.nics = {h: (fabric.ifindex[f"{h}/{fabric.topo.ports[h][0].ifname}"],
+                         fabric.host_shape(h)) for h in hosts}
         self.changes = 0
         self.errors: list[BaseException] = []
         self._stop = threading.Event()
@@ -54,10 +56,7 @@ class Shaper:
         for host in self.hosts:
             want = self.ceiling(host, now_ns)
             if want != self.applied[host]:
-                ns = self.fabric.ns[host]
-                port = self.fabric.topo.ports[host][0]
-                index = self.fabric.ifindex[f"{host}/{port.ifname}"]
-                ns.run(tc.set_held_ceil, index, self.fabric.host_shape(host), want)
+                self.fabric.ns[host].run(tc.set_held_ceil, *self.nics[host], want)
                 self.applied[host] = want
                 self.changes += 1
 
