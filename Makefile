@@ -14,7 +14,7 @@ BPF_OBJECTS := $(patsubst bpf/%.bpf.c,bpf/build/%.bpf.o,$(BPF_SOURCES))
 BPF_HEADERS := $(wildcard bpf/include/*.h)
 BPF_CFLAGS := -target bpf -O2 -g -Wall -Werror -Ibpf/build -Ibpf/include
 
-.PHONY: setup system mounts bpf demo test bench soak lint lock clean-build
+.PHONY: setup system mounts bpf user-bpf demo test bench soak lint lock clean-build
 
 setup: system mounts $(VENV)/.installed bpf
 
@@ -69,6 +69,11 @@ bpf/build/vmlinux.h:
 
 bpf/build/%.bpf.o: bpf/%.bpf.c $(BPF_HEADERS) bpf/build/vmlinux.h
 	clang $(BPF_CFLAGS) -c $< -o $@
+
+# A scenario's own classifier (lanes.program), compiled by labkit at run time with the
+# flags and headers of labkit's own programs: make user-bpf SRC=mine.bpf.c OUT=mine.bpf.o
+user-bpf: bpf/build/vmlinux.h
+	clang $(BPF_CFLAGS) -c $(SRC) -o $(OUT)
 
 # --- the two commands the README shows first -------------------------------------------
 demo: setup

@@ -28,7 +28,6 @@
 import json
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -38,8 +37,9 @@ from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 from scapy.packet import Raw
 
+import labkit
 from benchmarks.path import two_hosts
-from labkit import analysis, bpf, lanes, rundir, topo
+from labkit import abi, analysis, bpf, lanes, topo
 from labkit.capture import QueuePoller, WatchedPort
 from labkit.fabric import Fabric
 from labkit.registry import Registry
@@ -106,11 +106,9 @@ def throughput_ratio() -> dict[str, float]:
 
 def _scenario_ops(out: Path, telemetry: bool) -> pl.DataFrame:
     """The bottleneck run's per-op times (isolated and fifo), telemetry on or off."""
-    argv = [sys.executable, "-m", "labkit.cli", "run", str(REPO / "topologies/bottleneck.yaml"),
-            "--policy", "isolated", "--policy", "fifo", "--out", str(out)]
-    subprocess.run(argv + ([] if telemetry else ["--no-telemetry"]), cwd=REPO, check=True,
-                   capture_output=True)
-    return analysis.op_times(rundir.load_run(out)["collectives"]).select("policy", "ms")
+    run = labkit.run(REPO / "topologies/bottleneck.yaml", ["isolated", "fifo"], out=out,
+                     telemetry=telemetry)
+    return analysis.op_times(run["collectives"]).select("policy", "ms")
 
 
 def _headline(ops: list[pl.DataFrame]) -> dict[str, float]:
@@ -141,7 +139,7 @@ def scenario_effect() -> dict[str, float]:
 
 def ringbuf_rate() -> float:
     payload = bytearray(roce.data_templates(0x101, 64)["middle"])
-    wire.STAMP.pack_into(payload, wire.BTH_LEN, wire.STAMP_MAGIC, 1, time.monotonic_ns())
+    abi.STAMP.pack_into(payload, wire.BTH_LEN, abi.STAMP_MAGIC, 1, time.monotonic_ns())
     pkt = bytes(Ether() / IP() / UDP(dport=4791) / Raw(bytes(payload)))
     burst, bursts = 50_000, 10  # a burst fits the 4 MiB ring; the reader drains between
     with bpf.BpfObject(bpf.object_path("classifier")) as cls:
@@ -165,13 +163,9 @@ def ringbuf_rate() -> float:
 
 def lost_in_a_real_run() -> int:
     with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "run"
-        subprocess.run([sys.executable, "-m", "labkit.cli", "run",
-                        str(REPO / "topologies/bottleneck.yaml"), "--policy", "fifo",
-                        "--duration", "5", "--out", str(out)], cwd=REPO, check=True,
-                       capture_output=True)
-        summary = json.loads((out / "summary.json").read_text())
-    return summary["policies"]["fifo"]["telemetry"]["events_lost"]
+        run = labkit.run(REPO / "topologies/bottleneck.yaml", ["fifo"], duration=5,
+                         out=Path(tmp) / "run")
+    return run.summary["policies"]["fifo"]["telemetry"]["events_lost"]
 
 
 def run() -> list[dict]:

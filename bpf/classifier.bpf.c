@@ -10,40 +10,18 @@
 #include "labkit.h"
 #include "parse.h"
 #include "lanes.h"
-
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, LK_NR_LANES);
-	__type(key, __u32);
-	__type(value, struct lk_lane_counters);
-} lk_lane_stats SEC(".maps");
+#include "classify.h"
 
 SEC("tc")
 int lk_classify(struct __sk_buff *skb)
 {
 	const struct lk_classifier_config *cfg;
-	struct lk_lane_counters *counters;
-	__u32 zero = 0, lane;
+	__u32 zero = 0;
 
 	cfg = bpf_map_lookup_elem(&lk_config, &zero);
 	if (!cfg)
 		return TC_ACT_OK;
-
-	lane = lk_skb_lane(skb, cfg);
-	/* constant indices only: the verifier then needs no bounds proof for the array */
-	if (lane == LK_LANE_VIP)
-		skb->priority = cfg->lane_priority[LK_LANE_VIP];
-	else if (lane == LK_LANE_LOW)
-		skb->priority = cfg->lane_priority[LK_LANE_LOW];
-	else
-		lane = LK_LANE_NORMAL, skb->priority = cfg->lane_priority[LK_LANE_NORMAL];
-
-	counters = bpf_map_lookup_elem(&lk_lane_stats, &lane);
-	if (counters) {
-		counters->packets += skb->gso_segs ? skb->gso_segs : 1; /* wire packets */
-		counters->bytes += skb->len;
-	}
-	return TC_ACT_OK;
+	return lk_sort(skb, cfg, lk_skb_lane(skb, cfg));
 }
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";

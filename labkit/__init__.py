@@ -1,0 +1,26 @@
+"""labkit: emulate, measure and relieve the network bottleneck of AI training.
+
+The API, imported on first use (``import labkit`` stays light for notebooks without root):
+
+* ``labkit.run(scenario, policies=None, out=None, seed=None, duration=None,
+  on_progress=None)`` runs a scenario and returns the recorded :class:`Run`;
+* ``labkit.sweep(scenario, op, algo, sizes, iters)`` measures a collective across message
+  sizes as nccl-tests does and returns the recorded :class:`Sweep`;
+* ``labkit.load_run(path)`` reads a recorded run back;
+* ``labkit.load_scenario(path)`` parses and checks a scenario file.
+"""
+
+from importlib import import_module
+
+_API = {"run": "labkit.runner", "sweep": "labkit.runner", "Progress": "labkit.runner",
+        "Sweep": "labkit.runner", "NotReady": "labkit.runner", "RunFailed": "labkit.runner",
+        "Run": "labkit.rundir", "load_run": "labkit.rundir", "RunDataError": "labkit.rundir",
+        "ScenarioError": "labkit.scenario", "load_scenario": "labkit.scenario"}
+__all__ = sorted(_API)
+
+
+def __getattr__(name: str):
+    if name not in _API:
+        raise AttributeError(f"module 'labkit' has no attribute {name!r}")
+    attr = "load" if name == "load_scenario" else name
+    return getattr(import_module(_API[name]), attr)

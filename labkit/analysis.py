@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from labkit.abi import RANK_SHIFT
 from labkit.scenario import LANES
 
 CPU_BOUND_BUSY = 0.90  # mean machine-wide CPU busy fraction that flags a run as CPU-bound
@@ -167,7 +168,7 @@ def lane_delays(sojourn: pl.DataFrame, latency: pl.DataFrame, port: str, senders
     sender's ring hop crosses ``port`` (senders by rank), in microseconds."""
     soj = sojourn.filter((pl.col("port") == port) & pl.col("t_ns").is_between(start, end))
     lat = latency.filter(pl.col("t_ns").is_between(start, end)
-                         & (pl.col("seq") // (1 << 24)).is_in(senders))
+                         & (pl.col("seq") // (1 << RANK_SHIFT)).is_in(senders))
     out = {}
     for lane in LANES:
         s = soj.filter(pl.col("lane") == lane)["sojourn_ns"]

@@ -20,6 +20,7 @@ import ctypes
 import ctypes.util
 import errno as errno_mod
 import os
+import subprocess
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -32,8 +33,9 @@ PIN_ROOT = Path("/sys/fs/bpf/labkit")
 BPF_ANY = 0
 BPF_TC_INGRESS = 1 << 0
 BPF_TC_EGRESS = 1 << 1
+MAP_ARRAY, MAP_PERCPU_ARRAY = 2, 6  # enum bpf_map_type
 # enum bpf_map_type: PERCPU_HASH, PERCPU_ARRAY, LRU_PERCPU_HASH, PERCPU_CGROUP_STORAGE
-PERCPU_MAP_TYPES = {5, 6, 10, 19}
+PERCPU_MAP_TYPES = {5, MAP_PERCPU_ARRAY, 10, 19}
 LIBBPF_WARN, LIBBPF_INFO, LIBBPF_DEBUG = 0, 1, 2
 LOG_BUF_BYTES = 4 << 20
 
@@ -52,6 +54,23 @@ class BpfError(RuntimeError):
 
 class VerifierError(BpfError):
     """The kernel's verifier rejected a program; ``log`` holds the verifier's reasoning."""
+
+
+def object_names() -> list[str]:
+    """Every object ``make bpf`` builds, by name (``bpf/<name>.bpf.c``)."""
+    return sorted(p.name.removesuffix(".bpf.c") for p in (REPO_ROOT / "bpf").glob("*.bpf.c"))
+
+
+def compile_object(source: Path, out: Path) -> Path:
+    """Compile a user's ``.bpf.c`` into ``out`` as ``make bpf`` compiles labkit's own (the
+    Makefile's ``user-bpf`` rule: same flags, labkit's headers on the include path).
+    ValueError carries the compiler's message."""
+    done = subprocess.run(["make", "-s", "--no-print-directory", "-C", str(REPO_ROOT),
+                           "user-bpf", f"SRC={source}", f"OUT={out}"],
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        raise ValueError(f"{source.name} does not compile:\n{(done.stderr or done.stdout)[-2000:]}")
+    return out
 
 
 def object_path(name: str) -> Path:

@@ -15,7 +15,7 @@ import shutil
 import signal
 import sys
 from collections import Counter
-from dataclasses import asdict, replace
+from dataclasses import asdict
 from pathlib import Path
 
 from rich.console import Console
@@ -26,8 +26,6 @@ from labkit import scenario as scenario_mod
 
 console = Console(width=max(120, Console().width))
 err = Console(stderr=True, soft_wrap=True)
-ROOT_HINT = ("needs root (it builds namespaces and loads eBPF programs). Without root you can "
-             "still analyse recorded runs: `labkit report DIR`, `labkit runs` and the notebooks.")
 
 
 JSON_SCHEMA = 1  # the version of every --json document's shape; bumped when one changes
@@ -59,6 +57,10 @@ def main(argv: list[str] | None = None) -> int:
                      help="isolated, fifo, priority, reactive, proactive, state-aware, or "
                           "<fifo|priority>+<controller> (repeatable; default: the scenario's), "
                           "e.g. --policy fifo --policy priority")
+    run.add_argument("--controller", action="append", default=[], metavar="NAME=FILE:CLASS",
+                     help="your own controller, for a policy to name like a built-in one "
+                          "(repeatable), e.g. --controller calm=docs/examples/controller.py:"
+                          "Calm --policy calm")
     run.add_argument("--out", type=Path,
                      help="run directory (default: data/runs/<run-id>), e.g. --out data/runs/mine")
     run.add_argument("--seed", type=int, help="override the scenario's seed, e.g. --seed 7")
@@ -159,164 +161,102 @@ def cmd_doctor(args) -> int:
     return 1 if failed else 0
 
 
-def _preflight() -> str | None:
-    from labkit import bpf
+def _catch_interrupts() -> None:
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, _raise_interrupt)
 
-    if os.geteuid() != 0:
-        return f"labkit run {ROOT_HINT}"
-    if not os.path.ismount("/sys/fs/bpf"):
-        return "bpffs is not mounted at /sys/fs/bpf; run `make setup` (see `labkit doctor`)"
-    missing = [n for n in ("classifier", "queues") if not bpf.object_path(n).exists()]
-    if missing:
-        return (f"BPF objects {', '.join(missing)} are not built; run `make bpf` "
-                "(see `labkit doctor`)")
-    return None
+
+def _failed(exc: Exception) -> int:
+    """Exit code and message for a run that could not start or did not finish."""
+    from labkit.registry import RunLockedError
+    from labkit.runner import NotReady, RunFailed
+
+    if isinstance(exc, FileExistsError):
+        err.print(f"[red]error:[/] {exc}")
+        return 2
+    if isinstance(exc, NotReady | RunLockedError):
+        err.print(f"[red]error:[/] {exc}")
+    elif isinstance(exc, RunFailed):
+        err.print(f"[red]run failed:[/] {exc}")
+    else:
+        raise exc
+    return 1
 
 
 def cmd_run(args) -> int:
-    from labkit import analysis, experiment, registry, rundir, topo
-    from labkit.agents import AgentError
-    from labkit.pcap import PcapRequest, check_links
+    from labkit import runner
 
-    sc = scenario_mod.load(args.scenario)
-    policies = (scenario_mod.check_policies(args.policy, str(args.scenario)) if args.policy
-                else sc.policies)
-    if args.seed is not None:
-        sc = replace(sc, seed=args.seed)
-    if args.duration is not None and args.duration <= 0:
-        err.print(f"[red]error:[/] --duration: must be > 0 seconds, got {args.duration}")
-        return 2
-    scenario_mod.check_programs(sc)
-    steered = [p for p in policies if scenario_mod.policy(p).controller]
-    if args.no_telemetry and steered:
-        err.print(f"[red]error:[/] --no-telemetry: policy {steered[0]} steers its valves from "
-                  "telemetry; leave it out or keep telemetry on")
-        return 2
-    topology = topo.Topology(sc.fabric)
-    try:
-        check_links(topology, args.pcap)
-    except KeyError as exc:
-        err.print(f"[red]error:[/] --pcap: {exc.args[0]}")
-        return 2
-    pcap = PcapRequest(tuple(args.pcap), args.pcap_snaplen) if args.pcap else None
-    if problem := _preflight():
-        err.print(f"[red]error:[/] {problem}")
-        return 1
-    run_id = rundir.new_run_id(sc.name)
-    target = args.out or rundir.RUNS_DIR / run_id
-    try:
-        writer = rundir.RunWriter(target)
-    except FileExistsError as exc:
-        err.print(f"[red]error:[/] {exc}")
-        return 2
-    reg = registry.Registry(run_id)
-    writer.write_manifest(run_id=run_id, scenario=sc.to_dict(), scenario_sha256=sc.sha256,
-                          policies=list(policies), seed=sc.seed, duration_s=args.duration,
-                          start_time=rundir.now_iso(), argv=sys.argv, **rundir.provenance())
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, _raise_interrupt)
-    results = []
-    try:
-        with registry.RunLock(run_id), _progress(to_stderr=args.json) as progress:
-            for policy in policies:
-                total = sc.iterations
-                task = progress.add_task(f"{policy:<11} building fabric", total=total)
+    _catch_interrupts()
+    with _progress(to_stderr=args.json) as progress:
+        tasks: dict[str, int] = {}
 
-                def tick(done: int, task=task, policy=policy) -> None:
-                    progress.update(task, completed=done,
-                                    description=f"{policy:<11} all-reduce")
+        def show(p: runner.Progress) -> None:
+            if p.policy not in tasks:
+                tasks[p.policy] = progress.add_task("", total=p.total)
+            what = {"building": "building fabric", "running": "all-reduce"}.get(p.stage, p.stage)
+            progress.update(tasks[p.policy], completed=p.done,
+                            description=f"{p.policy:<11} {what}")
 
-                result = experiment.run_policy(sc, topology, policy, reg,
-                                               writer.agents_dir / policy,
-                                               duration_s=args.duration, progress=tick,
-                                               pcap=pcap, pcap_dir=writer.tmp / policy,
-                                               telemetry=not args.no_telemetry)
-                results.append(result)
-                progress.update(task, description=f"{policy:<11} done",
-                                completed=len({o["op"] for o in result.ops}))
-    except registry.RunLockedError as exc:
-        err.print(f"[red]error:[/] {exc}")
-        writer.write_manifest(status="not started", error=str(exc))
-        return 1
-    except (AgentError, RuntimeError, OSError) as exc:
-        err.print(f"[red]run failed:[/] {exc}\n[dim]partial data kept in {writer.tmp}[/]")
-        writer.write_manifest(status="incomplete", error=str(exc), end_time=rundir.now_iso())
-        return 1
-    except KeyboardInterrupt:
-        writer.write_manifest(status="interrupted", end_time=rundir.now_iso())
-        raise
-    tables = rundir.tables_from(results)
-    meta = experiment.summary_meta(sc, topology, run_id, results)
-    summary = analysis.summarize(tables, meta)
-    writer.write_manifest(fidelity={p: s["fidelity"] for p, s in summary["policies"].items()})
-    path = writer.finish(tables, summary)
+        try:
+            run = runner.run(args.scenario, args.policy or None, out=args.out, seed=args.seed,
+                             duration=args.duration, on_progress=show,
+                             controllers=_named_controllers(args.controller), pcap=args.pcap,
+                             pcap_snaplen=args.pcap_snaplen, telemetry=not args.no_telemetry,
+                             argv=sys.argv)
+        except (FileExistsError, RuntimeError) as exc:
+            return _failed(exc)
     if args.json:
-        _print_json("report", {"run_dir": str(path), "status": "complete", "summary": summary})
+        _print_json("report", {"run_dir": str(run.path), "status": "complete",
+                               "summary": run.summary})
         return 0
-    _print_summary(summary)
-    console.print(f"\nrun recorded in [bold]{path}[/]")
+    _print_summary(run.summary)
+    console.print(f"\nrun recorded in [bold]{run.path}[/]")
     return 0
 
 
+def _named_controllers(given: list[str]) -> dict[str, str]:
+    named = {}
+    for item in given:
+        name, eq, spec = item.partition("=")
+        if not eq or ":" not in spec:
+            raise scenario_mod.ScenarioError("command line", "--controller",
+                                             f"must be NAME=FILE.py:CLASS, got {item!r}")
+        named[name] = spec
+    return named
+
+
 def cmd_sweep(args) -> int:
-    from labkit import registry, rundir, sweep
-    from labkit.traffic import schedules
+    from labkit import nccltests, runner
 
     sc = scenario_mod.load(args.scenario)
     try:
-        size_list = sweep.sizes(scenario_mod.parse_size(args.minbytes, "-b"),
-                                scenario_mod.parse_size(args.maxbytes, "-e"), args.stepfactor)
-        schedules.schedule(args.op, args.algo, len(sc.ranks), 0, size_list[0])
-        if args.iters < 1:
-            raise ValueError("-n must be at least 1")
+        size_list = nccltests.sizes(scenario_mod.parse_size(args.minbytes, "-b"),
+                                    scenario_mod.parse_size(args.maxbytes, "-e"),
+                                    args.stepfactor)
     except ValueError as exc:
         err.print(f"[red]error:[/] {exc}", highlight=False)
         return 2
-    if problem := _preflight():
-        err.print(f"[red]error:[/] {problem}")
-        return 1
-    run_id = rundir.new_run_id(f"sweep-{sc.name}")
-    try:
-        writer = rundir.RunWriter(args.out or rundir.RUNS_DIR / run_id)
-    except FileExistsError as exc:
-        err.print(f"[red]error:[/] {exc}")
-        return 2
-    writer.write_manifest(run_id=run_id, kind="sweep", scenario=sc.to_dict(),
-                          scenario_sha256=sc.sha256, op=args.op, algo=args.algo,
-                          sizes=size_list, iters=args.iters, start_time=rundir.now_iso(),
-                          argv=sys.argv, **rundir.provenance())
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, _raise_interrupt)
+    runner.check_sweep(sc, args.op, args.algo, size_list, args.iters)
+    if problem := runner.not_ready():
+        return _failed(runner.NotReady(problem))
+    _catch_interrupts()
     scale = sc.scale_factor if args.units == "real" else None
     # nccl-tests' format is plain text, one record per line: printed as is, never wrapped
-    print(f"# labkit sweep: {args.op} ({args.algo}) over {len(sc.ranks)} ranks of {sc.name}, "
-          f"{args.iters} timed ops per size; " +
+    print(f"# labkit sweep: {args.op} ({args.algo}) over {len(sc.ranks)} ranks of "
+          f"{sc.name}, {args.iters} timed ops per size; " +
           (f"time and rates of the fabric the links stand for (scale factor "
            f"{sc.scale_factor:g}), emulated Mbit/s after #wrong" if scale
-           else "rates in Mbit/s of the emulated links"), "#", *sweep.header(scale),
+           else "rates in Mbit/s of the emulated links"), "#", *nccltests.header(scale),
           sep="\n", flush=True)
     try:
-        with registry.RunLock(run_id), _temporary_dir() as work:
-            rows = sweep.run(sc, args.op, args.algo, size_list, args.iters,
-                             registry.Registry(run_id), Path(work),
-                             on_row=lambda r: print(r.line(scale), flush=True))
-    except registry.RunLockedError as exc:
-        err.print(f"[red]error:[/] {exc}")
-        writer.write_manifest(status="not started", error=str(exc))
-        return 1
-    except KeyboardInterrupt:
-        writer.write_manifest(status="interrupted", end_time=rundir.now_iso())
-        raise
-    wrong = sum(r.wrong for r in rows)
-    print(*sweep.footer(rows, scale), sep="\n", flush=True)
-    console.print(f"sweep recorded in {sweep.write(rows, writer)}")
-    return 0 if not wrong else 1
-
-
-def _temporary_dir():
-    import tempfile
-
-    return tempfile.TemporaryDirectory(prefix="labkit-sweep-")
+        done = runner.sweep(sc, args.op, args.algo, size_list, args.iters, out=args.out,
+                            on_row=lambda row: print(row.line(scale), flush=True),
+                            argv=sys.argv)
+    except (FileExistsError, RuntimeError) as exc:
+        return _failed(exc)
+    print(*nccltests.footer(done.rows, scale), sep="\n", flush=True)
+    console.print(f"sweep recorded in {done.path}")
+    return 0 if not sum(r.wrong for r in done.rows) else 1
 
 
 _stopping = []
@@ -473,7 +413,10 @@ def cmd_clean(args) -> int:
     from labkit import registry
 
     if os.geteuid() != 0:
-        err.print(f"[red]error:[/] labkit clean {ROOT_HINT}")
+        from labkit.runner import WITHOUT_ROOT
+
+        err.print("[red]error:[/] labkit clean needs root: it removes what a killed run left "
+                  f"in the kernel. {WITHOUT_ROOT}")
         return 1
     leftovers = registry.leftover_registries()
     if not leftovers:

@@ -26,7 +26,7 @@ TC_H_ROOT = 0xFFFFFFFF
 TOOLS = {"mnexec": "mininet", "clang": "clang", "bpftool": "bpftool", "iperf3": "iperf3",
          "tcpdump": "tcpdump", "tshark": "tshark", "ping": "iputils-ping", "unshare": "util-linux"}
 PACKAGES = ("mininet", "pyroute2", "scapy", "polars", "plotly", "ipywidgets")
-BPF_PROGRAMS = ("classifier", "queues", "latency", "valve")
+BPF_PROGRAMS = ("classifier", "queues", "latency", "valve", "lossy")
 
 
 @dataclass

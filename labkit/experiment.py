@@ -24,11 +24,12 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from labkit import bpf, loss
+from labkit.abi import EV_SOJOURN
 from labkit.agents import (
     READY_TIMEOUT_S,
     Agent,
@@ -39,6 +40,7 @@ from labkit.agents import (
     start_storage,
 )
 from labkit.capture import CpuSampler, QueuePoller, WatchedPort
+from labkit.control import CONTROLLERS, Controller
 from labkit.control.session import ControlSession
 from labkit.fabric import Fabric
 from labkit.lanes import Classifier
@@ -48,7 +50,6 @@ from labkit.scenario import LANES, Scenario
 from labkit.scenario import policy as scenario_policy
 from labkit.telemetry import (
     DEFAULT_SAMPLE_EVERY,
-    EV_SOJOURN,
     EventReader,
     LatencyProbe,
     QueueProbe,
@@ -66,6 +67,7 @@ class PolicyResult:
     """Everything one policy produced, in memory (see :mod:`labkit.rundir` for files)."""
 
     policy: str
+    port_layout: str  # the router ports' queues (labkit.tc): "lanes" or "fifo"
     ops: list[dict] = field(default_factory=list)  # one row per (op, rank)
     ranks: list[dict] = field(default_factory=list)  # per-rank transport counters
     queue: list[tuple] = field(default_factory=list)
@@ -91,19 +93,23 @@ class PolicyResult:
 def run_policy(sc: Scenario, topo: Topology, policy: str, registry: Registry, workdir: Path,
                duration_s: float | None = None, progress: Callable[[int], None] | None = None,
                pcap: PcapRequest | None = None, pcap_dir: Path | None = None,
-               telemetry: bool = True) -> PolicyResult:
+               telemetry: bool = True,
+               controllers: Mapping[str, type[Controller]] = CONTROLLERS,
+               classifier_object: Path | None = None) -> PolicyResult:
     """Build a fresh fabric, run the scenario's traffic under ``policy``, tear down.
 
     ``progress(n)`` is called as the n-th op completes on the first rank; ``pcap``
     names links to capture into ``pcap_dir``. ``telemetry=False`` leaves out the queue
     and latency probes and the queue poller (only to measure what they cost: such a run
     has no queue, lanes, sojourn or latency rows, and cannot steer a controller).
+    ``controllers`` holds every controller a policy may name, built-in or the user's;
+    ``classifier_object`` is the user's classifier (None: the built-in one).
     """
-    pol = scenario_policy(policy)
+    pol = scenario_policy(policy, list(controllers))
     if pol.controller and not telemetry:
         raise ValueError(f"policy {policy} steers its valves from telemetry: keep it on")
     layout = pol.port_layout
-    result = PolicyResult(policy)
+    result = PolicyResult(policy, layout)
     workdir.mkdir(parents=True, exist_ok=True)
     shaped = pol.controller is not None and sc.control.enforce == "shape"
     fabric = Fabric(topo, registry, router_layout=layout,
@@ -113,7 +119,7 @@ def run_policy(sc: Scenario, topo: Topology, policy: str, registry: Registry, wo
     try:
         fabric.start()
         lossy = loss.attach(topo, fabric, record=registry.add)
-        classifier = Classifier(sc.lanes, layout, record=registry.add)
+        classifier = Classifier(sc.lanes, layout, record=registry.add, path=classifier_object)
         if telemetry:
             queues = QueueProbe(record=registry.add)
             latency = LatencyProbe(classifier.shared.maps["lk_config"], queues,
@@ -126,8 +132,8 @@ def run_policy(sc: Scenario, topo: Topology, policy: str, registry: Registry, wo
             queues.pin(pins)
 
         if pol.controller:
-            control = ControlSession(sc, topo, fabric, pol, classifier.shared.maps["lk_config"],
-                                     registry.add)
+            control = ControlSession(sc, topo, fabric, pol, controllers[pol.controller],
+                                     classifier.shared.maps["lk_config"], registry.add)
         rng = random.Random(f"{sc.seed}/{policy}")
         work, gap_ms = workload(sc)
         ring = start_collective(fabric, topo, sc.ranks, work, sc.iterations, gap_ms, workdir,

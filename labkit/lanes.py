@@ -1,7 +1,6 @@
 """The lane classifier (``bpf/classifier.bpf.c``) seen from Python.
 
-Owns the ctypes mirror of the structs in ``bpf/include/labkit.h``, the
-translation of a scenario's lane rules into the ``lk_config`` map, and the
+Owns the translation of a scenario's lane rules into the ``lk_config`` map, and the
 classifier's life in a run: one shared object whose program sorts packets on
 every router port, plus one object per *watched* port (the bottleneck ports)
 that reuses the shared ``lk_config`` but keeps its own per-lane counters.
@@ -18,48 +17,37 @@ from __future__ import annotations
 
 import ctypes
 import socket
-import struct
 from collections.abc import Sequence
 from pathlib import Path
 
 from labkit import bpf, tc
+from labkit.abi import (
+    KEY_BTH,
+    KEY_DSCP,
+    KEY_L3,
+    KEY_PORTS,
+    KEY_PROTO,
+    KEY_SPORT,
+    LANE_COUNTERS,
+    MAX_RULES,
+    NR_LANES,
+    ClassifierConfig,
+    LaneCounters,
+    Rule,
+)
 from labkit.netns import Netns
 from labkit.scenario import LANES, LaneRule
 
-LK_MAX_RULES = 32
 PROGRAM = "lk_classify"
 PRIORITY = 10  # after a lossy link's dropper (labkit.loss)
-# the rule key's layout (bpf/include/labkit.h)
-KEY_SPORT, KEY_PROTO, KEY_DSCP = 16, 32, 40
-KEY_L3, KEY_PORTS, KEY_BTH = 1 << 46, 1 << 47, 1 << 48
 FIFO_TAG = 0x20000  # major 2: not a class of the port's HTB (1:), so HTB uses its default
-
-
-class Rule(ctypes.Structure):
-    _fields_ = [("mask", ctypes.c_uint64), ("value", ctypes.c_uint64),
-                ("lane", ctypes.c_uint32), ("either_port", ctypes.c_uint32)]
-
-
-class ClassifierConfig(ctypes.Structure):
-    _fields_ = [("lane_priority", ctypes.c_uint32 * len(LANES)),
-                ("default_lane", ctypes.c_uint32), ("nr_rules", ctypes.c_uint32),
-                ("rules", Rule * LK_MAX_RULES)]
-
-
-class LaneCounters(ctypes.Structure):
-    _fields_ = [("packets", ctypes.c_uint64), ("bytes", ctypes.c_uint64)]
-
-
-COUNTERS = struct.Struct("<QQ")  # LaneCounters, as the kernel copies it per CPU (16 bytes)
-MIRRORS = {"lk_rule": Rule, "lk_classifier_config": ClassifierConfig,
-           "lk_lane_counters": LaneCounters}
 
 
 def read_lane_counters(stats: bpf.Map, first: int) -> dict[str, tuple[int, int]]:
     """Sum per-CPU ``lk_lane_counters`` at keys ``first .. first+2`` into (packets, bytes)."""
     out = {}
     for i, lane in enumerate(LANES):
-        per_cpu = COUNTERS.iter_unpack(stats.lookup_raw(first + i))  # (packets, bytes)
+        per_cpu = LANE_COUNTERS.iter_unpack(stats.lookup_raw(first + i))  # (packets, bytes)
         out[lane] = tuple(map(sum, zip(*per_cpu, strict=True)))
     return out
 
@@ -108,8 +96,8 @@ def lane_of_tcp(rules: Sequence[LaneRule], port: int, peer_port: int = 20000) ->
 
 
 def build_config(rules: Sequence[LaneRule], layout: str) -> ClassifierConfig:
-    if len(rules) > LK_MAX_RULES:
-        raise ValueError(f"at most {LK_MAX_RULES} lane rules fit the classifier")
+    if len(rules) > MAX_RULES:
+        raise ValueError(f"at most {MAX_RULES} lane rules fit the classifier")
     cfg = ClassifierConfig(default_lane=LANES.index("normal"), nr_rules=len(rules))
     cfg.lane_priority[:] = lane_priorities(layout)
     for i, rule in enumerate(rules):
@@ -117,12 +105,41 @@ def build_config(rules: Sequence[LaneRule], layout: str) -> ClassifierConfig:
     return cfg
 
 
+# what a classifier object must offer to stand in for bpf/classifier.bpf.c: its program,
+# and maps the other programs share (lk_config) or labkit reads (lk_lane_stats)
+REQUIRED_MAPS = {  # name: (type, key bytes, value bytes, entries)
+    "lk_config": (bpf.MAP_ARRAY, 4, ctypes.sizeof(ClassifierConfig), 1),
+    "lk_lane_stats": (bpf.MAP_PERCPU_ARRAY, 4, ctypes.sizeof(LaneCounters), NR_LANES),
+}
+
+
+def check_object(path: Path) -> None:
+    """ValueError unless the object at ``path`` loads and matches the built-in classifier:
+    a tc program ``lk_classify`` and the maps of :data:`REQUIRED_MAPS`, alike."""
+    try:
+        with bpf.BpfObject(path) as obj:
+            if PROGRAM not in obj.programs:
+                raise ValueError(f"{path.name} has no program {PROGRAM} (SEC(\"tc\"))")
+            for name, want in REQUIRED_MAPS.items():
+                m = obj.maps.get(name)
+                if m is None:
+                    raise ValueError(f"{path.name} has no map {name} (include lanes.h "
+                                     "for lk_config; see docs/examples/classifier.bpf.c)")
+                have = (m.type, m.key_size, m.value_size, m.max_entries)
+                if have != want:
+                    raise ValueError(f"{path.name}: map {name} is (type, key, value, "
+                                     f"entries) {have}, labkit's is {want}")
+    except bpf.BpfError as exc:
+        raise ValueError(f"{path.name} does not load: {exc}") from exc
+
+
 class Classifier:
-    """The classifier loaded for one fabric: attach it, read its counters, close it."""
+    """The classifier loaded for one fabric: attach it, read its counters, close it.
+    ``path`` is the object (default: the built-in ``bpf/classifier.bpf.c``)."""
 
     def __init__(self, rules: Sequence[LaneRule], layout: str,
-                 record: bpf.Recorder | None = None):
-        self.path = bpf.object_path("classifier")
+                 record: bpf.Recorder | None = None, path: Path | None = None):
+        self.path = path or bpf.object_path("classifier")
         self.record = record
         self.shared = bpf.record_programs(bpf.BpfObject(self.path), record)
         self.watched: dict[str, bpf.BpfObject] = {}

@@ -33,6 +33,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 STATE_DIR = Path(os.environ.get("LABKIT_STATE_DIR", "/run/labkit"))
+# in the environment of every program a scenario's command entry starts, and inherited by
+# whatever it starts in turn: "<run id>/<entry>". Teardown stops what carries its run's id.
+MARKER = "LABKIT_COMMAND"
 REGISTRY_DIR = STATE_DIR / "registry"
 
 
@@ -43,6 +46,39 @@ def proc_start_time(pid: int) -> int | None:
     except OSError:
         return None
     return int(stat.rsplit(")", 1)[1].split()[19])
+
+
+def marked(run_id: str | None = None) -> list[int]:
+    """Processes whose environment carries :data:`MARKER`, of run ``run_id`` (None: of any
+    run): what command entries started, and their children."""
+    prefix = f"{MARKER}={run_id}/" if run_id else f"{MARKER}="
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            env = (proc / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if any(v.startswith(prefix.encode()) for v in env):
+            found.append(int(proc.name))
+    return found
+
+
+def stop_marked(run_id: str, grace_s: float = 3.0) -> list[int]:
+    """SIGTERM every process of run ``run_id``'s command entries, SIGKILL what is left
+    after ``grace_s``; the pids found."""
+    pids = marked(run_id)
+    for pid in pids:
+        with suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while (left := marked(run_id)) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    for pid in left:
+        with suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    return pids
 
 
 def alive(pid: int, start_time: int) -> bool:
@@ -109,6 +145,8 @@ class Registry:
                 with suppress(ProcessLookupError):
                     os.kill(e["pid"], signal.SIGKILL)
             removed.append(f"stopped {e['what']} (pid {e['pid']})")
+        removed += [f"stopped pid {pid}, started by a command entry"
+                    for pid in stop_marked(self.run_id)]
         from labkit import bpf
 
         for e in self.entries:

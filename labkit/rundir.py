@@ -26,7 +26,6 @@ from typing import TYPE_CHECKING
 import polars as pl
 
 from labkit import bpf, tc
-from labkit.scenario import policy
 
 if TYPE_CHECKING:
     from labkit.experiment import PolicyResult
@@ -86,7 +85,7 @@ def tables_from(results: list[PolicyResult]) -> dict[str, pl.DataFrame]:
         rows["collectives"] += [{"policy": p, **o} for o in r.ops]
         rows["transport"] += [{"policy": p, **{k: x.get(k, 0) for k in SCHEMAS["transport"]
                                                if k != "policy"}} for x in r.ranks]
-        layout = policy(p).port_layout
+        layout = r.port_layout
         rows["queue"] += [
             {"policy": p, "t_ns": t, "port": port, "classid": tc.classid_str(cid),
              "lane": tc.lane_of_class(cid, layout), "bytes": b, "packets": pk, "drops": d,
@@ -117,11 +116,15 @@ def sha256_file(path: Path) -> str:
 
 
 def python_packages() -> dict[str, str]:
-    """Every Python distribution importable here, by its canonical name: its version."""
+    """Every Python distribution importable here, by its canonical name: its version. The
+    first one on ``sys.path`` wins, as for an import: copies vendored inside other packages
+    (setuptools puts its own on the path once something imports it) come later."""
     from importlib.metadata import distributions
 
-    found = {d.metadata["Name"].lower().replace("_", "-"): d.version for d in distributions()
-             if d.metadata["Name"]}
+    found: dict[str, str] = {}
+    for d in distributions():
+        if d.metadata["Name"]:
+            found.setdefault(d.metadata["Name"].lower().replace("_", "-"), d.version)
     return dict(sorted(found.items()))
 
 

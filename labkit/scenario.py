@@ -12,7 +12,7 @@ import hashlib
 import re
 import shlex
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -29,6 +29,7 @@ LABEL_RE = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")  # names that only label data
 SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMG]?)(i?B?)\s*$", re.IGNORECASE)
 ROCEV2_PORT = 4791
 ALLREDUCE_ALGOS = ("ring", "tree", "halving_doubling")  # labkit.traffic.schedules
+BUILT_IN_KINDS = ("allreduce", "job", "storage", "command")
 
 
 @dataclass(frozen=True)
@@ -50,17 +51,19 @@ class Policy:
         return "lanes" if self.layout == "priority" else "fifo"
 
 
-def policy(name: str) -> Policy:
-    """The :class:`Policy` called ``name``; ValueError says what is wrong with it."""
+def policy(name: str, controllers: Sequence[str] = ()) -> Policy:
+    """The :class:`Policy` called ``name``, where ``controllers`` names controllers besides
+    the built-in ones; ValueError says what is wrong with it."""
+    known = (*CONTROLLERS, *controllers)
     layout, _, controller = name.rpartition("+") if "+" in name else (name, "", "")
-    if not controller and name in CONTROLLERS:
+    if not controller and name in known:
         layout, controller = "fifo", name
     if layout not in LAYOUTS:
-        raise ValueError(f"unknown policy {name!r} (known: {', '.join(POLICIES)}, "
+        raise ValueError(f"unknown policy {name!r} (known: {', '.join(LAYOUTS + known)}, "
                          "or <fifo|priority>+<controller>)")
-    if controller and controller not in CONTROLLERS:
+    if controller and controller not in known:
         raise ValueError(f"unknown controller {controller!r} in {name!r} "
-                         f"(known: {', '.join(CONTROLLERS)})")
+                         f"(known: {', '.join(known)})")
     if controller and layout == "isolated":
         raise ValueError(f"{name!r}: without storage there is nothing to control")
     return Policy(name, layout, controller or None)
@@ -88,6 +91,10 @@ class ControlSpec:
     # packet passes, its ceiling moved by the controller (any program's traffic waits
     # there; docs/control.md has what each costs)
     enforce: str = "police"
+    # the scenario's own controllers: (name, "file.py:Class") pairs, the file's path
+    # resolved against the scenario's directory; a policy may name them like the built-in
+    # ones (docs/control.md, "Your own controller")
+    controllers: tuple[tuple[str, str], ...] = ()
 
 
 class ScenarioError(ValueError):
@@ -260,6 +267,12 @@ class Scenario:
     job: JobSpec | None = None
     control: ControlSpec = ControlSpec()
     commands: tuple[CommandSpec, ...] = ()
+    # the user's own traffic kinds: (name, "file.py:Class") pairs, resolved like controllers;
+    # their entries are expanded into ``commands`` when the file is parsed
+    kinds: tuple[tuple[str, str], ...] = ()
+    # the user's own classifier (lanes.program: a .bpf.c or .bpf.o, absolute path) in
+    # place of bpf/classifier.bpf.c; None: the built-in one
+    classifier: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -286,11 +299,15 @@ class _Checker:
     def fail(self, key: str, reason: str):
         raise ScenarioError(self.file, key, reason)
 
-    def mapping(self, value, key: str, allowed: set[str], required: set[str] = frozenset()):
+    def mapping(self, value, key: str, allowed: set[str] | None,
+                required: set[str] = frozenset()):
+        """``value`` as a mapping whose keys are all ``allowed`` (None: any string)."""
         if not isinstance(value, dict):
             self.fail(key, f"must be a mapping, got {_kind(value)}")
         for k in value:
-            if not isinstance(k, str) or k not in allowed:
+            if allowed is None and not isinstance(k, str):
+                self.fail(_join(key, k), "a key must be a string")
+            if allowed is not None and (not isinstance(k, str) or k not in allowed):
                 self.fail(_join(key, k), f"unknown key (allowed: {', '.join(sorted(allowed))})")
         for k in sorted(required - set(value)):
             self.fail(_join(key, k), "is required")
@@ -405,7 +422,7 @@ def parse(doc: Any, file: str = "<scenario>") -> Scenario:
     """Validate an already-parsed YAML document."""
     c = _Checker(file)
     top = c.mapping(doc, "", {"name", "description", "scale_factor", "seed", "defaults",
-                              "fabric", "lanes", "traffic", "policies", "control"},
+                              "fabric", "lanes", "traffic", "policies", "control", "kinds"},
                     {"name", "fabric", "traffic"})
     name = c.string(top["name"], "name")
     description = c.string(top["description"], "description") if "description" in top else ""
@@ -413,12 +430,18 @@ def parse(doc: Any, file: str = "<scenario>") -> Scenario:
     seed = c.integer(top.get("seed", 1), "seed", 0, 2**31 - 1)
     link_defaults = _link_defaults(c, top.get("defaults", {}))
     fabric = _fabric(c, top["fabric"], link_defaults)
-    lanes = _lanes(c, top.get("lanes", {"vip": [{"roce": True}], "low": [{"tcp_port": 4420}]}))
-    allreduce, job, storage, commands = _traffic(c, top["traffic"], fabric)
-    policies = _policies(c, top.get("policies", list(LAYOUTS)), "policies")
+    lanes_doc = top.get("lanes", {"vip": [{"roce": True}], "low": [{"tcp_port": 4420}]})
+    lanes = _lanes(c, lanes_doc)
+    classifier = _program(c, lanes_doc["program"], "lanes.program") \
+        if isinstance(lanes_doc, dict) and "program" in lanes_doc else None
+    kinds = class_files(c, top.get("kinds", {}), "kinds", BUILT_IN_KINDS)
+    allreduce, job, storage, commands = _traffic(c, top["traffic"], fabric, dict(kinds))
     control = _control(c, top.get("control", {}), "control")
+    policies = _policies(c, top.get("policies", list(LAYOUTS)), "policies",
+                         [name for name, _ in control.controllers])
     return Scenario(name, file, float(scale), seed, fabric, lanes, allreduce, storage, policies,
-                    description, job=job, control=control, commands=commands)
+                    description, job=job, control=control, commands=commands,
+                    kinds=kinds, classifier=classifier)
 
 
 def _control(c: _Checker, doc, key: str) -> ControlSpec:
@@ -426,7 +449,10 @@ def _control(c: _Checker, doc, key: str) -> ControlSpec:
     c.mapping(doc, key, set(fields))
     values = {k: float(c.number(v, f"{key}.{k}", 0, k in ("telemetry_delay_ms",
                                                             "relay_delay_ms", "lead_ms")))
-              for k, v in doc.items() if k not in ("dcqcn", "enforce")}
+              for k, v in doc.items() if k not in ("dcqcn", "enforce", "controllers")}
+    if "controllers" in doc:
+        values["controllers"] = class_files(c, doc["controllers"], f"{key}.controllers",
+                                            (*CONTROLLERS, *LAYOUTS))
     if "dcqcn" in doc:
         values["dcqcn"] = c.boolean(doc["dcqcn"], f"{key}.dcqcn")
     if "enforce" in doc:
@@ -572,14 +598,28 @@ def _check_connected(c: _Checker, routers: list[str], links: list[LinkSpec]) -> 
 
 
 def _lanes(c: _Checker, lanes) -> tuple[LaneRule, ...]:
-    c.mapping(lanes, "lanes", set(LANES))
+    c.mapping(lanes, "lanes", {*LANES, "program"})
     rules = []
     for lane, entries in lanes.items():
+        if lane == "program":
+            continue
         for i, rule in enumerate(c.seq(entries, f"lanes.{lane}")):
             rules.append(_rule(c, rule, f"lanes.{lane}[{i}]", lane))
     if len(rules) > 32:
         c.fail("lanes", f"at most 32 rules fit the classifier, got {len(rules)}")
     return tuple(rules)
+
+
+def _program(c: _Checker, value, key: str) -> str:
+    """A user's classifier: an existing ``.bpf.c`` (labkit compiles it) or ``.bpf.o``,
+    relative to the scenario's directory."""
+    name = c.string(value, key)
+    if not name.endswith((".bpf.c", ".bpf.o")):
+        c.fail(key, f"must name a .bpf.c source or a .bpf.o object, got {name!r}")
+    path = (Path(c.file).parent / name).resolve()
+    if not path.is_file():
+        c.fail(key, f"{path} does not exist")
+    return str(path)
 
 
 def _rule(c: _Checker, rule, key: str, lane: str) -> LaneRule:
@@ -790,12 +830,13 @@ def _add_named(c: _Checker, entries: list, entry, key: str, most: int) -> None:
     entries.append(entry)
 
 
-def _traffic(c: _Checker, traffic, fabric: FabricSpec):
+def _traffic(c: _Checker, traffic, fabric: FabricSpec, kinds: dict[str, str]):
     allreduce, job, storage, commands = None, None, [], []
+    known = ", ".join((*BUILT_IN_KINDS, *kinds))
     for i, t in enumerate(c.seq(traffic, "traffic")):
         key = f"traffic[{i}]"
         if not isinstance(t, dict) or "kind" not in t:
-            c.fail(key, "must be a mapping with a kind (allreduce, job, storage or command)")
+            c.fail(key, f"must be a mapping with a kind ({known})")
         if t["kind"] in ("allreduce", "job") and (allreduce or job):
             c.fail(key, "only one collective workload per scenario (an allreduce or a job)")
         if t["kind"] == "job":
@@ -821,19 +862,78 @@ def _traffic(c: _Checker, traffic, fabric: FabricSpec):
             _add_named(c, storage, _storage(c, t, key, fabric), key, MAX_STORAGE_ENTRIES)
         elif t["kind"] == "command":
             _add_named(c, commands, _command(c, t, key, fabric), key, MAX_COMMANDS)
+        elif t["kind"] in kinds:
+            for j, entry in enumerate(_expand(c, t, key, fabric, kinds[t["kind"]])):
+                at = f"{key}.expanded[{j}]"
+                _add_named(c, commands, _command(c, {**entry, "kind": "command"}, at, fabric),
+                           at, MAX_COMMANDS)
         else:
-            c.fail(f"{key}.kind", f"unknown traffic kind {t['kind']!r} "
-                                  "(known: allreduce, job, storage, command)")
+            c.fail(f"{key}.kind", f"unknown traffic kind {t['kind']!r} (known: {known})")
     if allreduce is None and job is None:
         c.fail("traffic", "needs a collective workload (kind: allreduce, or kind: job)")
     return allreduce, job, tuple(storage), tuple(commands)
 
 
-def _policies(c: _Checker, policies, key: str) -> tuple[str, ...]:
+def _expand(c: _Checker, t: dict, key: str, fabric: FabricSpec, spec: str) -> list[dict]:
+    """The command entries a user's traffic kind makes of entry ``t``."""
+    from labkit.extend import TrafficKind, load_class
+
+    try:
+        kind = load_class(spec, TrafficKind, "expand")()
+    except ValueError as exc:
+        c.fail(f"{key}.kind", str(exc))
+    c.mapping(t, key, {"kind", *kind.keys}, set(kind.required))
+    hosts = {role: tuple(h.name for h in fabric.hosts if h.role == role) for role in ROLES}
+    try:
+        entries = kind.expand({k: v for k, v in t.items() if k != "kind"}, hosts)
+    except Exception as exc:  # the user's code: say where it failed and why
+        c.fail(key, f"{type(kind).__name__}.expand failed: {type(exc).__name__}: {exc}")
+    if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
+        c.fail(key, f"{type(kind).__name__}.expand must return a list of command entries "
+                    f"(dicts), got {_kind(entries)}")
+    if not entries:
+        c.fail(key, f"{type(kind).__name__}.expand made no command of this entry")
+    return entries
+
+
+def class_files(c: _Checker, doc, key: str, built_in: Sequence[str] = (),
+                base: Path | None = None) -> tuple[tuple[str, str], ...]:
+    """``{name: "file.py:Class"}`` checked: a new label (none of ``built_in``), an
+    existing Python file (relative to ``base``, default the scenario's directory) and a
+    class name. Controllers are loaded when a run needs them; traffic kinds at once."""
+    base = base or Path(c.file).parent
+    out = []
+    for name, where in c.mapping(doc, key, None).items():
+        at = f"{key}.{name}"
+        if problem := name_problem(name, built_in):
+            c.fail(at, problem)
+        path, _, cls = c.string(where, at).rpartition(":")
+        if not path.endswith(".py") or not cls.isidentifier():
+            c.fail(at, f"must be 'file.py:ClassName', got {where!r}")
+        file = (base / path).resolve()
+        if not file.is_file():
+            c.fail(at, f"{file} does not exist")
+        out.append((name, f"{file}:{cls}"))
+    return tuple(out)
+
+
+def name_problem(name: str, built_in: Sequence[str] = (*CONTROLLERS, *LAYOUTS)
+                 ) -> str | None:
+    """What is wrong with ``name`` as the name of a user's controller or traffic kind
+    (None: nothing)."""
+    if not LABEL_RE.match(name):
+        return "a name here is a label: lowercase letters, digits, - and _"
+    if name in built_in:
+        return f"{name!r} is built in: choose another name"
+    return None
+
+
+def _policies(c: _Checker, policies, key: str, controllers: Sequence[str] = ()
+              ) -> tuple[str, ...]:
     out = []
     for i, p in enumerate(c.seq(policies, key)):
         try:
-            policy(p if isinstance(p, str) else repr(p))
+            policy(p if isinstance(p, str) else repr(p), controllers)
         except ValueError as exc:
             c.fail(f"{key}[{i}]", str(exc))
         if p not in out:
@@ -848,6 +948,8 @@ def parse_size(text: str, what: str) -> int:
     return _Checker("command line").size(int(text) if text.isdigit() else text, what)
 
 
-def check_policies(names: list[str], file: str) -> tuple[str, ...]:
-    """Validate policy names given on the command line."""
-    return _policies(_Checker(file), list(names), "--policy")
+def check_policies(names: list[str], file: str, controllers: Sequence[str] = ()
+                   ) -> tuple[str, ...]:
+    """Validate the policy names asked for beside a scenario file (``--policy``), where
+    ``controllers`` names the controllers besides the built-in ones."""
+    return _policies(_Checker(file), list(names), "policies", controllers)

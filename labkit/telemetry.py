@@ -15,48 +15,19 @@ or apply the classifier's own ``lk_config`` rules (latency).
 
 from __future__ import annotations
 
-import ctypes
-import struct
 import threading
 from collections.abc import Callable
 from pathlib import Path
 
 from labkit import bpf
+from labkit.abi import EVENT, HIST_BUCKETS, Hist, TelemetryConfig
 from labkit.lanes import read_lane_counters
 from labkit.netns import Netns
 from labkit.scenario import LANES
 
 TRACEPOINT_PROGRAMS = ("lk_qdisc_enqueue", "lk_qdisc_dequeue", "lk_qdisc_drop")
 SHARED_MAPS = ("lk_events", "lk_telemetry", "lk_lost")
-EVENT = struct.Struct("<QQIIHBBI")  # struct lk_event
-EV_SOJOURN, EV_LATENCY = 1, 2
-HIST_BUCKETS = 32
 DEFAULT_SAMPLE_EVERY = 4
-
-
-class Hist(ctypes.Structure):
-    _fields_ = [("buckets", ctypes.c_uint64 * HIST_BUCKETS)]
-
-
-class Event(ctypes.Structure):
-    """``struct lk_event`` (checked against BTF in the tests; decoded with EVENT)."""
-
-    _fields_ = [("t_ns", ctypes.c_uint64), ("stamp_ns", ctypes.c_uint64),
-                ("value_ns", ctypes.c_uint32), ("len", ctypes.c_uint32),
-                ("where", ctypes.c_uint16), ("lane", ctypes.c_uint8), ("kind", ctypes.c_uint8),
-                ("seq", ctypes.c_uint32)]
-
-
-class Stamp(ctypes.Structure):
-    _fields_ = [("magic", ctypes.c_uint32), ("seq", ctypes.c_uint32), ("t_ns", ctypes.c_uint64)]
-
-
-class TelemetryConfig(ctypes.Structure):
-    _fields_ = [("sample_every", ctypes.c_uint32), ("pad", ctypes.c_uint32)]
-
-
-MIRRORS = {"lk_hist": Hist, "lk_event": Event, "lk_stamp": Stamp,
-           "lk_telemetry_config": TelemetryConfig}
 
 
 def port_key_bytes(netns_ino: int, ifindex: int) -> bytes:

@@ -7,10 +7,6 @@
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -22,7 +18,7 @@ import polars as pl
 import yaml
 
 from labkit import analysis, plots
-from labkit.rundir import RUNS_DIR, Run, RunDataError, load_run, new_run_id
+from labkit.rundir import RUNS_DIR, Run, new_run_id
 
 PERCENTILES = {"p50": 0.5, "p90": 0.9, "p99": 0.99, "p99.9": 0.999}
 
@@ -87,17 +83,9 @@ JOB_SIZES = ("activation_bytes", "tokens_bytes", "gradient_bytes")  # a job's me
 
 def cannot_run_live(euid: int | None = None) -> str | None:
     """Why a live run cannot start on this machine, in plain words (None: it can)."""
-    from labkit import bpf
+    from labkit.runner import not_ready
 
-    if (os.geteuid() if euid is None else euid) != 0:
-        return ("a live run needs root: it builds network namespaces and loads eBPF programs. "
-                "The recorded runs above need no root.")
-    if shutil.which("mnexec") is None:
-        return "Mininet is not installed (run `make setup` as root)."
-    missing = [n for n in ("classifier", "queues", "latency") if not bpf.object_path(n).exists()]
-    if missing:
-        return f"the eBPF programs are not built ({', '.join(missing)}): run `make bpf`."
-    return None
+    return not_ready(euid)
 
 
 def live_scenario(base: Path, storage_load: float, size: str, hosts: int, out: Path) -> Path:
@@ -150,30 +138,38 @@ def live_panel(base: Path, policies: tuple[str, ...] = LIVE_POLICIES,
 
 def _live_run(base, policies, load, size, hosts, bar, status, figures, button,
               runs_dir: Path) -> None:
+    """The run, in this kernel (a thread), the bar moved by its real progress: each policy
+    is an equal share, its fabric a tenth of it, its ops (or its seconds) the rest."""
+    from labkit import runner
 
-    work = Path(tempfile.mkdtemp(prefix="labkit-live-"))  # the derived scenario only
-    scenario = live_scenario(base, load, size, hosts, work / "live.yaml")
-    out = runs_dir / new_run_id(f"{base.stem}-live")
-    expected = len(policies) * (LIVE_SECONDS + 3)
-    argv = [sys.executable, "-m", "labkit.cli", "run", str(scenario), "--duration",
-            str(LIVE_SECONDS), "--out", str(out)]
-    for p in policies:
-        argv += ["--policy", p]
     started = time.monotonic()
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    while proc.poll() is None:
-        bar.value = min(99, int((time.monotonic() - started) / expected * 100))
-        time.sleep(0.25)
-    shutil.rmtree(work)  # the run's manifest keeps the scenario it ran
+    running_since: dict[str, float] = {}
+
+    def show(p: runner.Progress) -> None:
+        done = list(policies).index(p.policy)
+        part = 0.0
+        if p.stage == "running":
+            since = running_since.setdefault(p.policy, time.monotonic())
+            part = 0.1 + 0.9 * min(1.0, max(p.done / p.total,
+                                            (time.monotonic() - since) / LIVE_SECONDS))
+        elif p.stage == "done":
+            part = 1.0
+        bar.value = min(99, int((done + part) / len(policies) * 100))
+        bar.description = f"{p.policy} {p.stage}"
+
+    with tempfile.TemporaryDirectory(prefix="labkit-live-") as work:  # the scenario only
+        scenario = live_scenario(base, load, size, hosts, Path(work) / "live.yaml")
+        try:
+            run = runner.run(scenario, policies, duration=LIVE_SECONDS, on_progress=show,
+                             out=runs_dir / new_run_id(f"{base.stem}-live"))
+        except Exception as exc:  # shown in the panel: a thread has no one else to tell
+            status.value = f"<b>the run failed:</b> {exc}"
+            bar.description = "failed"
+            button.disabled = False
+            return
     bar.value, bar.description = 100, "done"
-    try:
-        run = load_run(out)
-    except RunDataError:
-        status.value = f"<b>the run failed:</b> {proc.stderr.read()[-500:]}"
-        button.disabled = False
-        return
     figures.outputs = ()
     for fig in (plots.op_time_cdf(run), plots.queue_timeline(run)):
         figures.append_display_data(fig)
-    status.value = f"recorded in {out} ({time.monotonic() - started:.0f} s)"
+    status.value = f"recorded in {run.path} ({time.monotonic() - started:.0f} s)"
     button.disabled = False

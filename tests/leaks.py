@@ -6,7 +6,7 @@ import time
 from pathlib import Path
 
 from labkit import bpf, registry
-from labkit.traffic.commands import MARKER
+from labkit.registry import marked
 
 
 def labkit_objects() -> dict[str, list[str]]:
@@ -16,24 +16,17 @@ def labkit_objects() -> dict[str, list[str]]:
     pins = [str(p) for p in bpf.PIN_ROOT.rglob("*")] if bpf.PIN_ROOT.exists() else []
     registries = [str(p) for p in registry.REGISTRY_DIR.glob("*.json")]
     procs = []
+    commands = set(marked())  # what scenarios' command entries started, and their children
     for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
         try:
             args = cmdline.read_bytes().split(b"\0")
         except OSError:
             continue
         text = b" ".join(args).decode(errors="replace")
-        if "labkit.traffic." in text or " -is mininet:" in text or _is_command(cmdline.parent):
+        if "labkit.traffic." in text or " -is mininet:" in text or \
+                int(cmdline.parent.name) in commands:
             procs.append(f"{cmdline.parent.name}: {text.strip()}")
     return {"bpf_programs": progs, "pins": pins, "registries": registries, "processes": procs}
-
-
-def _is_command(proc: Path) -> bool:
-    """A program a scenario's command entry started (labkit marks its environment)."""
-    try:
-        return any(v.startswith(MARKER.encode() + b"=")
-                   for v in (proc / "environ").read_bytes().split(b"\0"))
-    except OSError:
-        return False
 
 
 def assert_no_leaks(timeout_s: float = 5.0) -> None:

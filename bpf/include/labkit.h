@@ -2,7 +2,7 @@
 /*
  * Structs and enums shared between labkit's eBPF programs and its Python side.
  *
- * Fixed-width types only: labkit/lanes.py mirrors these with ctypes, and
+ * Fixed-width types only: labkit/abi.py mirrors these with ctypes, and
  * tests/tier1/test_abi.py checks the mirror against the BTF of the built objects.
  */
 #ifndef __LABKIT_H

@@ -1,8 +1,10 @@
 """Adaptive congestion control: host valves (:mod:`.valve`), the fabric telemetry a
 controller sees (:mod:`.feed`), and the controllers that move the valves —
 ``reactive`` (:mod:`.reactive`), ``proactive`` (:mod:`.proactive`) and
-``state-aware`` (:mod:`.state_aware`). docs/control.md states each control path
-and its latency."""
+``state-aware`` (:mod:`.state_aware`) — or a user's own (:func:`load`: any subclass of
+:class:`Controller` in a Python file). docs/control.md states each control path and its
+latency, and how to write a controller.
+"""
 
 from __future__ import annotations
 
@@ -10,10 +12,19 @@ from labkit.control.base import Controller, Plant
 from labkit.control.proactive import Proactive
 from labkit.control.reactive import Reactive
 from labkit.control.state_aware import StateAware
+from labkit.extend import check_class, load_class
 
+__all__ = ["CONTROLLERS", "Controller", "Plant", "check", "load"]
 CONTROLLERS: dict[str, type[Controller]] = {
     c.name: c for c in (Reactive, Proactive, StateAware)}
 
 
-def make(name: str, plant: Plant) -> Controller:
-    return CONTROLLERS[name](plant)
+def load(spec: str) -> type[Controller]:
+    """The controller class ``spec`` ("path/to/file.py:ClassName") names; ValueError says
+    what is wrong with it."""
+    return load_class(spec, Controller, "step")
+
+
+def check(cls) -> None:
+    """ValueError unless ``cls`` is a usable controller class."""
+    check_class(cls, Controller, "step")

@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 
 from labkit import bpf, tc
-from labkit.control import CONTROLLERS, Plant, make
+from labkit.control.base import Controller, Plant
 from labkit.control.feed import FabricFeed
 from labkit.control.shaper import Shaper
 from labkit.control.valve import LaneSetting, Valves
@@ -59,16 +59,18 @@ class ControlSession:
     setting it up failed half-way)."""
 
     def __init__(self, sc: Scenario, topo: Topology, fabric: Fabric, pol: Policy,
-                 rules: bpf.Map, record: bpf.Recorder | None = None):
+                 controller: type[Controller], rules: bpf.Map,
+                 record: bpf.Recorder | None = None):
         self.valves = Valves(rules, record)
         self.shaper: Shaper | None = None
         try:
-            self._build(sc, topo, fabric, pol)
+            self._build(sc, topo, fabric, pol, controller)
         except BaseException:
             self.valves.close()
             raise
 
-    def _build(self, sc: Scenario, topo: Topology, fabric: Fabric, pol: Policy) -> None:
+    def _build(self, sc: Scenario, topo: Topology, fabric: Fabric, pol: Policy,
+               controller: type[Controller]) -> None:
         spec = sc.control
         shaping = spec.enforce == "shape"
         host_setting = LaneSetting(ce_ms=spec.ce_us / 1e3, horizon_ms=spec.horizon_ms,
@@ -99,11 +101,11 @@ class ControlSession:
         self.storage_valves = {
             host: {"config_fd": v.obj.maps["lk_valve"].fd, "phase_fd": v.obj.maps["lk_phase"].fd,
                    "lane": lane, "lead_ms": spec.lead_ms,
-                   "follow_ms": CONTROLLERS[pol.controller].follow_ms}
+                   "follow_ms": controller.follow_ms}
             for host, v in self.valves.valves.items() if host in senders and not shaping}
         self.started_ns = self.stopped_ns = 0
         self.feed = FabricFeed(self.ports, pol.port_layout, spec.telemetry_delay_ms)
-        self.controller = make(pol.controller, Plant(
+        self.controller = controller(Plant(
             self.valves, senders, list(sc.ranks), min(self.ports.values()), self.feed, spec))
 
     def start(self) -> None:

@@ -9,11 +9,11 @@ the controller likes, nothing is reloaded.
 
 from __future__ import annotations
 
-import ctypes
 import time
 from dataclasses import dataclass, replace
 
 from labkit import bpf
+from labkit.abi import PHASES, JobPhase, ValveConfig, ValveCounters, ValveLane
 from labkit.netns import Netns
 from labkit.scenario import LANES
 
@@ -21,31 +21,6 @@ PROGRAM = "lk_valve_egress"
 PRIORITY = 5  # after a lossy link's dropper (1), before the classifier (10)
 
 
-class ValveLane(ctypes.Structure):
-    _fields_ = [("rate_bytes_per_s", ctypes.c_uint64), ("ce_threshold_ns", ctypes.c_uint64),
-                ("horizon_ns", ctypes.c_uint64), ("busy_rate_bytes_per_s", ctypes.c_uint64),
-                ("burst_bytes", ctypes.c_uint64)]
-
-
-class ValveConfig(ctypes.Structure):
-    _fields_ = [("lanes", ValveLane * len(LANES)), ("one_clock", ctypes.c_uint32),
-                ("vip_class", ctypes.c_uint32)]
-
-
-class JobPhase(ctypes.Structure):
-    _fields_ = [("busy_from_ns", ctypes.c_uint64), ("busy_until_ns", ctypes.c_uint64),
-                ("bytes_left", ctypes.c_uint64),
-                ("phase", ctypes.c_uint32), ("pad", ctypes.c_uint32)]
-
-
-class ValveCounters(ctypes.Structure):
-    _fields_ = [("packets", ctypes.c_uint64), ("bytes", ctypes.c_uint64),
-                ("ce_marked", ctypes.c_uint64), ("dropped", ctypes.c_uint64)]
-
-
-MIRRORS = {"lk_valve_lane": ValveLane, "lk_valve_config": ValveConfig,
-           "lk_job_phase": JobPhase, "lk_valve_counters": ValveCounters}
-PHASES = {"compute": 0, "soon": 1, "communicate": 2}
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,7 @@ import socket
 import sys
 import time
 
+from labkit import abi
 from labkit.traffic import jobs, rc, schedules, wire
 from labkit.traffic.sender import BatchSender
 
@@ -140,7 +141,7 @@ class PhaseBoard:
 
     def _write(self, start: int, end: int, bytes_left: int, phase: int) -> None:
         if self.map:
-            self.map.update(0, wire.JOB_PHASE.pack(start, end, bytes_left, phase, 0))
+            self.map.update(0, abi.JOB_PHASE.pack(start, end, bytes_left, phase, 0))
 
     def next_op_at(self, t_ns: int, nbytes: int) -> None:
         self._write(t_ns, t_ns + 2 * self.last_op_ns, nbytes, self.SOON)
@@ -198,7 +199,7 @@ def run(cfg: dict, stdin, stdout) -> dict:
         out = BatchSender(s, (peers[p], wire.ROCEV2_PORT), batch=SEND_BURST,
                           slot_bytes=max(len(t) for t in templates.values()))
         senders[p] = rc.Sender(out, wire.Icrc(cfg["ip"], peers[p], cfg["sport_base"] + p),
-                               templates, cfg["payload_bytes"], rank << 24,
+                               templates, cfg["payload_bytes"], abi.seq_base(rank),
                                rc.Dcqcn(dcqcn["line_mbps"] * 1e6 / 8) if dcqcn else None)
         receivers[p] = rc.Receiver(
             rx, (peers[p], wire.ROCEV2_PORT), wire.Icrc(cfg["ip"], peers[p], wire.ROCEV2_PORT),

@@ -5,7 +5,9 @@ before the traffic starts; its ``run`` program starts with the storage traffic. 
 run in their host's namespace with the scenario's ``{host}`` references expanded to
 addresses, are recorded in the run registry (a killed run's leftovers go with
 ``labkit clean``), and at the end get SIGTERM, then SIGKILL after
-:data:`STOP_GRACE_S`, and are reaped. Their stdout and stderr are kept as
+:data:`STOP_GRACE_S`, and are reaped; so is every process they started (a shell loop's
+children), found by the run's mark in their environment (``registry.MARKER``). Their
+stdout and stderr are kept as
 ``<name>.out`` / ``<name>.err`` (``<name>.serve.out`` / ``.serve.err``) in the
 policy's agent directory of the run.
 
@@ -21,11 +23,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from labkit.fabric import Fabric
+from labkit.registry import MARKER, stop_marked
 from labkit.scenario import CommandSpec, expand_hosts
 from labkit.topo import Topology
 
 STOP_GRACE_S = 3.0
-MARKER = "LABKIT_COMMAND"
 
 
 @dataclass
@@ -84,6 +86,7 @@ class Commands:
                 except subprocess.TimeoutExpired:
                     s.proc.kill()
                     s.proc.wait()
+        stop_marked(self.fabric.registry.run_id, STOP_GRACE_S)  # what they left running
         rows = [{"name": s.spec.name, "role": s.role, "host": s.host, "argv": s.argv,
                  "exit": s.proc.returncode, "stopped_by_labkit": s.stopped_by_labkit}
                 for s in self.started]

@@ -20,6 +20,7 @@ import socket
 import time
 from collections.abc import Callable
 
+from labkit import abi
 from labkit.traffic import wire
 from labkit.traffic.sender import BatchSender
 
@@ -32,7 +33,7 @@ PSN_AT = slice(wire.PSN, wire.PSN + 3)
 DQPN_AT = slice(wire.DQPN, wire.DQPN + 3)
 RETH_VA = wire.BTH_LEN  # RETH: virtual address (8), R_Key (4), DMA length (4)
 RETH_DLEN = wire.BTH_LEN + 12
-VALUE_AT = wire.STAMP.size  # the chunk value follows the stamp in a message's first packet
+VALUE_AT = abi.STAMP.size  # the chunk value follows the stamp in a message's first packet
 MIN_MESSAGE = VALUE_AT + 8
 
 
@@ -173,7 +174,7 @@ class Sender:
                 buf[RETH_VA:RETH_VA + 8] = chunk.to_bytes(8, "big")
                 buf[RETH_DLEN:RETH_DLEN + 4] = nbytes.to_bytes(4, "big")
                 buf[data_at + VALUE_AT:data_at + VALUE_AT + 8] = value.to_bytes(8, "little")
-            self.packets.append((buf, data_at if size >= wire.STAMP.size else -1))
+            self.packets.append((buf, data_at if size >= abi.STAMP.size else -1))
         self.ends.add(len(self.packets))
 
     def pending(self) -> bool:
@@ -205,13 +206,13 @@ class Sender:
             stop = min(stop, first + self.dcqcn.allowed(now, self.mtu))
             if stop == first:
                 return True  # paced: not the socket's fault
-        stamp, seq_base, clock = wire.STAMP.pack_into, self.seq_base, time.monotonic_ns
+        stamp, seq_base, clock = abi.STAMP.pack_into, self.seq_base, time.monotonic_ns
         for psn in range(first, stop):
             buf, stamp_at = packets[psn]
             slot = out.slot(buf)
             slot[PSN_AT] = (psn & wire.PSN_MASK).to_bytes(3, "big")
             if stamp_at >= 0:  # for one-way latency at the receiver (bpf/latency.bpf.c)
-                stamp(slot, stamp_at, wire.STAMP_MAGIC, seq_base | psn & wire.PSN_MASK, clock())
+                stamp(slot, stamp_at, abi.STAMP_MAGIC, seq_base | psn & wire.PSN_MASK, clock())
             self.icrc.put(slot)
         psn = first + out.flush()
         if self.dcqcn:
@@ -313,7 +314,7 @@ class Receiver:
                 self.chunk = int.from_bytes(pkt[RETH_VA:RETH_VA + 8], "big")
                 self.value = int.from_bytes(pkt[data_at + VALUE_AT:data_at + VALUE_AT + 8],
                                             "little")
-                self.sent_ns = wire.STAMP.unpack_from(pkt, data_at)[2]  # when it left
+                self.sent_ns = abi.STAMP.unpack_from(pkt, data_at)[2]  # when it left
             if opcode in wire.MESSAGE_END:
                 self.in_message = False
                 self.messages += 1

@@ -38,6 +38,7 @@ import threading
 import time
 from collections import deque
 
+from labkit import abi
 from labkit.traffic import wire
 
 SO_MAX_PACING_RATE = 47
@@ -292,9 +293,9 @@ class Allowance:
         self.changed = threading.Condition()
 
     def read(self) -> tuple[int, int, int, int]:
-        rate, _, _, busy, _ = wire.VALVE_LANE.unpack_from(
-            self.valve.lookup(0, wire.VALVE_CONFIG_BYTES), wire.VALVE_LANE.size * self.lane)
-        start, end, *_ = wire.JOB_PHASE.unpack(self.phase.lookup(0, wire.JOB_PHASE.size))
+        rate, _, _, busy, _ = abi.VALVE_LANE.unpack_from(
+            self.valve.lookup(0, abi.VALVE_CONFIG_BYTES), abi.VALVE_LANE.size * self.lane)
+        start, end, *_ = abi.JOB_PHASE.unpack(self.phase.lookup(0, abi.JOB_PHASE.size))
         return rate, busy, start - self.lead_ns, end
 
     def follow(self, stop: threading.Event) -> None:

@@ -32,10 +32,7 @@ DATA_OPCODES = frozenset({RDMA_WRITE_FIRST, RDMA_WRITE_MIDDLE, RDMA_WRITE_LAST, 
 MESSAGE_START = frozenset({RDMA_WRITE_FIRST, RDMA_WRITE_ONLY})
 MESSAGE_END = frozenset({RDMA_WRITE_LAST, RDMA_WRITE_ONLY})
 
-# labkit's stamp at the start of an RDMA WRITE payload (struct lk_stamp, host order):
-# magic, seq (sender rank << 24 | PSN), CLOCK_MONOTONIC nanoseconds
-STAMP = struct.Struct("=IIQ")
-STAMP_MAGIC = 0x53544B4C
+# labkit's stamp at the start of an RDMA WRITE payload: labkit.abi.STAMP (lk_stamp)
 DATA_OFFSET = {RDMA_WRITE_FIRST: BTH_LEN + RETH_LEN, RDMA_WRITE_ONLY: BTH_LEN + RETH_LEN,
                RDMA_WRITE_MIDDLE: BTH_LEN, RDMA_WRITE_LAST: BTH_LEN}
 
@@ -99,10 +96,3 @@ CMD_OPCODE, CMD_CID, CMD_SGL_LEN, CMD_SLBA, CMD_NLB = 8, 10, 8 + 32, 8 + 40, 8 +
 RESP_CID = 8 + 12
 DATA_CCCID, DATA_TTAG, DATA_OFFSET_AT, DATA_LEN_AT = 8, 10, 12, 16
 
-
-# --- the valve's maps, as agents read and write them (bpf/include/labkit.h) -------------
-# (labkit.control.valve mirrors the same structs with ctypes; test_abi checks both)
-
-JOB_PHASE = struct.Struct("<QQQII")  # lk_job_phase: busy from, busy until, bytes, phase, pad
-VALVE_LANE = struct.Struct("<QQQQQ")  # lk_valve_lane: rate, CE, horizon, busy rate, burst
-VALVE_CONFIG_BYTES = 3 * VALVE_LANE.size + 8  # lk_valve_config: three lanes, one_clock, vip_class

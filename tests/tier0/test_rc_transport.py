@@ -10,6 +10,7 @@ import time
 from scapy.contrib.roce import BTH
 from scapy.layers.inet import IP, UDP
 
+from labkit import abi
 from labkit.traffic import rc, roce, wire
 
 
@@ -42,7 +43,8 @@ class Wire:
 
 def sender(out, payload=1024):
     templates = {k: rc.with_dqpn(v, 0x107) for k, v in roce.data_templates(0, payload).items()}
-    return rc.Sender(out, wire.Icrc("10.0.1.2", "10.0.2.2", 50000), templates, payload, 3 << 24)
+    return rc.Sender(out, wire.Icrc("10.0.1.2", "10.0.2.2", 50000), templates, payload,
+                     abi.seq_base(3))
 
 
 def receiver(out, delivered=None):
@@ -87,8 +89,8 @@ def test_every_data_packet_carries_a_fresh_stamp():
     drain(s)
     for i, pkt in enumerate(out.sent):
         at = wire.DATA_OFFSET[pkt[wire.OPCODE]]
-        magic, seq, t_ns = wire.STAMP.unpack_from(pkt, at)
-        assert magic == wire.STAMP_MAGIC and seq == (3 << 24 | i)
+        magic, seq, t_ns = abi.STAMP.unpack_from(pkt, at)
+        assert magic == abi.STAMP_MAGIC and seq == abi.seq_base(3) | i
         assert before <= t_ns <= time.monotonic_ns()
 
 

@@ -196,3 +196,20 @@ def test_a_key_written_twice_is_refused_with_both_lines(tmp_path):
     assert info.value.key == "policies"
     assert info.value.reason == (f"written twice, at line {first} and line "
                                  f"{len(text.splitlines()) + 1}: keep one")
+
+
+def test_a_classifier_program_is_named_relative_to_the_scenario(tmp_path):
+    doc = yaml.safe_load((TOPOLOGIES / "bottleneck.yaml").read_text())
+    (tmp_path / "mine.bpf.c").write_text("/* a classifier */\n")
+    doc["lanes"] = {"program": "mine.bpf.c", "vip": [{"roce": True}]}
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump(doc))
+    sc = scenario.load(tmp_path / "s.yaml")
+    assert sc.classifier == str((tmp_path / "mine.bpf.c").resolve())
+    assert [r.lane for r in sc.lanes] == ["vip"]
+    for program, words in (("mine.c", "must name a .bpf.c source or a .bpf.o object"),
+                           ("gone.bpf.o", "does not exist")):
+        doc["lanes"]["program"] = program
+        (tmp_path / "s.yaml").write_text(yaml.safe_dump(doc))
+        with pytest.raises(scenario.ScenarioError) as caught:
+            scenario.load(tmp_path / "s.yaml")
+        assert caught.value.key == "lanes.program" and words in caught.value.reason

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from labkit import sweep
+from labkit import nccltests as sweep
 
 DATA = re.compile(r"^\s*(\d+)\s+(\d+)\s+(\w+)\s+(\w+)\s+(-?\d+)\s+([\d.]+)\s+([\d.]+)\s+"
                   r"([\d.]+)\s+(\d+|N/A)")

@@ -1,4 +1,4 @@
-"""The ctypes mirrors in labkit.lanes agree with the structs in the built objects' BTF."""
+"""labkit.abi mirrors every lk_* struct exactly as the built objects' BTF describes it."""
 
 import ctypes
 import json
@@ -7,48 +7,74 @@ import subprocess
 
 import pytest
 
-from labkit import bpf, lanes, tc, telemetry
-from labkit.control import valve
+from labkit import abi, bpf, tc
 from labkit.scenario import LANES
 
+# structs userspace never reads or writes: a packet header parsed in place (parse.h), the
+# queue probe's in-flight entries and the valve's clocks (map values private to a program,
+# defined in its .bpf.c, not in labkit.h)
+NOT_SHARED = {"lk_vlan_hdr", "lk_inflight", "lk_valve_clock"}
 
-def btf_structs(obj_name):
+
+def btf_structs(obj_name: str) -> dict[str, dict]:
     path = bpf.object_path(obj_name)
     if not path.exists() or not shutil.which("bpftool"):
         pytest.fail(f"{path} and bpftool are needed (make setup)")
     out = subprocess.run(["bpftool", "-j", "btf", "dump", "file", str(path)],
                          capture_output=True, text=True, check=True).stdout
-    return {t["name"]: t for t in json.loads(out)["types"] if t.get("kind") == "STRUCT"}
+    return {t["name"]: t for t in json.loads(out)["types"]
+            if t.get("kind") == "STRUCT" and t.get("name", "").startswith("lk_")}
 
 
-@pytest.mark.parametrize("obj_name", ["classifier", "queues", "latency", "valve"])
-def test_mirrors_match_btf(obj_name):
-    structs = btf_structs(obj_name)
-    checked = 0
-    for c_name, mirror in {**lanes.MIRRORS, **telemetry.MIRRORS, **valve.MIRRORS}.items():
-        if c_name not in structs:
-            continue
-        btf = structs[c_name]
-        assert btf["size"] == ctypes.sizeof(mirror), c_name
-        offsets = {m["name"]: m["bits_offset"] // 8 for m in btf["members"]}
-        assert offsets == {f: getattr(mirror, f).offset for f, *_ in mirror._fields_}, c_name
-        checked += 1
-    assert checked >= 1
+def layout_problems(btf: dict, mirror: type[ctypes.Structure]) -> list[str]:
+    """How ``mirror`` differs from the BTF struct: size, field names and offsets."""
+    problems = []
+    if btf["size"] != ctypes.sizeof(mirror):
+        problems.append(f"size {ctypes.sizeof(mirror)}, BTF says {btf['size']}")
+    ours = {f: getattr(mirror, f).offset for f, *_ in mirror._fields_}
+    theirs = {m["name"]: m["bits_offset"] // 8 for m in btf["members"]}
+    if ours != theirs:
+        problems.append(f"fields at {ours}, BTF says {theirs}")
+    return problems
 
 
-def test_lane_order_and_class_minors_match_the_header():
+def test_every_shared_struct_has_an_exact_mirror():
+    seen = {}
+    for obj in bpf.object_names():  # abi.bpf.o carries every struct of labkit.h
+        seen.update(btf_structs(obj))
+    unmirrored = set(seen) - set(abi.MIRRORS) - NOT_SHARED
+    assert not unmirrored, f"no mirror in labkit.abi for {sorted(unmirrored)}"
+    assert set(abi.MIRRORS) <= set(seen), "a mirror of a struct labkit.h does not define"
+    drift = {name: layout_problems(seen[name], mirror) for name, mirror in abi.MIRRORS.items()}
+    assert not any(drift.values()), {k: v for k, v in drift.items() if v}
+
+
+def test_packers_agree_with_their_mirrors():
+    for packer, mirror in ((abi.STAMP, abi.Stamp), (abi.EVENT, abi.Event),
+                           (abi.LANE_COUNTERS, abi.LaneCounters), (abi.JOB_PHASE, abi.JobPhase),
+                           (abi.VALVE_LANE, abi.ValveLane)):
+        assert packer.size == ctypes.sizeof(mirror), mirror.__name__
+    assert abi.VALVE_CONFIG_BYTES == ctypes.sizeof(abi.ValveConfig)
+    stamp = abi.Stamp(abi.STAMP_MAGIC, abi.seq_base(5) | 77, 123)
+    assert abi.STAMP.unpack(bytes(stamp)) == (abi.STAMP_MAGIC, 5 << 24 | 77, 123)
+    assert abi.seq_rank(stamp.seq) == 5
+
+
+def test_constants_match_the_header():
     header = (bpf.REPO_ROOT / "bpf/include/labkit.h").read_text()
+    assert len(LANES) == abi.NR_LANES
     for i, lane in enumerate(LANES):
         assert f"LK_LANE_{lane.upper()} = {i}" in header
         assert tc.LANE_CLASS[lane] & 0xFFFF == 0x10 * (i + 1)  # LK_LANE_MINOR
-    assert f"#define LK_MAX_RULES {lanes.LK_MAX_RULES}" in header
-    assert f"#define LK_HIST_BUCKETS {telemetry.HIST_BUCKETS}" in header
-    assert telemetry.EVENT.size == ctypes.sizeof(telemetry.Event)
-
-
-def test_agents_struct_layouts_match_the_valve_mirrors():
-    from labkit.traffic import wire
-
-    assert wire.JOB_PHASE.size == ctypes.sizeof(valve.JobPhase)
-    assert wire.VALVE_LANE.size == ctypes.sizeof(valve.ValveLane)
-    assert wire.VALVE_CONFIG_BYTES == ctypes.sizeof(valve.ValveConfig)
+    for name, value in (("LK_MAX_RULES", abi.MAX_RULES), ("LK_HIST_BUCKETS", abi.HIST_BUCKETS),
+                        ("LK_STAMP_MAGIC", f"{abi.STAMP_MAGIC:#x}"),
+                        ("LK_KEY_SPORT_SHIFT", abi.KEY_SPORT),
+                        ("LK_KEY_PROTO_SHIFT", abi.KEY_PROTO),
+                        ("LK_KEY_DSCP_SHIFT", abi.KEY_DSCP)):
+        assert f"#define {name} {value}" in header, name
+    for name, value in (("LK_EV_SOJOURN", abi.EV_SOJOURN), ("LK_EV_LATENCY", abi.EV_LATENCY),
+                        *((f"LK_PHASE_{p.upper()}", n) for p, n in abi.PHASES.items())):
+        assert f"{name} = {value}" in header, name
+    for name, bit in (("LK_KEY_L3", abi.KEY_L3), ("LK_KEY_PORTS", abi.KEY_PORTS),
+                      ("LK_KEY_BTH", abi.KEY_BTH)):
+        assert f"#define {name} (1ULL << {bit.bit_length() - 1})" in header, name

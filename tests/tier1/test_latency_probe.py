@@ -8,7 +8,7 @@ from scapy.layers.inet import IP, TCP, UDP
 from scapy.layers.l2 import Ether
 from scapy.packet import Raw
 
-from labkit import bpf, lanes, telemetry
+from labkit import abi, bpf, lanes, telemetry
 from labkit.scenario import LaneRule
 from labkit.traffic import roce, wire
 
@@ -35,7 +35,7 @@ def stamped(kind: str, age_ns: int, seq: int = 7) -> bytes:
     frame = bytearray(bytes(Ether() / IP(src="10.0.8.2", dst="10.0.1.2") / UDP(dport=4791) /
                             Raw(payload)))
     at = 14 + 20 + 8 + wire.DATA_OFFSET[payload[wire.OPCODE]]
-    wire.STAMP.pack_into(frame, at, wire.STAMP_MAGIC, seq, time.monotonic_ns() - age_ns)
+    abi.STAMP.pack_into(frame, at, abi.STAMP_MAGIC, seq, time.monotonic_ns() - age_ns)
     return bytes(frame)
 
 
@@ -51,7 +51,7 @@ def test_stamped_packets_give_their_age_per_lane(probe):
     events = reader.stop()
     assert len(events) == 4
     for t_ns, stamp_ns, value_ns, length, where, lane, kind, seq in events:
-        assert kind == telemetry.EV_LATENCY and lane == 0 and seq == 7 and where == 0
+        assert kind == abi.EV_LATENCY and lane == 0 and seq == 7 and where == 0
         assert length > 64
         assert 1_500_000 <= value_ns < 2_000_000 and t_ns - stamp_ns == value_ns
     hist = {(lane, b): n for lane, b, n in latency.histograms()}

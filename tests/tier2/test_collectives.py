@@ -9,7 +9,7 @@ import polars as pl
 import pytest
 import yaml
 
-from labkit import rundir
+import labkit
 from tests.leaks import assert_no_leaks
 from tests.tier0.test_sweep_format import parse_nccl_tests
 
@@ -59,10 +59,7 @@ def test_loss_makes_go_back_n_retransmit_and_data_stays_right(fabric_ready, tmp_
     }
     path = tmp_path / "lossy.yaml"
     path.write_text(yaml.safe_dump(scenario))
-    proc = subprocess.run([*LABKIT, "run", str(path), "--out", str(tmp_path / "run")], cwd=REPO,
-                          capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr
-    run = rundir.load_run(tmp_path / "run")
+    run = labkit.run(path, out=tmp_path / "run")
     summary = run.summary["policies"]["isolated"]
     assert summary["lossy_links"]["r1-g2"] > 0  # the dropper dropped
     assert summary["allreduce"]["ops"] == 10 and summary["allreduce"]["wrong"] == 0

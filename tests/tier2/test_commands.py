@@ -15,7 +15,7 @@ import polars as pl
 import pytest
 import yaml
 
-from labkit import rundir
+import labkit
 from tests.leaks import assert_no_leaks, labkit_objects
 
 REPO = Path(__file__).resolve().parents[2]
@@ -38,15 +38,11 @@ def run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("commands")
     path = scenario_with_commands(tmp)
     out = tmp / "run"
-    proc = subprocess.run([sys.executable, "-m", "labkit.cli", "run", str(path),
-                           "--policy", "fifo", "--duration", "4", "--out", str(out)],
-                          cwd=REPO, capture_output=True, text=True, timeout=180)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
-    return rundir.load_run(out), out, proc.stdout
+    return labkit.run(path, ["fifo"], duration=4, out=out), out
 
 
 def test_programs_ran_and_their_output_is_kept(fabric_ready, run):
-    loaded, out, _ = run
+    loaded, out = run
     rows = {(c["name"], c["role"]): c for c in loaded.summary["policies"]["fifo"]["commands"]}
     assert set(rows) == {("bulk", "run"), ("bulk", "serve"), ("refused", "run")}
     assert rows["bulk", "run"]["stopped_by_labkit"] and rows["bulk", "serve"]["stopped_by_labkit"]
@@ -58,7 +54,7 @@ def test_programs_ran_and_their_output_is_kept(fabric_ready, run):
 
 
 def test_a_failed_command_is_reported(fabric_ready, run):
-    loaded, out, stdout = run
+    loaded, out = run
     refused = next(c for c in loaded.summary["policies"]["fifo"]["commands"]
                    if c["name"] == "refused")
     assert not refused["stopped_by_labkit"] and refused["exit"] not in (0, None)
@@ -68,7 +64,7 @@ def test_a_failed_command_is_reported(fabric_ready, run):
 
 
 def test_their_packets_are_counted_at_the_bottleneck(fabric_ready, run):
-    loaded, _, _ = run
+    loaded, _ = run
     last = loaded["lanes"].sort("t_ns").group_by("port", "lane").last()
     normal = last.filter((pl.col("port") == "spine1-eth0") & (pl.col("lane") == "normal"))
     assert normal["offered_bytes"].item() > 10_000_000  # iperf3 (port 5201) rides normal
@@ -84,10 +80,11 @@ def test_kill_9_then_clean_stops_the_programs(fabric_ready, tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "labkit.cli", "run",
                              str(scenario_with_commands(tmp_path)), "--policy", "fifo",
                              "--duration", "20", "--out", str(tmp_path / "run")], cwd=REPO,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60
     while not any("iperf3 -c" in p for p in labkit_objects()["processes"]):
-        assert time.monotonic() < deadline and proc.poll() is None, "iperf3 never started"
+        assert time.monotonic() < deadline and proc.poll() is None, \
+            f"iperf3 never started: {proc.poll() is not None and proc.stderr.read()}"
         time.sleep(0.2)
     proc.kill()
     proc.wait()

@@ -2,14 +2,13 @@
 build-up (reactive), of a burst it predicted or saw (proactive), or of the phase the
 job published (state-aware)."""
 
-import subprocess
-import sys
 from pathlib import Path
 
 import polars as pl
 import pytest
 import yaml
 
+import labkit
 from labkit import analysis, rundir, scenario
 from tests.leaks import assert_no_leaks
 
@@ -20,13 +19,7 @@ REACTION_NS = 50 * MS
 
 
 def _labkit_run(scenario: Path, policies: list[str], seconds: int, out: Path) -> rundir.Run:
-    """``labkit run`` as a user types it; the recorded run."""
-    args = [a for p in policies for a in ("--policy", p)]
-    proc = subprocess.run([sys.executable, "-m", "labkit.cli", "run", str(scenario), *args,
-                           "--duration", str(seconds), "--out", str(out)],
-                          cwd=REPO, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return rundir.load_run(out)
+    return labkit.run(scenario, policies, duration=seconds, out=out)
 
 
 @pytest.fixture(scope="module")

@@ -12,6 +12,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+import labkit
 from labkit import rundir
 from tests.leaks import assert_no_leaks, labkit_objects
 
@@ -162,4 +163,18 @@ def test_a_second_run_waits_for_nobody_and_names_the_first(fabric_ready, tmp_pat
                               cwd=REPO, timeout=60)
     assert proc.returncode == 1
     assert "someone-elses-run" in proc.stderr and "in progress" in proc.stderr
+    assert_no_leaks()
+
+
+def test_the_python_api_runs_a_scenario_and_reports_progress(fabric_ready, tmp_path):
+    seen: list[labkit.Progress] = []
+    run = labkit.run(REPO / "topologies/bottleneck.yaml", ["fifo"], duration=3,
+                     out=tmp_path / "api", on_progress=seen.append)
+    assert run.path == tmp_path / "api" and run.manifest["status"] == "complete"
+    assert list(run.summary["policies"]) == ["fifo"]
+    assert run["collectives"].height > 0
+    stages = [p.stage for p in seen]
+    assert stages[0] == "building" and stages[-1] == "done" and "running" in stages
+    done = [p.done for p in seen if p.stage == "running"]
+    assert done == sorted(done) and done[-1] == seen[-1].done  # op by op, up to the last
     assert_no_leaks()

@@ -1,12 +1,10 @@
 """Training jobs on the bottleneck fabric: pipeline against tensor parallelism, measured."""
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from labkit import rundir
+import labkit
 from tests.leaks import assert_no_leaks
 
 REPO = Path(__file__).resolve().parents[2]
@@ -17,12 +15,9 @@ def jobs(tmp_path_factory):
     out = {}
     for kind in ("tensor", "pipeline"):
         path = tmp_path_factory.mktemp(kind) / "run"
-        proc = subprocess.run([sys.executable, "-m", "labkit.cli", "run",
-                               str(REPO / f"topologies/{kind}-parallel.yaml"), "--policy",
-                               "isolated", "--policy", "fifo", "--out", str(path)], cwd=REPO,
-                              capture_output=True, text=True, timeout=300)
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        out[kind] = rundir.load_run(path).summary["policies"]
+        run = labkit.run(REPO / f"topologies/{kind}-parallel.yaml", ["isolated", "fifo"],
+                         out=path)
+        out[kind] = run.summary["policies"]
     return out
 
 

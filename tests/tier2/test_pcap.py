@@ -1,7 +1,6 @@
 """A captured run, dissected by tshark: InfiniBand for the collectives, NVMe/TCP for storage."""
 
 import subprocess
-import sys
 from collections import defaultdict
 from pathlib import Path
 
@@ -10,6 +9,7 @@ from scapy.contrib.roce import BTH
 from scapy.layers.inet import IP
 from scapy.utils import PcapReader
 
+import labkit
 from tests.conftest import require
 from tests.leaks import assert_no_leaks
 
@@ -28,12 +28,9 @@ def tshark(pcap: Path, display_filter: str, *fields: str) -> list[list[str]]:
 @pytest.fixture(scope="module")
 def capture(tmp_path_factory):
     out = tmp_path_factory.mktemp("pcap") / "run"
-    proc = subprocess.run([sys.executable, "-m", "labkit.cli", "run",
-                           str(REPO / "topologies/bottleneck.yaml"), "--policy", "fifo",
-                           "--duration", "3", "--pcap", "spine1-leaf1", "--out", str(out)],
-                          cwd=REPO, capture_output=True, text=True, timeout=180)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return out / "fifo" / "spine1-leaf1.pcap"
+    run = labkit.run(REPO / "topologies/bottleneck.yaml", ["fifo"], duration=3,
+                     pcap=["spine1-leaf1"], out=out)
+    return run.path / "fifo" / "spine1-leaf1.pcap"
 
 
 def test_collectives_decode_as_infiniband_with_consistent_psns(fabric_ready, capture):

@@ -1,14 +1,13 @@
 """Storage mixes on a real fabric: checkpoints burst together, metadata arrives at
 random, dataset reads stream at their offered load."""
 
-import subprocess
-import sys
 from pathlib import Path
 
 import polars as pl
 import pytest
 
-from labkit import rundir, scenario
+import labkit
+from labkit import scenario
 from tests.leaks import assert_no_leaks
 
 REPO = Path(__file__).resolve().parents[2]
@@ -19,11 +18,7 @@ MS = 1_000_000
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     out = tmp_path_factory.mktemp("mix") / "run"
-    proc = subprocess.run([sys.executable, "-m", "labkit.cli", "run", str(SCENARIO),
-                           "--policy", "fifo", "--duration", "6", "--out", str(out)],
-                          cwd=REPO, capture_output=True, text=True, timeout=180)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return rundir.load_run(out)
+    return labkit.run(SCENARIO, ["fifo"], duration=6, out=out)
 
 
 def _entry(run, name: str) -> pl.DataFrame:

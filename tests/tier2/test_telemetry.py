@@ -10,9 +10,10 @@ import statistics
 import time
 
 from labkit import scenario, tc, topo
+from labkit.abi import EV_SOJOURN
 from labkit.fabric import Fabric
 from labkit.registry import Registry
-from labkit.telemetry import EV_SOJOURN, EventReader, QueueProbe
+from labkit.telemetry import EventReader, QueueProbe
 from tests.leaks import assert_no_leaks
 
 RATE_MBPS = 40

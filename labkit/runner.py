@@ -1,0 +1,311 @@
+"""The one way to run labkit: :func:`run` a scenario, :func:`sweep` a collective.
+
+Both take a scenario (a file or a parsed :class:`~labkit.scenario.Scenario`), check the
+request and the machine before touching the kernel, record everything in a new run
+directory, and return what was recorded: :func:`run` the :class:`~labkit.rundir.Run`
+that :func:`~labkit.rundir.load_run` reads back, :func:`sweep` a :class:`Sweep`. The
+CLI, the notebooks' live panel, the benchmarks and the tier-2 tests all call them::
+
+    import labkit
+    run = labkit.run("topologies/bottleneck.yaml", policies=["fifo"], duration=5)
+    run.summary["policies"]["fifo"]["allreduce"]["slowdown_p99"]
+
+Exceptions: :class:`~labkit.scenario.ScenarioError` (bad scenario or argument: which
+file or parameter, and why), :class:`NotReady` (this machine cannot run it, and the
+fix), ``FileExistsError`` (``out`` exists: labkit never overwrites a run),
+:class:`~labkit.registry.RunLockedError` (another run holds the machine),
+:class:`RunFailed` (the run started and failed; its partial data are kept) and
+``KeyboardInterrupt``; in every case whatever the run built in the kernel is torn down.
+No signal handler is installed here: the CLI turns SIGTERM into ``KeyboardInterrupt``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import polars as pl
+
+from labkit import bpf, rundir
+from labkit import scenario as scenario_mod
+from labkit.agents import AgentError
+from labkit.registry import Registry, RunLock, RunLockedError
+from labkit.rundir import Run, RunWriter
+from labkit.scenario import Scenario, ScenarioError
+
+WITHOUT_ROOT = ("Without root you can still analyse recorded runs: `labkit report DIR`, "
+                "`labkit runs` and the notebooks.")
+ROOT_HINT = ("running a scenario needs root: it builds network namespaces and loads eBPF "
+             f"programs. {WITHOUT_ROOT}")
+
+
+class NotReady(RuntimeError):
+    """This machine cannot run a scenario now; the message says why and what fixes it."""
+
+
+class RunFailed(RuntimeError):
+    """A run started and failed; ``partial`` is the directory that keeps what it recorded."""
+
+    def __init__(self, message: str, partial: Path):
+        self.partial = partial
+        super().__init__(message)
+
+
+@dataclass(frozen=True)
+class Progress:
+    """Where a run is: ``stage`` is "building" (the policy's fabric), "running" (``done``
+    of ``total`` ops or iterations finished on the first rank) or "done"."""
+
+    policy: str
+    stage: str
+    done: int
+    total: int
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """A recorded sweep: its directory and one row per message size (``rows`` as
+    :class:`labkit.nccltests.Row`, ``table`` as the frame written to sweep.parquet)."""
+
+    path: Path
+    rows: list
+    table: pl.DataFrame
+
+
+def not_ready(euid: int | None = None) -> str | None:
+    """Why this machine cannot run a scenario now, with the fix (None: it can)."""
+    if (os.geteuid() if euid is None else euid) != 0:
+        return ROOT_HINT
+    if shutil.which("mnexec") is None:
+        return "Mininet is not installed: run `make setup` as root (see `labkit doctor`)"
+    if not os.path.ismount("/sys/fs/bpf"):
+        return "bpffs is not mounted at /sys/fs/bpf: run `make setup` (see `labkit doctor`)"
+    missing = [n for n in bpf.object_names() if not bpf.object_path(n).exists()]
+    if missing:
+        return (f"the eBPF objects {', '.join(missing)} are not built: run `make bpf` "
+                "(see `labkit doctor`)")
+    return None
+
+
+def _scenario(scenario: str | Path | Scenario, seed: int | None) -> tuple[Scenario, str]:
+    sc = scenario if isinstance(scenario, Scenario) else scenario_mod.load(scenario)
+    source = str(scenario) if not isinstance(scenario, Scenario) else f"scenario {sc.name}"
+    return (sc if seed is None else replace(sc, seed=seed)), source
+
+
+def _writer(out: str | Path | None, run_id: str) -> RunWriter:
+    return RunWriter(Path(out) if out is not None else rundir.RUNS_DIR / run_id)
+
+
+def run(scenario: str | Path | Scenario, policies: Sequence[str] | None = None, *,
+        out: str | Path | None = None, seed: int | None = None,
+        duration: float | None = None, on_progress: Callable[[Progress], None] | None = None,
+        controllers: Mapping[str, str | type] | None = None,
+        pcap: Sequence[str] = (), pcap_snaplen: int = 0, telemetry: bool = True,
+        argv: Sequence[str] | None = None) -> Run:
+    """Run ``scenario`` under ``policies`` (default: the scenario's own), each on a fresh
+    fabric, and record it in ``out`` (default data/runs/<run-id>).
+
+    ``seed`` overrides the scenario's; ``duration`` caps each policy's traffic (seconds);
+    ``on_progress`` receives a :class:`Progress` at every step; ``controllers`` adds
+    controllers a policy may name, besides the built-in ones and the scenario's own
+    (name -> a :class:`labkit.control.Controller` subclass, or "file.py:Class"); ``pcap``
+    names links to capture (``pcap_snaplen`` bytes per packet, 0 = whole);
+    ``telemetry=False`` leaves the probes out (only to measure what they cost); ``argv`` is
+    the command line recorded in the manifest (the CLI passes its own). Returns the
+    recorded run."""
+    from labkit import analysis, experiment, topo
+    from labkit.control import CONTROLLERS
+    from labkit.pcap import PcapRequest, check_links
+
+    sc, source = _scenario(scenario, seed)
+    users = _user_controllers(sc, source, controllers or {})
+    policies = (scenario_mod.check_policies(list(policies), source, list(users)) if policies
+                else sc.policies)
+    if duration is not None and duration <= 0:
+        raise ScenarioError(source, "duration", f"must be > 0 seconds, got {duration}")
+    scenario_mod.check_programs(sc)
+    steered = [p for p in policies if scenario_mod.policy(p, list(users)).controller]
+    if not telemetry and steered:
+        raise ScenarioError(source, "telemetry", f"policy {steered[0]} steers its valves from "
+                            "telemetry; leave the policy out or keep telemetry on")
+    topology = topo.Topology(sc.fabric)
+    try:
+        check_links(topology, list(pcap))
+    except KeyError as exc:
+        raise ScenarioError(source, "pcap", exc.args[0]) from None
+    if problem := not_ready():
+        raise NotReady(problem)
+    with tempfile.TemporaryDirectory(prefix="labkit-program-") as build:
+        program = _classifier_program(sc, source, Path(build))
+        run_id = rundir.new_run_id(sc.name)
+        writer = _writer(out, run_id)
+        kept = _keep_program(writer.tmp, sc, program)
+    writer.write_manifest(run_id=run_id, scenario=sc.to_dict(), scenario_sha256=sc.sha256,
+                          policies=list(policies), seed=sc.seed, duration_s=duration,
+                          start_time=rundir.now_iso(), argv=list(argv) if argv else None,
+                          controllers=_keep_sources(writer.tmp, "controllers", users),
+                          kinds=_keep_sources(writer.tmp, "kinds", _user_kinds(sc)),
+                          classifier=kept and {"object": str(kept.relative_to(writer.tmp)),
+                                               "sha256": rundir.sha256_file(kept)},
+                          **rundir.provenance())
+    tell = on_progress or (lambda _: None)
+    request = PcapRequest(tuple(pcap), pcap_snaplen) if pcap else None
+    results = []
+    with _recorded(writer):
+        with RunLock(run_id):
+            registry = Registry(run_id)
+            for policy in policies:
+                total = sc.iterations
+                tell(Progress(policy, "building", 0, total))
+                result = experiment.run_policy(
+                    sc, topology, policy, registry, writer.agents_dir / policy,
+                    duration_s=duration, pcap=request, pcap_dir=writer.tmp / policy,
+                    progress=lambda done, p=policy, n=total: tell(Progress(p, "running", done, n)),
+                    telemetry=telemetry, controllers={**CONTROLLERS, **users},
+                    classifier_object=kept)
+                results.append(result)
+                tell(Progress(policy, "done", len({o["op"] for o in result.ops}), total))
+        tables = rundir.tables_from(results)
+        summary = analysis.summarize(tables, experiment.summary_meta(sc, topology, run_id,
+                                                                     results))
+    writer.write_manifest(fidelity={p: s["fidelity"] for p, s in summary["policies"].items()})
+    return rundir.load_run(writer.finish(tables, summary))
+
+
+def sweep(scenario: str | Path | Scenario, op: str = "all_reduce", algo: str = "ring",
+          sizes: Sequence[int] = (), iters: int = 10, *, out: str | Path | None = None,
+          on_row: Callable | None = None, argv: Sequence[str] | None = None) -> Sweep:
+    """Measure ``op`` (``algo``) at every message size in ``sizes`` over the scenario's
+    ranks and fabric, ``iters`` timed ops per size (nccl-tests' figures, one
+    :class:`labkit.nccltests.Row` per size, each passed to ``on_row`` as it is done), and
+    record the sweep in ``out`` (default data/runs/<run-id>)."""
+    from labkit import nccltests
+
+    sc, _ = _scenario(scenario, None)
+    check_sweep(sc, op, algo, sizes, iters)
+    if problem := not_ready():
+        raise NotReady(problem)
+    run_id = rundir.new_run_id(f"sweep-{sc.name}")
+    writer = _writer(out, run_id)
+    writer.write_manifest(run_id=run_id, kind="sweep", scenario=sc.to_dict(),
+                          scenario_sha256=sc.sha256, op=op, algo=algo, sizes=list(sizes),
+                          iters=iters, start_time=rundir.now_iso(),
+                          argv=list(argv) if argv else None, **rundir.provenance())
+    with _recorded(writer), RunLock(run_id), tempfile.TemporaryDirectory(
+            prefix="labkit-sweep-") as work:
+        rows = nccltests.run(sc, op, algo, list(sizes), iters, Registry(run_id), Path(work),
+                             on_row=on_row)
+    path = nccltests.write(rows, writer)
+    return Sweep(path, rows, pl.read_parquet(path / "sweep.parquet").drop("run_id"))
+
+
+def _classifier_program(sc: Scenario, source: str, build: Path) -> Path | None:
+    """The scenario's own classifier object (compiled into ``build`` from a .bpf.c), loaded
+    once to check it can stand in for the built-in one; None: the built-in one."""
+    from labkit import lanes
+
+    if sc.classifier is None:
+        return None
+    path = Path(sc.classifier)
+    try:
+        if path.name.endswith(".bpf.c"):
+            path = bpf.compile_object(path, build / path.name.replace(".bpf.c", ".bpf.o"))
+        lanes.check_object(path)
+    except ValueError as exc:
+        raise ScenarioError(source, "lanes.program", str(exc)) from None
+    return path
+
+
+def _keep_program(run_dir: Path, sc: Scenario, program: Path | None) -> Path | None:
+    """Copy the user's classifier (its source too, if given) into ``programs/`` of the run;
+    the kept object, which the run then loads."""
+    if program is None:
+        return None
+    (run_dir / "programs").mkdir()
+    if sc.classifier.endswith(".bpf.c"):
+        shutil.copy(sc.classifier, run_dir / "programs")
+    return Path(shutil.copy(program, run_dir / "programs"))
+
+
+def _user_kinds(sc: Scenario) -> dict[str, type]:
+    """The scenario's own traffic kinds (their entries are commands by now)."""
+    from labkit.extend import TrafficKind, load_class
+
+    return {name: load_class(spec, TrafficKind, "expand") for name, spec in sc.kinds}
+
+
+def _user_controllers(sc: Scenario, source: str, given: Mapping[str, str | type]
+                      ) -> dict[str, type]:
+    """The scenario's own controllers and those ``given``, loaded and checked."""
+    from labkit import control
+
+    out = {}
+    named = [(f"control.controllers.{n}", n, spec) for n, spec in sc.control.controllers]
+    named += [(f"controllers.{n}", n, spec) for n, spec in given.items()]
+    for key, name, spec in named:
+        if problem := scenario_mod.name_problem(name):
+            raise ScenarioError(source, key, problem)
+        try:
+            if isinstance(spec, str):
+                out[name] = control.load(spec)
+            else:
+                control.check(spec)
+                out[name] = spec
+        except ValueError as exc:
+            raise ScenarioError(source, key, str(exc)) from None
+    return out
+
+
+def _keep_sources(run_dir: Path, folder: str, classes: Mapping[str, type]) -> dict:
+    """Keep the source of each user class in ``<folder>/<name>.py`` of the run; what the
+    manifest says of them."""
+    from labkit.extend import source_of
+
+    recorded = {}
+    for name, cls in classes.items():
+        text = source_of(cls)
+        if text is not None:
+            (run_dir / folder).mkdir(exist_ok=True)
+            (run_dir / folder / f"{name}.py").write_text(text)
+        recorded[name] = {"class": cls.__qualname__,
+                          "source": f"{folder}/{name}.py" if text is not None else None,
+                          "sha256": hashlib.sha256(text.encode()).hexdigest() if text else None}
+    return recorded
+
+
+def check_sweep(sc: Scenario, op: str, algo: str, sizes: Sequence[int], iters: int) -> None:
+    """Raise :class:`ScenarioError` if the scenario's ranks cannot sweep ``op`` this way."""
+    from labkit.traffic import schedules
+
+    source = f"scenario {sc.name}"
+    if not sizes:
+        raise ScenarioError(source, "sizes", "give at least one message size")
+    try:
+        schedules.schedule(op, algo, len(sc.ranks), 0, sizes[0])
+    except ValueError as exc:
+        raise ScenarioError(source, "op", str(exc)) from None
+    if iters < 1:
+        raise ScenarioError(source, "iters", f"must be at least 1, got {iters}")
+
+
+@contextmanager
+def _recorded(writer: RunWriter) -> Iterator[None]:
+    """Say in the manifest how a run that did not finish ended, and keep its data."""
+    try:
+        yield
+    except RunLockedError as exc:
+        writer.write_manifest(status="not started", error=str(exc))
+        raise
+    except KeyboardInterrupt:
+        writer.write_manifest(status="interrupted", end_time=rundir.now_iso())
+        raise
+    except (AgentError, RuntimeError, OSError) as exc:
+        writer.write_manifest(status="incomplete", error=str(exc), end_time=rundir.now_iso())
+        raise RunFailed(f"{exc}; partial data kept in {writer.tmp}", writer.tmp) from exc

@@ -1,0 +1,44 @@
+"""The in-process API refuses a bad request before it touches the kernel or the disk."""
+
+from pathlib import Path
+
+import pytest
+
+import labkit
+from labkit import runner
+
+REPO = Path(__file__).resolve().parents[2]
+BOTTLENECK = REPO / "topologies/bottleneck.yaml"
+
+
+def test_the_api_is_importable_from_the_package_without_loading_it():
+    assert labkit.run is runner.run and labkit.sweep is runner.sweep
+    assert labkit.load_scenario(BOTTLENECK).name == "bottleneck"
+    with pytest.raises(AttributeError):
+        labkit.no_such_thing  # noqa: B018
+
+
+@pytest.mark.parametrize(("kwargs", "key", "words"), [
+    ({"policies": ["fifo", "nonsense"]}, "policies[1]", "nonsense"),
+    ({"duration": 0}, "duration", "must be > 0"),
+    ({"policies": ["reactive"], "telemetry": False}, "telemetry", "steers its valves"),
+    ({"pcap": ["leaf1-nowhere"]}, "pcap", "leaf1-nowhere"),
+])
+def test_a_bad_argument_names_itself_and_creates_nothing(tmp_path, kwargs, key, words):
+    with pytest.raises(labkit.ScenarioError) as caught:
+        labkit.run(BOTTLENECK, out=tmp_path / "run", **kwargs)
+    assert caught.value.key == key and words in str(caught.value)
+    assert not list(tmp_path.iterdir())
+
+
+def test_a_bad_sweep_names_what_is_wrong():
+    sc = labkit.load_scenario(BOTTLENECK)
+    with pytest.raises(labkit.ScenarioError, match="iters: must be at least 1"):
+        runner.check_sweep(sc, "all_reduce", "ring", [65536], 0)
+    with pytest.raises(labkit.ScenarioError, match="op:"):
+        runner.check_sweep(sc, "all_reduce", "nonsense", [65536], 1)
+
+
+def test_without_root_the_reason_and_the_fix_are_given():
+    reason = runner.not_ready(euid=1000)
+    assert "needs root" in reason and "labkit report" in reason
