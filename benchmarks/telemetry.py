@@ -66,9 +66,8 @@ def throughput_ratio() -> dict[str, float]:
     with Fabric(t, Registry("bench-telemetry"), router_layout="lanes") as f:
         server = f.popen("h2", ["iperf3", "-s"], "iperf3 server", stdout=subprocess.DEVNULL)
         time.sleep(0.5)
-        port = t.port_towards("r1", "h2")
-        ns, ifindex = f.ns["r1"], f.ifindex[f"r1/{port.ifname}"]
-        h2 = t.ports["h2"][0]
+        port = f.handle(t.port_towards("r1", "h2"))
+        ns, ifindex = port.ns, port.ifindex
         for _ in range(ROUNDS):
             cpu0 = time.process_time()
             off.append(_iperf(f, t.host_ip("h2")))
@@ -78,10 +77,10 @@ def throughput_ratio() -> dict[str, float]:
             latency = LatencyProbe(cls.shared.maps["lk_config"], queues)
             try:
                 cls.attach(ns, port.ifname, ifindex, watch=True)
-                latency.attach(f.ns["h2"], h2.ifname, f.ifindex[f"h2/{h2.ifname}"])
-                key = f"r1/{port.ifname}"
+                nic = f.nic("h2")
+                latency.attach(nic.ns, nic.ifname, nic.ifindex)
                 poller = QueuePoller([WatchedPort(ns, port.ifname, ifindex,
-                                                  offered=lambda c=cls, k=key: c.counters(k),
+                                                  offered=lambda c=cls, k=port.key: c.counters(k),
                                                   queued=queues.watch(ns, ifindex, "p"))])
                 progs = [p for o in (cls.shared, *cls.watched.values(), queues.obj, latency.obj)
                          for p in o.programs.values()]
@@ -94,7 +93,7 @@ def throughput_ratio() -> dict[str, float]:
                     reader.stop()
                     user_ns += time.process_time() - cpu0
                     kernel_ns += sum(bpf.prog_stats(p.fd)["run_time_ns"] for p in progs)
-                packets += sum(n for n, _ in cls.counters(key).values())
+                packets += sum(n for n, _ in cls.counters(port.key).values())
             finally:
                 latency.close()
                 cls.close()

@@ -18,17 +18,18 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 from labkit.fabric import Fabric
 from labkit.scenario import Scenario
 from labkit.topo import Topology
-from labkit.traffic import nvme, roce, wire
+from labkit.traffic import configs, nvme, roce, wire
 
 ROCE_MTUS = (4096, 2048, 1024, 512, 256)
 HEADERS = 20 + 8 + wire.BTH_LEN + wire.RETH_LEN + wire.ICRC_LEN  # IPv4 + UDP + RoCE
 READY_TIMEOUT_S = 30
+GO_LEAD_NS = 100_000_000
 STORAGE_SPORT_BASE = 20000  # clients' TCP source ports: below Linux's ephemeral range
 STORAGE_SPORTS_PER_ENTRY = 1000
 
@@ -43,14 +44,14 @@ def roce_payload_bytes(mtu: int) -> int:
 
 
 class Agent:
-    def __init__(self, fabric: Fabric, node: str, module: str, cfg: dict, workdir: Path,
-                 what: str, pass_fds: tuple[int, ...] = ()):
+    def __init__(self, fabric: Fabric, node: str, module: str,
+                 cfg: configs.Collective | configs.Storage, workdir: Path, what: str,
+                 pass_fds: tuple[int, ...] = ()):
         self.node, self.what = node, what
         self.cfg_path = workdir / f"{what}-{node}.json"
         self.out = workdir / f"{what}-{node}.result.json"
         self.err_path = workdir / f"{what}-{node}.stderr"
-        cfg = {**cfg, "out": str(self.out)}
-        self.cfg_path.write_text(json.dumps(cfg))
+        configs.write(replace(cfg, out=str(self.out)), self.cfg_path)
         self.err = open(self.err_path, "w")
         self.proc = fabric.popen(node, [sys.executable, "-m", module, str(self.cfg_path)], what,
                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.err,
@@ -138,30 +139,29 @@ def start_collective(fabric: Fabric, topo: Topology, ranks: tuple[str, ...], wor
     n = len(ranks)
     workdir.mkdir(parents=True, exist_ok=True)
     payload = roce_payload_bytes(min(link.mtu for link in topo.fabric.links))
-    common = {
-        "n": n, "workload": workload, "iterations": iterations,
-        "compute_ms": compute_ms, "duration_s": duration_s, "payload_bytes": payload,
-        "peers": {i: topo.host_ip(h) for i, h in enumerate(ranks)},
-        "sport_base": rng.randrange(49152, 65536 - n),
-        "templates": {k: v.hex() for k, v in roce.data_templates(0, payload).items()},
-        "ack_template": roce.ack_template(0).hex(),
-        "nak_template": roce.ack_template(0, wire.SYNDROME_NAK_PSN).hex(),
-        "cnp_template": roce.cnp_template(0).hex(),
-    }
+    common = configs.Collective(
+        rank=0, n=n, ip="", workload=workload, iterations=iterations, compute_ms=compute_ms,
+        duration_s=duration_s, payload_bytes=payload,
+        peers={i: topo.host_ip(h) for i, h in enumerate(ranks)},
+        sport_base=rng.randrange(49152, 65536 - n),
+        templates=roce.data_templates(0, payload), ack_template=roce.ack_template(0),
+        nak_template=roce.ack_template(0, wire.SYNDROME_NAK_PSN),
+        cnp_template=roce.cnp_template(0))
     return [Agent(fabric, host, "labkit.traffic.collective",
-                  {**common, "rank": i, "ip": topo.host_ip(host),
-                   "phase_map_fd": phase_maps.get(host),
-                   "dcqcn": {"line_mbps": topo.ports[host][0].link.rate_mbps} if dcqcn else None},
+                  replace(common, rank=i, ip=topo.host_ip(host),
+                          phase_map_fd=phase_maps.get(host),
+                          dcqcn_line_mbps=topo.ports[host][0].link.rate_mbps if dcqcn else None),
                   workdir, "collective",
                   pass_fds=(phase_maps[host],) if host in phase_maps else ())
             for i, host in enumerate(ranks)]
 
 
-def storage_configs(sc: Scenario, topo: Topology) -> dict[str, dict]:
+def storage_configs(sc: Scenario, topo: Topology) -> dict[str, configs.Storage]:
     """Per host, the storage agent's configuration: the entries it serves and those it
     is a client of, with pacing, arrival rates, seeds and source-port ranges."""
     rate_mbps = topo.port_towards(*sc.fabric.bottlenecks[0]).link.rate_mbps
-    configs: dict[str, dict] = {}
+    served: dict[str, configs.Served] = {}
+    clients: dict[str, list[configs.Client]] = {}
     for i, st in enumerate(sc.storage):
         flows = len(st.clients) * st.queues
         share = st.offered_load * rate_mbps * 1e6 / 8 / flows  # bytes/s per connection
@@ -169,33 +169,31 @@ def storage_configs(sc: Scenario, topo: Topology) -> dict[str, dict]:
         entry = {"name": st.name, "pattern": st.pattern, "port": st.port,
                  "pacing_bytes_per_s": int(share) if paced else 0}
         base = STORAGE_SPORT_BASE + i * STORAGE_SPORTS_PER_ENTRY
-        serve = configs.setdefault(st.server, {}).setdefault("serve", {
-            "ports": [], "flows": [],
-            "templates": {k: v.hex() for k, v in nvme.templates(wire.BLOCK).items()}})
-        serve["ports"] = sorted({*serve["ports"], st.port})
-        serve["flows"].append({**entry, "sport_lo": base, "sport_hi": base + flows - 1})
-        templates = {k: v.hex() for k, v in nvme.templates(st.io_bytes).items()}
+        serve = served.setdefault(st.server, configs.Served(
+            ports=[], flows=[], templates=nvme.templates(wire.BLOCK)))
+        serve.ports[:] = sorted({*serve.ports, st.port})
+        serve.flows.append(configs.ServedFlow(**entry, sport_lo=base, sport_hi=base + flows - 1))
+        templates = nvme.templates(st.io_bytes)
         for j, client in enumerate(st.clients):
-            configs.setdefault(client, {}).setdefault("clients", []).append({
-                **entry, "queues": st.queues, "io_bytes": st.io_bytes,
-                "queue_depth": st.queue_depth, "arrival": asdict(st.arrival),
-                "ios_per_s": share * st.queues / st.io_bytes,
-                "seed": f"{sc.seed}/{st.name}/{client}",
-                "server_ip": topo.host_ip(st.server), "sport_base": base + j * st.queues,
-                "templates": templates})
-    return configs
+            clients.setdefault(client, []).append(configs.Client(
+                **entry, queues=st.queues, io_bytes=st.io_bytes, queue_depth=st.queue_depth,
+                arrival=asdict(st.arrival), ios_per_s=share * st.queues / st.io_bytes,
+                seed=f"{sc.seed}/{st.name}/{client}", server_ip=topo.host_ip(st.server),
+                sport_base=base + j * st.queues, templates=templates))
+    return {host: configs.Storage(serve=served.get(host), clients=clients.get(host, []))
+            for host in (*served, *(h for h in clients if h not in served))}
 
 
 def start_storage(sc: Scenario, topo: Topology, fabric: Fabric, workdir: Path,
-                  valves: dict[str, dict] | None = None) -> list[Agent]:
+                  valves: dict[str, configs.ValveFollow] | None = None) -> list[Agent]:
     """One storage agent per host that serves or is a client of a storage entry.
     ``valves``: per host, the valve its senders follow (map fds and lane index)."""
     valves = valves or {}
     agents = []
     for node, cfg in storage_configs(sc, topo).items():
         valve = valves.get(node)
-        fds = (valve["config_fd"], valve["phase_fd"]) if valve else ()
-        agents.append(Agent(fabric, node, "labkit.traffic.storage", {**cfg, "valve": valve},
+        fds = (valve.config_fd, valve.phase_fd) if valve else ()
+        agents.append(Agent(fabric, node, "labkit.traffic.storage", replace(cfg, valve=valve),
                             workdir, "storage", pass_fds=fds))
     return agents
 
@@ -210,11 +208,26 @@ def finish_together(ranks: list[Agent], timeout_s: float,
     await_lines(ranks, "DONE", 10)
 
 
+def await_ready(agents: list[Agent]) -> None:
+    """Wait for every agent's READY (it has its sockets and its peers)."""
+    await_lines(agents, "READY", READY_TIMEOUT_S)
+
+
+def start_time() -> int:
+    """When agents told now may start together: far enough ahead (:data:`GO_LEAD_NS`)
+    that each has read its GO by then."""
+    return time.monotonic_ns() + GO_LEAD_NS
+
+
+def go(agents: list[Agent], at_ns: int) -> None:
+    """Tell ``agents`` to start at ``at_ns`` (CLOCK_MONOTONIC, shared by every namespace)."""
+    for a in agents:
+        a.send(f"GO {at_ns}")
+
+
 def run_agents(agents: list[Agent], iterations: int) -> list[dict]:
     """Start collective agents together, wait for them, return their ops."""
-    await_lines(agents, "READY", READY_TIMEOUT_S)
-    t0 = time.monotonic_ns() + 50_000_000
-    for a in agents:
-        a.send(f"GO {t0}")
+    await_ready(agents)
+    go(agents, start_time())
     finish_together(agents, max(120, 10 * iterations))
     return [op for a in agents for op in a.result()["ops"]]

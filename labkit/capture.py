@@ -16,6 +16,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from labkit import tc
 from labkit.netns import Netns
@@ -37,6 +38,39 @@ class WatchedPort:
         return self.ifname
 
 
+class QueueRow(NamedTuple):
+    """One tc class of a watched port at one sample (rundir's ``queue`` table)."""
+
+    t_ns: int
+    port: str
+    classid: int
+    bytes: int
+    packets: int
+    drops: int
+    overlimits: int
+    backlog_bytes: int
+    backlog_packets: int
+
+
+class LaneRow(NamedTuple):
+    """One lane of a watched port at one sample, running totals (``lanes`` table)."""
+
+    t_ns: int
+    port: str
+    lane: str
+    offered_packets: int
+    offered_bytes: int
+    enqueued_packets: int
+    enqueued_bytes: int
+    dropped_packets: int
+    dropped_bytes: int
+
+
+class CpuRow(NamedTuple):
+    t_ns: int
+    busy: float  # the machine's busy share since the previous sample
+
+
 class QueuePoller:
     """Sample the tc classes of ``ports`` every ``period_s`` until :meth:`stop`."""
 
@@ -45,9 +79,8 @@ class QueuePoller:
         self.ports = ports
         self.listener = listener  # told of every sample: (t_ns, port, classes, offered)
         self.period_ns = int(period_s * 1e9)
-        # rows in the column order of rundir.SCHEMAS["queue"] / ["lanes"], minus policy
-        self.rows: list[tuple] = []
-        self.lane_rows: list[tuple] = []
+        self.rows: list[QueueRow] = []
+        self.lane_rows: list[LaneRow] = []
         self.errors: list[BaseException] = []
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -85,16 +118,16 @@ class QueuePoller:
         now = time.monotonic_ns()
         classes = reader.read(p.ifindex)
         for s in classes:
-            self.rows.append((now, p.label, s.classid, s.bytes, s.packets, s.drops,
-                              s.overlimits, s.backlog_bytes, s.backlog_packets))
+            self.rows.append(QueueRow(now, p.label, s.classid, s.bytes, s.packets, s.drops,
+                                      s.overlimits, s.backlog_bytes, s.backlog_packets))
         # tracepoint counts first: a packet they count was offered before, so a row
         # never shows more enqueued + dropped than offered
         (enqueued, dropped), offered = p.queued(), p.offered()
         if self.listener:
             self.listener(now, p.label, classes, offered)
         for lane in LANES:
-            self.lane_rows.append((now, p.label, lane, *offered[lane], *enqueued[lane],
-                                   *dropped[lane]))
+            self.lane_rows.append(LaneRow(now, p.label, lane, *offered[lane], *enqueued[lane],
+                                          *dropped[lane]))
 
     def stop(self) -> None:
         self._stop.set()
@@ -109,7 +142,7 @@ class CpuSampler:
 
     def __init__(self, period_s: float = 0.1):
         self.period_s = period_s
-        self.rows: list[tuple[int, float]] = []
+        self.rows: list[CpuRow] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="cpu-sampler", daemon=True)
 
@@ -125,7 +158,8 @@ class CpuSampler:
         while not self._stop.wait(self.period_s):
             total, idle = self._read()
             if total > total0:
-                self.rows.append((time.monotonic_ns(), 1 - (idle - idle0) / (total - total0)))
+                self.rows.append(CpuRow(time.monotonic_ns(),
+                                        1 - (idle - idle0) / (total - total0)))
             total0, idle0 = total, idle
 
     def start(self) -> CpuSampler:

@@ -27,21 +27,26 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
-from labkit import bpf, loss
+from labkit import bpf, loss, nccltests
 from labkit.abi import EV_SOJOURN
 from labkit.agents import (
-    READY_TIMEOUT_S,
     Agent,
     await_lines,
+    await_ready,
     collective,
     finish_together,
+    go,
+    run_agents,
     start_collective,
     start_storage,
+    start_time,
 )
-from labkit.capture import CpuSampler, QueuePoller, WatchedPort
+from labkit.capture import CpuRow, CpuSampler, LaneRow, QueuePoller, QueueRow, WatchedPort
 from labkit.control import CONTROLLERS, Controller
 from labkit.control.session import ControlSession
+from labkit.control.valve import Decision
 from labkit.fabric import Fabric
 from labkit.lanes import Classifier
 from labkit.pcap import PacketCapture, PcapRequest
@@ -62,6 +67,39 @@ from labkit.traffic.jobs import sent_bytes
 STORAGE_WARMUP_S = 1.0
 
 
+class SojournRow(NamedTuple):
+    """A sampled packet's time in a watched port's queue (``sojourn`` table)."""
+
+    t_ns: int
+    port: str
+    lane: str
+    sojourn_ns: int
+    bytes: int
+    stamp_ns: int
+    seq: int
+
+
+class LatencyRow(NamedTuple):
+    """A sampled packet's one-way delay, sender stamp to receiver (``latency`` table)."""
+
+    t_ns: int
+    lane: str
+    latency_ns: int
+    bytes: int
+    stamp_ns: int
+    seq: int
+
+
+class HistRow(NamedTuple):
+    """One non-empty log2 bucket of a sojourn or latency histogram (``histograms``)."""
+
+    kind: str
+    port: str
+    lane: str
+    bucket: int
+    count: int
+
+
 @dataclass
 class PolicyResult:
     """Everything one policy produced, in memory (see :mod:`labkit.rundir` for files)."""
@@ -70,21 +108,21 @@ class PolicyResult:
     port_layout: str  # the router ports' queues (labkit.tc): "lanes" or "fifo"
     ops: list[dict] = field(default_factory=list)  # one row per (op, rank)
     ranks: list[dict] = field(default_factory=list)  # per-rank transport counters
-    queue: list[tuple] = field(default_factory=list)
+    queue: list[QueueRow] = field(default_factory=list)
     flows: list[dict] = field(default_factory=list)  # storage data received, sampled
     ios: list[dict] = field(default_factory=list)  # storage I/Os completed
     storage_errors: list[str] = field(default_factory=list)  # before storage was stopped
     storage_stopped_ns: int = 0
-    cpu: list[tuple] = field(default_factory=list)
-    lanes: list[tuple] = field(default_factory=list)  # per-lane counters of watched ports
-    sojourn: list[tuple] = field(default_factory=list)  # sampled (t, port, lane, ns, len, ...)
-    latency: list[tuple] = field(default_factory=list)  # sampled (t, lane, ns, len, ...)
-    histograms: list[tuple] = field(default_factory=list)  # (kind, port, lane, bucket, count)
+    cpu: list[CpuRow] = field(default_factory=list)
+    lanes: list[LaneRow] = field(default_factory=list)  # per-lane counters of watched ports
+    sojourn: list[SojournRow] = field(default_factory=list)  # sampled packets
+    latency: list[LatencyRow] = field(default_factory=list)  # sampled packets
+    histograms: list[HistRow] = field(default_factory=list)
     events_lost: int = 0
     packets_sampled: int = 0
     unpaired: int = 0  # dequeues whose enqueue the tracepoint did not report
     loss_drops: dict[str, int] = field(default_factory=dict)  # per lossy link
-    decisions: list[tuple] = field(default_factory=list)  # controller.parquet rows
+    decisions: list[Decision] = field(default_factory=list)  # controller.parquet rows
     control: dict | None = None  # valve totals and the controller's own figures
     commands: list[dict] = field(default_factory=list)  # the command entries, as they ended
     aborted: bool = False
@@ -145,7 +183,7 @@ def run_policy(sc: Scenario, topo: Topology, policy: str, registry: Registry, wo
         agents = ring + storage
         if pol.storage and sc.commands:  # the user's programs compete as storage does
             commands = Commands(sc.commands, topo, fabric, workdir / "commands").serve()
-        await_lines(agents, "READY", READY_TIMEOUT_S)
+        await_ready(agents)
         capture = PacketCapture(fabric, topo, pcap, pcap_dir).start() if pcap else None
         events = EventReader(queues).start() if queues else None
         try:
@@ -179,19 +217,18 @@ def _attach_probes(topo: Topology, fabric: Fabric, classifier: Classifier,
     """The classifier on every router port, the queue probe on the bottleneck ports, the
     latency probe at the receivers' NICs (without probes: the classifier alone)."""
     for host in receivers if latency else ():
-        port = topo.ports[host][0]
-        latency.attach(fabric.ns[host], port.ifname, fabric.ifindex[f"{host}/{port.ifname}"])
+        nic = fabric.nic(host)
+        latency.attach(nic.ns, nic.ifname, nic.ifindex)
     watched = []
     bottleneck_ports = topo.bottleneck_ports() if queues else ()
     for port in topo.router_ports():
-        key = f"{port.node}/{port.ifname}"
-        ns, ifindex = fabric.ns[port.node], fabric.ifindex[key]
+        h = fabric.handle(port)
         is_bottleneck = port in bottleneck_ports
-        classifier.attach(ns, port.ifname, ifindex, watch=is_bottleneck)
+        classifier.attach(h.ns, h.ifname, h.ifindex, watch=is_bottleneck)
         if is_bottleneck:
-            watched.append(WatchedPort(ns, port.ifname, ifindex,
-                                       offered=lambda key=key: classifier.counters(key),
-                                       queued=queues.watch(ns, ifindex, port.ifname)))
+            watched.append(WatchedPort(h.ns, h.ifname, h.ifindex,
+                                       offered=lambda key=h.key: classifier.counters(key),
+                                       queued=queues.watch(h.ns, h.ifindex, h.ifname)))
     return watched
 
 
@@ -199,12 +236,12 @@ def _collect_telemetry(result: PolicyResult, events: list[tuple], queues: QueueP
                        latency: LatencyProbe) -> None:
     for t_ns, stamp, value, length, where, lane, kind, seq in events:
         if kind == EV_SOJOURN:
-            result.sojourn.append((t_ns, queues.labels[where], LANES[lane], value, length,
-                                   stamp, seq))
+            result.sojourn.append(SojournRow(t_ns, queues.labels[where], LANES[lane], value,
+                                             length, stamp, seq))
         else:
-            result.latency.append((t_ns, LANES[lane], value, length, stamp, seq))
-    result.histograms = ([("sojourn", *row) for row in queues.histograms()] +
-                         [("latency", "", *row) for row in latency.histograms()])
+            result.latency.append(LatencyRow(t_ns, LANES[lane], value, length, stamp, seq))
+    result.histograms = ([HistRow("sojourn", *row) for row in queues.histograms()] +
+                         [HistRow("latency", "", *row) for row in latency.histograms()])
     result.events_lost, result.packets_sampled, result.unpaired = queues.delivery()
 
 
@@ -219,14 +256,11 @@ def _drive(result: PolicyResult, ring: list[Agent], storage: list[Agent],
     if control:
         control.start()
     try:
-        t_go = time.monotonic_ns() + 100_000_000
-        for a in storage:
-            a.send(f"GO {t_go}")
+        t_go = start_time()
+        go(storage, t_go)
         if commands:
             commands.start()
-        t0 = t_go + (int(STORAGE_WARMUP_S * 1e9) if storage or commands else 0)
-        for a in ring:
-            a.send(f"GO {t0}")
+        go(ring, t_go + (int(STORAGE_WARMUP_S * 1e9) if storage or commands else 0))
 
         def on_line(agent: Agent, line: str) -> None:
             if progress and agent is ring[0] and line.startswith("OP "):
@@ -264,6 +298,36 @@ def _collect(result: PolicyResult, ring: list[Agent], storage: list[Agent]) -> N
                                   if t_ns < result.storage_stopped_ns]
 
 
+def run_sweep(sc: Scenario, op: str, algo: str, size_list: list[int], iterations: int,
+              registry: Registry, workdir: Path,
+              on_row: Callable[[nccltests.Row], None] | None = None) -> list[nccltests.Row]:
+    """A sweep on one fabric built once (FIFO ports, no storage: the ``isolated``
+    conditions): for each size, one agent per rank runs a warm-up op and ``iterations``
+    timed ops; ``on_row`` sees each size's row as it is done."""
+    ranks, topo = sc.ranks, Topology(sc.fabric)
+    link = nccltests.link_rate(topo, ranks)
+    rng = random.Random(sc.seed)
+    rows = []
+    with Fabric(topo, registry) as fabric:
+        lossy = loss.attach(topo, fabric, record=registry.add)
+        try:
+            for size in size_list:
+                procs = start_collective(fabric, topo, ranks, collective(op, algo, size),
+                                         iterations + 1, 0.0, workdir / str(size), rng)
+                try:
+                    ops = run_agents(procs, iterations + 1)
+                    resent = sum(a.result()["retransmits"] for a in procs)
+                finally:
+                    for a in procs:
+                        a.close()
+                rows.append(nccltests.measure(op, len(ranks), size, ops, link, resent))
+                if on_row:
+                    on_row(rows[-1])
+        finally:
+            lossy.close()
+    return rows
+
+
 def workload(sc: Scenario) -> tuple[dict, float]:
     """The agents' workload for the scenario, and the compute time between its ops."""
     if sc.job:
@@ -280,7 +344,7 @@ def bytes_per_iteration(sc: Scenario, topo: Topology) -> tuple[dict[str, int], d
     per_hop: dict[str, int] = {}
     senders: dict[str, set] = {}
     for r in range(len(ranks)):
-        plan = plan_for({"workload": work, "n": len(ranks), "rank": r})
+        plan = plan_for(work, len(ranks), r)
         for peer, nbytes in sent_bytes(plan):
             path = topo.path(ranks[r], ranks[peer])
             for a, b in zip(path, path[1:], strict=False):
@@ -289,13 +353,12 @@ def bytes_per_iteration(sc: Scenario, topo: Topology) -> tuple[dict[str, int], d
     return per_hop, senders
 
 
-def tracepoint_unseen(lane_rows: list[tuple]) -> int:
+def tracepoint_unseen(lane_rows: list[LaneRow]) -> int:
     """Packets the classifier sent to the watched ports that the tracepoint programs did
     not see enqueued or dropped (the last row per port and lane; see bpf/queues.bpf.c)."""
-    last: dict[tuple[str, str], tuple] = {}
-    for row in lane_rows:  # (t_ns, port, lane, offered p/B, enqueued p/B, dropped p/B)
-        last[row[1], row[2]] = row
-    return sum(r[3] - r[5] - r[7] for r in last.values())
+    last = {(row.port, row.lane): row for row in lane_rows}
+    return sum(r.offered_packets - r.enqueued_packets - r.dropped_packets
+               for r in last.values())
 
 
 def summary_meta(sc: Scenario, topo: Topology, run_id: str, results: list[PolicyResult]

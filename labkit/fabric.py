@@ -18,6 +18,7 @@ from __future__ import annotations
 import signal
 import socket
 from contextlib import suppress
+from dataclasses import dataclass
 from pathlib import Path
 
 from pyroute2 import IPRoute
@@ -60,6 +61,29 @@ def _sysctl(path: str, value: str) -> None:
     Path("/proc/sys", path.replace(".", "/")).write_text(value)
 
 
+def mininet_version() -> str:
+    try:
+        from mininet.net import VERSION
+    except ImportError:
+        return "not found"
+    return VERSION
+
+
+def port_key(port: Port) -> str:
+    """How a port is named in lookups and labels: "<node>/<ifname>"."""
+    return f"{port.node}/{port.ifname}"
+
+
+@dataclass(frozen=True)
+class PortHandle:
+    """A port of a running fabric as the kernel knows it: where to reach it."""
+
+    ns: Netns
+    ifname: str
+    ifindex: int
+    key: str  # port_key(port)
+
+
 class Fabric:
     """A running emulated fabric. Use as a context manager, or call :meth:`stop`."""
 
@@ -72,7 +96,7 @@ class Fabric:
         self.net = None
         self.nodes: dict = {}
         self.ns: dict[str, Netns] = {}
-        self.ifindex: dict[str, int] = {}  # "<node>/<ifname>" -> ifindex
+        self.ifindex: dict[str, int] = {}  # port_key(port) -> ifindex
 
     def start(self) -> Fabric:
         from mininet.net import Mininet
@@ -120,7 +144,7 @@ class Fabric:
                 index = tc.shape(ipr, shape)
                 self.registry.add("qdisc", node=name, ifname=port.ifname,
                                   handle=tc.classid_str(tc.ROOT), layout=shape.layout)
-                self.ifindex[f"{name}/{port.ifname}"] = index
+                self.ifindex[port_key(port)] = index
                 ipr.link("set", index=index, state="up")
                 _receive_in_order(ethtool, port.ifname)
                 ipr.addr("add", index=index, address=port.ip, prefixlen=port.prefixlen)
@@ -139,6 +163,15 @@ class Fabric:
         link = port.link
         return tc.PortShape(port.ifname, link.rate_mbps, link.buffer_kb * 1024, link.mtu,
                             self.router_layout if router else self.host_layout)
+
+    def handle(self, port: Port) -> PortHandle:
+        """The namespace, name and ifindex of ``port``."""
+        return PortHandle(self.ns[port.node], port.ifname, self.ifindex[port_key(port)],
+                          port_key(port))
+
+    def nic(self, host: str) -> PortHandle:
+        """The handle of ``host``'s one NIC."""
+        return self.handle(self.topo.ports[host][0])
 
     def host_shape(self, host: str) -> tc.PortShape:
         """How ``host``'s NIC is shaped."""

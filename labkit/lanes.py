@@ -39,7 +39,6 @@ from labkit.netns import Netns
 from labkit.scenario import LANES, LaneRule
 
 PROGRAM = "lk_classify"
-PRIORITY = 10  # after a lossy link's dropper (labkit.loss)
 FIFO_TAG = 0x20000  # major 2: not a class of the port's HTB (1:), so HTB uses its default
 
 
@@ -155,7 +154,7 @@ class Classifier:
         if watch:
             obj = bpf.BpfObject(self.path, reuse={"lk_config": self.shared.maps["lk_config"]})
             self.watched[f"{ns.name}/{ifname}"] = bpf.record_programs(obj, self.record)
-        bpf.attach_filter(ns, obj.programs[PROGRAM], ifname, ifindex, PRIORITY,
+        bpf.attach_filter(ns, obj.programs[PROGRAM], ifname, ifindex, tc.PRIO_CLASSIFIER,
                           self.attachments, self.record)
 
     def counters(self, port: str | None = None) -> dict[str, tuple[int, int]]:

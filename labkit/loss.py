@@ -8,11 +8,10 @@ lab can show what loss costs a go-back-N transport such as RoCE RC.
 
 from __future__ import annotations
 
-from labkit import bpf
+from labkit import bpf, tc
 from labkit.netns import Netns
 
 PROGRAM = "lk_lossy"
-PRIORITY = 1
 
 
 class LossyLinks:
@@ -28,7 +27,7 @@ class LossyLinks:
         self.objects[link_name] = obj
         obj.maps["lk_loss"].update(0, round(loss_percent * 1e4).to_bytes(4, "little"))
         for ns, ifname, ifindex in ports:
-            bpf.attach_filter(ns, obj.programs[PROGRAM], ifname, ifindex, PRIORITY,
+            bpf.attach_filter(ns, obj.programs[PROGRAM], ifname, ifindex, tc.PRIO_DROPPER,
                               self.attachments, self.record)
 
     def drops(self) -> dict[str, int]:
@@ -49,6 +48,5 @@ def attach(topo, fabric, record: bpf.Recorder | None = None) -> LossyLinks:
     for pa, pb in topo.links:
         if pa.link.loss_percent > 0:
             lossy.add(pa.link.name, pa.link.loss_percent,
-                      [(fabric.ns[p.node], p.ifname, fabric.ifindex[f"{p.node}/{p.ifname}"])
-                       for p in (pa, pb)])
+                      [(h.ns, h.ifname, h.ifindex) for h in map(fabric.handle, (pa, pb))])
     return lossy

@@ -1,8 +1,8 @@
-"""``labkit sweep``: a collective's bandwidth across message sizes, as nccl-tests reports it.
+"""``labkit sweep``'s figures: a collective's bandwidth across message sizes, measured and
+printed as nccl-tests reports it (:func:`labkit.experiment.run_sweep` runs the agents).
 
-The scenario's fabric is built once (FIFO ports, no storage: the ``isolated``
-conditions), then for each size from ``-b`` to ``-e`` (times ``-f``) one agent per
-rank runs a warm-up op and ``-n`` timed ops. Columns follow nccl-tests: size,
+One row per size from ``-b`` to ``-e`` (times ``-f``), from ``-n`` timed ops after a
+warm-up op. Columns follow nccl-tests: size,
 count, type, redop, root, time (mean op time, µs), algbw = size / time, busbw =
 algbw × the op's factor, and #wrong (chunks whose values did not add up). Rates
 are in Mbit/s of the emulated links; with the scale factor (``--units real``) time and
@@ -16,19 +16,8 @@ prints no in-place columns rather than repeat these.
 
 from __future__ import annotations
 
-import csv
-import json
-import random
-from dataclasses import asdict, dataclass
-from pathlib import Path
+from dataclasses import dataclass
 
-import polars as pl
-
-from labkit import agents, loss
-from labkit.fabric import Fabric
-from labkit.registry import Registry
-from labkit.rundir import RunWriter
-from labkit.scenario import Scenario
 from labkit.topo import Topology
 from labkit.traffic import schedules
 
@@ -115,35 +104,6 @@ def link_rate(topo: Topology, ranks: tuple[str, ...]) -> float:
                for link in topo.links_on_path(a, b))
 
 
-def run(sc: Scenario, op: str, algo: str, size_list: list[int], iterations: int,
-        registry: Registry, workdir: Path, on_row=None) -> list[Row]:
-    """Measure every size on one fabric; ``on_row`` sees each row as it is done."""
-    topo = Topology(sc.fabric)
-    ranks = sc.ranks
-    link = link_rate(topo, ranks)
-    rng = random.Random(sc.seed)
-    rows = []
-    with Fabric(topo, registry) as fabric:
-        lossy = loss.attach(topo, fabric, record=registry.add)
-        try:
-            for size in size_list:
-                procs = agents.start_collective(fabric, topo, ranks,
-                                                agents.collective(op, algo, size),
-                                                iterations + 1, 0.0, workdir / str(size), rng)
-                try:
-                    ops = agents.run_agents(procs, iterations + 1)
-                    resent = sum(a.result()["retransmits"] for a in procs)
-                finally:
-                    for a in procs:
-                        a.close()
-                rows.append(measure(op, len(ranks), size, ops, link, resent))
-                if on_row:
-                    on_row(rows[-1])
-        finally:
-            lossy.close()
-    return rows
-
-
 def measure(op: str, n: int, size: int, ops: list[dict], link_mbps: float,
             retransmits: int = 0) -> Row:
     """One row from every rank's ops (op 0 is the warm-up and does not count)."""
@@ -160,15 +120,3 @@ def measure(op: str, n: int, size: int, ops: list[dict], link_mbps: float,
                0 if op == "broadcast" else -1, time_us, algbw,
                algbw * schedules.busbw_factor(op, n), sum(w for *_, w in spans.values()),
                link_mbps, retransmits)
-
-
-def write(rows: list[Row], writer: RunWriter) -> Path:
-    """Record a sweep as a run directory: ``sweep.parquet`` (led by ``run_id``, like every
-    run table), ``sweep.csv`` and ``sweep.json``, and the manifest (kind ``sweep``)."""
-    records = [asdict(r) for r in rows]
-    with open(writer.tmp / "sweep.csv", "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(records[0]))
-        w.writeheader()
-        w.writerows(records)
-    (writer.tmp / "sweep.json").write_text(json.dumps(records, indent=2) + "\n")
-    return writer.finish({"sweep": pl.DataFrame(records)}, {"kind": "sweep", "rows": len(rows)})

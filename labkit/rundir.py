@@ -12,6 +12,7 @@ what is wrong.
 
 from __future__ import annotations
 
+import csv
 import hashlib
 import json
 import os
@@ -25,7 +26,7 @@ from typing import TYPE_CHECKING
 
 import polars as pl
 
-from labkit import bpf, tc
+from labkit import bpf, fabric, tc
 
 if TYPE_CHECKING:
     from labkit.experiment import PolicyResult
@@ -86,17 +87,13 @@ def tables_from(results: list[PolicyResult]) -> dict[str, pl.DataFrame]:
         rows["transport"] += [{"policy": p, **{k: x.get(k, 0) for k in SCHEMAS["transport"]
                                                if k != "policy"}} for x in r.ranks]
         layout = r.port_layout
-        rows["queue"] += [
-            {"policy": p, "t_ns": t, "port": port, "classid": tc.classid_str(cid),
-             "lane": tc.lane_of_class(cid, layout), "bytes": b, "packets": pk, "drops": d,
-             "overlimits": o, "backlog_bytes": bb, "backlog_packets": bp}
-            for t, port, cid, b, pk, d, o, bb, bp in r.queue]
-        for name in ("lanes", "sojourn", "latency", "histograms", "controller"):
-            rows[name] += [dict(zip(SCHEMAS[name], (p, *row), strict=True))
+        rows["queue"] += [{"policy": p, **q._asdict(), "classid": tc.classid_str(q.classid),
+                           "lane": tc.lane_of_class(q.classid, layout)} for q in r.queue]
+        for name in ("lanes", "sojourn", "latency", "histograms", "controller", "cpu"):
+            rows[name] += [{"policy": p, **row._asdict()}
                            for row in getattr(r, ROWS_OF.get(name, name))]
         rows["flows"] += [{"policy": p, **f} for f in r.flows]
         rows["ios"] += [{"policy": p, **io} for io in r.ios]
-        rows["cpu"] += [{"policy": p, "t_ns": t, "busy": b} for t, b in r.cpu]
     return {name: pl.DataFrame(rows[name], schema=SCHEMAS[name]) for name in SCHEMAS}
 
 
@@ -152,12 +149,7 @@ def _tool_versions() -> dict[str, str]:
                                        timeout=10).stdout.splitlines()[0].strip()
         except (OSError, IndexError, subprocess.TimeoutExpired):
             out[name] = "not found"
-    try:
-        from mininet.net import VERSION
-
-        out["mininet"] = VERSION
-    except ImportError:
-        out["mininet"] = "not found"
+    out["mininet"] = fabric.mininet_version()
     out["libbpf"] = bpf.libbpf_version()
     return out
 
@@ -194,6 +186,19 @@ class RunWriter:
                                   f"the run stays in {self.tmp}")
         os.rename(self.tmp, self.target)
         return self.target
+
+
+def finish_sweep(writer: RunWriter, records: list[dict]) -> Path:
+    """Record a sweep (one record per message size) as a run directory: ``sweep.parquet``
+    (led by ``run_id``, like every run table), ``sweep.csv`` and ``sweep.json``, and the
+    manifest (kind ``sweep``)."""
+    with open(writer.tmp / "sweep.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(records[0]))
+        w.writeheader()
+        w.writerows(records)
+    (writer.tmp / "sweep.json").write_text(json.dumps(records, indent=2) + "\n")
+    return writer.finish({"sweep": pl.DataFrame(records)},
+                         {"kind": "sweep", "rows": len(records)})
 
 
 def now_iso() -> str:

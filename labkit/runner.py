@@ -27,7 +27,7 @@ import shutil
 import tempfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import polars as pl
@@ -186,7 +186,7 @@ def sweep(scenario: str | Path | Scenario, op: str = "all_reduce", algo: str = "
     ranks and fabric, ``iters`` timed ops per size (nccl-tests' figures, one
     :class:`labkit.nccltests.Row` per size, each passed to ``on_row`` as it is done), and
     record the sweep in ``out`` (default data/runs/<run-id>)."""
-    from labkit import nccltests
+    from labkit import experiment
 
     sc, _ = _scenario(scenario, None)
     check_sweep(sc, op, algo, sizes, iters)
@@ -200,9 +200,9 @@ def sweep(scenario: str | Path | Scenario, op: str = "all_reduce", algo: str = "
                           argv=list(argv) if argv else None, **rundir.provenance())
     with _recorded(writer), RunLock(run_id), tempfile.TemporaryDirectory(
             prefix="labkit-sweep-") as work:
-        rows = nccltests.run(sc, op, algo, list(sizes), iters, Registry(run_id), Path(work),
-                             on_row=on_row)
-    path = nccltests.write(rows, writer)
+        rows = experiment.run_sweep(sc, op, algo, list(sizes), iters, Registry(run_id),
+                                    Path(work), on_row=on_row)
+    path = rundir.finish_sweep(writer, [asdict(r) for r in rows])
     return Sweep(path, rows, pl.read_parquet(path / "sweep.parquet").drop("run_id"))
 
 

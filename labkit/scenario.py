@@ -837,6 +837,8 @@ def _traffic(c: _Checker, traffic, fabric: FabricSpec, kinds: dict[str, str]):
         key = f"traffic[{i}]"
         if not isinstance(t, dict) or "kind" not in t:
             c.fail(key, f"must be a mapping with a kind ({known})")
+        if not isinstance(t["kind"], str):
+            c.fail(f"{key}.kind", f"must be one of {known}, got {_kind(t['kind'])}")
         if t["kind"] in ("allreduce", "job") and (allreduce or job):
             c.fail(key, "only one collective workload per scenario (an allreduce or a job)")
         if t["kind"] == "job":

@@ -38,6 +38,10 @@ PARENT = 0x10001  # 1:1
 LANE_CLASS = {"vip": 0x10010, "normal": 0x10020, "low": 0x10030}
 FIFO_CLASS = 0x10010
 HELD_CLASS = 0x10020  # a held port's class for every non-vip packet
+# tc filter priorities on a port's clsact hooks (lower runs first). Egress: a lossy link's
+# dropper, a host's valve, then the lane classifier. Ingress: the latency probe alone
+# (0: the kernel picks one).
+PRIO_DROPPER, PRIO_VALVE, PRIO_CLASSIFIER, PRIO_LATENCY = 1, 5, 10, 0
 # The held class's queue: short, so that what a slow ceiling holds back waits in the
 # sender's socket (TCP retries what the qdisc refused, no timer fires) rather than in
 # a queue that drains slower than TCP's retransmission timeout

@@ -19,7 +19,7 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from labkit import bpf
+from labkit import bpf, tc
 from labkit.abi import EVENT, HIST_BUCKETS, Hist, TelemetryConfig
 from labkit.lanes import read_lane_counters
 from labkit.netns import Netns
@@ -109,7 +109,7 @@ class LatencyProbe:
         self.attachments: list[tuple[Netns, bpf.TcAttachment]] = []
 
     def attach(self, ns: Netns, ifname: str, ifindex: int) -> None:
-        bpf.attach_filter(ns, self.obj.programs[self.PROGRAM], ifname, ifindex, 0,
+        bpf.attach_filter(ns, self.obj.programs[self.PROGRAM], ifname, ifindex, tc.PRIO_LATENCY,
                           self.attachments, self.record, egress=False)
 
     def histograms(self) -> list[tuple[str, int, int]]:

@@ -16,6 +16,7 @@ from labkit.fabric import Fabric
 from labkit.lanes import lane_of_tcp
 from labkit.scenario import LANES, Policy, Scenario
 from labkit.topo import Topology
+from labkit.traffic.configs import ValveFollow
 
 NEVER_MS = 10_000.0  # a horizon no queue reaches: fabric ports mark, their qdisc drops
 
@@ -76,15 +77,13 @@ class ControlSession:
         host_setting = LaneSetting(ce_ms=spec.ce_us / 1e3, horizon_ms=spec.horizon_ms,
                                    burst_bytes=int(spec.burst_kb * 1024))
         for host in topo.hosts:
-            port = topo.ports[host][0]
-            self.valves.attach(host, fabric.ns[host], port.ifname,
-                               fabric.ifindex[f"{host}/{port.ifname}"], host_setting,
+            nic = fabric.nic(host)
+            self.valves.attach(host, nic.ns, nic.ifname, nic.ifindex, host_setting,
                                vip_class=tc.LANE_CLASS["vip"] if shaping else 0)
         self.ports = {}  # bottleneck port label -> its Mbit/s
         for port in topo.bottleneck_ports():
-            key = f"{port.node}/{port.ifname}"
-            self.valves.attach(port.ifname, fabric.ns[port.node], port.ifname,
-                               fabric.ifindex[key],
+            h = fabric.handle(port)
+            self.valves.attach(port.ifname, h.ns, h.ifname, h.ifindex,
                                LaneSetting(port.link.rate_mbps, spec.fabric_ce_us / 1e3,
                                            NEVER_MS),
                                one_clock=pol.port_layout == "fifo")
@@ -99,9 +98,8 @@ class ControlSession:
                            for host in sc.ranks}
         lane = LANES.index(lane_of_tcp(sc.lanes, sc.storage[0].port)) if sc.storage else 0
         self.storage_valves = {
-            host: {"config_fd": v.obj.maps["lk_valve"].fd, "phase_fd": v.obj.maps["lk_phase"].fd,
-                   "lane": lane, "lead_ms": spec.lead_ms,
-                   "follow_ms": controller.follow_ms}
+            host: ValveFollow(v.obj.maps["lk_valve"].fd, v.obj.maps["lk_phase"].fd, lane,
+                              spec.lead_ms, controller.follow_ms)
             for host, v in self.valves.valves.items() if host in senders and not shaping}
         self.started_ns = self.stopped_ns = 0
         self.feed = FabricFeed(self.ports, pol.port_layout, spec.telemetry_delay_ms)

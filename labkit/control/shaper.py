@@ -35,8 +35,7 @@ class Shaper:
         self.valves, self.fabric, self.hosts = valves, fabric, hosts
         self.lead_ns = int(lead_ms * 1e6)
         self.applied: dict[str, float | None] = {h: None for h in hosts}  # None: the link
-        self.nics = {h: (fabric.ifindex[f"{h}/{fabric.topo.ports[h][0].ifname}"],
-                         fabric.host_shape(h)) for h in hosts}
+        self.nics = {h: (fabric.nic(h).ifindex, fabric.host_shape(h)) for h in hosts}
         self.changes = 0
         self.errors: list[BaseException] = []
         self._stop = threading.Event()

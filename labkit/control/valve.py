@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, replace
+from typing import NamedTuple
 
-from labkit import bpf
+from labkit import bpf, tc
 from labkit.abi import PHASES, JobPhase, ValveConfig, ValveCounters, ValveLane
 from labkit.netns import Netns
 from labkit.scenario import LANES
 
 PROGRAM = "lk_valve_egress"
-PRIORITY = 5  # after a lossy link's dropper (1), before the classifier (10)
 
 
 
@@ -89,6 +89,21 @@ class Valve:
         self.obj.close()
 
 
+class Decision(NamedTuple):
+    """One change of a valve's lane, or a job phase relayed to it (``controller`` table)."""
+
+    t_ns: int
+    valve: str  # a host, or a bottleneck port
+    lane: str
+    old_mbps: float | None
+    new_mbps: float | None
+    old_busy_mbps: float | None
+    new_busy_mbps: float | None
+    busy_from_ns: int | None
+    busy_until_ns: int | None
+    reason: str
+
+
 class Valves:
     """Every host's valve in a run, and the log of every rate decision."""
 
@@ -96,9 +111,7 @@ class Valves:
         self.rules, self.record = rules, record
         self.valves: dict[str, Valve] = {}
         self.attachments: list[tuple[Netns, bpf.TcAttachment]] = []
-        # (t_ns, valve, lane, old_mbps, new_mbps, old_busy_mbps, new_busy_mbps,
-        #  busy_from_ns, busy_until_ns, reason): rundir.SCHEMAS["controller"]
-        self.decisions: list[tuple] = []
+        self.decisions: list[Decision] = []
 
     def attach(self, host: str, ns: Netns, ifname: str, ifindex: int,
                setting: LaneSetting = LaneSetting(), one_clock: bool = False,
@@ -106,7 +119,7 @@ class Valves:
         """A valve on ``ifname``'s egress, known as ``host`` (a host, or a fabric port)."""
         valve = self.valves[host] = Valve(host, self.rules, self.record, setting, one_clock,
                                           vip_class)
-        bpf.attach_filter(ns, valve.obj.programs[PROGRAM], ifname, ifindex, PRIORITY,
+        bpf.attach_filter(ns, valve.obj.programs[PROGRAM], ifname, ifindex, tc.PRIO_VALVE,
                           self.attachments, self.record)
         return valve
 
@@ -119,8 +132,8 @@ class Valves:
             return
         valve.lanes[lane] = new
         valve.write()
-        self.decisions.append((time.monotonic_ns(), host, lane, old.mbps, new.mbps,
-                               old.busy_mbps, new.busy_mbps, None, None, reason))
+        self.decisions.append(Decision(time.monotonic_ns(), host, lane, old.mbps, new.mbps,
+                                       old.busy_mbps, new.busy_mbps, None, None, reason))
 
     def log_phase(self, hosts: list[str], start_ns: int, end_ns: int, now_ns: int) -> None:
         """Record that the job's phase reached ``hosts``' valves: busy from..until."""
@@ -128,8 +141,9 @@ class Valves:
                   f"to {(end_ns - now_ns) / 1e6:+.0f} ms" if end_ns else "job phase relayed: idle")
         for host in hosts:
             lane = self.valves[host].lanes["low"]
-            self.decisions.append((now_ns, host, "low", lane.mbps, lane.mbps, lane.busy_mbps,
-                                   lane.busy_mbps, start_ns or None, end_ns or None, reason))
+            self.decisions.append(Decision(now_ns, host, "low", lane.mbps, lane.mbps,
+                                           lane.busy_mbps, lane.busy_mbps, start_ns or None,
+                                           end_ns or None, reason))
 
     def counters(self) -> dict[str, dict[str, ValveCounters]]:
         return {host: v.counters() for host, v in self.valves.items()}

@@ -35,7 +35,7 @@ import sys
 import time
 
 from labkit import abi
-from labkit.traffic import jobs, rc, schedules, wire
+from labkit.traffic import configs, jobs, rc, schedules, wire
 from labkit.traffic.sender import BatchSender
 
 NICE = -10  # ranks stand in for GPUs and their NICs: storage agents must not delay them
@@ -113,13 +113,13 @@ class Op:
         return sum(self.values.get(c) != v for c, v in self.plan.expected.items())
 
 
-def plan_for(cfg: dict) -> schedules.Plan:
-    """This rank's plan for one op of a collective, or one iteration of a training job."""
-    w = cfg["workload"]
-    if w["kind"] == "collective":
-        return schedules.collective_plan(w["op"], w["algo"], cfg["n"], cfg["rank"],
-                                         w["size_bytes"])
-    return jobs.plan(w["job"], cfg["n"], cfg["rank"])
+def plan_for(workload: dict, n: int, rank: int) -> schedules.Plan:
+    """Rank ``rank``'s plan (of ``n``) for one op of a collective, or one iteration of a
+    training job."""
+    if workload["kind"] == "collective":
+        return schedules.collective_plan(workload["op"], workload["algo"], n, rank,
+                                         workload["size_bytes"])
+    return jobs.plan(workload["job"], n, rank)
 
 
 class PhaseBoard:
@@ -166,13 +166,13 @@ def _udp_socket() -> socket.socket:
     return s
 
 
-def run(cfg: dict, stdin, stdout) -> dict:
-    rank = cfg["rank"]
-    plan = plan_for(cfg)
-    peers = {int(r): ip for r, ip in cfg["peers"].items()}
+def run(cfg: configs.Collective, stdin, stdout) -> dict:
+    rank = cfg.rank
+    plan = plan_for(cfg.workload, cfg.n, rank)
+    peers = cfg.peers
     partners = sorted({m.peer for s in plan.steps for m in s.send + s.recv})
-    compute_ns = int(cfg["compute_ms"] * 1e6)
-    data = {k: bytes.fromhex(v) for k, v in cfg["templates"].items()}
+    compute_ns = int(cfg.compute_ms * 1e6)
+    data = cfg.templates
     op_state: list[Op] = []
     early: list[tuple[int, int, int, int]] = []  # messages of the next op, arrived already
     delivered = [0]  # whole messages so far: a new one may let the next step start
@@ -182,7 +182,7 @@ def run(cfg: dict, stdin, stdout) -> dict:
         if not (op_state and op_state[0].arrived(peer, chunk, value, sent_ns)):
             early.append((peer, chunk, value, sent_ns))
 
-    dcqcn = cfg.get("dcqcn")  # {"line_mbps": …} when the scenario turns DCQCN on
+    dcqcn = cfg.dcqcn_line_mbps  # set when the scenario turns DCQCN on
     rx = _udp_socket()
     rx.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, RCVBUF_BYTES)
     if dcqcn:  # see each packet's ECN field: CE asks for a CNP
@@ -194,20 +194,19 @@ def run(cfg: dict, stdin, stdout) -> dict:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SNDBUF_BYTES)
         if dcqcn:  # ECN-capable: the fabric may mark it CE instead of queueing it long
             s.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, wire.ECT0)
-        s.bind(("0.0.0.0", cfg["sport_base"] + p))
+        s.bind(("0.0.0.0", cfg.sport_base + p))
         templates = {k: rc.with_dqpn(v, QPN_BASE + p) for k, v in data.items()}
         out = BatchSender(s, (peers[p], wire.ROCEV2_PORT), batch=SEND_BURST,
                           slot_bytes=max(len(t) for t in templates.values()))
-        senders[p] = rc.Sender(out, wire.Icrc(cfg["ip"], peers[p], cfg["sport_base"] + p),
-                               templates, cfg["payload_bytes"], abi.seq_base(rank),
-                               rc.Dcqcn(dcqcn["line_mbps"] * 1e6 / 8) if dcqcn else None)
+        senders[p] = rc.Sender(out, wire.Icrc(cfg.ip, peers[p], cfg.sport_base + p),
+                               templates, cfg.payload_bytes, abi.seq_base(rank),
+                               rc.Dcqcn(dcqcn * 1e6 / 8) if dcqcn else None)
         receivers[p] = rc.Receiver(
-            rx, (peers[p], wire.ROCEV2_PORT), wire.Icrc(cfg["ip"], peers[p], wire.ROCEV2_PORT),
-            rc.with_dqpn(bytes.fromhex(cfg["ack_template"]), QPN_BASE + p),
-            rc.with_dqpn(bytes.fromhex(cfg["nak_template"]), QPN_BASE + p),
+            rx, (peers[p], wire.ROCEV2_PORT), wire.Icrc(cfg.ip, peers[p], wire.ROCEV2_PORT),
+            rc.with_dqpn(cfg.ack_template, QPN_BASE + p),
+            rc.with_dqpn(cfg.nak_template, QPN_BASE + p),
             deliver=lambda chunk, value, sent, p=p: deliver(p, chunk, value, sent),
-            cnp=rc.with_dqpn(bytes.fromhex(cfg["cnp_template"]), QPN_BASE + p)
-            if dcqcn else None)
+            cnp=rc.with_dqpn(cfg.cnp_template, QPN_BASE + p) if dcqcn else None)
     by_ip = {peers[p]: p for p in partners}
 
     print("READY", file=stdout, flush=True)
@@ -215,7 +214,7 @@ def run(cfg: dict, stdin, stdout) -> dict:
     if not line or line[0] != "GO":
         return {"rank": rank, "ops": [], "aborted": True}
     t0 = int(line[1])
-    stop_at = t0 + int(cfg["duration_s"] * 1e9) if cfg.get("duration_s") else None
+    stop_at = t0 + int(cfg.duration_s * 1e9) if cfg.duration_s else None
     stopping = []
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(1))
     poller = select.poll()
@@ -251,13 +250,13 @@ def run(cfg: dict, stdin, stdout) -> dict:
     ops: list[dict] = []
     op_index, next_op_at = 0, t0
     op_bytes = sum(m.nbytes for step in plan.steps for m in step.send)
-    board = PhaseBoard(cfg.get("phase_map_fd"))
+    board = PhaseBoard(cfg.phase_map_fd)
     board.next_op_at(t0, op_bytes)
     waiting_since = None  # the op has been waiting for the network since
     while (wait_ns := t0 - time.monotonic_ns()) > 0:
         time.sleep(min(0.001, wait_ns / 1e9))
 
-    while op_index < cfg["iterations"] and not stopping:
+    while op_index < cfg.iterations and not stopping:
         now = time.monotonic_ns()
         if stop_at and now >= stop_at:
             break
@@ -293,7 +292,7 @@ def run(cfg: dict, stdin, stdout) -> dict:
             op_index += 1
             next_op_at = now + compute_ns
             board.op_ended(now - op.start_ns)
-            if op_index < cfg["iterations"]:
+            if op_index < cfg.iterations:
                 board.next_op_at(next_op_at, op_bytes)
             continue
         deadlines = [d for s in senders.values() if (d := s.deadline()) is not None]
@@ -333,7 +332,7 @@ def run(cfg: dict, stdin, stdout) -> dict:
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return {
         "cpu_user_s": usage.ru_utime, "cpu_sys_s": usage.ru_stime,
-        "rank": rank, "ops": ops, "aborted": bool(stopping) or op_index < cfg["iterations"],
+        "rank": rank, "ops": ops, "aborted": bool(stopping) or op_index < cfg.iterations,
         "retransmits": sum(s.retransmits for s in senders.values()),
         "timeouts": sum(s.timeouts for s in senders.values()),
         "naks": sum(s.naks for s in senders.values()),
@@ -354,11 +353,10 @@ def _ahead_of_storage() -> None:
 
 
 def main() -> None:
-    with open(sys.argv[1]) as f:
-        cfg = json.load(f)
+    cfg = configs.read_collective(sys.argv[1])
     _ahead_of_storage()
     result = run(cfg, sys.stdin, sys.stdout)
-    with open(cfg["out"], "w") as f:
+    with open(cfg.out, "w") as f:
         json.dump(result, f)
     print("DONE", flush=True)
 

@@ -39,7 +39,7 @@ import time
 from collections import deque
 
 from labkit import abi
-from labkit.traffic import wire
+from labkit.traffic import configs, wire
 
 SO_MAX_PACING_RATE = 47
 SAMPLE_NS = 50_000_000
@@ -166,14 +166,14 @@ class Issuer:
     after it is released, so a blocked send never holds up the reader.
     """
 
-    def __init__(self, stream: Stream, entry: dict, ios: list):
+    def __init__(self, stream: Stream, entry: configs.Client, ios: list):
         self.stream, self.entry, self.ios = stream, entry, ios
-        self.command = entry["templates"]["read" if entry["pattern"] == "read" else "write"]
-        self.blocks = entry["io_bytes"] // wire.BLOCK
-        self.free = list(range(entry["queue_depth"]))
+        self.command = entry.templates["read" if entry.pattern == "read" else "write"]
+        self.blocks = entry.io_bytes // wire.BLOCK
+        self.free = list(range(entry.queue_depth))
         self.pending: deque[int] = deque()  # arrival times of queued I/Os
         self.arrived: dict[int, int] = {}  # cid -> arrival time
-        self.open = entry["arrival"]["process"] == "constant"
+        self.open = entry.arrival["process"] == "constant"
         self.connected = False  # no command before the ICReq/ICResp exchange
         self.next_lba = 0
         self.lock = threading.Lock()
@@ -199,7 +199,7 @@ class Issuer:
             t = self.arrived.pop(cid, None)
             if t is None:
                 return
-            self.ios.append((self.entry["name"], t, now - t, self.entry["io_bytes"]))
+            self.ios.append((self.entry.name, t, now - t, self.entry.io_bytes))
             self.free.append(cid)
         self._fill()
 
@@ -216,13 +216,13 @@ class Issuer:
             self.stream.send(*commands)
 
 
-def host(stream: Stream, entry: dict, issuer: Issuer, stop: threading.Event) -> None:
+def host(stream: Stream, entry: configs.Client, issuer: Issuer, stop: threading.Event) -> None:
     """The host's reader: answer R2Ts with data, complete I/Os on CapsuleResp."""
-    t = entry["templates"]
+    t = entry.templates
     stream.send(t["icreq"])
     if stream.read_pdu()[0] != wire.ICRESP:
         raise ValueError("expected ICResp")
-    payload = bytes(entry["io_bytes"])
+    payload = bytes(entry.io_bytes)
     issuer.connect()
     while not stop.is_set():
         kind, hdr = stream.read_pdu()
@@ -282,12 +282,12 @@ class Allowance:
     open valve passes writes at once.
     """
 
-    def __init__(self, cfg: dict):
+    def __init__(self, cfg: configs.ValveFollow):
         from labkit.bpf import InheritedMap  # only under a valve: agents start fast
-        self.valve, self.phase = InheritedMap(cfg["config_fd"]), InheritedMap(cfg["phase_fd"])
-        self.lane = cfg["lane"]
-        self.lead_ns = int(cfg["lead_ms"] * 1e6)
-        self.period_s = cfg["follow_ms"] / 1e3
+        self.valve, self.phase = InheritedMap(cfg.config_fd), InheritedMap(cfg.phase_fd)
+        self.lane = cfg.lane
+        self.lead_ns = int(cfg.lead_ms * 1e6)
+        self.period_s = cfg.follow_ms / 1e3
         self.senders = 0  # the host's sending connections share the lane's rate
         self.setting = (0, 0, 0, 0)  # see rate_in_force; busy from lead_ms early
         self.changed = threading.Condition()
@@ -324,18 +324,18 @@ class Allowance:
                 self.changed.wait(min((wake - now) / 1e9, 0.05))
 
 
-def run(cfg: dict, stdin) -> dict:
+def run(cfg: configs.Storage, stdin) -> dict:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     counters: dict[str, Counter] = {}
     ios: list[tuple] = []
     conns: list[socket.socket] = []
     errors: list[tuple[int, str]] = []  # (when, what)
-    allowance = Allowance(cfg["valve"]) if cfg.get("valve") else None
-    serve_cfg = cfg.get("serve")
+    allowance = Allowance(cfg.valve) if cfg.valve else None
+    serve_cfg = cfg.serve
     listeners = []
     if serve_cfg:
-        for port in serve_cfg["ports"]:
+        for port in serve_cfg.ports:
             lsock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             lsock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             lsock.bind(("0.0.0.0", port))
@@ -372,42 +372,41 @@ def run(cfg: dict, stdin) -> dict:
         return counters.setdefault(name, Counter())
 
     def accept_loop(lsock: socket.socket) -> None:
-        templates = serve_cfg["templates"]
+        templates = serve_cfg.templates
         while not stop.is_set():
             try:
                 conn, (_, sport) = lsock.accept()
             except TimeoutError:
                 continue
-            flow = next((f for f in serve_cfg["flows"] if f["sport_lo"] <= sport <= f["sport_hi"]),
-                        None)
+            flow = next((f for f in serve_cfg.flows if f.sport_lo <= sport <= f.sport_hi), None)
             if flow is None:
                 errors.append((time.monotonic_ns(), f"connection from unknown source port {sport}"))
                 conn.close()
                 continue
-            sends = flow["pattern"] == "read"
-            start(Stream(conn, None if sends else counter(flow["name"])),
-                  flow["pacing_bytes_per_s"] if sends else 0, sends,
+            sends = flow.pattern == "read"
+            start(Stream(conn, None if sends else counter(flow.name)),
+                  flow.pacing_bytes_per_s if sends else 0, sends,
                   lambda s: serve(s, templates, stop))
 
     for lsock in listeners:
         threading.Thread(target=accept_loop, args=(lsock,), daemon=True).start()
-    for entry in cfg.get("clients", []):
-        sends = entry["pattern"] == "write"
+    for entry in cfg.clients:
+        sends = entry.pattern == "write"
         issuers = []
-        for q in range(entry["queues"]):  # one TCP connection per I/O queue
+        for q in range(entry.queues):  # one TCP connection per I/O queue
             conn = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            conn.bind(("0.0.0.0", entry["sport_base"] + q))
+            conn.bind(("0.0.0.0", entry.sport_base + q))
             conn.settimeout(5)
-            conn.connect((entry["server_ip"], entry["port"]))
+            conn.connect((entry.server_ip, entry.port))
             conn.settimeout(None)
-            stream = Stream(conn, None if sends else counter(entry["name"]))
+            stream = Stream(conn, None if sends else counter(entry.name))
             issuer = Issuer(stream, entry, ios)
             issuers.append(issuer)
-            start(stream, entry["pacing_bytes_per_s"] if sends else 0, sends,
+            start(stream, entry.pacing_bytes_per_s if sends else 0, sends,
                   lambda s, e=entry, i=issuer: host(s, e, i, stop))
         threading.Thread(target=drive_arrivals, daemon=True,
-                         args=(issuers, entry["arrival"], t0_ns, random.Random(entry["seed"]),
-                               entry["ios_per_s"], stop)).start()
+                         args=(issuers, entry.arrival, t0_ns, random.Random(entry.seed),
+                               entry.ios_per_s, stop)).start()
 
     if allowance:
         threading.Thread(target=allowance.follow, args=(stop,), daemon=True).start()
@@ -424,15 +423,9 @@ def run(cfg: dict, stdin) -> dict:
 
 
 def main() -> None:
-    with open(sys.argv[1]) as f:
-        cfg = json.load(f)
-    if cfg.get("serve"):
-        cfg["serve"]["templates"] = {k: bytes.fromhex(v)
-                                     for k, v in cfg["serve"]["templates"].items()}
-    for entry in cfg.get("clients", []):
-        entry["templates"] = {k: bytes.fromhex(v) for k, v in entry["templates"].items()}
+    cfg = configs.read_storage(sys.argv[1])
     result = run(cfg, sys.stdin)
-    with open(cfg["out"], "w") as f:
+    with open(cfg.out, "w") as f:
         json.dump(result, f)
     print("DONE", flush=True)
 

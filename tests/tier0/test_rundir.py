@@ -89,3 +89,16 @@ def test_a_run_recorded_before_run_id_columns_still_loads():
     sample = rundir.bpf.REPO_ROOT / "data/sample/bottleneck"
     assert "run_id" not in pl.read_parquet_schema(sample / "collectives.parquet")
     assert rundir.load_run(sample)["collectives"].height > 0
+
+
+def test_every_row_type_names_its_table_columns():
+    """Rows are named where they are produced; their fields are the table's columns."""
+    from labkit.capture import CpuRow, LaneRow, QueueRow
+    from labkit.control.valve import Decision
+    from labkit.experiment import HistRow, LatencyRow, SojournRow
+
+    for table, row in (("lanes", LaneRow), ("sojourn", SojournRow), ("latency", LatencyRow),
+                       ("histograms", HistRow), ("controller", Decision), ("cpu", CpuRow)):
+        assert ("policy", *row._fields) == tuple(rundir.SCHEMAS[table]), table
+    assert ("policy", *QueueRow._fields) == tuple(c for c in rundir.SCHEMAS["queue"]
+                                                  if c != "lane")  # lane: from the classid

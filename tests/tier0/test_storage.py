@@ -3,13 +3,14 @@
 import socket
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from labkit import scenario, topo
 from labkit.agents import storage_configs
-from labkit.traffic import nvme, storage, wire
+from labkit.traffic import configs, nvme, storage, wire
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -18,8 +19,11 @@ def _pair(pattern: str, arrival: str, io_bytes: int = 8192, queue_depth: int = 2
     """A target and a host connected by a socket pair, running until ``stop``."""
     a, b = socket.socketpair()
     stop = threading.Event()
-    entry = {"name": "e", "pattern": pattern, "io_bytes": io_bytes, "queue_depth": queue_depth,
-             "arrival": {"process": arrival}, "templates": nvme.templates(io_bytes)}
+    entry = configs.Client(name="e", pattern=pattern, port=4420, pacing_bytes_per_s=0,
+                           queues=1, io_bytes=io_bytes, queue_depth=queue_depth,
+                           arrival={"process": arrival}, ios_per_s=0.0, seed="1",
+                           server_ip="10.0.0.1", sport_base=50000,
+                           templates=nvme.templates(io_bytes))
     received = storage.Counter()
     target = storage.Stream(a, received if pattern == "write" else None)
     client = storage.Stream(b, received if pattern == "read" else None)
@@ -85,19 +89,39 @@ def test_a_closed_window_issues_nothing():
 
 def test_configs_split_load_and_source_ports_per_entry():
     sc = scenario.load(REPO / "topologies/storage-mix.yaml")
-    configs = storage_configs(sc, topo.Topology(sc.fabric))
-    flows = configs["st1"]["serve"]["flows"]
-    ranges = sorted((f["sport_lo"], f["sport_hi"]) for f in flows)
+    per_host = storage_configs(sc, topo.Topology(sc.fabric))
+    flows = per_host["st1"].serve.flows
+    ranges = sorted((f.sport_lo, f.sport_hi) for f in flows)
     assert all(hi < lo2 for (_, hi), (lo2, _) in zip(ranges, ranges[1:], strict=False))
-    dataset = next(f for f in flows if f["name"] == "dataset")
-    assert dataset["pacing_bytes_per_s"] * 4 == pytest.approx(0.5 * 100e6 / 8, rel=1e-6)
-    g5 = {e["name"]: e for e in configs["g5"]["clients"]}
+    dataset = next(f for f in flows if f.name == "dataset")
+    assert dataset.pacing_bytes_per_s * 4 == pytest.approx(0.5 * 100e6 / 8, rel=1e-6)
+    g5 = {e.name: e for e in per_host["g5"].clients}
     assert set(g5) == {"checkpoint", "metadata"}
-    assert g5["metadata"]["pacing_bytes_per_s"] == 0  # Poisson arrivals set its rate
-    assert g5["metadata"]["ios_per_s"] * 4 == pytest.approx(0.02 * 100e6 / 8 / 4096)
-    assert g5["checkpoint"]["seed"] != configs["g6"]["clients"][0]["seed"]
-    ports = [e["sport_base"] for cfg in configs.values() for e in cfg.get("clients", [])]
+    assert g5["metadata"].pacing_bytes_per_s == 0  # Poisson arrivals set its rate
+    assert g5["metadata"].ios_per_s * 4 == pytest.approx(0.02 * 100e6 / 8 / 4096)
+    assert g5["checkpoint"].seed != per_host["g6"].clients[0].seed
+    ports = [e.sport_base for cfg in per_host.values() for e in cfg.clients]
     assert len(ports) == len(set(ports))
+
+
+def test_every_agent_config_survives_its_file(tmp_path):
+    """What the launcher writes, the agent reads back equal (templates as bytes again)."""
+    from labkit import agents
+
+    sc = scenario.load(REPO / "topologies/checkpoint-burst.yaml")
+    t = topo.Topology(sc.fabric)
+    for host, cfg in storage_configs(sc, t).items():
+        cfg = replace(cfg, valve=configs.ValveFollow(3, 4, 2, 5.0, 20.0))
+        configs.write(cfg, tmp_path / f"{host}.json")
+        assert configs.read_storage(tmp_path / f"{host}.json") == cfg
+    ranks = configs.Collective(
+        rank=1, n=2, ip="10.0.1.2", workload=agents.collective("all_reduce", "ring", 4096),
+        iterations=3, compute_ms=1.0, duration_s=None, payload_bytes=1024,
+        peers={0: "10.0.1.1", 1: "10.0.1.2"}, sport_base=50000,
+        templates={"only": b"\x0a\x00"}, ack_template=b"\x11", nak_template=b"\x11\x60",
+        cnp_template=b"\x81", phase_map_fd=7, dcqcn_line_mbps=100.0)
+    configs.write(ranks, tmp_path / "rank.json")
+    assert configs.read_collective(tmp_path / "rank.json") == ranks
 
 
 def test_the_rate_in_force_switches_at_the_busy_windows_edges():

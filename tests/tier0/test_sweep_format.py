@@ -3,10 +3,11 @@
 footers) reads it unchanged, in emulated and in real units."""
 
 import re
+from dataclasses import asdict
 
 import pytest
 
-from labkit import nccltests as sweep
+from labkit import nccltests
 
 DATA = re.compile(r"^\s*(\d+)\s+(\d+)\s+(\w+)\s+(\w+)\s+(-?\d+)\s+([\d.]+)\s+([\d.]+)\s+"
                   r"([\d.]+)\s+(\d+|N/A)")
@@ -37,8 +38,8 @@ def ops(n_ranks: int, op_us: float, n_ops: int = 3) -> list[dict]:
 
 
 def render(rows, scale=None) -> str:
-    return "\n".join(sweep.header(scale) + [r.line(scale) for r in rows]
-                     + sweep.footer(rows, scale))
+    return "\n".join(nccltests.header(scale) + [r.line(scale) for r in rows]
+                     + nccltests.footer(rows, scale))
 
 
 @pytest.mark.parametrize("op, size, ranks, count", [
@@ -46,11 +47,11 @@ def render(rows, scale=None) -> str:
     ("all_gather", 1 << 20, 8, 32768), ("reduce_scatter", 1 << 20, 8, 32768),
     ("all_to_all", 1 << 20, 8, 32768), ("all_gather", 1000, 3, 80)])
 def test_count_is_nccl_tests_per_rank_element_count(op, size, ranks, count):
-    assert sweep.param_count(op, size, ranks) == count
+    assert nccltests.param_count(op, size, ranks) == count
 
 
 def test_a_nccl_tests_parser_reads_a_sweep():
-    rows = [sweep.measure("all_gather", 8, s, ops(8, s / 10), 100.0) for s in (65536, 131072)]
+    rows = [nccltests.measure("all_gather", 8, s, ops(8, s / 10), 100.0) for s in (65536, 131072)]
     parsed = parse_nccl_tests(render(rows))
     assert [r["size"] for r in parsed["rows"]] == [65536, 131072]
     assert [r["count"] for r in parsed["rows"]] == [2048, 4096]
@@ -61,7 +62,7 @@ def test_a_nccl_tests_parser_reads_a_sweep():
 
 def test_real_units_are_the_modelled_fabrics_in_nccl_tests_columns():
     scale = 4000  # 1 emulated Mbit/s stands for 4 Gbit/s
-    (row,) = [sweep.measure("all_reduce", 8, 1 << 20, ops(8, 100_000), 100.0)]
+    (row,) = [nccltests.measure("all_reduce", 8, 1 << 20, ops(8, 100_000), 100.0)]
     parsed = parse_nccl_tests(render([row], scale))["rows"][0]
     assert parsed["time_us"] == pytest.approx(row.time_us / scale, abs=0.01)
     assert parsed["algbw"] == pytest.approx(row.algbw_mbps * scale / 8000, abs=0.01)
@@ -79,10 +80,10 @@ def test_a_sweep_is_recorded_like_a_run(tmp_path):
 
     from labkit import rundir
 
-    rows = [sweep.measure("all_reduce", 4, s, ops(4, s / 10), 100.0) for s in (4096, 8192)]
+    rows = [nccltests.measure("all_reduce", 4, s, ops(4, s / 10), 100.0) for s in (4096, 8192)]
     writer = rundir.RunWriter(tmp_path / "s1")
     writer.write_manifest(run_id="s1", kind="sweep")
-    path = sweep.write(rows, writer)
+    path = rundir.finish_sweep(writer, [asdict(r) for r in rows])
     manifest = json.loads((path / "manifest.json").read_text())
     assert manifest["status"] == "complete" and manifest["tables"] == ["sweep"]
     table = pl.read_parquet(path / "sweep.parquet")

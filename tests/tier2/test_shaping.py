@@ -50,9 +50,8 @@ def test_an_unmodified_iperf3_is_held_within_20_ms_and_released(fabric_ready):
         valves = Valves(classifier.shared.maps["lk_config"])
         shaper = None
         try:
-            port = t.ports["h1"][0]
-            ifindex = f.ifindex[f"h1/{port.ifname}"]
-            valves.attach("h1", f.ns["h1"], port.ifname, ifindex,
+            nic = f.nic("h1")
+            valves.attach("h1", nic.ns, nic.ifname, nic.ifindex,
                           vip_class=tc.LANE_CLASS["vip"])
             shaper = Shaper(valves, f, ["h1"], lead_ms=5).start()
             server = f.popen("h2", ["iperf3", "-s", "-1"], "iperf3 server",
@@ -62,7 +61,7 @@ def test_an_unmodified_iperf3_is_held_within_20_ms_and_released(fabric_ready):
                              stdout=subprocess.DEVNULL)
             rows: list = []
             stop = threading.Event()
-            sampler = f.ns["h1"].thread(lambda: sample(ifindex, stop, rows), "sampler")
+            sampler = f.ns["h1"].thread(lambda: sample(nic.ifindex, stop, rows), "sampler")
             sampler.start()
             time.sleep(1.5)
             held_at = time.monotonic_ns()

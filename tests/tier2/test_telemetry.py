@@ -48,7 +48,7 @@ def test_sojourn_agrees_with_backlog_over_rate(fabric_ready):
     t = topo.Topology(scenario.parse(SMALL).fabric)
     with Fabric(t, Registry("test-telemetry")) as f:
         port = t.port_towards("r1", "h3")
-        ns, ifindex = f.ns["r1"], f.ifindex[f"r1/{port.ifname}"]
+        ns, ifindex = f.ns["r1"], f.handle(port).ifindex
         probe = QueueProbe(sample_every=1)
         try:
             probe.watch(ns, ifindex, port.ifname)
