@@ -1,6 +1,6 @@
 """labkit: emulate, measure and relieve the network bottleneck of AI training.
 
-Commands: doctor, run, sweep, report, figures, runs, clean. Exit codes: 0 success;
+Commands: doctor, run, shell, sweep, report, figures, runs, clean. Exit codes: 0 success;
 1 a run or check failed; 2 bad input (scenario file, arguments); 130 interrupted.
 ``--json`` (report, runs, doctor) prints one JSON document on stdout whose
 ``"schema"`` names its shape and version (docs/data-model.md).
@@ -78,6 +78,19 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--pcap-snaplen", type=int, default=0, metavar="BYTES",
                      help="bytes kept per captured packet (default: whole packets), "
                           "e.g. --pcap-snaplen 128")
+    shell = sub.add_parser(
+        "shell", help="bring a scenario's fabric up and open Mininet's command line in it",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="inside: `g1 ping -c 3 g5`, `st1 iperf3 -s &`, `g1 iperf3 -c st1 -t 5`,\n"
+               "`leaf1 tc -s qdisc show dev leaf1-eth0`, `nodes`, `help`; `exit` or Ctrl-D\n"
+               "tears everything down, as after a run")
+    shell.add_argument("scenario", type=Path,
+                       help="a scenario file, e.g. topologies/bottleneck.yaml")
+    shell.add_argument("--policy", default="fifo",
+                       help="the policy whose queues, lanes and valves to build (default "
+                            "fifo), e.g. --policy priority")
+    shell.add_argument("--controller", action="append", default=[], metavar="NAME=FILE:CLASS",
+                       help="your own controller, for --policy to name")
     sweep = sub.add_parser("sweep", help="a collective's bandwidth across sizes (nccl-tests)")
     sweep.add_argument("scenario", type=Path,
                        help="a scenario file whose fabric and ranks to use, e.g. "
@@ -118,7 +131,8 @@ def main(argv: list[str] | None = None) -> int:
                        help="say what each leftover run recorded, remove nothing")
     args = parser.parse_args(argv)
     try:
-        return {"doctor": cmd_doctor, "run": cmd_run, "sweep": cmd_sweep, "report": cmd_report,
+        return {"doctor": cmd_doctor, "run": cmd_run, "shell": cmd_shell, "sweep": cmd_sweep,
+                "report": cmd_report,
                 "figures": cmd_figures, "runs": cmd_runs,
                 "clean": cmd_clean}[args.command](args)
     except scenario_mod.ScenarioError as exc:
@@ -223,6 +237,31 @@ def _named_controllers(given: list[str]) -> dict[str, str]:
                                              f"must be NAME=FILE.py:CLASS, got {item!r}")
         named[name] = spec
     return named
+
+
+def cmd_shell(args) -> int:
+    from labkit import runner
+
+    signal.signal(signal.SIGTERM, _raise_interrupt)  # Ctrl-C stays Mininet's: it stops a command
+    building = err.status(f"building {args.scenario} under {args.policy} (no traffic) ...")
+    building.start()
+
+    def interact(pf) -> None:
+        building.stop()
+        hosts = " ".join(n for n, role in pf.topo.roles.items() if role != "router")
+        routers = " ".join(n for n, role in pf.topo.roles.items() if role == "router")
+        err.print(f"hosts: {hosts}\nrouters: {routers}\n"
+                  "try: g1 ping -c 3 g5 · leaf1 tc -s qdisc · exit (or Ctrl-D) to tear down")
+        pf.fabric.interact()
+
+    try:
+        runner.shell(args.scenario, args.policy, _named_controllers(args.controller), interact)
+    except (FileExistsError, RuntimeError) as exc:
+        return _failed(exc)
+    finally:
+        building.stop()
+    err.print("fabric torn down")
+    return 0
 
 
 def cmd_sweep(args) -> int:

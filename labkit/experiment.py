@@ -128,6 +128,70 @@ class PolicyResult:
     aborted: bool = False
 
 
+class PolicyFabric:
+    """A policy's fabric, everything but the traffic: nodes and links, the lane classifier
+    on every router port, the probes on the bottleneck ports and the receivers' NICs, lossy
+    links' droppers and, under a controller, the valves, feed and controller (not started).
+    Use as a context manager; everything is torn down on exit, also after a failure while
+    it was being built."""
+
+    def __init__(self, sc: Scenario, topo: Topology, policy: str, registry: Registry,
+                 telemetry: bool = True,
+                 controllers: Mapping[str, type[Controller]] = CONTROLLERS,
+                 classifier_object: Path | None = None):
+        self.pol = scenario_policy(policy, list(controllers))
+        if self.pol.controller and not telemetry:
+            raise ValueError(f"policy {policy} steers its valves from telemetry: keep it on")
+        self.sc, self.topo, self.registry = sc, topo, registry
+        self.telemetry, self.controllers = telemetry, controllers
+        self.classifier_object = classifier_object
+        shaped = self.pol.controller is not None and sc.control.enforce == "shape"
+        self.fabric = Fabric(topo, registry, router_layout=self.pol.port_layout,
+                             host_layout="held" if shaped else "fifo")
+        self.classifier = self.queues = self.latency = self.lossy = self.control = None
+        self.watched: list[WatchedPort] = []
+
+    def __enter__(self) -> PolicyFabric:
+        try:
+            self._build()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def _build(self) -> None:
+        sc, topo, registry, fabric = self.sc, self.topo, self.registry, self.fabric
+        fabric.start()
+        self.lossy = loss.attach(topo, fabric, record=registry.add)
+        self.classifier = Classifier(sc.lanes, self.pol.port_layout, record=registry.add,
+                                     path=self.classifier_object)
+        if self.telemetry:
+            self.queues = QueueProbe(record=registry.add)
+            self.latency = LatencyProbe(self.classifier.shared.maps["lk_config"], self.queues,
+                                        record=registry.add)
+        self.watched = _attach_probes(topo, fabric, self.classifier, self.queues, self.latency,
+                                      sc.ranks)
+        pins = bpf.pin_dir(registry.run_id)
+        registry.add_pin_dir(pins)
+        self.classifier.pin(pins)
+        if self.queues:
+            self.queues.pin(pins)
+        if self.pol.controller:
+            self.control = ControlSession(sc, topo, fabric, self.pol,
+                                          self.controllers[self.pol.controller],
+                                          self.classifier.shared.maps["lk_config"],
+                                          registry.add)
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        for held in (self.control, self.latency, self.classifier, self.queues, self.lossy):
+            if held is not None:
+                held.close()
+        self.fabric.stop()
+
+
 def run_policy(sc: Scenario, topo: Topology, policy: str, registry: Registry, workdir: Path,
                duration_s: float | None = None, progress: Callable[[int], None] | None = None,
                pcap: PcapRequest | None = None, pcap_dir: Path | None = None,
@@ -143,36 +207,22 @@ def run_policy(sc: Scenario, topo: Topology, policy: str, registry: Registry, wo
     ``controllers`` holds every controller a policy may name, built-in or the user's;
     ``classifier_object`` is the user's classifier (None: the built-in one).
     """
-    pol = scenario_policy(policy, list(controllers))
-    if pol.controller and not telemetry:
-        raise ValueError(f"policy {policy} steers its valves from telemetry: keep it on")
-    layout = pol.port_layout
-    result = PolicyResult(policy, layout)
     workdir.mkdir(parents=True, exist_ok=True)
-    shaped = pol.controller is not None and sc.control.enforce == "shape"
-    fabric = Fabric(topo, registry, router_layout=layout,
-                    host_layout="held" if shaped else "fifo")
-    classifier = queues = latency = lossy = control = commands = None
+    with PolicyFabric(sc, topo, policy, registry, telemetry, controllers,
+                      classifier_object) as pf:
+        return _run_traffic(pf, workdir, duration_s, progress, pcap, pcap_dir)
+
+
+def _run_traffic(pf: PolicyFabric, workdir: Path, duration_s: float | None,
+                 progress: Callable[[int], None] | None, pcap: PcapRequest | None,
+                 pcap_dir: Path | None) -> PolicyResult:
+    """The scenario's traffic on a built policy fabric, recorded."""
+    sc, topo, fabric, pol, control = pf.sc, pf.topo, pf.fabric, pf.pol, pf.control
+    result = PolicyResult(pol.name, pol.port_layout)
+    commands = None
     agents: list[Agent] = []
     try:
-        fabric.start()
-        lossy = loss.attach(topo, fabric, record=registry.add)
-        classifier = Classifier(sc.lanes, layout, record=registry.add, path=classifier_object)
-        if telemetry:
-            queues = QueueProbe(record=registry.add)
-            latency = LatencyProbe(classifier.shared.maps["lk_config"], queues,
-                                   record=registry.add)
-        watched = _attach_probes(topo, fabric, classifier, queues, latency, sc.ranks)
-        pins = bpf.pin_dir(registry.run_id)
-        registry.add_pin_dir(pins)
-        classifier.pin(pins)
-        if queues:
-            queues.pin(pins)
-
-        if pol.controller:
-            control = ControlSession(sc, topo, fabric, pol, controllers[pol.controller],
-                                     classifier.shared.maps["lk_config"], registry.add)
-        rng = random.Random(f"{sc.seed}/{policy}")
+        rng = random.Random(f"{sc.seed}/{pol.name}")
         work, gap_ms = workload(sc)
         ring = start_collective(fabric, topo, sc.ranks, work, sc.iterations, gap_ms, workdir,
                                 rng, duration_s, control.phase_maps if control else None,
@@ -185,17 +235,17 @@ def run_policy(sc: Scenario, topo: Topology, policy: str, registry: Registry, wo
             commands = Commands(sc.commands, topo, fabric, workdir / "commands").serve()
         await_ready(agents)
         capture = PacketCapture(fabric, topo, pcap, pcap_dir).start() if pcap else None
-        events = EventReader(queues).start() if queues else None
+        events = EventReader(pf.queues).start() if pf.queues else None
         try:
-            _drive(result, ring, storage, watched, duration_s, sc.iterations, progress, control,
-                   commands)
+            _drive(result, ring, storage, pf.watched, duration_s, sc.iterations, progress,
+                   control, commands)
         finally:
             if events:
-                _collect_telemetry(result, events.stop(), queues, latency)
+                _collect_telemetry(result, events.stop(), pf.queues, pf.latency)
             if capture:
                 capture.stop()
         _collect(result, ring, storage)
-        result.loss_drops = lossy.drops()
+        result.loss_drops = pf.lossy.drops()
         if control:
             result.decisions = control.valves.decisions
             result.control = control.summary_counters()
@@ -205,10 +255,6 @@ def run_policy(sc: Scenario, topo: Topology, policy: str, registry: Registry, wo
             result.commands += commands.stop()
         for a in agents:
             a.close()
-        for held in (control, latency, classifier, queues, lossy):
-            if held is not None:
-                held.close()
-        fabric.stop()
 
 
 def _attach_probes(topo: Topology, fabric: Fabric, classifier: Classifier,

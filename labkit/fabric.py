@@ -113,8 +113,13 @@ class Fabric:
                 self.ns[name] = Netns(node.pid, name)
                 self.registry.add("netns", node=name, pid=node.pid, inode=self.ns[name].inode)
             for pa, pb in self.topo.links:
-                self.net.addLink(pa.node, pb.node, intfName1=pa.ifname, intfName2=pb.ifname,
-                                 addr1=mac_for(pa.ip), addr2=mac_for(pb.ip))
+                link = self.net.addLink(pa.node, pb.node, intfName1=pa.ifname,
+                                        intfName2=pb.ifname, addr1=mac_for(pa.ip),
+                                        addr2=mac_for(pb.ip))
+                for intf, port in ((link.intf1, pa), (link.intf2, pb)):
+                    # addresses are configured over netlink below; Mininet is told them so
+                    # that its CLI can put a host's address for its name (`g1 ping g5`)
+                    intf.ip, intf.prefixLen = port.ip, port.prefixlen
                 self.registry.add("veth", ends=[f"{pa.node}/{pa.ifname}",
                                                 f"{pb.node}/{pb.ifname}"])
             for name in self.topo.roles:
@@ -163,6 +168,13 @@ class Fabric:
         link = port.link
         return tc.PortShape(port.ifname, link.rate_mbps, link.buffer_kb * 1024, link.mtu,
                             self.router_layout if router else self.host_layout)
+
+    def interact(self) -> None:
+        """Mininet's own command line on this fabric (``g1 ping -c 3 g5``, ``leaf1 tc -s
+        qdisc``); returns on ``exit`` or end of input."""
+        from mininet.cli import CLI
+
+        CLI(self.net)
 
     def handle(self, port: Port) -> PortHandle:
         """The namespace, name and ifindex of ``port``."""

@@ -179,6 +179,35 @@ def run(scenario: str | Path | Scenario, policies: Sequence[str] | None = None, 
     return rundir.load_run(writer.finish(tables, summary))
 
 
+def shell(scenario: str | Path | Scenario, policy: str = "fifo",
+          controllers: Mapping[str, str | type] | None = None,
+          interact: Callable | None = None) -> None:
+    """Build ``scenario``'s fabric as a run of ``policy`` would (lanes, probes, valves),
+    start no traffic, and hand it to ``interact`` (default: Mininet's command line) until
+    it returns; then tear everything down, as after a run. Nothing is recorded."""
+    from labkit import experiment, topo
+    from labkit.control import CONTROLLERS
+
+    sc, source = _scenario(scenario, None)
+    users = _user_controllers(sc, source, controllers or {})
+    (policy,) = scenario_mod.check_policies([policy], source, list(users))
+    if problem := not_ready():
+        raise NotReady(problem)
+    with tempfile.TemporaryDirectory(prefix="labkit-program-") as build:
+        program = _classifier_program(sc, source, Path(build))
+        run_id = rundir.new_run_id(f"shell-{sc.name}")
+        with RunLock(run_id), experiment.PolicyFabric(
+                sc, topo.Topology(sc.fabric), policy, Registry(run_id),
+                controllers={**CONTROLLERS, **users}, classifier_object=program) as pf:
+            if pf.control:
+                pf.control.start()
+            try:
+                (interact or (lambda pf: pf.fabric.interact()))(pf)
+            finally:
+                if pf.control:
+                    pf.control.stop()
+
+
 def sweep(scenario: str | Path | Scenario, op: str = "all_reduce", algo: str = "ring",
           sizes: Sequence[int] = (), iters: int = 10, *, out: str | Path | None = None,
           on_row: Callable | None = None, argv: Sequence[str] | None = None) -> Sweep:
