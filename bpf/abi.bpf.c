@@ -22,5 +22,6 @@ struct lk_valve_lane *lk_abi_valve_lane;
 struct lk_valve_config *lk_abi_valve_config;
 struct lk_job_phase *lk_abi_job_phase;
 struct lk_valve_counters *lk_abi_valve_counters;
+struct lk_port_clock *lk_abi_port_clock;
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";

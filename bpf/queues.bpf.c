@@ -7,7 +7,10 @@
  *  - each packet's time in the queue (sojourn): enqueue time kept per skb in
  *    lk_inflight, paired at qdisc_dequeue, into a log2 histogram and, one packet
  *    in sample_every, into the lk_events ring buffer (with the sender's stamp
- *    when the packet carries one).
+ *    when the packet carries one);
+ *  - the gap between two dequeues while packets were waiting (LK_EV_GAP, sampled
+ *    the same way): with a backlog, a port that keeps time sends the next packet
+ *    one wire time of the previous one later (labkit.analysis.dequeue_fidelity).
  *
  * Ports are selected by (network namespace inode, ifindex) in lk_ports; the
  * lane is read back from skb->priority, where the classifier left it.
@@ -72,6 +75,13 @@ struct {
 	__type(key, __u32);
 	__type(value, struct lk_hist);
 } lk_sojourn_hist SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, LK_MAX_PORTS);
+	__type(key, __u32);
+	__type(value, struct lk_port_clock);
+} lk_port_clock SEC(".maps");
 
 static __always_inline __u32 lk_lane_of(__u32 priority)
 {
@@ -188,12 +198,48 @@ static __always_inline void lk_dequeued(struct sk_buff *skb, __u64 now)
 	lk_sample(&ev);
 }
 
+/* The gap since the port's previous dequeue, sampled when packets were waiting all
+ * along and no dequeue in between went unseen (the qdisc's byte counter grew by exactly
+ * this packet: the tracepoint programs miss a few softirq hits, see the top). */
+static __always_inline void lk_gap(struct Qdisc *q, struct sk_buff *skb, int idx, int packets,
+				   __u64 now)
+{
+	struct qdisc_skb_cb cb;
+	struct lk_port_clock *c;
+	__u32 slot = idx / LK_NR_LANES;
+	__u64 sent = 0;
+
+	c = bpf_map_lookup_elem(&lk_port_clock, &slot);
+	if (!c || bpf_probe_read_kernel(&cb, sizeof(cb), __builtin_preserve_access_index(&skb->cb)) ||
+	    bpf_probe_read_kernel(&sent, sizeof(sent), __builtin_preserve_access_index(
+					   &q->bstats.bytes)))
+		return;
+	if (packets == 1 && c->t_ns && c->queued && sent - c->sent == cb.pkt_len &&
+	    now - c->t_ns < 0xffffffffULL) {
+		struct lk_event ev = { .kind = LK_EV_GAP, .t_ns = now, .value_ns = now - c->t_ns,
+				       .len = c->len, .where = slot, .stamp_ns = c->busy };
+
+		lk_sample(&ev);
+	}
+	c->busy = c->queued ? c->busy + c->len : 0;
+	c->t_ns = now;
+	c->sent = sent;
+	c->len = cb.pkt_len;
+	c->queued = BPF_CORE_READ(q, q.qlen);
+}
+
 SEC("tp_btf/qdisc_dequeue")
 int BPF_PROG(lk_qdisc_dequeue, struct Qdisc *q, const struct netdev_queue *txq, int packets,
 	     struct sk_buff *skb)
 {
 	__u64 now = bpf_ktime_get_ns();
+	int idx;
 
+	if (!skb)
+		return 0;
+	idx = lk_index(BPF_CORE_READ(txq, dev), skb);
+	if (idx >= 0)
+		lk_gap(q, skb, idx, packets, now);
 	for (int i = 0; i < LK_DEQUEUE_BATCH && skb && i < packets; i++) {
 		lk_dequeued(skb, now);
 		skb = BPF_CORE_READ(skb, next);

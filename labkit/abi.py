@@ -19,7 +19,7 @@ NR_LANES = 3  # enum lk_lane: vip, normal, low
 MAX_RULES = 32  # LK_MAX_RULES
 HIST_BUCKETS = 32  # LK_HIST_BUCKETS: bucket b counts values in [2^b, 2^(b+1)) ns
 STAMP_MAGIC = 0x53544B4C  # LK_STAMP_MAGIC, "LKTS" in memory
-EV_SOJOURN, EV_LATENCY = 1, 2  # enum lk_event_kind
+EV_SOJOURN, EV_LATENCY, EV_GAP = 1, 2, 3  # enum lk_event_kind
 PHASES = {"compute": 0, "soon": 1, "communicate": 2}  # enum lk_phase
 
 # the rule key (lk_parse() in bpf/include/parse.h)
@@ -74,6 +74,10 @@ class Event(ctypes.Structure):
                 ("where", u16), ("lane", u8), ("kind", u8), ("seq", u32)]
 
 
+class PortClock(ctypes.Structure):
+    _fields_ = [("t_ns", u64), ("sent", u64), ("busy", u64), ("len", u32), ("queued", u32)]
+
+
 class TelemetryConfig(ctypes.Structure):
     _fields_ = [("sample_every", u32), ("pad", u32)]
 
@@ -99,7 +103,8 @@ class ValveCounters(ctypes.Structure):
 MIRRORS: dict[str, type[ctypes.Structure]] = {
     "lk_rule": Rule, "lk_classifier_config": ClassifierConfig,
     "lk_lane_counters": LaneCounters, "lk_port_key": PortKey, "lk_hist": Hist,
-    "lk_stamp": Stamp, "lk_event": Event, "lk_telemetry_config": TelemetryConfig,
+    "lk_stamp": Stamp, "lk_event": Event, "lk_port_clock": PortClock,
+    "lk_telemetry_config": TelemetryConfig,
     "lk_valve_lane": ValveLane, "lk_valve_config": ValveConfig, "lk_job_phase": JobPhase,
     "lk_valve_counters": ValveCounters,
 }

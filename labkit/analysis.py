@@ -211,6 +211,43 @@ def congested_windows(queue: pl.DataFrame, port: str, start: int, end: int,
 
 AT_RATE = 0.90  # a congested window must carry this share of the link rate
 AT_RATE_WINDOWS = 0.95  # ... in this share of the congested windows
+# A port that is late with a dequeue (a gap longer than the packet's wire time while
+# packets wait) delays every packet waiting at that moment by the lateness. The recorded
+# p99 queueing time W99 is off by more than 10 % when more than 1 in 100 packets met a
+# lateness over W99 / 10; a packet arriving at a random moment meets one with the share of
+# the port's busy time spent in such latenesses. So a port is flagged when that share,
+# over its sampled gaps, exceeds LATE_SHARE_LIMIT (docs/data-model.md).
+LATE_OF_SOJOURN = 0.10
+LATE_SHARE_LIMIT = 0.01
+GAP_MIN_PAIRS = 100  # fewer sampled pairs (a port that hardly queued): no figure
+
+
+def dequeue_fidelity(gaps: pl.DataFrame, rate_mbps: float, burst_bytes: int,
+                     sojourn_p99_us: float | None) -> dict:
+    """How well a port kept time while packets waited: each sampled gap between two
+    dequeues against the first packet's wire time at ``rate_mbps`` (deviation = gap / wire
+    time - 1; p50, p90, p99 of its absolute value, and its signed mean). Pairs in the first
+    ``burst_bytes`` of a busy period are left out: HTB may send that much back to back from
+    tokens saved while idle. ``late_share``: the share of the sampled busy time spent in
+    latenesses (gap - wire time) over :data:`LATE_OF_SOJOURN` of ``sojourn_p99_us`` (the
+    port's p99 queueing time); ``flagged`` when it exceeds :data:`LATE_SHARE_LIMIT`."""
+    wire_ns = pl.col("bytes") * 8e3 / rate_mbps
+    kept = gaps.filter(pl.col("busy_bytes") >= burst_bytes).with_columns(
+        (pl.col("gap_ns") / wire_ns - 1).alias("dev"),
+        (pl.col("gap_ns") - wire_ns).clip(0).alias("late_ns"))
+    empty = {"pairs": kept.height, "p50": None, "p90": None, "p99": None, "mean": None,
+             "late_share": None, "sojourn_p99_us": sojourn_p99_us, "flagged": False}
+    if kept.height < GAP_MIN_PAIRS or sojourn_p99_us is None:
+        return empty
+    dev = kept["dev"].abs()
+    over = LATE_OF_SOJOURN * sojourn_p99_us * 1e3
+    late_share = float(kept.filter(pl.col("late_ns") > over)["late_ns"].sum()
+                       / kept["gap_ns"].sum())
+    return {**empty, "p50": float(dev.quantile(0.5, interpolation="linear")),
+            "p90": float(dev.quantile(0.9, interpolation="linear")),
+            "p99": float(dev.quantile(0.99, interpolation="linear")),
+            "mean": float(kept["dev"].mean()), "late_share": late_share,
+            "flagged": late_share > LATE_SHARE_LIMIT}
 
 
 def fidelity(tables: dict, policy: str, meta: dict, start: int, end: int,
@@ -230,11 +267,31 @@ def fidelity(tables: dict, policy: str, meta: dict, start: int, end: int,
             at_rate = False
             notes.append(f"{port} had a queue but sent at {AT_RATE:.0%} of its "
                          f"{info['rate_mbps']:g} Mbit/s in only {share:.0%} of 100 ms windows")
+    dequeue = {}
+    if "gaps" in tables:  # runs recorded before the gaps were measured have none
+        window = pl.col("t_ns").is_between(start, end) & (pl.col("policy") == policy)
+        gaps, sojourn = tables["gaps"].filter(window), tables["sojourn"].filter(window)
+        for port, info in meta["ports"].items():
+            waits = sojourn.filter(pl.col("port") == port)["sojourn_ns"]
+            dequeue[port] = dequeue_fidelity(
+                gaps.filter(pl.col("port") == port), info["rate_mbps"],
+                info.get("burst_bytes", 0),
+                float(waits.quantile(0.99, interpolation="linear")) / 1e3 if len(waits)
+                else None)
+    for port, d in dequeue.items():
+        if d["flagged"]:
+            notes.append(f"{port} did not keep time: it was late by more than "
+                         f"{LATE_OF_SOJOURN:.0%} of its p99 queueing time "
+                         f"({d['sojourn_p99_us']:.0f} us) for {d['late_share']:.1%} of its busy "
+                         f"time (limit {LATE_SHARE_LIMIT:.0%}): its queueing times may be off "
+                         "by more than 10 %")
     errors = meta.get("storage_errors", {}).get(policy, [])
     if errors:
         notes.append(f"{len(errors)} storage connection(s) failed, first: {errors[0]}")
     return {"cpu_bound": busy is not None and busy >= CPU_BOUND_BUSY,
-            "links_at_rate": at_rate, "notes": notes}
+            "links_at_rate": at_rate,
+            "links_kept_time": not any(d["flagged"] for d in dequeue.values()),
+            "dequeue": dequeue, "notes": notes}
 
 
 def _policy(tables: dict, meta: dict, policy: str, ops: pl.DataFrame, start: int,

@@ -242,12 +242,14 @@ def _named_controllers(given: list[str]) -> dict[str, str]:
 def cmd_shell(args) -> int:
     from labkit import runner
 
-    signal.signal(signal.SIGTERM, _raise_interrupt)  # Ctrl-C stays Mininet's: it stops a command
-    building = err.status(f"building {args.scenario} under {args.policy} (no traffic) ...")
-    building.start()
+    # Ctrl-C stays Mininet's (it stops the command running in a node); SIGTERM ends the
+    # shell, which Mininet's command line would take for a Ctrl-C and ignore
+    signal.signal(signal.SIGTERM, _exit_on_signal)
+    # a plain line, not a rich spinner: rich replaces stdout while one spins, and Mininet,
+    # imported meanwhile, would keep writing to the replacement
+    err.print(f"building {args.scenario} under {args.policy}, no traffic (a few seconds) ...")
 
     def interact(pf) -> None:
-        building.stop()
         hosts = " ".join(n for n, role in pf.topo.roles.items() if role != "router")
         routers = " ".join(n for n, role in pf.topo.roles.items() if role == "router")
         err.print(f"hosts: {hosts}\nrouters: {routers}\n"
@@ -258,8 +260,6 @@ def cmd_shell(args) -> int:
         runner.shell(args.scenario, args.policy, _named_controllers(args.controller), interact)
     except (FileExistsError, RuntimeError) as exc:
         return _failed(exc)
-    finally:
-        building.stop()
     err.print("fabric torn down")
     return 0
 
@@ -312,6 +312,12 @@ def _raise_interrupt(signum, _frame):
 
 
 
+def _exit_on_signal(signum, _frame):
+    """SIGTERM in `labkit shell`: leave (teardown runs on the way out), once."""
+    signal.signal(signum, signal.SIG_IGN)
+    raise SystemExit(128 + signum)
+
+
 def _progress(unit: str = "ops", to_stderr: bool = False) -> Progress:
     """Progress bars, on stderr when stdout carries a JSON document."""
     return Progress(TextColumn("{task.description:<22}"), BarColumn(), MofNCompleteColumn(),
@@ -324,6 +330,10 @@ def _fmt(value, spec: str = ".2f") -> str:
 
 
 def _print_summary(summary: dict) -> None:
+    # fidelity first: a figure the emulation did not hold is read with that in mind
+    for policy, p in summary["policies"].items():
+        for note in p.get("fidelity", {}).get("notes", []):
+            console.print(f"[yellow]fidelity ({policy}):[/] {note}", highlight=False)
     t = Table(title=f"{summary['scenario']} · run {summary['run_id']}",
               caption=f"times in ms; rates in emulated Mbit/s (1 emulated Mbit/s stands for "
                       f"{summary['scale_factor']:g} real Mbit/s); bneck: the bottleneck port",
@@ -375,9 +385,6 @@ def _print_summary(summary: dict) -> None:
                       str(sum(v.get("ecn_marks", 0) for v in lanes.values())),
                       _fmt(ctl["prediction_error_ms"], ".1f"))
         console.print(c)
-    for policy, p in summary["policies"].items():
-        for note in p.get("fidelity", {}).get("notes", []):
-            console.print(f"[yellow]fidelity ({policy}):[/] {note}", highlight=False)
 
 
 def _load(path: Path):

@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
-from labkit import bpf, loss, nccltests
-from labkit.abi import EV_SOJOURN
+from labkit import bpf, loss, nccltests, tc
+from labkit.abi import EV_GAP, EV_SOJOURN
 from labkit.agents import (
     Agent,
     await_lines,
@@ -90,6 +90,16 @@ class LatencyRow(NamedTuple):
     seq: int
 
 
+class GapRow(NamedTuple):
+    """Two dequeues of a watched port with packets waiting between them (``gaps``)."""
+
+    t_ns: int
+    port: str
+    gap_ns: int  # between the two dequeues
+    bytes: int  # the first packet, as the qdisc counted it: its wire time at the port's rate
+    busy_bytes: int  # what the port sent since its queue was last empty, before that packet
+
+
 class HistRow(NamedTuple):
     """One non-empty log2 bucket of a sojourn or latency histogram (``histograms``)."""
 
@@ -118,6 +128,7 @@ class PolicyResult:
     sojourn: list[SojournRow] = field(default_factory=list)  # sampled packets
     latency: list[LatencyRow] = field(default_factory=list)  # sampled packets
     histograms: list[HistRow] = field(default_factory=list)
+    gaps: list[GapRow] = field(default_factory=list)  # sampled dequeue pairs
     events_lost: int = 0
     packets_sampled: int = 0
     unpaired: int = 0  # dequeues whose enqueue the tracepoint did not report
@@ -284,6 +295,8 @@ def _collect_telemetry(result: PolicyResult, events: list[tuple], queues: QueueP
         if kind == EV_SOJOURN:
             result.sojourn.append(SojournRow(t_ns, queues.labels[where], LANES[lane], value,
                                              length, stamp, seq))
+        elif kind == EV_GAP:
+            result.gaps.append(GapRow(t_ns, queues.labels[where], value, length, stamp))
         else:
             result.latency.append(LatencyRow(t_ns, LANES[lane], value, length, stamp, seq))
     result.histograms = ([HistRow("sojourn", *row) for row in queues.histograms()] +
@@ -413,6 +426,8 @@ def summary_meta(sc: Scenario, topo: Topology, run_id: str, results: list[Policy
     ranks = sc.ranks
     per_hop, senders = bytes_per_iteration(sc, topo)
     ports = {p.ifname: {"link": p.link.name, "rate_mbps": p.link.rate_mbps, "node": p.node,
+                        "burst_bytes": tc.burst_bytes(int(p.link.rate_mbps * 1e6 / 8),
+                                                      p.link.mtu),
                         "hop": f"{p.node}->{p.peer}",
                         "senders": sorted(senders.get(f"{p.node}->{p.peer}", ()))}
              for p in topo.bottleneck_ports()}

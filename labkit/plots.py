@@ -26,10 +26,14 @@ def policy_color(policy: str) -> str:
 
 
 def subtitle(run: Run) -> str:
-    """Where a figure's data came from: scenario, run id, scale factor."""
+    """Where a figure's data came from: scenario, run id, scale factor; and the policies
+    whose links did not keep time (``fidelity.links_kept_time``), if any."""
     s = run.summary
+    late = [p for p, v in s["policies"].items()
+            if not v.get("fidelity", {}).get("links_kept_time", True)]
     return (f"{s['scenario']} · run {s['run_id']} · 1 emulated Mbit/s = "
-            f"{s['scale_factor']:g} real Mbit/s")
+            f"{s['scale_factor']:g} real Mbit/s"
+            + (f" · links did not keep time under {', '.join(late)}" if late else ""))
 
 
 def _style(fig: go.Figure, title: str, sub: str, x: str, y: str) -> go.Figure:

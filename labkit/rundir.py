@@ -53,6 +53,8 @@ SCHEMAS: dict[str, dict[str, pl.DataType]] = {
                 "stamp_ns": I64, "seq": I64},
     "histograms": {"policy": STR, "kind": STR, "port": STR, "lane": STR, "bucket": I64,
                    "count": I64},
+    "gaps": {"policy": STR, "t_ns": I64, "port": STR, "gap_ns": I64, "bytes": I64,
+             "busy_bytes": I64},
     "flows": {"policy": STR, "host": STR, "entry": STR, "t_ns": I64, "bytes": I64},
     "ios": {"policy": STR, "host": STR, "entry": STR, "t_ns": I64, "latency_ns": I64,
             "bytes": I64},
@@ -66,7 +68,7 @@ SCHEMAS: dict[str, dict[str, pl.DataType]] = {
 ROWS_OF = {"controller": "decisions"}  # PolicyResult attributes named otherwise
 # tables newer than the first runs: a manifest without a "tables" list predates them,
 # and such a run loads with them empty
-ADDED_LATER = {"ios", "controller"}
+ADDED_LATER = {"ios", "controller", "gaps"}
 COLUMNS_ADDED_LATER = {("transport", "cnps"): 0}  # what older runs lack, and its value there
 
 
@@ -89,7 +91,7 @@ def tables_from(results: list[PolicyResult]) -> dict[str, pl.DataFrame]:
         layout = r.port_layout
         rows["queue"] += [{"policy": p, **q._asdict(), "classid": tc.classid_str(q.classid),
                            "lane": tc.lane_of_class(q.classid, layout)} for q in r.queue]
-        for name in ("lanes", "sojourn", "latency", "histograms", "controller", "cpu"):
+        for name in ("lanes", "sojourn", "latency", "histograms", "controller", "cpu", "gaps"):
             rows[name] += [{"policy": p, **row._asdict()}
                            for row in getattr(r, ROWS_OF.get(name, name))]
         rows["flows"] += [{"policy": p, **f} for f in r.flows]

@@ -81,10 +81,16 @@ def _token(link: int) -> int:
     return max(int(link * TOKEN_RATE_FRACTION), 1000)
 
 
+def burst_bytes(ceil: int, mtu: int) -> int:
+    """HTB's burst (and cburst) for a class whose ceiling is ``ceil`` bytes/s: one jiffy of
+    tokens at the ceiling plus a packet, as tc computes them. A class that was idle may
+    send this much back to back before its rate holds it."""
+    return ceil // 1000 + mtu
+
+
 def _class_params(rate: int, ceil: int, mtu: int) -> dict:
-    """HTB's rate and ceil, both bursts one jiffy of tokens at ``ceil`` plus a packet (as
-    tc computes them for the ceiling)."""
-    burst = ceil // 1000 + mtu
+    """HTB's rate and ceil, both with :func:`burst_bytes` of the ceiling."""
+    burst = burst_bytes(ceil, mtu)
     return {"rate": rate, "ceil": ceil, "burst": burst, "cburst": burst,
             "quantum": QUANTUM_BYTES, "mtu": mtu}
 

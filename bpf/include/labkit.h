@@ -86,6 +86,10 @@ struct lk_stamp {
 enum lk_event_kind {
 	LK_EV_SOJOURN = 1, /* time in a watched port's queue; where = port slot */
 	LK_EV_LATENCY = 2, /* sender stamp to tc ingress at the receiver; where = 0 */
+	LK_EV_GAP = 3,     /* two dequeues of a watched port with packets waiting between
+			      them: value_ns = the gap, len = the first packet's length as
+			      the qdisc counts it, stamp_ns = the bytes the port sent since
+			      its queue was last empty, before that packet; where = slot */
 };
 struct lk_event {
 	__u64 t_ns;     /* dequeue or arrival time */
@@ -96,6 +100,16 @@ struct lk_event {
 	__u8 lane;
 	__u8 kind;
 	__u32 seq;      /* the stamp's seq, 0 when none */
+};
+
+/* A watched port's last dequeue (queues.bpf.c), for the gap to the next one. Only
+ * the port's root qdisc lock holder writes it: dequeues of one port are serial. */
+struct lk_port_clock {
+	__u64 t_ns;   /* when */
+	__u64 sent;   /* the root qdisc's byte counter after it */
+	__u64 busy;   /* bytes the port sent since its queue was last empty, before it */
+	__u32 len;    /* the packet's length as the qdisc counts it (qdisc_pkt_len) */
+	__u32 queued; /* packets left in the queue after it */
 };
 
 /* Run-time knobs of the telemetry programs (lk_telemetry, one element). */

@@ -111,7 +111,8 @@ def test_summary(tables):
     # fidelity: a never-empty queue sending 80 Mbit/s on a 100 Mbit/s link is flagged
     assert fifo["fidelity"]["cpu_bound"] and not fifo["fidelity"]["links_at_rate"]
     assert any("spine1-eth0" in n for n in fifo["fidelity"]["notes"])
-    assert iso["fidelity"] == {"cpu_bound": False, "links_at_rate": True, "notes": []}
+    assert iso["fidelity"] == {"cpu_bound": False, "links_at_rate": True,
+                               "links_kept_time": True, "dequeue": {}, "notes": []}
 
 
 def test_slowdown_is_null_without_isolated(tables):
@@ -119,3 +120,23 @@ def test_slowdown_is_null_without_isolated(tables):
     s = analysis.summarize({k: v.filter(pl.col("policy") == "fifo") for k, v in tables.items()},
                            meta)
     assert s["policies"]["fifo"]["allreduce"]["slowdown_p99"] is None
+
+
+def test_dequeue_fidelity_flags_a_port_that_stalls_for_its_queue_times():
+    wire = 1000 * 8e3 / 100  # ns: a 1000-byte packet at 100 Mbit/s
+    def gaps(stalls: int) -> pl.DataFrame:
+        rows = [(i, "p", int(wire * (1.02 if i % 2 else 0.98)), 1000, 50_000) for i in range(1000)]
+        rows += [(1000 + i, "p", int(wire + 5e6), 1000, 50_000) for i in range(stalls)]  # +5 ms
+        rows += [(9999, "p", 1, 1000, 10)]  # inside the first burst: left out
+        return pl.DataFrame(rows, schema=["t_ns", "port", "gap_ns", "bytes", "busy_bytes"],
+                            orient="row")
+
+    kept = analysis.dequeue_fidelity(gaps(0), 100.0, 21_500, 20_000.0)
+    assert kept["pairs"] == 1000 and not kept["flagged"] and kept["late_share"] == 0
+    assert kept["p50"] == pytest.approx(0.02, abs=1e-3) and abs(kept["mean"]) < 1e-3
+    # 10 stalls of 5 ms in ~90 ms of busy time: over 1 % of it late by more than 2 ms
+    late = analysis.dequeue_fidelity(gaps(10), 100.0, 21_500, 20_000.0)
+    assert late["flagged"] and late["late_share"] == pytest.approx(0.05 / 0.13, rel=0.05)
+    # the same stalls beside 200 ms queueing times: a tenth of those is 20 ms, not reached
+    assert not analysis.dequeue_fidelity(gaps(10), 100.0, 21_500, 200_000.0)["flagged"]
+    assert analysis.dequeue_fidelity(gaps(0).head(50), 100.0, 0, 1.0)["p99"] is None

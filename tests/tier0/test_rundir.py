@@ -95,9 +95,10 @@ def test_every_row_type_names_its_table_columns():
     """Rows are named where they are produced; their fields are the table's columns."""
     from labkit.capture import CpuRow, LaneRow, QueueRow
     from labkit.control.valve import Decision
-    from labkit.experiment import HistRow, LatencyRow, SojournRow
+    from labkit.experiment import GapRow, HistRow, LatencyRow, SojournRow
 
     for table, row in (("lanes", LaneRow), ("sojourn", SojournRow), ("latency", LatencyRow),
+                       ("gaps", GapRow),
                        ("histograms", HistRow), ("controller", Decision), ("cpu", CpuRow)):
         assert ("policy", *row._fields) == tuple(rundir.SCHEMAS[table]), table
     assert ("policy", *QueueRow._fields) == tuple(c for c in rundir.SCHEMAS["queue"]

@@ -73,6 +73,7 @@ def test_constants_match_the_header():
                         ("LK_KEY_DSCP_SHIFT", abi.KEY_DSCP)):
         assert f"#define {name} {value}" in header, name
     for name, value in (("LK_EV_SOJOURN", abi.EV_SOJOURN), ("LK_EV_LATENCY", abi.EV_LATENCY),
+                        ("LK_EV_GAP", abi.EV_GAP),
                         *((f"LK_PHASE_{p.upper()}", n) for p, n in abi.PHASES.items())):
         assert f"{name} = {value}" in header, name
     for name, bit in (("LK_KEY_L3", abi.KEY_L3), ("LK_KEY_PORTS", abi.KEY_PORTS),

@@ -52,6 +52,17 @@ def test_bottleneck_is_real_and_lanes_fix_it(fabric_ready, bottleneck_run):
     assert all(not q["cpu_bound"] for q in p.values())
 
 
+def test_every_policy_says_whether_its_links_kept_time(fabric_ready, bottleneck_run):
+    run, _, _ = bottleneck_run
+    for name in ("fifo", "priority"):  # where the bottleneck queued
+        fid = run.summary["policies"][name]["fidelity"]
+        d = fid["dequeue"]["spine1-eth0"]
+        assert d["pairs"] > 100 and 0 <= d["p50"] <= d["p90"] <= d["p99"], d
+        assert fid["links_kept_time"] == (not d["flagged"])
+    gaps = run["gaps"]
+    assert gaps.height > 0 and (gaps["gap_ns"] > 0).all()
+
+
 def test_the_fabric_keeps_each_flow_in_order(fabric_ready, bottleneck_run):
     """Alone on the fabric nothing drops a ring packet, so a gap at a receiver can only be
     a reordered flow (veths not receiving through NAPI did that: NAKs in every run)."""
@@ -176,5 +187,6 @@ def test_the_python_api_runs_a_scenario_and_reports_progress(fabric_ready, tmp_p
     stages = [p.stage for p in seen]
     assert stages[0] == "building" and stages[-1] == "done" and "running" in stages
     done = [p.done for p in seen if p.stage == "running"]
-    assert done == sorted(done) and done[-1] == seen[-1].done  # op by op, up to the last
+    # op by op as the first rank finishes each; "done" counts the ops any rank recorded
+    assert done == sorted(done) and 0 < done[-1] <= seen[-1].done
     assert_no_leaks()

@@ -60,3 +60,20 @@ def test_ping_between_hosts_then_exit_leaves_nothing(fabric_ready):
         os.close(fd)
     assert os.waitstatus_to_exitcode(status) == 0
     assert_no_leaks()
+
+
+def test_a_terminated_shell_tears_its_fabric_down(fabric_ready):
+    pid, fd = pty.fork()
+    if pid == 0:
+        os.chdir(REPO)
+        os.execv(sys.executable, [sys.executable, "-m", "labkit.cli", "shell",
+                                  "topologies/bottleneck.yaml"])
+    try:
+        read_until(fd, PROMPT, 90)
+        os.kill(pid, signal.SIGTERM)  # Mininet's prompt takes SIGINT; SIGTERM ends the shell
+        read_until(fd, None, 60)
+    finally:
+        _, status = os.waitpid(pid, 0)
+        os.close(fd)
+    assert os.waitstatus_to_exitcode(status) == 128 + signal.SIGTERM
+    assert_no_leaks()
