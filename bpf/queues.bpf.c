@@ -198,9 +198,10 @@ static __always_inline void lk_dequeued(struct sk_buff *skb, __u64 now)
 	lk_sample(&ev);
 }
 
-/* The gap since the port's previous dequeue, sampled when packets were waiting all
- * along and no dequeue in between went unseen (the qdisc's byte counter grew by exactly
- * this packet: the tracepoint programs miss a few softirq hits, see the top). */
+/* The gap since the port's previous dequeue, sampled when that dequeue took one packet,
+ * packets were waiting all along, and no dequeue in between went unseen (the qdisc's byte
+ * counter grew by exactly this packet: the tracepoint programs miss a few softirq hits,
+ * see the top; a packet dequeued again after a requeue does not move it either). */
 static __always_inline void lk_gap(struct Qdisc *q, struct sk_buff *skb, int idx, int packets,
 				   __u64 now)
 {
@@ -214,17 +215,21 @@ static __always_inline void lk_gap(struct Qdisc *q, struct sk_buff *skb, int idx
 	    bpf_probe_read_kernel(&sent, sizeof(sent), __builtin_preserve_access_index(
 					   &q->bstats.bytes)))
 		return;
-	if (packets == 1 && c->t_ns && c->queued && sent - c->sent == cb.pkt_len &&
+	if (packets == 1 && c->t_ns && c->queued && c->len && sent - c->sent == cb.pkt_len &&
 	    now - c->t_ns < 0xffffffffULL) {
 		struct lk_event ev = { .kind = LK_EV_GAP, .t_ns = now, .value_ns = now - c->t_ns,
-				       .len = c->len, .where = slot, .stamp_ns = c->busy };
+				       .len = c->len, .where = slot,
+				       .stamp_ns = c->sent - c->len - c->busy };
 
-		lk_sample(&ev);
+		lk_sample_counted(&ev, LK_SEEN_GAPS);
 	}
-	c->busy = c->queued ? c->busy + c->len : 0;
+	if (!c->t_ns)  /* the first dequeue seen: its busy period starts with it */
+		c->busy = sent - cb.pkt_len;
+	else if (!c->queued)  /* the queue was empty: a busy period starts after it */
+		c->busy = c->sent;
 	c->t_ns = now;
 	c->sent = sent;
-	c->len = cb.pkt_len;
+	c->len = packets == 1 ? cb.pkt_len : 0; /* a bulk dequeue's length is not known */
 	c->queued = BPF_CORE_READ(q, q.qlen);
 }
 

@@ -6,13 +6,16 @@ The API, imported on first use (``import labkit`` stays light for notebooks with
   on_progress=None)`` runs a scenario and returns the recorded :class:`Run`;
 * ``labkit.sweep(scenario, op, algo, sizes, iters)`` measures a collective across message
   sizes as nccl-tests does and returns the recorded :class:`Sweep`;
+* ``labkit.shell(scenario, policy)`` builds a scenario's fabric without traffic and opens
+  Mininet's command line in it;
 * ``labkit.load_run(path)`` reads a recorded run back;
 * ``labkit.load_scenario(path)`` parses and checks a scenario file.
 """
 
 from importlib import import_module
 
-_API = {"run": "labkit.runner", "sweep": "labkit.runner", "Progress": "labkit.runner",
+_API = {"run": "labkit.runner", "sweep": "labkit.runner", "shell": "labkit.runner",
+        "Progress": "labkit.runner",
         "Sweep": "labkit.runner", "NotReady": "labkit.runner", "RunFailed": "labkit.runner",
         "Run": "labkit.rundir", "load_run": "labkit.rundir", "RunDataError": "labkit.rundir",
         "ScenarioError": "labkit.scenario", "load_scenario": "labkit.scenario"}

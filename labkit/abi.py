@@ -76,6 +76,7 @@ class Event(ctypes.Structure):
 
 class PortClock(ctypes.Structure):
     _fields_ = [("t_ns", u64), ("sent", u64), ("busy", u64), ("len", u32), ("queued", u32)]
+    # busy: the qdisc's byte counter when the port's current busy period began
 
 
 class TelemetryConfig(ctypes.Structure):

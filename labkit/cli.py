@@ -190,10 +190,8 @@ def _failed(exc: Exception) -> int:
         return 2
     if isinstance(exc, NotReady | RunLockedError):
         err.print(f"[red]error:[/] {exc}")
-    elif isinstance(exc, RunFailed):
-        err.print(f"[red]run failed:[/] {exc}")
-    else:
-        raise exc
+    else:  # RunFailed, or a kernel-side failure while `labkit shell` built its fabric
+        err.print(f"[red]{'run' if isinstance(exc, RunFailed) else 'shell'} failed:[/] {exc}")
     return 1
 
 

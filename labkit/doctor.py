@@ -26,7 +26,7 @@ TC_H_ROOT = 0xFFFFFFFF
 TOOLS = {"mnexec": "mininet", "clang": "clang", "bpftool": "bpftool", "iperf3": "iperf3",
          "tcpdump": "tcpdump", "tshark": "tshark", "ping": "iputils-ping", "unshare": "util-linux"}
 PACKAGES = ("mininet", "pyroute2", "scapy", "polars", "plotly", "ipywidgets")
-BPF_PROGRAMS = ("classifier", "queues", "latency", "valve", "lossy")
+
 
 
 @dataclass
@@ -72,7 +72,7 @@ def checks() -> list[Check]:
         except ImportError as exc:
             out.append(Check(f"python package {pkg}", False, str(exc),
                              "make setup   (creates .venv with Debian's Mininet visible)"))
-    for name in BPF_PROGRAMS:
+    for name in bpf.object_names():
         out.append(_bpf_object_check(name))
     chromium = shutil.which("chromium")
     out.append(Check("Chromium for figure export (labkit figures, optional)", chromium is not None,

@@ -426,7 +426,7 @@ def summary_meta(sc: Scenario, topo: Topology, run_id: str, results: list[Policy
     ranks = sc.ranks
     per_hop, senders = bytes_per_iteration(sc, topo)
     ports = {p.ifname: {"link": p.link.name, "rate_mbps": p.link.rate_mbps, "node": p.node,
-                        "burst_bytes": tc.burst_bytes(int(p.link.rate_mbps * 1e6 / 8),
+                        "burst_bytes": tc.burst_bytes(tc.bytes_per_s(p.link.rate_mbps),
                                                       p.link.mtu),
                         "hop": f"{p.node}->{p.peer}",
                         "senders": sorted(senders.get(f"{p.node}->{p.peer}", ()))}

@@ -117,8 +117,9 @@ class Fabric:
                                         intfName2=pb.ifname, addr1=mac_for(pa.ip),
                                         addr2=mac_for(pb.ip))
                 for intf, port in ((link.intf1, pa), (link.intf2, pb)):
-                    # addresses are configured over netlink below; Mininet is told them so
-                    # that its CLI can put a host's address for its name (`g1 ping g5`)
+                    # addresses are configured over netlink below; Mininet is told them too,
+                    # for `dump` and `pingall` in its CLI (which reads a host's address
+                    # afresh, with ifconfig, when a command names the host)
                     intf.ip, intf.prefixLen = port.ip, port.prefixlen
                 self.registry.add("veth", ends=[f"{pa.node}/{pa.ifname}",
                                                 f"{pb.node}/{pb.ifname}"])

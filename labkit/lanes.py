@@ -106,9 +106,10 @@ def build_config(rules: Sequence[LaneRule], layout: str) -> ClassifierConfig:
 
 # what a classifier object must offer to stand in for bpf/classifier.bpf.c: its program,
 # and maps the other programs share (lk_config) or labkit reads (lk_lane_stats)
-REQUIRED_MAPS = {  # name: (type, key bytes, value bytes, entries)
-    "lk_config": (bpf.MAP_ARRAY, 4, ctypes.sizeof(ClassifierConfig), 1),
-    "lk_lane_stats": (bpf.MAP_PERCPU_ARRAY, 4, ctypes.sizeof(LaneCounters), NR_LANES),
+REQUIRED_MAPS = {  # name: (type, key bytes, value bytes, entries), and where it is defined
+    "lk_config": ((bpf.MAP_ARRAY, 4, ctypes.sizeof(ClassifierConfig), 1), "lanes.h"),
+    "lk_lane_stats": ((bpf.MAP_PERCPU_ARRAY, 4, ctypes.sizeof(LaneCounters), NR_LANES),
+                      "classify.h"),
 }
 
 
@@ -119,11 +120,11 @@ def check_object(path: Path) -> None:
         with bpf.BpfObject(path) as obj:
             if PROGRAM not in obj.programs:
                 raise ValueError(f"{path.name} has no program {PROGRAM} (SEC(\"tc\"))")
-            for name, want in REQUIRED_MAPS.items():
+            for name, (want, header) in REQUIRED_MAPS.items():
                 m = obj.maps.get(name)
                 if m is None:
-                    raise ValueError(f"{path.name} has no map {name} (include lanes.h "
-                                     "for lk_config; see docs/examples/classifier.bpf.c)")
+                    raise ValueError(f"{path.name} has no map {name} (include {header}; "
+                                     "see docs/examples/classifier.bpf.c)")
                 have = (m.type, m.key_size, m.value_size, m.max_entries)
                 if have != want:
                     raise ValueError(f"{path.name}: map {name} is (type, key, value, "

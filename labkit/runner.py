@@ -34,7 +34,6 @@ import polars as pl
 
 from labkit import bpf, rundir
 from labkit import scenario as scenario_mod
-from labkit.agents import AgentError
 from labkit.registry import Registry, RunLock, RunLockedError
 from labkit.rundir import Run, RunWriter
 from labkit.scenario import Scenario, ScenarioError
@@ -126,6 +125,8 @@ def run(scenario: str | Path | Scenario, policies: Sequence[str] | None = None, 
 
     sc, source = _scenario(scenario, seed)
     users = _user_controllers(sc, source, controllers or {})
+    policies = [policies] if isinstance(policies, str) else policies
+    pcap = [pcap] if isinstance(pcap, str) else pcap
     policies = (scenario_mod.check_policies(list(policies), source, list(users)) if policies
                 else sc.policies)
     if duration is not None and duration <= 0:
@@ -142,6 +143,7 @@ def run(scenario: str | Path | Scenario, policies: Sequence[str] | None = None, 
         raise ScenarioError(source, "pcap", exc.args[0]) from None
     if problem := not_ready():
         raise NotReady(problem)
+    kinds = _user_kinds(sc)
     with tempfile.TemporaryDirectory(prefix="labkit-program-") as build:
         program = _classifier_program(sc, source, Path(build))
         run_id = rundir.new_run_id(sc.name)
@@ -151,7 +153,7 @@ def run(scenario: str | Path | Scenario, policies: Sequence[str] | None = None, 
                           policies=list(policies), seed=sc.seed, duration_s=duration,
                           start_time=rundir.now_iso(), argv=list(argv) if argv else None,
                           controllers=_keep_sources(writer.tmp, "controllers", users),
-                          kinds=_keep_sources(writer.tmp, "kinds", _user_kinds(sc)),
+                          kinds=_keep_sources(writer.tmp, "kinds", kinds),
                           classifier=kept and {"object": str(kept.relative_to(writer.tmp)),
                                                "sha256": rundir.sha256_file(kept)},
                           **rundir.provenance())
@@ -319,7 +321,7 @@ def check_sweep(sc: Scenario, op: str, algo: str, sizes: Sequence[int], iters: i
     try:
         schedules.schedule(op, algo, len(sc.ranks), 0, sizes[0])
     except ValueError as exc:
-        raise ScenarioError(source, "op", str(exc)) from None
+        raise ScenarioError(source, "algo", str(exc)) from None
     if iters < 1:
         raise ScenarioError(source, "iters", f"must be at least 1, got {iters}")
 
@@ -335,6 +337,7 @@ def _recorded(writer: RunWriter) -> Iterator[None]:
     except KeyboardInterrupt:
         writer.write_manifest(status="interrupted", end_time=rundir.now_iso())
         raise
-    except (AgentError, RuntimeError, OSError) as exc:
-        writer.write_manifest(status="incomplete", error=str(exc), end_time=rundir.now_iso())
+    except Exception as exc:  # agents, the kernel, or a user's controller: recorded, kept
+        writer.write_manifest(status="incomplete", error=f"{type(exc).__name__}: {exc}",
+                              end_time=rundir.now_iso())
         raise RunFailed(f"{exc}; partial data kept in {writer.tmp}", writer.tmp) from exc

@@ -898,12 +898,12 @@ def _expand(c: _Checker, t: dict, key: str, fabric: FabricSpec, spec: str) -> li
     return entries
 
 
-def class_files(c: _Checker, doc, key: str, built_in: Sequence[str] = (),
-                base: Path | None = None) -> tuple[tuple[str, str], ...]:
+def class_files(c: _Checker, doc, key: str, built_in: Sequence[str] = ()
+                ) -> tuple[tuple[str, str], ...]:
     """``{name: "file.py:Class"}`` checked: a new label (none of ``built_in``), an
-    existing Python file (relative to ``base``, default the scenario's directory) and a
-    class name. Controllers are loaded when a run needs them; traffic kinds at once."""
-    base = base or Path(c.file).parent
+    existing Python file (relative to the scenario's directory) and a class name.
+    Controllers are loaded when a run needs them; traffic kinds at once."""
+    base = Path(c.file).parent
     out = []
     for name, where in c.mapping(doc, key, None).items():
         at = f"{key}.{name}"

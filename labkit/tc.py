@@ -72,7 +72,8 @@ class PortShape:
     layout: str  # "fifo", "lanes" or "held"
 
 
-def _bytes_per_s(rate_mbps: float) -> int:
+def bytes_per_s(rate_mbps: float) -> int:
+    """A rate in Mbit/s as whole bytes per second, as tc takes it."""
     return int(rate_mbps * 1e6 / 8)
 
 
@@ -99,7 +100,7 @@ def shape(ipr: IPRoute, port: PortShape) -> int:
     """Install the HTB skeleton on ``port`` (replacing whatever root qdisc it had)."""
     (index,) = ipr.link_lookup(ifname=port.ifname)
     ipr.link("set", index=index, mtu=port.mtu)
-    rate = _bytes_per_s(port.rate_mbps)
+    rate = bytes_per_s(port.rate_mbps)
     default = {"fifo": FIFO_CLASS, "lanes": LANE_CLASS["normal"], "held": HELD_CLASS}[
         port.layout] & 0xFFFF
     ipr.tc("replace", "htb", index, ROOT, default=default)
@@ -121,8 +122,8 @@ def shape(ipr: IPRoute, port: PortShape) -> int:
 def set_held_ceil(index: int, port: PortShape, ceil_mbps: float | None) -> None:
     """Move the ceiling of a held port's class 1:20 (None: the whole link). Run it in the
     port's namespace; the class keeps its queue, so a flow is never reordered."""
-    link = _bytes_per_s(port.rate_mbps)
-    ceil = link if ceil_mbps is None else min(max(_bytes_per_s(ceil_mbps), 1000), link)
+    link = bytes_per_s(port.rate_mbps)
+    ceil = link if ceil_mbps is None else min(max(bytes_per_s(ceil_mbps), 1000), link)
     with IPRoute() as ipr:
         ipr.tc("change-class", "htb", index, HELD_CLASS, parent=PARENT, prio=1,
                **_class_params(min(_token(link), ceil), ceil, port.mtu))

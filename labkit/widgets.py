@@ -7,7 +7,6 @@
 
 from __future__ import annotations
 
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -17,8 +16,9 @@ import plotly.graph_objects as go
 import polars as pl
 import yaml
 
-from labkit import analysis, plots
+from labkit import analysis, plots, scenario
 from labkit.rundir import RUNS_DIR, Run, new_run_id
+from labkit.scenario import Scenario
 
 PERCENTILES = {"p50": 0.5, "p90": 0.9, "p99": 0.99, "p99.9": 0.999}
 
@@ -88,10 +88,11 @@ def cannot_run_live(euid: int | None = None) -> str | None:
     return not_ready(euid)
 
 
-def live_scenario(base: Path, storage_load: float, size: str, hosts: int, out: Path) -> Path:
+def live_scenario(base: Path, storage_load: float, size: str, hosts: int) -> Scenario:
     """``base`` with the sliders' values: the collective (or training job) over the first
     ``hosts`` GPU hosts (half behind each leaf, as far as they go), ``size`` per message,
-    storage at ``storage_load`` x the bottleneck. Written to ``out`` and returned."""
+    storage at ``storage_load`` x the bottleneck. Parsed as if it were ``base`` itself, so
+    paths in it (controllers, kinds, a classifier) stay relative to ``base``."""
     doc = yaml.safe_load(base.read_text())
     gpus = doc["fabric"]["hosts"]["gpu"]
     leaves = list(gpus.values())
@@ -104,8 +105,7 @@ def live_scenario(base: Path, storage_load: float, size: str, hosts: int, out: P
         elif entry["kind"] == "storage":
             entry["offered_load"] = storage_load
     doc["name"] = f"{doc['name']}-live"
-    out.write_text(yaml.safe_dump(doc, sort_keys=False))
-    return out
+    return scenario.parse(doc, str(base))
 
 
 def live_panel(base: Path, policies: tuple[str, ...] = LIVE_POLICIES,
@@ -157,16 +157,15 @@ def _live_run(base, policies, load, size, hosts, bar, status, figures, button,
         bar.value = min(99, int((done + part) / len(policies) * 100))
         bar.description = f"{p.policy} {p.stage}"
 
-    with tempfile.TemporaryDirectory(prefix="labkit-live-") as work:  # the scenario only
-        scenario = live_scenario(base, load, size, hosts, Path(work) / "live.yaml")
-        try:
-            run = runner.run(scenario, policies, duration=LIVE_SECONDS, on_progress=show,
-                             out=runs_dir / new_run_id(f"{base.stem}-live"))
-        except Exception as exc:  # shown in the panel: a thread has no one else to tell
-            status.value = f"<b>the run failed:</b> {exc}"
-            bar.description = "failed"
-            button.disabled = False
-            return
+    try:
+        run = runner.run(live_scenario(base, load, size, hosts), policies,
+                         duration=LIVE_SECONDS, on_progress=show,
+                         out=runs_dir / new_run_id(f"{base.stem}-live"))
+    except Exception as exc:  # shown in the panel: a thread has no one else to tell
+        status.value = f"<b>the run failed:</b> {exc}"
+        bar.description = "failed"
+        button.disabled = False
+        return
     bar.value, bar.description = 100, "done"
     figures.outputs = ()
     for fig in (plots.op_time_cdf(run), plots.queue_timeline(run)):

@@ -107,8 +107,9 @@ struct lk_event {
 struct lk_port_clock {
 	__u64 t_ns;   /* when */
 	__u64 sent;   /* the root qdisc's byte counter after it */
-	__u64 busy;   /* bytes the port sent since its queue was last empty, before it */
-	__u32 len;    /* the packet's length as the qdisc counts it (qdisc_pkt_len) */
+	__u64 busy;   /* the byte counter when the port's current busy period began */
+	__u32 len;    /* the packet's length as the qdisc counts it (qdisc_pkt_len); 0
+			 after a bulk dequeue */
 	__u32 queued; /* packets left in the queue after it */
 };
 

@@ -27,10 +27,14 @@ struct {
 } lk_telemetry SEC(".maps");
 
 /* [0]: events lost because the ring buffer was full; [1]: packets considered for
- * sampling; [2]: dequeues whose enqueue was not seen (no sojourn taken) */
+ * sampling; [2]: dequeues whose enqueue was not seen (no sojourn taken); [3]: dequeue
+ * gaps considered for sampling (counted apart, so that they and the packets are each
+ * sampled one in sample_every) */
+#define LK_SEEN_PACKETS 1
+#define LK_SEEN_GAPS 3
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 3);
+	__uint(max_entries, 4);
 	__type(key, __u32);
 	__type(value, __u64);
 } lk_lost SEC(".maps");
@@ -58,19 +62,19 @@ static __always_inline void lk_hist_add(void *hists, __u32 idx, __u64 value_ns)
 }
 
 /*
- * Send one packet in sample_every to userspace; lost events are counted. A stamped
+ * Send one event in sample_every to userspace; lost events are counted. A stamped
  * packet is chosen by its seq, so every probe picks the same packets and their
- * records join; other packets by a per-CPU count.
+ * records join; other events by a per-CPU count of their kind (counter: LK_SEEN_*).
  */
-static __always_inline void lk_sample(const struct lk_event *ev)
+static __always_inline void lk_sample_counted(const struct lk_event *ev, __u32 counter)
 {
 	struct lk_telemetry_config *cfg;
-	__u32 zero = 0, one = 1;
+	__u32 zero = 0;
 	__u64 *seen, *lost;
 	struct lk_event *out;
 
 	cfg = bpf_map_lookup_elem(&lk_telemetry, &zero);
-	seen = bpf_map_lookup_elem(&lk_lost, &one);
+	seen = bpf_map_lookup_elem(&lk_lost, &counter);
 	if (!cfg || !seen || !cfg->sample_every)
 		return;
 	(*seen)++;
@@ -85,6 +89,11 @@ static __always_inline void lk_sample(const struct lk_event *ev)
 	}
 	*out = *ev;
 	bpf_ringbuf_submit(out, 0);
+}
+
+static __always_inline void lk_sample(const struct lk_event *ev)
+{
+	lk_sample_counted(ev, LK_SEEN_PACKETS);
 }
 
 /*

@@ -35,7 +35,7 @@ def test_a_bad_sweep_names_what_is_wrong():
     sc = labkit.load_scenario(BOTTLENECK)
     with pytest.raises(labkit.ScenarioError, match="iters: must be at least 1"):
         runner.check_sweep(sc, "all_reduce", "ring", [65536], 0)
-    with pytest.raises(labkit.ScenarioError, match="op:"):
+    with pytest.raises(labkit.ScenarioError, match="algo:"):
         runner.check_sweep(sc, "all_reduce", "nonsense", [65536], 1)
 
 

@@ -103,16 +103,13 @@ def test_lane_table_quantiles_follow_the_window():
 
 
 def test_live_panel_says_why_it_cannot_run_and_builds_valid_scenarios(tmp_path):
-    from labkit import scenario, widgets
+    from labkit import widgets
 
     assert "needs root" in widgets.cannot_run_live(euid=1000)
-    path = widgets.live_scenario(REPO / "topologies/bottleneck.yaml", 0.5, "1M", 4,
-                                 tmp_path / "live.yaml")
-    sc = scenario.load(path)
+    sc = widgets.live_scenario(REPO / "topologies/bottleneck.yaml", 0.5, "1M", 4)
     assert sc.allreduce.ranks == ("g1", "g2", "g5", "g6")  # both leaves: the ring crosses
     assert sc.allreduce.size_bytes == 1 << 20 and sc.storage[0].offered_load == 0.5
-    job = scenario.load(widgets.live_scenario(REPO / "topologies/tensor-parallel.yaml", 1.0,
-                                              "64K", 2, tmp_path / "job.yaml")).job
+    job = widgets.live_scenario(REPO / "topologies/tensor-parallel.yaml", 1.0, "64K", 2).job
     assert job.ranks == ("g1", "g5") and dict(job.params)["activation_bytes"] == 65536
 
 
