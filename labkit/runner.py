@@ -21,6 +21,7 @@ No signal handler is installed here: the CLI turns SIGTERM into ``KeyboardInterr
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import os
 import shutil
@@ -160,7 +161,7 @@ def run(scenario: str | Path | Scenario, policies: Sequence[str] | None = None, 
     tell = on_progress or (lambda _: None)
     request = PcapRequest(tuple(pcap), pcap_snaplen) if pcap else None
     results = []
-    with _recorded(writer):
+    with _recorded(writer), _caller_objects_frozen():
         with RunLock(run_id):
             registry = Registry(run_id)
             for policy in policies:
@@ -229,8 +230,8 @@ def sweep(scenario: str | Path | Scenario, op: str = "all_reduce", algo: str = "
                           scenario_sha256=sc.sha256, op=op, algo=algo, sizes=list(sizes),
                           iters=iters, start_time=rundir.now_iso(),
                           argv=list(argv) if argv else None, **rundir.provenance())
-    with _recorded(writer), RunLock(run_id), tempfile.TemporaryDirectory(
-            prefix="labkit-sweep-") as work:
+    with _recorded(writer), _caller_objects_frozen(), RunLock(run_id), \
+            tempfile.TemporaryDirectory(prefix="labkit-sweep-") as work:
         rows = experiment.run_sweep(sc, op, algo, list(sizes), iters, Registry(run_id),
                                     Path(work), on_row=on_row)
     path = rundir.finish_sweep(writer, [asdict(r) for r in rows])
@@ -324,6 +325,20 @@ def check_sweep(sc: Scenario, op: str, algo: str, sizes: Sequence[int], iters: i
         raise ScenarioError(source, "algo", str(exc)) from None
     if iters < 1:
         raise ScenarioError(source, "iters", f"must be at least 1, got {iters}")
+
+
+@contextmanager
+def _caller_objects_frozen() -> Iterator[None]:
+    """Keep the garbage collector off the objects that existed before the run. In a big
+    process — a notebook's kernel, a test runner — a full collection over them took about
+    half a second, measured, and stalled every thread of the run meanwhile: the queue
+    poller, the CPU sampler and the controller went blind (one missed burst in a tier-2
+    run). Collections during the run then scan only the run's own objects."""
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
 
 
 @contextmanager
