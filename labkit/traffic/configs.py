@@ -37,13 +37,19 @@ class Collective:
 
 
 @dataclass(frozen=True)
-class ServedFlow:
-    """The connections of one storage entry as its server sees them."""
+class Entry:
+    """What the server and the clients of one storage entry both know of it."""
 
     name: str
     pattern: str  # read: the server sends; write: it receives
     port: int
     pacing_bytes_per_s: int  # per connection; 0: unpaced
+
+
+@dataclass(frozen=True)
+class ServedFlow(Entry):
+    """The connections of one storage entry as its server sees them."""
+
     sport_lo: int  # the clients' source ports, which tell the entry of a connection
     sport_hi: int
 
@@ -56,13 +62,9 @@ class Served:
 
 
 @dataclass(frozen=True)
-class Client:
+class Client(Entry):
     """One storage entry as one of its clients runs it."""
 
-    name: str
-    pattern: str
-    port: int
-    pacing_bytes_per_s: int
     queues: int  # one TCP connection per I/O queue
     io_bytes: int
     queue_depth: int
