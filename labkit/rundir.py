@@ -12,6 +12,7 @@ what is wrong.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import hashlib
 import json
@@ -165,9 +166,19 @@ class RunWriter:
             raise FileExistsError(f"{target} already exists; labkit never overwrites a run "
                                   "(choose another --out)")
         self.tmp = target.parent / f".{target.name}.incomplete"
+        if self.tmp.exists():
+            raise FileExistsError(f"{self.tmp} holds an earlier run to {target} that did not "
+                                  "finish (its manifest says how it ended); labkit never "
+                                  "overwrites a run: choose another --out, or move it away")
         self.tmp.mkdir(parents=True)
         self.agents_dir = self.tmp / "agents"
         self.manifest: dict = {"status": "incomplete"}
+
+    def discard(self) -> None:
+        """Remove the run directory of a run that never started (only its manifest)."""
+        (self.tmp / "manifest.json").unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # anything else in it stays
+            self.tmp.rmdir()
 
     def write_manifest(self, **fields) -> None:
         self.manifest.update(fields)

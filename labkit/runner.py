@@ -346,8 +346,8 @@ def _recorded(writer: RunWriter) -> Iterator[None]:
     """Say in the manifest how a run that did not finish ended, and keep its data."""
     try:
         yield
-    except RunLockedError as exc:
-        writer.write_manifest(status="not started", error=str(exc))
+    except RunLockedError:
+        writer.discard()  # nothing was recorded: the --out stays free for the retry
         raise
     except KeyboardInterrupt:
         writer.write_manifest(status="interrupted", end_time=rundir.now_iso())

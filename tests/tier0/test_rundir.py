@@ -27,6 +27,22 @@ def test_never_overwrites(tmp_path):
         rundir.RunWriter(tmp_path / "r1")
 
 
+def test_an_unfinished_run_is_kept_and_named_when_its_out_is_reused(tmp_path):
+    w = rundir.RunWriter(tmp_path / "r2")
+    w.write_manifest(run_id="r2", status="interrupted")
+    with pytest.raises(FileExistsError, match="did not finish.*choose another --out"):
+        rundir.RunWriter(tmp_path / "r2")
+    assert (w.tmp / "manifest.json").exists()
+
+
+def test_a_run_that_never_started_leaves_nothing(tmp_path):
+    w = rundir.RunWriter(tmp_path / "r3")
+    w.write_manifest(run_id="r3")
+    w.discard()
+    assert not w.tmp.exists()
+    rundir.RunWriter(tmp_path / "r3")  # the same --out, free again
+
+
 def test_incomplete_run_is_listed_as_such(tmp_path):
     w = rundir.RunWriter(tmp_path / "r2")
     w.write_manifest(run_id="r2")
