@@ -1,25 +1,31 @@
 // SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
 /*
  * labkit's valve: a tc (clsact egress) program on a host's NIC that holds each
- * lane to the rate in lk_valve (a token bucket kept as a virtual departure
- * clock). A packet that finds the clock more than ce_threshold_ns ahead is
- * marked CE if it is ECN-capable (TCP then slows down); one that finds it more
- * than horizon_ns ahead is dropped. Nothing is delayed: this kernel has no fq
- * for departure-time pacing, so the valve signals and polices instead.
+ * lane to the rate in lk_valve: a token bucket of horizon_ns at the rate, kept as
+ * a virtual departure clock. A packet that finds the clock more than
+ * ce_threshold_ns ahead is marked CE if it is ECN-capable; one that would leave it
+ * more than horizon_ns ahead is dropped. Nothing is delayed: this kernel has no fq
+ * for departure-time pacing.
+ *
+ * On a controlled host's NIC (held layout, labkit/tc.py; vip_class set) it is the
+ * host's gate. vip packets go to their strict-priority HTB class; every other
+ * packet that carries data, whoever sent it, is held to the low lane's setting
+ * on one clock. A packet over it is dropped right here, before any queue, so the
+ * sender's own stack is told (NET_XMIT_DROP): TCP keeps the segment, sends it
+ * later and counts nothing as lost. Segments without data (acknowledgements,
+ * SYN, FIN) are never held: they carry the flows *towards* this host. When the
+ * gate opens, labkit/control/gates.py wakes the host's TCP senders (wake.bpf.c).
  *
  * On a fabric port the same program, at the port's rate with one clock for all
  * lanes (one_clock), follows the port's FIFO queue exactly as long as the port
  * sends at its rate, and marks CE past a DCTCP-style threshold K in sojourn.
  *
  * The lane comes from the classifier's rules (lanes.h, the shared lk_config).
- * While the job on this host says it communicates (lk_phase, written by the
- * job itself or relayed to a storage host), a lane runs at its busy rate.
- * Rates change by rewriting lk_valve; nothing is reloaded.
- *
- * On a controlled host's NIC (held layout, labkit/tc.py) it also sorts: vip packets
- * into their strict-priority HTB class (vip_class), every other packet into the
- * held class, whose ceiling the controller moves. There the lanes are left open:
- * the qdisc, not this program, holds the traffic back, whoever sent it.
+ * While the job on this host says it communicates (lk_phase, written by the job
+ * itself or relayed to a storage host), from lead_ns before its window, a lane
+ * runs at its busy rate; before that, it stops accepting as soon as what it has
+ * accepted would still be leaving at its rate lead_ns before the window. Rates
+ * change by rewriting lk_valve; nothing is reloaded.
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
@@ -73,8 +79,9 @@ int lk_valve_egress(struct __sk_buff *skb)
 	const struct lk_job_phase *phase;
 	struct lk_valve_counters *stats;
 	struct lk_valve_clock *clock;
-	__u64 now, rate, cost, delay, next, horizon;
-	__u32 zero = 0, lane;
+	__u64 now, rate, cost, delay, next;
+	__u32 zero = 0, lane, held;
+	int fits;
 
 	cfg = bpf_map_lookup_elem(&lk_valve, &zero);
 	rules = bpf_map_lookup_elem(&lk_config, &zero);
@@ -83,41 +90,56 @@ int lk_valve_egress(struct __sk_buff *skb)
 	lane = lk_skb_lane(skb, rules);
 	if (lane >= LK_NR_LANES)
 		return TC_ACT_UNSPEC;
-	if (cfg->vip_class) {
-		if (lane == LK_LANE_VIP)
-			skb->priority = cfg->vip_class;
-		else if (skb->priority == cfg->vip_class)
-			skb->priority = 0; /* the held class (HTB's default) */
-	}
 	stats = bpf_map_lookup_elem(&lk_valve_stats, &lane);
-	clock = bpf_map_lookup_elem(&lk_valve_clock, cfg->one_clock ? &zero : &lane);
-	if (!stats || !clock)
+	if (!stats)
+		return TC_ACT_UNSPEC;
+	held = lane;
+	if (cfg->vip_class) {
+		if (lane == LK_LANE_VIP) {
+			skb->priority = cfg->vip_class;
+		} else {
+			if (skb->priority == cfg->vip_class)
+				skb->priority = 0; /* the held class (HTB's default) */
+			if (lk_bare_tcp((void *)(long)skb->data, (void *)(long)skb->data_end,
+					skb->len))
+				goto pass;
+			held = LK_LANE_LOW;
+		}
+	}
+	clock = bpf_map_lookup_elem(&lk_valve_clock, cfg->one_clock ? &zero : &held);
+	if (!clock)
 		return TC_ACT_UNSPEC;
 
 	/* constant indices only: the verifier then needs no bounds proof for the array */
-	lc = lane == LK_LANE_VIP ? &cfg->lanes[LK_LANE_VIP] :
-	     lane == LK_LANE_LOW ? &cfg->lanes[LK_LANE_LOW] : &cfg->lanes[LK_LANE_NORMAL];
+	lc = held == LK_LANE_VIP ? &cfg->lanes[LK_LANE_VIP] :
+	     held == LK_LANE_LOW ? &cfg->lanes[LK_LANE_LOW] : &cfg->lanes[LK_LANE_NORMAL];
 	now = bpf_ktime_get_ns();
 	rate = lc->rate_bytes_per_s;
 	phase = bpf_map_lookup_elem(&lk_phase, &zero);
-	if (phase && now >= phase->busy_from_ns && now < phase->busy_until_ns &&
-	    lc->busy_rate_bytes_per_s)
-		rate = lc->busy_rate_bytes_per_s;
+	if (phase && lc->busy_rate_bytes_per_s && now < phase->busy_until_ns) {
+		if (now + cfg->lead_ns >= phase->busy_from_ns) {
+			rate = lc->busy_rate_bytes_per_s;
+		} else if (rate && clock->next_ns > now &&
+			   now + cfg->lead_ns + (clock->next_ns - now) >= phase->busy_from_ns) {
+			/* closing: what the lane already accepted leaves at its rate by
+			 * lead_ns before the window; nothing more joins it */
+			stats->dropped++;
+			return TC_ACT_SHOT;
+		}
+	}
 	if (rate) {
 		cost = (__u64)skb->len * NSEC_PER_SEC / rate;
-		horizon = lc->burst_bytes * NSEC_PER_SEC / rate;
-		if (horizon < lc->horizon_ns)
-			horizon = lc->horizon_ns;
 		bpf_spin_lock(&clock->lock);
 		next = clock->next_ns > now ? clock->next_ns : now;
 		if (clock->rate != rate && next > now && clock->rate) /* same bytes, new rate */
 			next = now + (next - now) * clock->rate / rate;
 		clock->rate = rate;
 		delay = next - now;
-		if (delay <= horizon)
+		fits = delay + cost <= lc->horizon_ns;
+		if (fits)
 			clock->next_ns = next + cost;
 		bpf_spin_unlock(&clock->lock);
-		if (delay > horizon) {
+		if (!fits) {
 			stats->dropped++;
 			return TC_ACT_SHOT;
 		}
@@ -129,6 +151,7 @@ int lk_valve_egress(struct __sk_buff *skb)
 		clock->next_ns = now;
 		bpf_spin_unlock(&clock->lock);
 	}
+pass:
 	stats->packets += skb->gso_segs ? skb->gso_segs : 1;
 	stats->bytes += skb->len;
 	return TC_ACT_UNSPEC;

@@ -85,11 +85,12 @@ class TelemetryConfig(ctypes.Structure):
 
 class ValveLane(ctypes.Structure):
     _fields_ = [("rate_bytes_per_s", u64), ("ce_threshold_ns", u64), ("horizon_ns", u64),
-                ("busy_rate_bytes_per_s", u64), ("burst_bytes", u64)]
+                ("busy_rate_bytes_per_s", u64)]
 
 
 class ValveConfig(ctypes.Structure):
-    _fields_ = [("lanes", ValveLane * NR_LANES), ("one_clock", u32), ("vip_class", u32)]
+    _fields_ = [("lanes", ValveLane * NR_LANES), ("one_clock", u32), ("vip_class", u32),
+                ("lead_ns", u64)]
 
 
 class JobPhase(ctypes.Structure):
@@ -126,5 +127,3 @@ STAMP = packer(Stamp)
 EVENT = packer(Event)
 LANE_COUNTERS = packer(LaneCounters)
 JOB_PHASE = packer(JobPhase)
-VALVE_LANE = packer(ValveLane)
-VALVE_CONFIG_BYTES = ctypes.sizeof(ValveConfig)

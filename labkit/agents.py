@@ -184,18 +184,10 @@ def storage_configs(sc: Scenario, topo: Topology) -> dict[str, configs.Storage]:
             for host in (*served, *(h for h in clients if h not in served))}
 
 
-def start_storage(sc: Scenario, topo: Topology, fabric: Fabric, workdir: Path,
-                  valves: dict[str, configs.ValveFollow] | None = None) -> list[Agent]:
-    """One storage agent per host that serves or is a client of a storage entry.
-    ``valves``: per host, the valve its senders follow (map fds and lane index)."""
-    valves = valves or {}
-    agents = []
-    for node, cfg in storage_configs(sc, topo).items():
-        valve = valves.get(node)
-        fds = (valve.config_fd, valve.phase_fd) if valve else ()
-        agents.append(Agent(fabric, node, "labkit.traffic.storage", replace(cfg, valve=valve),
-                            workdir, "storage", pass_fds=fds))
-    return agents
+def start_storage(sc: Scenario, topo: Topology, fabric: Fabric, workdir: Path) -> list[Agent]:
+    """One storage agent per host that serves or is a client of a storage entry."""
+    return [Agent(fabric, node, "labkit.traffic.storage", cfg, workdir, "storage")
+            for node, cfg in storage_configs(sc, topo).items()]
 
 
 def finish_together(ranks: list[Agent], timeout_s: float,

@@ -118,7 +118,8 @@ def storage(flows: pl.DataFrame, ios: pl.DataFrame, start: int, end: int) -> dic
 
 def controller(decisions: pl.DataFrame, control: dict, transport: pl.DataFrame) -> dict:
     """What the controller did: how many decisions, what the hosts' valves let through
-    per lane (mean Mbit/s), marked and dropped, the proactive controller's mean
+    per lane (mean Mbit/s), marked and dropped, how often the held hosts' senders were
+    woken and their queue ceilings moved (labkit.control.gates), the proactive controller's mean
     absolute error in predicting a burst's start, and the CNPs the collective's
     senders received (each a DCQCN rate cut; 0 unless the scenario turns DCQCN on)."""
     valves = control["host_valves"]
@@ -128,8 +129,7 @@ def controller(decisions: pl.DataFrame, control: dict, transport: pl.DataFrame) 
             "dropped": {lane: valves[lane]["dropped"] for lane in LANES},
             "prediction_error_ms": control["prediction_error_ms"],
             "senders": control["senders"], "marks_and_drops": control["by_valve"],
-            "enforce": control.get("enforce", "police"),  # runs recorded before: police
-            "ceiling_changes": control.get("ceiling_changes")}
+            "wakes": control.get("wakes"), "ceiling_changes": control.get("ceiling_changes")}
 
 
 def port_utilization(queue: pl.DataFrame, start: int, end: int) -> pl.DataFrame:

@@ -146,6 +146,9 @@ _SIGNATURES = [
     ("bpf_program__name", _cp, [_vp]),
     ("bpf_program__fd", _int, [_vp]),
     ("bpf_program__attach", _vp, [_vp]),
+    ("bpf_program__attach_iter", _vp, [_vp, _vp]),
+    ("bpf_link__fd", _int, [_vp]),
+    ("bpf_iter_create", _int, [_int]),
     ("bpf_map__name", _cp, [_vp]),
     ("bpf_map__fd", _int, [_vp]),
     ("bpf_map__type", _int, [_vp]),
@@ -418,6 +421,13 @@ class Program:
             raise BpfError(f"attach of {self.name}", _errno())
         return TracingLink(link)
 
+    def attach_iter(self) -> Iterator:
+        """Attach an iterator program (``iter/...``); read it with :meth:`Iterator.run`."""
+        link = lib.bpf_program__attach_iter(self._ptr, None)
+        if not link:
+            raise BpfError(f"attach of iterator {self.name}", _errno())
+        return Iterator(link)
+
     def pin(self, path: Path) -> None:
         _check(lib.bpf_obj_pin(self.fd, str(path).encode()), f"pin of {self.name} at {path}")
 
@@ -432,6 +442,20 @@ class TracingLink:
         if self._ptr:
             lib.bpf_link__destroy(self._ptr)
             self._ptr = None
+
+
+class Iterator(TracingLink):
+    """A bpf_link of an iterator program."""
+
+    def run(self) -> None:
+        """Run the program over every object it iterates, in the calling thread's network
+        namespace (where a socket iterator looks): one read of a fresh iterator."""
+        fd = _check(lib.bpf_iter_create(lib.bpf_link__fd(self._ptr)), "bpf_iter_create")
+        try:
+            while os.read(fd, 4096):
+                pass
+        finally:
+            os.close(fd)
 
 
 class BpfObject:

@@ -156,9 +156,8 @@ class PolicyFabric:
         self.sc, self.topo, self.registry = sc, topo, registry
         self.telemetry, self.controllers = telemetry, controllers
         self.classifier_object = classifier_object
-        shaped = self.pol.controller is not None and sc.control.enforce == "shape"
         self.fabric = Fabric(topo, registry, router_layout=self.pol.port_layout,
-                             host_layout="held" if shaped else "fifo")
+                             host_layout="fifo" if self.pol.controller is None else "held")
         self.classifier = self.queues = self.latency = self.lossy = self.control = None
         self.watched: list[WatchedPort] = []
 
@@ -238,9 +237,7 @@ def _run_traffic(pf: PolicyFabric, workdir: Path, duration_s: float | None,
         ring = start_collective(fabric, topo, sc.ranks, work, sc.iterations, gap_ms, workdir,
                                 rng, duration_s, control.phase_maps if control else None,
                                 sc.control.dcqcn)
-        storage = (start_storage(sc, topo, fabric, workdir,
-                                 control.storage_valves if control else None)
-                   if pol.storage else [])
+        storage = start_storage(sc, topo, fabric, workdir) if pol.storage else []
         agents = ring + storage
         if pol.storage and sc.commands:  # the user's programs compete as storage does
             commands = Commands(sc.commands, topo, fabric, workdir / "commands").serve()

@@ -80,17 +80,10 @@ class ControlSpec:
     lead_ms: float = 5.0  # proactive and state-aware: start holding storage this early
     busy_share: float = 0.005  # each storage sender's share of its fair share while collectives run
     idle_share: float = 0.98  # ... and at most, when they leave it idle (below 1: no queue)
-    ce_us: float = 500.0  # valves mark ECN-capable packets this far behind their rate
-    horizon_ms: float = 20.0  # ... and drop packets this far behind
-    burst_kb: float = 512.0  # ... or, at a slow rate, this much behind
+    ce_us: float = 500.0  # host gates mark ECN-capable packets this far behind their rate
+    horizon_ms: float = 50.0  # ... and refuse a packet that would leave them further behind
     fabric_ce_us: float = 1000.0  # bottleneck ports mark CE past this queueing delay
     dcqcn: bool = False  # collective senders mark ECT and react to CNPs (labkit.traffic.rc)
-    # how held hosts are held: "police" — the valve's token bucket marks and drops, and
-    # labkit's own storage agents pace themselves by reading it (other programs' traffic
-    # is only policed); "shape" — an HTB class on each held host's NIC that every non-vip
-    # packet passes, its ceiling moved by the controller (any program's traffic waits
-    # there; docs/control.md has what each costs)
-    enforce: str = "police"
     # the scenario's own controllers: (name, "file.py:Class") pairs, the file's path
     # resolved against the scenario's directory; a policy may name them like the built-in
     # ones (docs/control.md, "Your own controller")
@@ -225,7 +218,12 @@ class StorageSpec:
     kind: str = "storage"
 
 
-ENFORCEMENTS = ("shape", "police")
+# control keys of earlier versions, and why they are gone
+REMOVED_CONTROL_KEYS = {
+    "enforce": "every controlled run now holds senders in the kernel, at each host's gate "
+               "(docs/control.md); delete the key",
+    "burst_kb": "a host's gate holds horizon_ms of its rate and no more; delete the key",
+}
 HOST_REF = re.compile(r"\{([A-Za-z0-9_.-]+)\}")  # "{g1}" in a command: g1's address
 MAX_COMMANDS = 16
 
@@ -446,20 +444,18 @@ def parse(doc: Any, file: str = "<scenario>") -> Scenario:
 
 def _control(c: _Checker, doc, key: str) -> ControlSpec:
     fields = ControlSpec.__dataclass_fields__
+    for gone, why in REMOVED_CONTROL_KEYS.items():
+        if isinstance(doc, dict) and gone in doc:
+            c.fail(f"{key}.{gone}", f"no longer a setting: {why}")
     c.mapping(doc, key, set(fields))
     values = {k: float(c.number(v, f"{key}.{k}", 0, k in ("telemetry_delay_ms",
                                                             "relay_delay_ms", "lead_ms")))
-              for k, v in doc.items() if k not in ("dcqcn", "enforce", "controllers")}
+              for k, v in doc.items() if k not in ("dcqcn", "controllers")}
     if "controllers" in doc:
         values["controllers"] = class_files(c, doc["controllers"], f"{key}.controllers",
                                             (*CONTROLLERS, *LAYOUTS))
     if "dcqcn" in doc:
         values["dcqcn"] = c.boolean(doc["dcqcn"], f"{key}.dcqcn")
-    if "enforce" in doc:
-        if doc["enforce"] not in ENFORCEMENTS:
-            c.fail(f"{key}.enforce", f"must be one of {', '.join(ENFORCEMENTS)}, "
-                                     f"got {doc['enforce']!r}")
-        values["enforce"] = doc["enforce"]
     if values.get("idle_share", 1) > 1:
         c.fail(f"{key}.idle_share", "must be at most 1 (a share of each sender's fair share)")
     busy, idle = (values.get(k, getattr(ControlSpec, k)) for k in ("busy_share", "idle_share"))

@@ -6,10 +6,10 @@ holding the port's buffer:
 
 * ``fifo`` ports: one leaf ``1:10`` that every packet shares;
 * ``held`` ports (a controlled host's NIC): ``1:10`` for vip at the whole link, strict,
-  and ``1:20`` for everything else, whose ceiling a controller moves
-  (:func:`set_held_ceil`): packets it holds wait in this queue, whoever sent them.
-  The host's valve (``bpf/valve.bpf.c``) sends vip to ``1:10``; the rest take the
-  default class.
+  and ``1:20`` for everything else. The host's valve (``bpf/valve.bpf.c``) sends vip
+  to ``1:10`` and gates the rest, whoever sent it, before it reaches ``1:20`` (the
+  default class), whose ceiling follows the gate (:func:`set_held_ceil`) so that what
+  the gate lets through leaves at its rate from a queue TCP can clock itself by.
 * ``lanes`` ports: ``1:10`` vip, ``1:20`` normal, ``1:30`` low. vip's own rate is
   the whole link, the others get a token rate and may borrow up to the link
   (``ceil``): HTB serves a class within its rate before any borrower, so vip
@@ -42,10 +42,6 @@ HELD_CLASS = 0x10020  # a held port's class for every non-vip packet
 # dropper, a host's valve, then the lane classifier. Ingress: the latency probe alone
 # (0: the kernel picks one).
 PRIO_DROPPER, PRIO_VALVE, PRIO_CLASSIFIER, PRIO_LATENCY = 1, 5, 10, 0
-# The held class's queue: short, so that what a slow ceiling holds back waits in the
-# sender's socket (TCP retries what the qdisc refused, no timer fires) rather than in
-# a queue that drains slower than TCP's retransmission timeout
-HELD_BUFFER_BYTES = 64 * 1024
 TOKEN_RATE_FRACTION = 0.01  # the lower lanes' guaranteed share of the link
 QUANTUM_BYTES = 65536  # >= one GSO packet, so HTB's round-robin never starves a class
 
@@ -113,9 +109,8 @@ def shape(ipr: IPRoute, port: PortShape) -> int:
     for classid, lane_rate, prio in leaves:
         ipr.tc("add-class", "htb", index, classid, parent=PARENT, prio=prio,
                **_class_params(lane_rate, rate, port.mtu))
-        held = port.layout == "held" and classid == HELD_CLASS  # (1:20 is normal elsewhere)
-        limit = HELD_BUFFER_BYTES if held else port.buffer_bytes
-        ipr.tc("add", "bfifo", index, (classid & 0xFFFF) << 16, parent=classid, limit=limit)
+        ipr.tc("add", "bfifo", index, (classid & 0xFFFF) << 16, parent=classid,
+               limit=port.buffer_bytes)
     return index
 
 

@@ -120,24 +120,25 @@ struct lk_telemetry_config {
 };
 
 /*
- * The valve (valve.bpf.c): a rate per lane on a host's egress. Each lane keeps a
- * virtual departure clock; a packet's delay is how far that clock runs ahead of
- * now. Past ce_threshold_ns an ECN-capable packet is marked CE; past the horizon
- * (horizon_ns, or the time burst_bytes take at the rate, whichever is longer)
- * any packet is dropped. rate_bytes_per_s 0 leaves the lane open.
+ * The valve (valve.bpf.c): a rate per lane on a host's egress, a token bucket
+ * that holds horizon_ns of the rate. Each lane keeps a virtual departure clock; a
+ * packet's delay is how far that clock runs ahead of now. Past ce_threshold_ns an
+ * ECN-capable packet is marked CE; a packet that would leave the clock more than
+ * horizon_ns ahead is dropped. rate_bytes_per_s 0 leaves the lane open.
  */
 struct lk_valve_lane {
 	__u64 rate_bytes_per_s;
 	__u64 ce_threshold_ns;
 	__u64 horizon_ns;
 	__u64 busy_rate_bytes_per_s; /* the rate while the job communicates; 0: rate */
-	__u64 burst_bytes;
 };
 struct lk_valve_config {
 	struct lk_valve_lane lanes[LK_NR_LANES];
 	__u32 one_clock; /* every lane on lane 0's clock: a port with one FIFO */
-	__u32 vip_class; /* nonzero: vip packets get this skb->priority (an HTB class of a
-			    held NIC), and no other packet keeps it */
+	__u32 vip_class; /* nonzero: a held NIC. vip packets get this skb->priority (an HTB
+			    class), no other packet keeps it, and every other packet that
+			    carries data is held to the low lane's setting */
+	__u64 lead_ns;   /* the busy rate applies from this long before the job's window */
 };
 
 /* What the job tells its own host's valve (state-aware control): the valve uses

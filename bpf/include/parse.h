@@ -110,4 +110,37 @@ static __always_inline __u64 lk_parse(void *data, void *data_end)
 	return 0;
 }
 
+/* Whether an Ethernet frame of len bytes is a TCP segment without data (an
+ * acknowledgement, a SYN, a FIN): IPv4 or IPv6 without extension headers. */
+static __always_inline int lk_bare_tcp(void *data, void *data_end, __u32 len)
+{
+	struct ethhdr *eth = data;
+	struct tcphdr *tcp;
+	__u32 l3 = ETH_HLEN, l4;
+
+	if ((void *)(eth + 1) > data_end)
+		return 0;
+	if (eth->h_proto == bpf_htons(ETH_P_IP)) {
+		struct iphdr *ip = data + ETH_HLEN;
+
+		if ((void *)(ip + 1) > data_end || ip->protocol != IPPROTO_TCP)
+			return 0;
+		l4 = l3 + ip->ihl * 4;
+	} else if (eth->h_proto == bpf_htons(ETH_P_IPV6)) {
+		struct ipv6hdr *ip6 = data + ETH_HLEN;
+
+		if ((void *)(ip6 + 1) > data_end || ip6->nexthdr != IPPROTO_TCP)
+			return 0;
+		l4 = l3 + sizeof(*ip6);
+	} else {
+		return 0;
+	}
+	if (l4 > 128)
+		return 0;
+	tcp = data + l4;
+	if ((void *)(tcp + 1) > data_end)
+		return 0;
+	return len <= l4 + tcp->doff * 4;
+}
+
 #endif /* __LABKIT_PARSE_H */

@@ -30,9 +30,6 @@ class Controller:
     """Runs :meth:`step` every ``interval_ms`` in a thread until :meth:`stop`."""
 
     name = "controller"
-    # how often the held-back hosts' storage senders re-read their valve: the rate moves
-    # whenever this controller decides
-    follow_ms = 5.0
 
     def __init__(self, plant: Plant, interval_ms: float | None = None):
         self.plant = plant

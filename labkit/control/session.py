@@ -10,13 +10,11 @@ import time
 from labkit import bpf, tc
 from labkit.control.base import Controller, Plant
 from labkit.control.feed import FabricFeed
-from labkit.control.shaper import Shaper
+from labkit.control.gates import Gates
 from labkit.control.valve import LaneSetting, Valves
 from labkit.fabric import Fabric
-from labkit.lanes import lane_of_tcp
 from labkit.scenario import LANES, Policy, Scenario
 from labkit.topo import Topology
-from labkit.traffic.configs import ValveFollow
 
 NEVER_MS = 10_000.0  # a horizon no queue reaches: fabric ports mark, their qdisc drops
 
@@ -63,23 +61,21 @@ class ControlSession:
                  controller: type[Controller], rules: bpf.Map,
                  record: bpf.Recorder | None = None):
         self.valves = Valves(rules, record)
-        self.shaper: Shaper | None = None
+        self.gates: Gates | None = None
         try:
-            self._build(sc, topo, fabric, pol, controller)
+            self._build(sc, topo, fabric, pol, controller, record)
         except BaseException:
-            self.valves.close()
+            self.close()
             raise
 
     def _build(self, sc: Scenario, topo: Topology, fabric: Fabric, pol: Policy,
-               controller: type[Controller]) -> None:
+               controller: type[Controller], record: bpf.Recorder | None) -> None:
         spec = sc.control
-        shaping = spec.enforce == "shape"
-        host_setting = LaneSetting(ce_ms=spec.ce_us / 1e3, horizon_ms=spec.horizon_ms,
-                                   burst_bytes=int(spec.burst_kb * 1024))
-        for host in topo.hosts:
+        host_setting = LaneSetting(ce_ms=spec.ce_us / 1e3, horizon_ms=spec.horizon_ms)
+        for host in topo.hosts:  # every host's NIC is held: its valve is its gate
             nic = fabric.nic(host)
             self.valves.attach(host, nic.ns, nic.ifname, nic.ifindex, host_setting,
-                               vip_class=tc.LANE_CLASS["vip"] if shaping else 0)
+                               vip_class=tc.LANE_CLASS["vip"], lead_ms=spec.lead_ms)
         self.ports = {}  # bottleneck port label -> its Mbit/s
         for port in topo.bottleneck_ports():
             h = fabric.handle(port)
@@ -88,19 +84,11 @@ class ControlSession:
                                            NEVER_MS),
                                one_clock=pol.port_layout == "fifo")
             self.ports[port.ifname] = port.link.rate_mbps
-        # each rank's agent inherits the fd of its host's phase map; under "police", the
-        # storage agent of each host a controller holds back, those of its host's valve,
-        # which its senders follow (under "shape" they are plain senders: the kernel holds)
+        # each rank's agent inherits the fd of its host's phase map
         senders = storage_senders(sc, topo)
-        self.shaper = Shaper(self.valves, fabric, list(senders), spec.lead_ms) if shaping \
-            else None
+        self.gates = Gates(self.valves, fabric, list(senders), spec.horizon_ms, record)
         self.phase_maps = {host: self.valves.valves[host].obj.maps["lk_phase"].fd
                            for host in sc.ranks}
-        lane = LANES.index(lane_of_tcp(sc.lanes, sc.storage[0].port)) if sc.storage else 0
-        self.storage_valves = {
-            host: ValveFollow(v.obj.maps["lk_valve"].fd, v.obj.maps["lk_phase"].fd, lane,
-                              spec.lead_ms, controller.follow_ms)
-            for host, v in self.valves.valves.items() if host in senders and not shaping}
         self.started_ns = self.stopped_ns = 0
         self.feed = FabricFeed(self.ports, pol.port_layout, spec.telemetry_delay_ms)
         self.controller = controller(Plant(
@@ -108,8 +96,7 @@ class ControlSession:
 
     def start(self) -> None:
         self.started_ns = time.monotonic_ns()
-        if self.shaper:
-            self.shaper.start()
+        self.gates.start()
         self.controller.start()
 
     def stop(self) -> None:
@@ -117,8 +104,7 @@ class ControlSession:
         try:
             self.controller.stop()
         finally:
-            if self.shaper:
-                self.shaper.stop()
+            self.gates.stop()
 
     def summary_counters(self) -> dict:
         """Valve totals per lane: what the hosts' valves passed (mean Mbit/s while the
@@ -141,11 +127,10 @@ class ControlSession:
         return {"host_valves": hosts, "by_valve": {k: v for k, v in by_host.items() if v},
                 "port_ce_marks": ports,
                 "prediction_error_ms": self.controller.prediction_error_ms,
-                "enforce": "shape" if self.shaper else "police",
-                "ceiling_changes": self.shaper.changes if self.shaper else None,
+                "wakes": self.gates.wakes, "ceiling_changes": self.gates.ceiling_changes,
                 "senders": self.controller.plant.senders}
 
     def close(self) -> None:
-        if self.shaper:
-            self.shaper.halt()
+        if self.gates:
+            self.gates.close()
         self.valves.close()

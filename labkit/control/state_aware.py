@@ -2,14 +2,14 @@
 
 Each collective agent writes its phase into its own host's valve (``lk_phase``,
 whose file descriptor it inherits): the window in which it expects to communicate
-(announced when its compute starts) and the bytes to send. That host's valve reads
-it in the kernel, per packet, with no control loop at all; the host's storage
-senders stop writing ``lead_ms`` before the window so their socket buffers drain
-before the collective starts (:class:`labkit.traffic.storage.Allowance`). Storage hosts run no
-job, so this relay carries the phase to them: it reads the GPU hosts' phase maps
-every 5 ms and writes the merged window (see :meth:`StateAware._merged`)
-into the storage senders' valves ``relay_delay_ms`` later, emulating the message's
-trip across the fabric's control network. While a window is open each low lane
+(announced when its compute starts) and the bytes to send. That host's gate reads
+it in the kernel, per packet, with no control loop at all, and holds from
+``lead_ms`` before the window, so what is already queued drains before the
+collective starts. Storage hosts run no job, so this relay carries the phase to
+them: it reads the GPU hosts' phase maps every 5 ms and writes the merged window
+(see :meth:`StateAware._merged`) into the storage senders' valves
+``relay_delay_ms`` later, emulating the message's trip across the fabric's control
+network. While a window is open each low lane
 runs at ``busy_share`` of its fair share (:func:`labkit.control.session.storage_senders`);
 otherwise at ``idle_share`` of it.
 """
@@ -26,10 +26,6 @@ RELAY_POLL_MS = 5.0
 
 class StateAware(Controller):
     name = "state-aware"
-    # the rates never move and each window is announced a compute phase ahead: storage
-    # senders re-reading every 20 ms still switch at its edges, and the nine agents'
-    # 200 Hz reads took CPU the ranks missed (the ring's ops 1-3 % longer, measured)
-    follow_ms = 20.0
 
     def __init__(self, plant):
         super().__init__(plant, interval_ms=RELAY_POLL_MS)

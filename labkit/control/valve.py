@@ -19,27 +19,26 @@ from labkit.netns import Netns
 from labkit.scenario import LANES
 
 PROGRAM = "lk_valve_egress"
+GATE_LANE = "low"  # a held NIC's gate: the lane setting the controllers move
 
 
 
 
 @dataclass(frozen=True)
 class LaneSetting:
-    """A lane's valve: Mbit/s (None: open), CE threshold and drop horizon in ms, the
-    Mbit/s while the job communicates (None: the same), and the burst the horizon
-    always allows however slow the rate."""
+    """A lane's valve: Mbit/s (None: open), CE threshold and horizon (the bucket, in
+    time at the rate) in ms, and the Mbit/s while the job communicates (None: the same)."""
 
     mbps: float | None = None
     ce_ms: float = 1.0
-    horizon_ms: float = 20.0
+    horizon_ms: float = 50.0
     busy_mbps: float | None = None
-    burst_bytes: int = 0
 
     def encode(self) -> ValveLane:
         def bps(mbps: float | None) -> int:
             return 0 if mbps is None else max(1, int(mbps * 1e6 / 8))
         return ValveLane(bps(self.mbps), int(self.ce_ms * 1e6), int(self.horizon_ms * 1e6),
-                         bps(self.busy_mbps), self.burst_bytes)
+                         bps(self.busy_mbps))
 
 
 def read_counters(stats: bpf.Map) -> dict[str, ValveCounters]:
@@ -60,22 +59,37 @@ class Valve:
 
     def __init__(self, host: str, rules: bpf.Map, record: bpf.Recorder | None = None,
                  setting: LaneSetting = LaneSetting(), one_clock: bool = False,
-                 vip_class: int = 0):
-        """``vip_class``: the host's NIC is held (labkit/tc.py): send vip to that class
-        and police nothing; the lanes' settings are then the held class's ceiling."""
+                 vip_class: int = 0, lead_ms: float = 0.0):
+        """``vip_class``: the host's NIC is held (labkit/tc.py): send vip to that class and
+        hold every other packet with data to the ``low`` lane's setting (the host's gate).
+        ``lead_ms``: busy rates apply this long before the job's window opens."""
         self.host = host
         self.obj = bpf.record_programs(
             bpf.BpfObject(bpf.object_path("valve"), reuse={"lk_config": rules}), record)
         self.lanes = {lane: setting for lane in LANES}
         self.one_clock = one_clock
         self.vip_class = vip_class
+        self.lead_ns = int(lead_ms * 1e6)
         self.write()
 
     def write(self) -> None:
-        cfg = ValveConfig(one_clock=int(self.one_clock), vip_class=self.vip_class)
+        cfg = ValveConfig(one_clock=int(self.one_clock), vip_class=self.vip_class,
+                          lead_ns=self.lead_ns)
         for i, lane in enumerate(LANES):
-            cfg.lanes[i] = (LaneSetting() if self.vip_class else self.lanes[lane]).encode()
+            cfg.lanes[i] = self.lanes[lane].encode()
         self.obj.maps["lk_valve"].update(0, cfg)
+
+    def gate(self, now_ns: int) -> float:
+        """What the host's gate lets through now (held NIC: the ``low`` lane's rate, or
+        its busy rate from ``lead_ms`` before the job's window to its end), in Mbit/s;
+        infinite when open."""
+        setting = self.lanes[GATE_LANE]
+        mbps = setting.mbps
+        if setting.busy_mbps is not None:
+            p = JobPhase.from_buffer_copy(self.obj.maps["lk_phase"].lookup(0))
+            if p.busy_from_ns - self.lead_ns <= now_ns < p.busy_until_ns:
+                mbps = setting.busy_mbps
+        return float("inf") if mbps is None else mbps
 
     def publish_phase(self, phase: str, busy_from_ns: int, busy_until_ns: int,
                       bytes_left: int = 0) -> None:
@@ -115,10 +129,10 @@ class Valves:
 
     def attach(self, host: str, ns: Netns, ifname: str, ifindex: int,
                setting: LaneSetting = LaneSetting(), one_clock: bool = False,
-               vip_class: int = 0) -> Valve:
+               vip_class: int = 0, lead_ms: float = 0.0) -> Valve:
         """A valve on ``ifname``'s egress, known as ``host`` (a host, or a fabric port)."""
         valve = self.valves[host] = Valve(host, self.rules, self.record, setting, one_clock,
-                                          vip_class)
+                                          vip_class, lead_ms)
         bpf.attach_filter(ns, valve.obj.programs[PROGRAM], ifname, ifindex, tc.PRIO_VALVE,
                           self.attachments, self.record)
         return valve
@@ -140,8 +154,8 @@ class Valves:
         reason = (f"job phase relayed: busy from {(start_ns - now_ns) / 1e6:+.0f} ms "
                   f"to {(end_ns - now_ns) / 1e6:+.0f} ms" if end_ns else "job phase relayed: idle")
         for host in hosts:
-            lane = self.valves[host].lanes["low"]
-            self.decisions.append(Decision(now_ns, host, "low", lane.mbps, lane.mbps,
+            lane = self.valves[host].lanes[GATE_LANE]
+            self.decisions.append(Decision(now_ns, host, GATE_LANE, lane.mbps, lane.mbps,
                                            lane.busy_mbps, lane.busy_mbps, start_ns or None,
                                            end_ns or None, reason))
 

@@ -77,24 +77,12 @@ class Client(Entry):
 
 
 @dataclass(frozen=True)
-class ValveFollow:
-    """The valve a host's storage senders follow under ``enforce: police``."""
-
-    config_fd: int
-    phase_fd: int
-    lane: int
-    lead_ms: float
-    follow_ms: float
-
-
-@dataclass(frozen=True)
 class Storage:
-    """A host's storage agent (:mod:`labkit.traffic.storage`): what it serves, the
-    entries it is a client of, and the valve it follows, if any."""
+    """A host's storage agent (:mod:`labkit.traffic.storage`): what it serves and the
+    entries it is a client of."""
 
     serve: Served | None = None
     clients: list[Client] = field(default_factory=list)
-    valve: ValveFollow | None = None
     out: str = ""
 
 
@@ -144,5 +132,4 @@ def read_storage(path: str | Path) -> Storage:
     if serve is not None:
         serve = _decoded(Served, {**serve, "flows": [ServedFlow(**f) for f in serve["flows"]]})
     return Storage(serve=serve, clients=[_decoded(Client, c) for c in doc.get("clients", [])],
-                   valve=ValveFollow(**doc["valve"]) if doc.get("valve") else None,
                    out=doc.get("out", ""))

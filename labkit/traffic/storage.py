@@ -17,9 +17,9 @@ arrivals that find the queue full. Each I/O's time from arrival to completion is
 recorded.
 
 The data sender paces its socket to the entry's share of the offered load with
-SO_MAX_PACING_RATE (TCP's own pacing; no fq needed), or, under a valve, paces its
-writes with the valve's :class:`Allowance`; the target knows a
-connection's entry from the client's source port, which falls in the entry's range.
+SO_MAX_PACING_RATE (TCP's own pacing; no fq needed) and knows nothing of valves: a
+controller holds it in the kernel like any program (bpf/valve.bpf.c). The target knows
+a connection's entry from the client's source port, which falls in the entry's range.
 The data receiver samples the running total of data bytes every 50 ms.
 
 Same controller protocol as the collective agent: ``READY``, then ``GO <t0_ns>`` on
@@ -38,13 +38,10 @@ import threading
 import time
 from collections import deque
 
-from labkit import abi
 from labkit.traffic import configs, wire
 
 SO_MAX_PACING_RATE = 47
 SAMPLE_NS = 50_000_000
-VALVED_SNDBUF = 8 * 1024  # the kernel doubles it
-VALVED_CHUNK = 16 * 1024  # under a valve, data is written in chunks it allows
 
 
 class Counter:
@@ -67,12 +64,9 @@ class Counter:
 class Stream:
     """One NVMe/TCP connection: exact reads of PDUs, counted data bytes, locked sends."""
 
-    def __init__(self, conn: socket.socket, counter: Counter | None,
-                 allowance: Allowance | None = None):
+    def __init__(self, conn: socket.socket, counter: Counter | None):
         self.conn = conn
         self.counter = counter  # counts data this side receives, if it is the receiver
-        self.allowance = allowance  # what the host's valve lets this side send
-        self.pacing = 0  # bytes/s the entry offers (0: as fast as it can)
         self.buf = bytearray(1 << 20)
         self.view = memoryview(self.buf)
         self.send_lock = threading.Lock()
@@ -81,19 +75,6 @@ class Stream:
         with self.send_lock:
             for part in parts:
                 self.conn.sendall(part)
-
-    def send_data(self, header: bytes, data: bytes, stop: threading.Event) -> None:
-        """A data PDU; under a valve, each chunk once the valve's allowance covers it."""
-        if not self.allowance:
-            self.send(header, data)
-            return
-        with self.send_lock:
-            self.conn.sendall(header)
-            view = memoryview(data)
-            for at in range(0, len(data), VALVED_CHUNK):
-                chunk = view[at:at + VALVED_CHUNK]
-                self.allowance.take(len(chunk), stop, self.pacing)
-                self.conn.sendall(chunk)
 
     def read_exact(self, n: int) -> memoryview:
         if n > len(self.buf):
@@ -148,9 +129,8 @@ def serve(stream: Stream, t: dict, stop: threading.Event) -> None:
         if hdr[wire.CMD_OPCODE] == wire.NVME_READ:
             if len(zeros) != length:
                 zeros = bytes(length)
-            stream.send_data(_pdu(t["c2h"], (4, 4, wire.DATA_HDR_LEN + length),
-                                  (wire.DATA_CCCID, 2, cid), (wire.DATA_LEN_AT, 4, length)),
-                             zeros, stop)
+            stream.send(_pdu(t["c2h"], (4, 4, wire.DATA_HDR_LEN + length),
+                             (wire.DATA_CCCID, 2, cid), (wire.DATA_LEN_AT, 4, length)), zeros)
         else:  # write: ask for the data, take it (counted: this side receives it)
             stream.send(_pdu(t["r2t"], (wire.DATA_CCCID, 2, cid), (wire.DATA_LEN_AT, 4, length)))
             stream.read_pdu()
@@ -227,8 +207,8 @@ def host(stream: Stream, entry: configs.Client, issuer: Issuer, stop: threading.
     while not stop.is_set():
         kind, hdr = stream.read_pdu()
         if kind == wire.R2T:  # the target is ready for a write's data
-            stream.send_data(_pdu(t["h2c"], (wire.DATA_CCCID, 2, _uint(hdr, wire.DATA_CCCID))),
-                             payload, stop)
+            stream.send(_pdu(t["h2c"], (wire.DATA_CCCID, 2, _uint(hdr, wire.DATA_CCCID))),
+                        payload)
         elif kind == wire.CAPSULE_RESP:
             issuer.complete(_uint(hdr, wire.RESP_CID))
 
@@ -255,75 +235,6 @@ def drive_arrivals(issuers: list[Issuer], arrival: dict, t0_ns: int, rng: random
             rng.choice(issuers).arrive()
 
 
-def rate_in_force(setting: tuple[int, int, int, int], now_ns: int) -> tuple[int, int]:
-    """Under a valve's ``setting`` (rate and busy rate in bytes/s, the busy window's
-    start and end), the rate in force at ``now_ns`` (0: open) and when it changes
-    next (the window's next edge; 0: not before the setting does)."""
-    rate, busy, start, end = setting
-    if not busy or now_ns >= end:
-        return rate, 0
-    return (busy, end) if now_ns >= start else (rate, start)
-
-
-class Allowance:
-    """What the host's valve lets each of the host's storage senders send, in the
-    application, before the data reaches a socket.
-
-    The valve (bpf/valve.bpf.c) polices in the kernel, but TCP facing a policer
-    loses packets and waits out retransmission timers, and pacing a socket down
-    leaves its next packet stuck behind the slow rate when the rate comes back.
-    So the senders take the valve's word before they write: every ``follow_ms`` (set by
-    the controller) this reads the valve's maps (file descriptors inherited from labkit) —
-    the lane's rate, its busy rate and the job's phase window — and :meth:`take` holds a
-    write until the sender's share of the rate in force covers it (a token bucket of one
-    write). The busy rate is in force from ``lead_ms`` before the window opens (so what
-    sits in socket buffers drains before the collective starts) until it closes; the
-    window is known in advance, so senders switch at its edges, not at the next read. An
-    open valve passes writes at once.
-    """
-
-    def __init__(self, cfg: configs.ValveFollow):
-        from labkit.bpf import InheritedMap  # only under a valve: agents start fast
-        self.valve, self.phase = InheritedMap(cfg.config_fd), InheritedMap(cfg.phase_fd)
-        self.lane = cfg.lane
-        self.lead_ns = int(cfg.lead_ms * 1e6)
-        self.period_s = cfg.follow_ms / 1e3
-        self.senders = 0  # the host's sending connections share the lane's rate
-        self.setting = (0, 0, 0, 0)  # see rate_in_force; busy from lead_ms early
-        self.changed = threading.Condition()
-
-    def read(self) -> tuple[int, int, int, int]:
-        rate, _, _, busy, _ = abi.VALVE_LANE.unpack_from(
-            self.valve.lookup(0, abi.VALVE_CONFIG_BYTES), abi.VALVE_LANE.size * self.lane)
-        start, end, *_ = abi.JOB_PHASE.unpack(self.phase.lookup(0, abi.JOB_PHASE.size))
-        return rate, busy, start - self.lead_ns, end
-
-    def follow(self, stop: threading.Event) -> None:
-        while not stop.wait(self.period_s):
-            setting = self.read()
-            if setting != self.setting:
-                with self.changed:
-                    self.setting = setting
-                    self.changed.notify_all()
-
-    def take(self, nbytes: int, stop: threading.Event, most: int = 0) -> None:
-        """Wait until this sender may write ``nbytes``: one sender's share of the rate,
-        and at most ``most`` bytes/s (its own pace; 0: none)."""
-        waited_since = time.monotonic_ns()
-        with self.changed:
-            while not stop.is_set():
-                now = time.monotonic_ns()
-                rate, edge = rate_in_force(self.setting, now)
-                limits = [r for r in (rate / max(self.senders, 1), most) if r]
-                if not limits:
-                    return
-                due = waited_since + nbytes / min(limits) * 1e9
-                if now >= due:
-                    return
-                wake = min(due, edge) if edge else due
-                self.changed.wait(min((wake - now) / 1e9, 0.05))
-
-
 def run(cfg: configs.Storage, stdin) -> dict:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -331,7 +242,6 @@ def run(cfg: configs.Storage, stdin) -> dict:
     ios: list[tuple] = []
     conns: list[socket.socket] = []
     errors: list[tuple[int, str]] = []  # (when, what)
-    allowance = Allowance(cfg.valve) if cfg.valve else None
     serve_cfg = cfg.serve
     listeners = []
     if serve_cfg:
@@ -348,15 +258,9 @@ def run(cfg: configs.Storage, stdin) -> dict:
         return {"samples": {}, "ios": [], "aborted": True, "errors": []}
     t0_ns = int(line[1])
 
-    def start(stream: Stream, pacing: int, sends: bool, body) -> None:
+    def start(stream: Stream, pacing: int, body) -> None:
         conns.append(stream.conn)
-        if sends and allowance:
-            # what waits — for the valve, or for the entry's pace — waits here, not in
-            # a socket buffer that would still be draining when a collective starts
-            stream.conn.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, VALVED_SNDBUF)
-            stream.allowance, stream.pacing = allowance, pacing
-            allowance.senders += 1
-        elif pacing:
+        if pacing:
             stream.conn.setsockopt(socket.SOL_SOCKET, SO_MAX_PACING_RATE, pacing)
 
         def guarded() -> None:
@@ -385,7 +289,7 @@ def run(cfg: configs.Storage, stdin) -> dict:
                 continue
             sends = flow.pattern == "read"
             start(Stream(conn, None if sends else counter(flow.name)),
-                  flow.pacing_bytes_per_s if sends else 0, sends,
+                  flow.pacing_bytes_per_s if sends else 0,
                   lambda s: serve(s, templates, stop))
 
     for lsock in listeners:
@@ -402,14 +306,12 @@ def run(cfg: configs.Storage, stdin) -> dict:
             stream = Stream(conn, None if sends else counter(entry.name))
             issuer = Issuer(stream, entry, ios)
             issuers.append(issuer)
-            start(stream, entry.pacing_bytes_per_s if sends else 0, sends,
+            start(stream, entry.pacing_bytes_per_s if sends else 0,
                   lambda s, e=entry, i=issuer: host(s, e, i, stop))
         threading.Thread(target=drive_arrivals, daemon=True,
                          args=(issuers, entry.arrival, t0_ns, random.Random(entry.seed),
                                entry.ios_per_s, stop)).start()
 
-    if allowance:
-        threading.Thread(target=allowance.follow, args=(stop,), daemon=True).start()
     threading.Thread(target=lambda: (stdin.readline(), stop.set()), daemon=True).start()
     while not stop.is_set():
         stop.wait(0.2)

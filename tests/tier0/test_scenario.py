@@ -164,13 +164,11 @@ def test_command_names_are_unique(doc):
     assert _error(doc).key == "traffic[3].name"
 
 
-def test_control_enforce_is_police_or_shape(doc):
-    assert scenario.parse(doc).control.enforce == "police"
+def test_removed_control_keys_say_why(doc):
     doc["control"] = {"enforce": "shape"}
-    assert scenario.parse(doc).control.enforce == "shape"
-    doc["control"] = {"enforce": "pray"}
     err = _error(doc)
-    assert err.key == "control.enforce" and "must be one of shape, police" in err.reason
+    assert err.key == "control.enforce" and "no longer a setting" in err.reason
+    assert "in the kernel" in err.reason
 
 
 def test_a_program_that_is_not_installed_is_caught_before_a_run(doc):

@@ -51,10 +51,8 @@ def test_every_shared_struct_has_an_exact_mirror():
 
 def test_packers_agree_with_their_mirrors():
     for packer, mirror in ((abi.STAMP, abi.Stamp), (abi.EVENT, abi.Event),
-                           (abi.LANE_COUNTERS, abi.LaneCounters), (abi.JOB_PHASE, abi.JobPhase),
-                           (abi.VALVE_LANE, abi.ValveLane)):
+                           (abi.LANE_COUNTERS, abi.LaneCounters), (abi.JOB_PHASE, abi.JobPhase)):
         assert packer.size == ctypes.sizeof(mirror), mirror.__name__
-    assert abi.VALVE_CONFIG_BYTES == ctypes.sizeof(abi.ValveConfig)
     stamp = abi.Stamp(abi.STAMP_MAGIC, abi.seq_base(5) | 77, 123)
     assert abi.STAMP.unpack(bytes(stamp)) == (abi.STAMP_MAGIC, 5 << 24 | 77, 123)
     assert abi.seq_rank(stamp.seq) == 5

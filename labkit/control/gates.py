@@ -1,0 +1,105 @@
+"""The held hosts' gates from user space: each one's queue ceiling, and waking its
+senders when it opens.
+
+A held host's gate (``bpf/valve.bpf.c`` on its NIC) refuses data over the rate in
+force before any queue, so the sender's stack is told at once: TCP keeps the
+segment, counts nothing as lost, and retries on its next acknowledgement — or, when
+nothing of it is in flight any more, on a timer of 200-500 ms. Two things keep that
+retry prompt, and one thread, :class:`Gates`, does both every 2 ms from what each
+gate lets through now (:meth:`labkit.control.valve.Valve.gate`: the controller's
+decision, or the busy rate around the job's window):
+
+* the ceiling of the host's held HTB class (:func:`labkit.tc.set_held_ceil`) follows
+  the gate's rate, so what the gate admits leaves at that rate from a queue: the
+  sender always has data in flight and its acknowledgements clock the retries. Below
+  one GSO packet (64 KiB) per ``horizon_ms`` the gate admits no bulk data at all: it
+  holds, and the ceiling goes back to the link, so that what was queued before the
+  hold leaves at once (within ``lead_ms`` of a known window) rather than into it. (A
+  hold is never a ceiling: HTB charges a packet at the ceiling in force when it
+  leaves, as time, so one 64 KiB packet let out at a hold's 0.1 Mbit/s would leave
+  the class five seconds in debt, which no later ceiling forgives);
+* whenever the gate opens wider, the socket iterator ``bpf/wake.bpf.c`` is read in
+  the host's namespace: every established TCP socket there pushes what it has
+  queued, now, instead of sleeping through the start of the compute phase. Any
+  program's sockets, not only labkit's; nothing about them changes.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from labkit import bpf, tc
+from labkit.control.valve import Valves
+from labkit.fabric import Fabric
+
+POLL_MS = 2.0
+GSO_BYTES = 64 * 1024  # the largest packet TCP hands a queue
+
+
+def ceiling(gate_mbps: float, horizon_ms: float) -> float | None:
+    """The held class's ceiling (Mbit/s; None: the link) for a gate at ``gate_mbps``: the
+    gate's rate, unless the gate is open or holds (admits no GSO packet)."""
+    holds = gate_mbps * horizon_ms * 1e3 / 8 < GSO_BYTES
+    return None if gate_mbps == float("inf") or holds else gate_mbps
+
+
+class Gates:
+    """Keep the held hosts' class ceilings at their gates' rates, and wake their TCP
+    senders each time a gate opens wider."""
+
+    def __init__(self, valves: Valves, fabric: Fabric, hosts: list[str], horizon_ms: float,
+                 record: bpf.Recorder | None = None):
+        self.valves, self.fabric, self.hosts = valves, fabric, hosts
+        self.horizon_ms = horizon_ms
+        self.nics = {h: (fabric.nic(h).ifindex, fabric.host_shape(h)) for h in hosts}
+        self.obj = bpf.record_programs(bpf.BpfObject(bpf.object_path("wake")), record)
+        self.iterator: bpf.Iterator | None = None
+        self.allowed = {h: float("inf") for h in hosts}
+        self.ceilings: dict[str, float | None] = {h: None for h in hosts}
+        self.wakes = self.ceiling_changes = 0
+        self.errors: list[BaseException] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="gates", daemon=True)
+
+    def step(self, now_ns: int) -> None:
+        for host in self.hosts:
+            allowed = self.valves.valves[host].gate(now_ns)
+            ceil = ceiling(allowed, self.horizon_ms)
+            if ceil != self.ceilings[host]:
+                self.fabric.ns[host].run(tc.set_held_ceil, *self.nics[host], ceil)
+                self.ceilings[host] = ceil
+                self.ceiling_changes += 1
+            if allowed > self.allowed[host]:
+                self.fabric.ns[host].run(self.iterator.run)
+                self.wakes += 1
+            self.allowed[host] = allowed
+
+    def _loop(self) -> None:
+        try:
+            while not self._stop.wait(POLL_MS / 1e3):
+                self.step(time.monotonic_ns())
+        except BaseException as exc:  # surfaced by stop()
+            self.errors.append(exc)
+
+    def start(self) -> Gates:
+        self.iterator = self.obj.programs["lk_wake"].attach_iter()
+        self.step(time.monotonic_ns())
+        self._thread.start()
+        return self
+
+    def close(self) -> None:
+        """End the thread and release the iterator and its program (idempotent)."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=5)
+        if self.iterator:
+            self.iterator.close()
+            self.iterator = None
+        self.obj.close()
+
+    def stop(self) -> None:
+        """:meth:`close`, then raise what failed while it ran."""
+        self.close()
+        if self.errors:
+            raise RuntimeError(f"gates failed: {self.errors[0]}") from self.errors[0]
