@@ -12,9 +12,10 @@
  * packet that carries data, whoever sent it, is held to the low lane's setting
  * on one clock. A packet over it is dropped right here, before any queue, so the
  * sender's own stack is told (NET_XMIT_DROP): TCP keeps the segment, sends it
- * later and counts nothing as lost. Segments without data (acknowledgements,
- * SYN, FIN) are never held: they carry the flows *towards* this host. When the
- * gate opens, labkit/control/gates.py wakes the host's TCP senders (wake.bpf.c).
+ * later and counts nothing as lost. TCP segments without data (acknowledgements,
+ * SYN, FIN) are never held and skip the held queue (the vip class): they carry
+ * the flows *towards* this host. When the gate opens, labkit/control/gates.py
+ * wakes the host's TCP senders (wake.bpf.c).
  *
  * On a fabric port the same program, at the port's rate with one clock for all
  * lanes (one_clock), follows the port's FIFO queue exactly as long as the port
@@ -23,9 +24,9 @@
  * The lane comes from the classifier's rules (lanes.h, the shared lk_config).
  * While the job on this host says it communicates (lk_phase, written by the job
  * itself or relayed to a storage host), from lead_ns before its window, a lane
- * runs at its busy rate; before that, it stops accepting as soon as what it has
- * accepted would still be leaving at its rate lead_ns before the window. Rates
- * change by rewriting lk_valve; nothing is reloaded.
+ * runs at its busy rate; before that, it accepts no packet that would still be
+ * leaving at its rate lead_ns before the window. Rates change by rewriting
+ * lk_valve; nothing is reloaded.
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
@@ -79,7 +80,7 @@ int lk_valve_egress(struct __sk_buff *skb)
 	const struct lk_job_phase *phase;
 	struct lk_valve_counters *stats;
 	struct lk_valve_clock *clock;
-	__u64 now, rate, cost, delay, next;
+	__u64 now, rate, cost, delay, next, close_at;
 	__u32 zero = 0, lane, held;
 	int fits;
 
@@ -97,12 +98,14 @@ int lk_valve_egress(struct __sk_buff *skb)
 	if (cfg->vip_class) {
 		if (lane == LK_LANE_VIP) {
 			skb->priority = cfg->vip_class;
+		} else if (lk_bare_tcp((void *)(long)skb->data, (void *)(long)skb->data_end,
+				       skb->len)) {
+			/* never held, and never behind held data: it carries a flow *to* this host */
+			skb->priority = cfg->vip_class;
+			goto pass;
 		} else {
 			if (skb->priority == cfg->vip_class)
 				skb->priority = 0; /* the held class (HTB's default) */
-			if (lk_bare_tcp((void *)(long)skb->data, (void *)(long)skb->data_end,
-					skb->len))
-				goto pass;
 			held = LK_LANE_LOW;
 		}
 	}
@@ -115,27 +118,27 @@ int lk_valve_egress(struct __sk_buff *skb)
 	     held == LK_LANE_LOW ? &cfg->lanes[LK_LANE_LOW] : &cfg->lanes[LK_LANE_NORMAL];
 	now = bpf_ktime_get_ns();
 	rate = lc->rate_bytes_per_s;
+	close_at = 0; /* a known window: what is accepted must have left by then */
 	phase = bpf_map_lookup_elem(&lk_phase, &zero);
 	if (phase && lc->busy_rate_bytes_per_s && now < phase->busy_until_ns) {
-		if (now + cfg->lead_ns >= phase->busy_from_ns) {
+		if (now + cfg->lead_ns >= phase->busy_from_ns)
 			rate = lc->busy_rate_bytes_per_s;
-		} else if (rate && clock->next_ns > now &&
-			   now + cfg->lead_ns + (clock->next_ns - now) >= phase->busy_from_ns) {
-			/* closing: what the lane already accepted leaves at its rate by
-			 * lead_ns before the window; nothing more joins it */
-			stats->dropped++;
-			return TC_ACT_SHOT;
-		}
+		else
+			close_at = phase->busy_from_ns - cfg->lead_ns;
 	}
 	if (rate) {
 		cost = (__u64)skb->len * NSEC_PER_SEC / rate;
 		bpf_spin_lock(&clock->lock);
 		next = clock->next_ns > now ? clock->next_ns : now;
-		if (clock->rate != rate && next > now && clock->rate) /* same bytes, new rate */
-			next = now + (next - now) * clock->rate / rate;
+		if (clock->rate != rate && next > now && clock->rate) {
+			/* the same bytes at the new rate, but never more than a bucket: a hold
+			 * sends what waits on at the link (labkit/control/gates.py) */
+			next = (next - now) * clock->rate / rate;
+			next = now + (next < lc->horizon_ns ? next : lc->horizon_ns);
+		}
 		clock->rate = rate;
 		delay = next - now;
-		fits = delay + cost <= lc->horizon_ns;
+		fits = delay + cost <= lc->horizon_ns && (!close_at || next + cost <= close_at);
 		if (fits)
 			clock->next_ns = next + cost;
 		bpf_spin_unlock(&clock->lock);

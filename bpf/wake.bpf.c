@@ -1,14 +1,15 @@
 // SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
 /*
- * labkit's waker: a TCP socket iterator (iter/tcp) that makes every established
- * socket of the network namespace it is read in send what it has queued, now.
+ * labkit's waker: a TCP socket iterator (iter/tcp) that makes every socket of the
+ * network namespace it is read in that may still send (ESTABLISHED, CLOSE_WAIT)
+ * send what it has queued, now.
  *
  * A host's gate (valve.bpf.c) holds data by dropping it before any queue; TCP
  * keeps the refused segment and retries on its next acknowledgement or, when
  * nothing is in flight, on a timer of 200-500 ms. When the gate opens, reading
  * this iterator in the host's namespace (labkit/control/gates.py) restarts every
  * sender at once: TCP_NODELAY set on a socket pushes its pending frames (and is
- * put back as it was). Nothing else about the socket changes.
+ * put back as it was; a corked socket's partial frame goes out too).
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
@@ -16,8 +17,7 @@
 #define SOL_TCP 6
 #define TCP_NODELAY 1
 #define TCP_ESTABLISHED 1
-
-__u64 lk_woken; /* sockets pushed, over the iterator's life */
+#define TCP_CLOSE_WAIT 8
 
 SEC("iter/tcp")
 int lk_wake(struct bpf_iter__tcp *ctx)
@@ -26,7 +26,8 @@ int lk_wake(struct bpf_iter__tcp *ctx)
 	struct tcp_sock *tp;
 	int was = 0, on = 1;
 
-	if (!skc || skc->skc_state != TCP_ESTABLISHED)
+	/* the states in which a socket may still send data */
+	if (!skc || (skc->skc_state != TCP_ESTABLISHED && skc->skc_state != TCP_CLOSE_WAIT))
 		return 0;
 	tp = bpf_skc_to_tcp_sock(skc);
 	if (!tp)
@@ -36,7 +37,6 @@ int lk_wake(struct bpf_iter__tcp *ctx)
 	bpf_setsockopt(tp, SOL_TCP, TCP_NODELAY, &on, sizeof(on));
 	if (!was)
 		bpf_setsockopt(tp, SOL_TCP, TCP_NODELAY, &was, sizeof(was));
-	__sync_fetch_and_add(&lk_woken, 1);
 	return 0;
 }
 

@@ -309,9 +309,9 @@ def _drive(result: PolicyResult, ring: list[Agent], storage: list[Agent],
     stop storage; record telemetry meanwhile (and let the controller, if any, act on it)."""
     poller = QueuePoller(watched, listener=control.feed.push if control else None).start()
     cpu = CpuSampler().start()
-    if control:
-        control.start()
     try:
+        if control:
+            control.start()
         t_go = start_time()
         go(storage, t_go)
         if commands:

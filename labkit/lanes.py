@@ -82,18 +82,6 @@ def encode_rule(rule: LaneRule) -> Rule:
                 either_port=int(bool(rule.port)))
 
 
-def lane_of_tcp(rules: Sequence[LaneRule], port: int, peer_port: int = 20000) -> str:
-    """The lane the classifier gives TCP between ``port`` and ``peer_port`` (DSCP 0): the
-    same first-match over (mask, value) as lk_match() in bpf/include/lanes.h."""
-    key = KEY_L3 | KEY_PORTS | socket.IPPROTO_TCP << KEY_PROTO | port | peer_port << KEY_SPORT
-    swapped = KEY_L3 | KEY_PORTS | socket.IPPROTO_TCP << KEY_PROTO | peer_port | port << KEY_SPORT
-    for rule in rules:
-        r = encode_rule(rule)
-        if (key & r.mask) == r.value or (r.either_port and (swapped & r.mask) == r.value):
-            return LANES[r.lane]
-    return "normal"
-
-
 def build_config(rules: Sequence[LaneRule], layout: str) -> ClassifierConfig:
     if len(rules) > MAX_RULES:
         raise ValueError(f"at most {MAX_RULES} lane rules fit the classifier")

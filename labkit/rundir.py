@@ -12,12 +12,12 @@ what is wrong.
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import hashlib
 import json
 import os
 import platform
+import shutil
 import subprocess
 import time
 from dataclasses import dataclass
@@ -175,10 +175,9 @@ class RunWriter:
         self.manifest: dict = {"status": "incomplete"}
 
     def discard(self) -> None:
-        """Remove the run directory of a run that never started (only its manifest)."""
-        (self.tmp / "manifest.json").unlink(missing_ok=True)
-        with contextlib.suppress(OSError):  # anything else in it stays
-            self.tmp.rmdir()
+        """Remove the directory of a run that never started: all in it is this writer's
+        (it refuses a directory that exists), none of it a measurement."""
+        shutil.rmtree(self.tmp)
 
     def write_manifest(self, **fields) -> None:
         self.manifest.update(fields)

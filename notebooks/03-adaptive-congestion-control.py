@@ -16,10 +16,11 @@
 #
 # No lanes this time: every port of `checkpoint-burst` is a single shallow FIFO, and storage
 # (dataset reads at 1.2x the uplink, a checkpoint from every GPU host every two seconds)
-# shares it with the All-Reduce. eBPF valves on the hosts hold storage back, moved by three
-# controllers: `reactive` (AIMD on the queue it sees, late by the telemetry delay),
+# shares it with the All-Reduce. An eBPF gate on each host's NIC holds storage back, in the
+# kernel, whichever program sent it (labkit's storage agents are plain TCP senders), moved by
+# three controllers: `reactive` (AIMD on the queue it sees, late by the telemetry delay),
 # `proactive` (it learns the rhythm of the bursts from the traffic alone) and `state-aware`
-# (the job tells its host's valve when it communicates). The shipped run is short (10 s per
+# (the job tells its host's gate when it communicates). The shipped run is short (10 s per
 # policy); `labkit run topologies/checkpoint-burst.yaml` records the full one.
 
 # %%
@@ -40,7 +41,7 @@ run = load_run(Path("..") / "data" / "sample" / "checkpoint-burst")
 # %% [markdown]
 # What each controller did, laid over the All-Reduce ops (shaded) and the queue at the
 # bottleneck. The reactive controller cuts storage only once the queue is there; the
-# proactive one holds it just before a burst it predicted; the state-aware valves hold it
+# proactive one holds it just before a burst it predicted; the state-aware gates hold it
 # for exactly the windows the job announced.
 
 # %%
@@ -62,7 +63,7 @@ plots.op_time_cdf(run)
 # ## Try it live
 #
 # With root: a short run of `checkpoint-burst.yaml` alone, under FIFO and with state-aware
-# valves.
+# gates.
 
 # %%
 widgets.live_panel(Path("..") / "topologies" / "checkpoint-burst.yaml",

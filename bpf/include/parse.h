@@ -111,7 +111,8 @@ static __always_inline __u64 lk_parse(void *data, void *data_end)
 }
 
 /* Whether an Ethernet frame of len bytes is a TCP segment without data (an
- * acknowledgement, a SYN, a FIN): IPv4 or IPv6 without extension headers. */
+ * acknowledgement, a SYN, a FIN): untagged, IPv4 (not a fragment) or IPv6 without
+ * extension headers. */
 static __always_inline int lk_bare_tcp(void *data, void *data_end, __u32 len)
 {
 	struct ethhdr *eth = data;
@@ -123,13 +124,15 @@ static __always_inline int lk_bare_tcp(void *data, void *data_end, __u32 len)
 	if (eth->h_proto == bpf_htons(ETH_P_IP)) {
 		struct iphdr *ip = data + ETH_HLEN;
 
-		if ((void *)(ip + 1) > data_end || ip->protocol != IPPROTO_TCP)
+		if ((void *)(ip + 1) > data_end || ip->version != 4 || ip->ihl < 5 ||
+		    ip->protocol != IPPROTO_TCP || (bpf_ntohs(ip->frag_off) & (IP_MF | IP_OFFSET)))
 			return 0;
 		l4 = l3 + ip->ihl * 4;
 	} else if (eth->h_proto == bpf_htons(ETH_P_IPV6)) {
 		struct ipv6hdr *ip6 = data + ETH_HLEN;
 
-		if ((void *)(ip6 + 1) > data_end || ip6->nexthdr != IPPROTO_TCP)
+		if ((void *)(ip6 + 1) > data_end || ip6->version != 6 ||
+		    ip6->nexthdr != IPPROTO_TCP)
 			return 0;
 		l4 = l3 + sizeof(*ip6);
 	} else {

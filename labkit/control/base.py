@@ -75,7 +75,8 @@ class Controller:
 
     def stop(self) -> None:
         self._stop.set()
-        self._thread.join(timeout=5)
+        if self._thread.ident is not None:  # started
+            self._thread.join(timeout=5)
         if self.errors:
             raise RuntimeError(f"{self.name} controller failed: {self.errors[0]}") \
                 from self.errors[0]

@@ -12,12 +12,13 @@ decision, or the busy rate around the job's window):
 * the ceiling of the host's held HTB class (:func:`labkit.tc.set_held_ceil`) follows
   the gate's rate, so what the gate admits leaves at that rate from a queue: the
   sender always has data in flight and its acknowledgements clock the retries. Below
-  one GSO packet (64 KiB) per ``horizon_ms`` the gate admits no bulk data at all: it
-  holds, and the ceiling goes back to the link, so that what was queued before the
-  hold leaves at once (within ``lead_ms`` of a known window) rather than into it. (A
-  hold is never a ceiling: HTB charges a packet at the ceiling in force when it
-  leaves, as time, so one 64 KiB packet let out at a hold's 0.1 Mbit/s would leave
-  the class five seconds in debt, which no later ceiling forgives);
+  one full-size packet (the NIC's MTU) per ``horizon_ms`` the gate admits no data at
+  all: it holds, and the ceiling goes back to the link, so that what was queued
+  before the hold leaves at once (the kernel closes the gate early enough before a
+  known window for that). A hold is never a ceiling: HTB charges a packet at the
+  ceiling in force when it leaves, as time, so one 64 KiB packet let out at a hold's
+  0.1 Mbit/s would leave the class five seconds in debt, which no later ceiling
+  forgives;
 * whenever the gate opens wider, the socket iterator ``bpf/wake.bpf.c`` is read in
   the host's namespace: every established TCP socket there pushes what it has
   queued, now, instead of sleeping through the start of the compute phase. Any
@@ -30,17 +31,16 @@ import threading
 import time
 
 from labkit import bpf, tc
-from labkit.control.valve import Valves
+from labkit.control.valve import GATE_LANE, Valves
 from labkit.fabric import Fabric
 
 POLL_MS = 2.0
-GSO_BYTES = 64 * 1024  # the largest packet TCP hands a queue
 
 
-def ceiling(gate_mbps: float, horizon_ms: float) -> float | None:
+def ceiling(gate_mbps: float, horizon_ms: float, mtu: int) -> float | None:
     """The held class's ceiling (Mbit/s; None: the link) for a gate at ``gate_mbps``: the
-    gate's rate, unless the gate is open or holds (admits no GSO packet)."""
-    holds = gate_mbps * horizon_ms * 1e3 / 8 < GSO_BYTES
+    gate's rate, unless the gate is open or holds (its bucket takes no full-size packet)."""
+    holds = gate_mbps * horizon_ms * 1e3 / 8 < mtu
     return None if gate_mbps == float("inf") or holds else gate_mbps
 
 
@@ -48,12 +48,12 @@ class Gates:
     """Keep the held hosts' class ceilings at their gates' rates, and wake their TCP
     senders each time a gate opens wider."""
 
-    def __init__(self, valves: Valves, fabric: Fabric, hosts: list[str], horizon_ms: float,
+    def __init__(self, valves: Valves, fabric: Fabric, hosts: list[str],
                  record: bpf.Recorder | None = None):
         self.valves, self.fabric, self.hosts = valves, fabric, hosts
-        self.horizon_ms = horizon_ms
         self.nics = {h: (fabric.nic(h).ifindex, fabric.host_shape(h)) for h in hosts}
-        self.obj = bpf.record_programs(bpf.BpfObject(bpf.object_path("wake")), record)
+        self.obj = bpf.BpfObject(bpf.object_path("wake"))
+        bpf.record_programs(self.obj, record)
         self.iterator: bpf.Iterator | None = None
         self.allowed = {h: float("inf") for h in hosts}
         self.ceilings: dict[str, float | None] = {h: None for h in hosts}
@@ -64,8 +64,9 @@ class Gates:
 
     def step(self, now_ns: int) -> None:
         for host in self.hosts:
-            allowed = self.valves.valves[host].gate(now_ns)
-            ceil = ceiling(allowed, self.horizon_ms)
+            valve = self.valves.valves[host]
+            allowed = valve.gate(now_ns)
+            ceil = ceiling(allowed, valve.lanes[GATE_LANE].horizon_ms, self.nics[host][1].mtu)
             if ceil != self.ceilings[host]:
                 self.fabric.ns[host].run(tc.set_held_ceil, *self.nics[host], ceil)
                 self.ceilings[host] = ceil
@@ -93,6 +94,8 @@ class Gates:
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(timeout=5)
+        if self._thread.is_alive():  # stuck in a netlink call: its objects go with the process
+            return
         if self.iterator:
             self.iterator.close()
             self.iterator = None

@@ -86,7 +86,7 @@ class ControlSession:
             self.ports[port.ifname] = port.link.rate_mbps
         # each rank's agent inherits the fd of its host's phase map
         senders = storage_senders(sc, topo)
-        self.gates = Gates(self.valves, fabric, list(senders), spec.horizon_ms, record)
+        self.gates = Gates(self.valves, fabric, list(senders), record)
         self.phase_maps = {host: self.valves.valves[host].obj.maps["lk_phase"].fd
                            for host in sc.ranks}
         self.started_ns = self.stopped_ns = 0
@@ -131,6 +131,8 @@ class ControlSession:
                 "senders": self.controller.plant.senders}
 
     def close(self) -> None:
-        if self.gates:
-            self.gates.close()
-        self.valves.close()
+        try:
+            if self.gates:
+                self.gates.close()
+        finally:
+            self.valves.close()

@@ -165,3 +165,21 @@ def test_a_gate_closes_early_enough_for_what_it_accepted_to_leave(valves):
     valve.publish_phase("compute", now + 20 * 10**6, now + 10**9)  # 20 ms away
     assert prog.test_run(pkt).retval == DROP  # 5 + ~21 ms > 20: closing
     assert valve.gate(time.monotonic_ns()) == 8.0  # not yet the busy rate
+
+
+def test_a_gate_released_from_a_hold_admits_at_once(valves):
+    """A hold sends what waits on at the link (the gates move the held class's ceiling),
+    so a full bucket at the old rate is not carried through a hold as debt."""
+    held_valve(valves)
+    prog = valves.valves["h"].obj.programs[PROGRAM]
+    valves.set("h", "low", "test: a rate", mbps=8.0, horizon_ms=20.0)
+    assert prog.test_run(storage(), repeat=30).retval == DROP  # the bucket is full
+    valves.set("h", "low", "test: hold", mbps=0.04)
+    assert prog.test_run(storage()).retval == DROP
+    valves.set("h", "low", "test: release to a rate", mbps=8.0)
+    assert prog.test_run(storage()).retval == PASS
+
+
+def test_the_waker_loads_and_attaches_as_a_socket_iterator(bpf_ready):
+    with bpf.BpfObject(bpf.object_path("wake")) as obj:
+        obj.programs["lk_wake"].attach_iter().close()

@@ -16,15 +16,21 @@ REPO = Path(__file__).resolve().parents[2]
 LABKIT = [sys.executable, "-m", "labkit.cli"]
 
 
-def start_run(out: Path) -> subprocess.Popen:
+# a controlled policy too: its gates, their socket iterator and the controller's threads
+# must go with everything else
+POLICIES = ("fifo", "priority+state-aware")
+
+
+def start_run(out: Path, policy: str) -> subprocess.Popen:
     return subprocess.Popen([*LABKIT, "run", str(REPO / "topologies/bottleneck.yaml"),
-                             "--policy", "fifo", "--out", str(out)], cwd=REPO,
+                             "--policy", policy, "--out", str(out)], cwd=REPO,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def test_sigint_stops_within_5s_and_marks_the_run(fabric_ready, tmp_path):
+@pytest.mark.parametrize("policy", POLICIES)
+def test_sigint_stops_within_5s_and_marks_the_run(fabric_ready, tmp_path, policy):
     out = tmp_path / "run"
-    proc = start_run(out)
+    proc = start_run(out, policy)
     time.sleep(6)
     assert proc.poll() is None, proc.communicate()
     proc.send_signal(signal.SIGINT)
@@ -41,7 +47,7 @@ def test_sigint_stops_within_5s_and_marks_the_run(fabric_ready, tmp_path):
 
 @pytest.mark.parametrize("trial", range(5))
 def test_clean_after_kill_9_then_the_next_run_succeeds(fabric_ready, tmp_path, trial):
-    proc = start_run(tmp_path / "run")
+    proc = start_run(tmp_path / "run", POLICIES[trial % 2])
     deadline = time.monotonic() + 30
     while not labkit_objects()["pins"] and time.monotonic() < deadline:
         time.sleep(0.1)
