@@ -439,6 +439,54 @@ def allowed_storage(controller: pl.DataFrame, policy: str, start: int, end: int,
                         schema={"t_ns": pl.Int64, "mbps": pl.Float64})
 
 
+SUMMARY_COLUMNS = {
+    "policy": pl.Utf8, "ops": pl.Int64, "p50_ms": pl.Float64, "p99_ms": pl.Float64,
+    "slowdown_p50": pl.Float64, "slowdown_p99": pl.Float64, "busbw_mbps": pl.Float64,
+    "exposed_comm": pl.Float64, "bubbles": pl.Float64, "bottleneck_mb_per_iter": pl.Float64,
+    "storage_mbps": pl.Float64, "bottleneck_used": pl.Float64, "vip_drops": pl.Int64,
+    "low_drops": pl.Int64, "cpu_bound": pl.Boolean,
+}
+
+
+def summary_frame(summary: dict, digits: int | None = None) -> pl.DataFrame:
+    """One row per policy of a run's summary: its collective's (or job's) ops or
+    iterations, completion times and slowdowns, bus bandwidth (collectives) or exposed
+    communication, bubbles and bytes per iteration across the bottleneck (jobs), storage
+    goodput, the bottleneck's use and drops per lane. What ``labkit run`` prints and the
+    notebooks show (``digits``: floats rounded for display)."""
+    rows = []
+    for policy, p in summary["policies"].items():
+        job, w, b = p.get("job"), p.get("job") or p["allreduce"], p["bottleneck"]
+        rows.append({
+            "policy": policy, "ops": w["iterations"] if job else w["ops"],
+            "p50_ms": w["p50_ms"], "p99_ms": w["p99_ms"],
+            "slowdown_p50": w["slowdown_p50"], "slowdown_p99": w["slowdown_p99"],
+            "busbw_mbps": None if job else w["busbw_mbps"],
+            "exposed_comm": job["exposed_comm_fraction"] if job else None,
+            "bubbles": job["bubble_fraction"] if job else None,
+            "bottleneck_mb_per_iter": job["bottleneck_bytes_per_iteration"] / 1e6 if job
+            else None,
+            "storage_mbps": p["storage"]["goodput_mbps"], "bottleneck_used": b["utilization"],
+            "vip_drops": b["lanes"]["vip"]["drops"], "low_drops": b["lanes"]["low"]["drops"],
+            "cpu_bound": bool(p["cpu_bound"])})
+    frame = pl.DataFrame(rows, schema=SUMMARY_COLUMNS)
+    return frame if digits is None else frame.with_columns(
+        pl.col(pl.Float64).round(digits))
+
+
+def latency_cdfs(latency: pl.DataFrame, spans: dict[str, tuple[int, int]],
+                 lane: str = "vip") -> dict[str, tuple[list[float], list[float]]]:
+    """Per policy, the CDF of the one-way latency (µs) of ``lane``'s stamped packets that
+    arrived inside the policy's window (sender's stamp to receiver's NIC ingress)."""
+    out = {}
+    for policy, (start, end) in spans.items():
+        x = latency.filter((pl.col("policy") == policy) & (pl.col("lane") == lane)
+                           & pl.col("t_ns").is_between(start, end))["latency_ns"] / 1e3
+        if x.len():
+            out[policy] = cdf(x)
+    return out
+
+
 def job_breakdown(summary: dict) -> pl.DataFrame:
     """Per policy with a training job: mean iteration split into compute, wire waits and
     bubbles (ms), and bytes per iteration across the bottleneck."""

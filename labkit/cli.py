@@ -328,6 +328,8 @@ def _fmt(value, spec: str = ".2f") -> str:
 
 
 def _print_summary(summary: dict) -> None:
+    from labkit import analysis
+
     # fidelity first: a figure the emulation did not hold is read with that in mind
     for policy, p in summary["policies"].items():
         for note in p.get("fidelity", {}).get("notes", []):
@@ -336,27 +338,25 @@ def _print_summary(summary: dict) -> None:
               caption=f"times in ms; rates in emulated Mbit/s (1 emulated Mbit/s stands for "
                       f"{summary['scale_factor']:g} real Mbit/s); bneck: the bottleneck port",
               caption_justify="left")
-    jobs = any("job" in p for p in summary["policies"].values())
+    frame = analysis.summary_frame(summary)
+    jobs = frame["busbw_mbps"].is_null().all()
     middle = (("iters", "p50", "p99", "slowdown\np50 / p99", "exposed", "bubbles",
                "MB/iter\nat bneck") if jobs else
               ("ops", "p50", "p99", "slowdown\np50 / p99", "busbw"))
     for col in ("policy", *middle, "storage", "bneck\nutil.", "drops\nvip / low",
                 "CPU-\nbound"):
         t.add_column(col, justify="left" if col == "policy" else "right", no_wrap=True)
-    for policy, p in summary["policies"].items():
-        w, b = p.get("job") or p["allreduce"], p["bottleneck"]
-        times = (_fmt(w["p50_ms"], ".0f"), _fmt(w["p99_ms"], ".0f"),
-                 f"{_fmt(w['slowdown_p50'])} / {_fmt(w['slowdown_p99'])}")
+    for r in frame.iter_rows(named=True):
+        times = (_fmt(r["p50_ms"], ".0f"), _fmt(r["p99_ms"], ".0f"),
+                 f"{_fmt(r['slowdown_p50'])} / {_fmt(r['slowdown_p99'])}")
         if jobs:
-            cells = (str(w["iterations"]), *times, _fmt(w["exposed_comm_fraction"], ".0%"),
-                     _fmt(w["bubble_fraction"], ".0%"),
-                     _fmt(w["bottleneck_bytes_per_iteration"] / 1e6, ".2f"))
+            cells = (str(r["ops"]), *times, _fmt(r["exposed_comm"], ".0%"),
+                     _fmt(r["bubbles"], ".0%"), _fmt(r["bottleneck_mb_per_iter"], ".2f"))
         else:
-            cells = (str(w["ops"]), *times, _fmt(w["busbw_mbps"], ".1f"))
-        t.add_row(policy, *cells, _fmt(p["storage"]["goodput_mbps"], ".1f"),
-                  _fmt(b["utilization"], ".0%"),
-                  f"{b['lanes']['vip']['drops']} / {b['lanes']['low']['drops']}",
-                  "yes" if p["cpu_bound"] else "no")
+            cells = (str(r["ops"]), *times, _fmt(r["busbw_mbps"], ".1f"))
+        t.add_row(r["policy"], *cells, _fmt(r["storage_mbps"], ".1f"),
+                  _fmt(r["bottleneck_used"], ".0%"), f"{r['vip_drops']} / {r['low_drops']}",
+                  "yes" if r["cpu_bound"] else "no")
     console.print(t)
     d = Table(title="at the bottleneck port, p99 in microseconds", title_justify="left")
     for col in ("policy", "port", "vip sojourn", "low sojourn", "vip one-way latency",

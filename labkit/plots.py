@@ -96,6 +96,19 @@ def lane_sojourn(run: Run, policies: list[str] | None = None, lanes: list[str] |
                    "fraction of packets")
 
 
+def collective_latency(run: Run) -> go.Figure:
+    """One-way latency of the collective's packets (sender's stamp to the receiver's NIC),
+    one CDF per policy: what the queues along the path add, end to end."""
+    spans = analysis.windows(analysis.op_times(run["collectives"]))
+    fig = go.Figure()
+    for policy, (x, y) in analysis.latency_cdfs(run["latency"], spans).items():
+        fig.add_scatter(x=x, y=y, mode="lines", name=policy,
+                        line={"shape": "hv", "color": policy_color(policy)})
+    fig.update_xaxes(type="log")
+    return _layout(fig, run, "One-way latency of the collective's packets",
+                   "latency (µs, log scale)", "fraction of packets")
+
+
 def valve_timeline(run: Run, policy: str, seconds: float = 5.0) -> go.Figure:
     """What the valves let storage send over the first seconds of ``policy``'s ops, with
     the ops shaded and the bottleneck queue beside it: what the controller did, and when."""

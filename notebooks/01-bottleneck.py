@@ -24,7 +24,8 @@
 # %%
 from pathlib import Path
 
-from labkit import plots
+from labkit import plots, widgets
+from labkit.analysis import summary_frame
 from labkit.rundir import load_run
 
 SAMPLE = Path("..") / "data" / "sample" / "bottleneck"
@@ -35,9 +36,8 @@ run = load_run(SAMPLE)
 # ring's bus bandwidth, the storage goodput and how full the bottleneck link was.
 
 # %%
-{policy: {"p99 ms": round(p["allreduce"]["p99_ms"]), "slowdown p99":
-          round(p["allreduce"]["slowdown_p99"], 2), "storage Mbit/s":
-          round(p["storage"]["goodput_mbps"], 1)} for policy, p in run.summary["policies"].items()}
+summary_frame(run.summary, digits=2).select(
+    "policy", "p50_ms", "p99_ms", "slowdown_p99", "busbw_mbps", "storage_mbps", "bottleneck_used")
 
 # %% [markdown]
 # Every op's completion time. With storage in the same FIFO, the ring waits behind storage
@@ -56,6 +56,14 @@ plots.op_time_cdf(run)
 plots.queue_timeline(run)
 
 # %% [markdown]
+# Explore the recorded run, no root needed: pick policies and lanes, narrow the time window
+# to part of the ops, choose a percentile. The curves are each packet's time in the
+# bottleneck queue; the table follows.
+
+# %%
+widgets.explorer(run)
+
+# %% [markdown]
 # ## Try it live
 #
 # With root, this runs the scenario for real for about 20 seconds under the three
@@ -63,6 +71,4 @@ plots.queue_timeline(run)
 # root it says why it cannot.
 
 # %%
-from labkit import widgets
-
 widgets.live_panel(Path("..") / "topologies" / "bottleneck.yaml")

@@ -24,6 +24,7 @@
 from pathlib import Path
 
 from labkit import plots, widgets
+from labkit.analysis import summary_frame
 from labkit.rundir import load_run
 
 SAMPLES = Path("..") / "data" / "sample"
@@ -43,16 +44,22 @@ widgets.explorer({name: load_run(SAMPLES / name) for name in ("bottleneck", "che
 # Strict priority does not starve storage here: it takes what the collectives leave.
 
 # %%
-{policy: {"storage Mbit/s": round(p["storage"]["goodput_mbps"], 1),
-          "bottleneck used": f"{p['bottleneck']['utilization']:.0%}",
-          "low-lane drops": p["bottleneck"]["lanes"]["low"]["drops"]}
- for policy, p in run.summary["policies"].items()}
+summary_frame(run.summary, digits=2).select("policy", "storage_mbps", "bottleneck_used",
+                                             "vip_drops", "low_drops")
 
 # %% [markdown]
 # And what they buy the collectives: completion times per policy.
 
 # %%
 plots.op_time_cdf(run)
+
+# %% [markdown]
+# Every queue on the way, end to end: the one-way latency of the collective's packets, from
+# the sender's stamp to the receiver's NIC. Under `fifo` it carries the bottleneck's queue;
+# under `priority` it is back to the ring's own.
+
+# %%
+plots.collective_latency(run)
 
 # %% [markdown]
 # ## Try it live

@@ -27,16 +27,14 @@
 from pathlib import Path
 
 from labkit import plots, widgets
+from labkit.analysis import summary_frame
 from labkit.rundir import load_run
 
 run = load_run(Path("..") / "data" / "sample" / "checkpoint-burst")
 
 # %%
-{policy: {"slowdown p99": round(p["allreduce"]["slowdown_p99"], 2),
-          "storage Mbit/s": round(p["storage"]["goodput_mbps"], 1),
-          "bottleneck used": f"{p['bottleneck']['utilization']:.0%}",
-          "valve decisions": (p["controller"] or {}).get("decisions")}
- for policy, p in run.summary["policies"].items()}
+summary_frame(run.summary, digits=2).select(
+    "policy", "slowdown_p50", "slowdown_p99", "storage_mbps", "bottleneck_used", "vip_drops")
 
 # %% [markdown]
 # What each controller did, laid over the All-Reduce ops (shaded) and the queue at the
@@ -58,6 +56,13 @@ plots.valve_timeline(run, "state-aware")
 
 # %%
 plots.op_time_cdf(run)
+
+# %% [markdown]
+# Explore the recorded run, no root needed. The ports here are one FIFO each: the lanes only
+# label the packets that share it, so the curves show whom each policy kept waiting.
+
+# %%
+widgets.explorer(run)
 
 # %% [markdown]
 # ## Try it live

@@ -24,17 +24,19 @@
 # %%
 from pathlib import Path
 
+import polars as pl
+
 from labkit import plots, widgets
+from labkit.analysis import summary_frame
 from labkit.rundir import load_run
 
 SAMPLES = Path("..") / "data" / "sample"
 runs = {kind: load_run(SAMPLES / f"{kind}-parallel") for kind in ("tensor", "pipeline")}
 
 # %%
-{kind: {policy: {key: round(p["job"][key], 3) for key in
-                 ("p50_ms", "exposed_comm_fraction", "bubble_fraction", "slowdown_p50")}
-        for policy, p in run.summary["policies"].items()}
- for kind, run in runs.items()}
+pl.concat([summary_frame(run.summary, digits=3).select(
+    pl.lit(kind).alias("parallelism"), "policy", "p50_ms", "slowdown_p50", "exposed_comm",
+    "bubbles", "bottleneck_mb_per_iter") for kind, run in runs.items()])
 
 # %% [markdown]
 # Tensor parallelism moves far more data across the bottleneck per iteration, so storage
@@ -52,6 +54,13 @@ plots.parallelism(runs["tensor"])
 
 # %%
 plots.parallelism(runs["pipeline"])
+
+# %% [markdown]
+# Explore either recorded run, no root needed: the time the job's packets spent in the
+# bottleneck queue, per lane and policy, over the part of the run you pick.
+
+# %%
+widgets.explorer({f"{kind} parallel": run for kind, run in runs.items()})
 
 # %% [markdown]
 # ## Try it live

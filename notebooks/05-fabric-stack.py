@@ -25,6 +25,8 @@
 import json
 from pathlib import Path
 
+import polars as pl
+
 from labkit import plots, widgets
 
 SWEEPS = Path("..") / "data" / "sample" / "sweeps"
@@ -53,7 +55,9 @@ plots.sweep_busbw({k: v for k, v in sweeps.items() if k.startswith("ring")}, SCA
 # Packets resent by go-back-N in each sweep (all ranks, per message size):
 
 # %%
-{name: {r["size"]: r["retransmits"] for r in rows} for name, rows in sweeps.items()}
+pl.DataFrame([{"sweep": name, "size": r["size"], "retransmits": r["retransmits"]}
+              for name, rows in sweeps.items() for r in rows]).pivot(
+    on="sweep", index="size", values="retransmits")
 
 # %% [markdown]
 # ## Try it live

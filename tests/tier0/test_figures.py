@@ -48,6 +48,26 @@ def test_job_breakdown_splits_the_mean_iteration():
                                         "bottleneck_mb": 2.0}
 
 
+def test_summary_frame_has_one_row_per_policy_for_collectives_and_jobs():
+    for name, busbw in (("checkpoint-burst", True), ("tensor-parallel", False)):
+        run = rundir.load_run(REPO / "data/sample" / name)
+        frame = analysis.summary_frame(run.summary, digits=2)
+        assert frame.columns == list(analysis.SUMMARY_COLUMNS)
+        assert frame["policy"].to_list() == list(run.summary["policies"])
+        assert frame["busbw_mbps"].is_not_null().all() == busbw
+        assert frame["bubbles"].is_null().all() == busbw
+        assert frame.filter(pl.col("policy") == "isolated")["slowdown_p99"].item() == 1.0
+
+
+def test_latency_cdfs_take_each_policys_window_and_lane():
+    lat = pl.DataFrame([{"policy": "a", "t_ns": t, "lane": lane, "latency_ns": 1000 * t,
+                         "bytes": 1, "stamp_ns": 0, "seq": 0}
+                        for t in range(10) for lane in ("vip", "low")],
+                       schema=SCHEMAS["latency"])
+    cdfs = analysis.latency_cdfs(lat, {"a": (2, 5), "b": (0, 9)})
+    assert cdfs == {"a": ([2.0, 3.0, 4.0, 5.0], [0.25, 0.5, 0.75, 1.0])}
+
+
 def test_lane_sojourns_keep_each_policys_port_and_window():
     soj = pl.DataFrame([{"policy": "a", "t_ns": t, "port": port, "lane": "vip",
                          "sojourn_ns": 1000 * t, "bytes": 1, "stamp_ns": 0, "seq": 0}
