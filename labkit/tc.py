@@ -114,14 +114,14 @@ def shape(ipr: IPRoute, port: PortShape) -> int:
     return index
 
 
-def set_held_ceil(index: int, port: PortShape, ceil_mbps: float | None) -> None:
-    """Move the ceiling of a held port's class 1:20 (None: the whole link). Run it in the
-    port's namespace; the class keeps its queue, so a flow is never reordered."""
+def set_held_ceil(ipr: IPRoute, index: int, port: PortShape, ceil_mbps: float | None) -> None:
+    """Move the ceiling of a held port's class 1:20 (None: the whole link) through ``ipr``,
+    used in a thread inside the port's namespace (pyroute2 opens its socket in the thread
+    that uses it); the class keeps its queue, so a flow is never reordered."""
     link = bytes_per_s(port.rate_mbps)
     ceil = link if ceil_mbps is None else min(max(bytes_per_s(ceil_mbps), 1000), link)
-    with IPRoute() as ipr:
-        ipr.tc("change-class", "htb", index, HELD_CLASS, parent=PARENT, prio=1,
-               **_class_params(min(_token(link), ceil), ceil, port.mtu))
+    ipr.tc("change-class", "htb", index, HELD_CLASS, parent=PARENT, prio=1,
+           **_class_params(min(_token(link), ceil), ceil, port.mtu))
 
 
 @dataclass(frozen=True)

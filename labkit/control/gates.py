@@ -5,9 +5,10 @@ A held host's gate (``bpf/valve.bpf.c`` on its NIC) refuses data over the rate i
 force before any queue, so the sender's stack is told at once: TCP keeps the
 segment, counts nothing as lost, and retries on its next acknowledgement — or, when
 nothing of it is in flight any more, on a timer of 200-500 ms. Two things keep that
-retry prompt, and one thread, :class:`Gates`, does both every 2 ms from what each
-gate lets through now (:meth:`labkit.control.valve.Valve.gate`: the controller's
-decision, or the busy rate around the job's window):
+retry prompt. One thread, :class:`Gates`, decides both every 2 ms from what each gate
+lets through now (:meth:`labkit.control.valve.Valve.gate`: the controller's decision, or
+the busy rate around the job's window), and a :class:`HostWorker` per host carries them
+out inside the host's namespace:
 
 * the ceiling of the host's held HTB class (:func:`labkit.tc.set_held_ceil`) follows
   the gate's rate, so what the gate admits leaves at that rate from a queue: the
@@ -27,12 +28,17 @@ decision, or the busy rate around the job's window):
 
 from __future__ import annotations
 
+import queue
 import threading
 import time
+from collections.abc import Callable
+
+from pyroute2 import IPRoute
 
 from labkit import bpf, tc
 from labkit.control.valve import GATE_LANE, Valves
 from labkit.fabric import Fabric
+from labkit.netns import Netns
 
 POLL_MS = 2.0
 
@@ -42,6 +48,33 @@ def ceiling(gate_mbps: float, horizon_ms: float, mtu: int) -> float | None:
     gate's rate, unless the gate is open or holds (its bucket takes no full-size packet)."""
     holds = gate_mbps * horizon_ms * 1e3 / 8 < mtu
     return None if gate_mbps == float("inf") or holds else gate_mbps
+
+
+class HostWorker:
+    """One thread inside a host's namespace that does that host's wakes and ceiling moves
+    in order, on a netlink socket it keeps open: a wake never waits for another host's
+    netlink, and no message pays for opening a socket."""
+
+    def __init__(self, ns: Netns, name: str, errors: list[BaseException]):
+        self.jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self.errors = errors
+        self.thread = ns.thread(self._run, f"gates-{name}")
+        self.thread.start()
+
+    def _run(self) -> None:
+        with IPRoute() as ipr:
+            while (job := self.jobs.get()) is not None:
+                try:
+                    job(ipr)
+                except BaseException as exc:  # surfaced by Gates.stop()
+                    self.errors.append(exc)
+
+    def submit(self, job: Callable[[IPRoute], object]) -> None:
+        self.jobs.put(job)
+
+    def stop(self) -> None:
+        self.jobs.put(None)
+        self.thread.join(timeout=5)
 
 
 class Gates:
@@ -55,6 +88,7 @@ class Gates:
         self.obj = bpf.BpfObject(bpf.object_path("wake"))
         bpf.record_programs(self.obj, record)
         self.iterator: bpf.Iterator | None = None
+        self.workers: dict[str, HostWorker] = {}
         self.allowed = {h: float("inf") for h in hosts}
         self.ceilings: dict[str, float | None] = {h: None for h in hosts}
         self.wakes = self.ceiling_changes = 0
@@ -62,30 +96,36 @@ class Gates:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="gates", daemon=True)
 
-    def step(self, now_ns: int) -> None:
+    def step(self) -> None:
+        """Hand each host's worker a wake when its gate opened wider and the ceiling when it
+        changed; the workers do them at once, each in its host's namespace."""
         for host in self.hosts:
             valve = self.valves.valves[host]
-            allowed = valve.gate(now_ns)
-            ceil = ceiling(allowed, valve.lanes[GATE_LANE].horizon_ms, self.nics[host][1].mtu)
-            if ceil != self.ceilings[host]:
-                self.fabric.ns[host].run(tc.set_held_ceil, *self.nics[host], ceil)
-                self.ceilings[host] = ceil
-                self.ceiling_changes += 1
+            allowed = valve.gate(time.monotonic_ns())
+            worker = self.workers[host]
             if allowed > self.allowed[host]:
-                self.fabric.ns[host].run(self.iterator.run)
+                worker.submit(lambda _ipr: self.iterator.run())
                 self.wakes += 1
             self.allowed[host] = allowed
+            ceil = ceiling(allowed, valve.lanes[GATE_LANE].horizon_ms, self.nics[host][1].mtu)
+            if ceil != self.ceilings[host]:
+                worker.submit(lambda ipr, nic=self.nics[host], c=ceil:
+                              tc.set_held_ceil(ipr, *nic, c))
+                self.ceilings[host] = ceil
+                self.ceiling_changes += 1
 
     def _loop(self) -> None:
         try:
             while not self._stop.wait(POLL_MS / 1e3):
-                self.step(time.monotonic_ns())
+                self.step()
         except BaseException as exc:  # surfaced by stop()
             self.errors.append(exc)
 
     def start(self) -> Gates:
         self.iterator = self.obj.programs["lk_wake"].attach_iter()
-        self.step(time.monotonic_ns())
+        for host in self.hosts:
+            self.workers[host] = HostWorker(self.fabric.ns[host], host, self.errors)
+        self.step()
         self._thread.start()
         return self
 
@@ -94,8 +134,11 @@ class Gates:
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(timeout=5)
-        if self._thread.is_alive():  # stuck in a netlink call: its objects go with the process
-            return
+        for worker in self.workers.values():
+            worker.stop()
+        if self._thread.is_alive() or any(w.thread.is_alive() for w in self.workers.values()):
+            return  # stuck in a netlink call: its objects go with the process
+        self.workers.clear()
         if self.iterator:
             self.iterator.close()
             self.iterator = None
