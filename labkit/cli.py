@@ -339,7 +339,7 @@ def _print_summary(summary: dict) -> None:
                       f"{summary['scale_factor']:g} real Mbit/s); bneck: the bottleneck port",
               caption_justify="left")
     frame = analysis.summary_frame(summary)
-    jobs = frame["busbw_mbps"].is_null().all()
+    jobs = frame.height > 0 and frame["busbw_mbps"].is_null().all()
     middle = (("iters", "p50", "p99", "slowdown\np50 / p99", "exposed", "bubbles",
                "MB/iter\nat bneck") if jobs else
               ("ops", "p50", "p99", "slowdown\np50 / p99", "busbw"))

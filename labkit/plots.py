@@ -100,8 +100,10 @@ def collective_latency(run: Run) -> go.Figure:
     """One-way latency of the collective's packets (sender's stamp to the receiver's NIC),
     one CDF per policy: what the queues along the path add, end to end."""
     spans = analysis.windows(analysis.op_times(run["collectives"]))
+    cdfs = analysis.latency_cdfs(run["latency"], spans)
     fig = go.Figure()
-    for policy, (x, y) in analysis.latency_cdfs(run["latency"], spans).items():
+    for policy in (p for p in run.summary["policies"] if p in cdfs):
+        x, y = cdfs[policy]
         fig.add_scatter(x=x, y=y, mode="lines", name=policy,
                         line={"shape": "hv", "color": policy_color(policy)})
     fig.update_xaxes(type="log")

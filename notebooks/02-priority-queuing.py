@@ -55,8 +55,9 @@ plots.op_time_cdf(run)
 
 # %% [markdown]
 # Every queue on the way, end to end: the one-way latency of the collective's packets, from
-# the sender's stamp to the receiver's NIC. Under `fifo` it carries the bottleneck's queue;
-# under `priority` it is back to the ring's own.
+# the sender's stamp to the receiver's NIC, on every hop of the ring. Under `fifo` the hops
+# that cross the bottleneck carry its queue (the curve's upper part); under `priority` they
+# are back to the ring's own.
 
 # %%
 plots.collective_latency(run)

@@ -51,30 +51,29 @@ def ceiling(gate_mbps: float, horizon_ms: float, mtu: int) -> float | None:
 
 
 class HostWorker:
-    """One thread inside a host's namespace that does that host's wakes and ceiling moves
+    """One thread inside a host's namespace that does that host's ceiling moves and wakes
     in order, on a netlink socket it keeps open: a wake never waits for another host's
     netlink, and no message pays for opening a socket."""
 
     def __init__(self, ns: Netns, name: str, errors: list[BaseException]):
+        self.name = name
         self.jobs: queue.SimpleQueue = queue.SimpleQueue()
         self.errors = errors
         self.thread = ns.thread(self._run, f"gates-{name}")
         self.thread.start()
 
     def _run(self) -> None:
-        with IPRoute() as ipr:
-            while (job := self.jobs.get()) is not None:
-                try:
+        try:
+            with IPRoute() as ipr:
+                while (job := self.jobs.get()) is not None:
                     job(ipr)
-                except BaseException as exc:  # surfaced by Gates.stop()
-                    self.errors.append(exc)
+        except BaseException as exc:  # surfaced by Gates.stop(), with the host's name
+            self.errors.append(RuntimeError(f"host {self.name}: {exc}"))
+            while self.jobs.get() is not None:  # drain, so stop() does not wait in vain
+                pass
 
     def submit(self, job: Callable[[IPRoute], object]) -> None:
         self.jobs.put(job)
-
-    def stop(self) -> None:
-        self.jobs.put(None)
-        self.thread.join(timeout=5)
 
 
 class Gates:
@@ -97,22 +96,23 @@ class Gates:
         self._thread = threading.Thread(target=self._loop, name="gates", daemon=True)
 
     def step(self) -> None:
-        """Hand each host's worker a wake when its gate opened wider and the ceiling when it
-        changed; the workers do them at once, each in its host's namespace."""
+        """Hand each host's worker the ceiling when it changed, then a wake when its gate
+        opened wider (so what the woken senders push leaves at the new ceiling); the
+        workers do them at once, each in its host's namespace."""
         for host in self.hosts:
             valve = self.valves.valves[host]
             allowed = valve.gate(time.monotonic_ns())
             worker = self.workers[host]
-            if allowed > self.allowed[host]:
-                worker.submit(lambda _ipr: self.iterator.run())
-                self.wakes += 1
-            self.allowed[host] = allowed
             ceil = ceiling(allowed, valve.lanes[GATE_LANE].horizon_ms, self.nics[host][1].mtu)
             if ceil != self.ceilings[host]:
                 worker.submit(lambda ipr, nic=self.nics[host], c=ceil:
                               tc.set_held_ceil(ipr, *nic, c))
                 self.ceilings[host] = ceil
                 self.ceiling_changes += 1
+            if allowed > self.allowed[host]:
+                worker.submit(lambda _ipr: self.iterator.run())
+                self.wakes += 1
+            self.allowed[host] = allowed
 
     def _loop(self) -> None:
         try:
@@ -135,7 +135,10 @@ class Gates:
         if self._thread.is_alive():
             self._thread.join(timeout=5)
         for worker in self.workers.values():
-            worker.stop()
+            worker.submit(None)
+        deadline = time.monotonic() + 5
+        for worker in self.workers.values():
+            worker.thread.join(timeout=max(deadline - time.monotonic(), 0))
         if self._thread.is_alive() or any(w.thread.is_alive() for w in self.workers.values()):
             return  # stuck in a netlink call: its objects go with the process
         self.workers.clear()

@@ -3,8 +3,9 @@
 h1 -> r1 -> h2 at 100 Mbit/s, h1's NIC held (its valve is its gate); iperf3 (TCP, the
 C tool, knowing nothing of labkit) runs from h1 to h2. A controller's decisions (valve
 settings) must show in h1's output, read from the kernel's own class counters every
-2 ms, within 20 ms: a rate, a hold, a release; and TCP must come back within 20 ms of
-the release (woken), with no retransmission timeout at any point.
+2 ms, within 20 ms: a rate, a hold (nothing new admitted; what the rate had queued gone
+within 60 ms), a release; and TCP must come back within 20 ms of the release (woken),
+with no retransmission timeout at any point.
 """
 
 import json
@@ -44,6 +45,11 @@ def tcp_timeouts() -> int:
     """Retransmission timeouts of this namespace's TCP so far."""
     out = subprocess.run(["nstat", "-az", "--json"], capture_output=True, text=True, check=True)
     return json.loads(out.stdout)["kernel"].get("TcpExtTCPTimeouts", 0)
+
+
+def bytes_between(rows, t0: int, t1: int) -> int:
+    inside = [r for r in rows if t0 <= r[0] <= t1]
+    return inside[-1][1] - inside[0][1]
 
 
 def mbps_between(rows, t0: int, t1: int) -> float:
@@ -96,11 +102,16 @@ def test_an_unmodified_iperf3_is_held_within_20_ms_and_released(fabric_ready):
     before = mbps_between(rows, limited_at - 500 * MS, limited_at)
     # from 20 ms after the decision: the rate, plus the bucket (50 ms of it) once
     limited = mbps_between(rows, limited_at + 20 * MS, held_at)
-    held = mbps_between(rows, held_at + 20 * MS, released_at)
+    # a hold admits nothing new at once; what the rate had queued (at most the gate's bucket,
+    # 50 ms of it) leaves at the link once HTB's debt for the last packet at the rate (one
+    # 64 KiB packet: 26 ms) is paid
+    queued = bytes_between(rows, held_at + 20 * MS, held_at + 60 * MS)
+    held = mbps_between(rows, held_at + 60 * MS, released_at)
     back = mbps_between(rows, released_at + 2 * MS, released_at + 22 * MS)
     after = mbps_between(rows, released_at + 100 * MS, released_at + 600 * MS)
     assert before > 0.6 * LINK_MBPS, before
     assert 0.5 * RATE_MBPS < limited <= RATE_MBPS * (1 + 0.05 / 0.78) + 1, limited
+    assert queued <= RATE_MBPS * 1e6 / 8 * 0.05 + 65536, queued
     assert held < 0.1, held  # segments with data are refused: only what has none leaves
     assert back > 0.5 * LINK_MBPS, back  # woken, not left to a 200 ms timer
     assert after > 0.6 * LINK_MBPS, after
