@@ -65,15 +65,16 @@ def test_gaps_agree_with_perf_and_the_port_keeps_time(fabric_ready, tmp_path):
     stamps = [float(s) for s in re.findall(r"(\d+\.\d+):", script)]
     theirs = pl.Series([(b - a) * 1e9 for a, b in zip(stamps, stamps[1:], strict=False)])
     assert len(theirs) > 5000
-    # the same gaps: their median and p90 within 5 % of perf's. Both sides keep gaps under
-    # 1.5 wire times: perf loses a few events under load (its gap then spans two packets),
-    # labkit leaves such pairs out itself. (Not the deviations' quantiles: perf stamps a
-    # hit 2-32 us after labkit's program does, measured, which adds its own jitter to
-    # deviations of a few us from a 173 us wire time.)
+    # the same gaps: their median and p90 within 10 % of perf's (the issue asks 20 %). Both
+    # sides keep gaps under 1.5 wire times: perf loses a few events under load (its gap then
+    # spans two packets), labkit leaves such pairs out itself. perf stamps a hit 2-32 us
+    # after labkit's program does (measured), which stretches its gaps' tail: at p90 its gaps
+    # ran 5.1 % longer once in a CI run (192 vs 183 us). (Not the deviations' quantiles:
+    # that jitter is as large as deviations of a few us from a 173 us wire time.)
     wire_ns = gaps["bytes"].median() * 8e3 / RATE_MBPS
     mine = gaps["gap_ns"].filter(gaps["gap_ns"] < 1.5 * wire_ns)
     theirs = theirs.filter(theirs < 1.5 * wire_ns)
     for q in (0.5, 0.9):
-        assert abs(mine.quantile(q) - theirs.quantile(q)) <= 0.05 * theirs.quantile(q), \
+        assert abs(mine.quantile(q) - theirs.quantile(q)) <= 0.10 * theirs.quantile(q), \
             (q, mine.quantile(q), theirs.quantile(q))
     assert_no_leaks()
