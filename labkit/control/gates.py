@@ -63,13 +63,15 @@ class HostWorker:
         self.thread.start()
 
     def _run(self) -> None:
+        stopped = False
         try:
             with IPRoute() as ipr:
                 while (job := self.jobs.get()) is not None:
                     job(ipr)
+                stopped = True
         except BaseException as exc:  # surfaced by Gates.stop(), with the host's name
             self.errors.append(RuntimeError(f"host {self.name}: {exc}"))
-            while self.jobs.get() is not None:  # drain, so stop() does not wait in vain
+            while not stopped and self.jobs.get() is not None:  # drain until told to stop
                 pass
 
     def submit(self, job: Callable[[IPRoute], object]) -> None:
