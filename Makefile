@@ -8,7 +8,7 @@ SYSTEM_PYTHON := /usr/bin/python3
 LOCK := requirements.lock
 PIP := $(PY) -m pip install -q --disable-pip-version-check
 DEB_PACKAGES := mininet clang llvm libbpf-dev bpftool iperf3 tcpdump tshark iputils-ping \
-	iproute2 ethtool python3-venv procps chromium linux-perf
+	iproute2 ethtool python3-venv procps chromium
 BPF_SOURCES := $(wildcard bpf/*.bpf.c)
 BPF_OBJECTS := $(patsubst bpf/%.bpf.c,bpf/build/%.bpf.o,$(BPF_SOURCES))
 BPF_HEADERS := $(wildcard bpf/include/*.h)

@@ -216,9 +216,13 @@ AT_RATE_WINDOWS = 0.95  # ... in this share of the congested windows
 # p99 queueing time W99 is off by more than 10 % when more than 1 in 100 packets met a
 # lateness over W99 / 10; a packet arriving at a random moment meets one with the share of
 # the port's busy time spent in such latenesses. So a port is flagged when that share,
-# over its sampled gaps, exceeds LATE_SHARE_LIMIT (docs/data-model.md).
+# over its sampled gaps, exceeds LATE_SHARE_LIMIT. Smaller latenesses add up: a port whose
+# gaps summed to (1 + m) times its packets' wire times drained its queue at rate / (1 + m),
+# and a packet's queueing time, the sum of the gaps ahead of it, is (1 + m) times the
+# configured link's: off by more than 10 % when m exceeds SLOW_LIMIT (docs/data-model.md).
 LATE_OF_SOJOURN = 0.10
 LATE_SHARE_LIMIT = 0.01
+SLOW_LIMIT = 0.10
 GAP_MIN_PAIRS = 100  # fewer sampled pairs (a port that hardly queued): no figure
 
 
@@ -230,24 +234,37 @@ def dequeue_fidelity(gaps: pl.DataFrame, rate_mbps: float, burst_bytes: int,
     ``burst_bytes`` of a busy period are left out: HTB may send that much back to back from
     tokens saved while idle. ``late_share``: the share of the sampled busy time spent in
     latenesses (gap - wire time) over :data:`LATE_OF_SOJOURN` of ``sojourn_p99_us`` (the
-    port's p99 queueing time); ``flagged`` when it exceeds :data:`LATE_SHARE_LIMIT`."""
+    port's p99 queueing time); ``excess``: the sampled gaps' sum over the wire times' sum,
+    minus 1 (the port drained its queue at rate / (1 + excess)); ``flagged`` when
+    ``late_share`` exceeds :data:`LATE_SHARE_LIMIT` or ``excess`` :data:`SLOW_LIMIT`."""
     wire_ns = pl.col("bytes") * 8e3 / rate_mbps
     kept = gaps.filter(pl.col("busy_bytes") >= burst_bytes).with_columns(
         (pl.col("gap_ns") / wire_ns - 1).alias("dev"),
         (pl.col("gap_ns") - wire_ns).clip(0).alias("late_ns"))
     empty = {"pairs": kept.height, "p50": None, "p90": None, "p99": None, "mean": None,
-             "late_share": None, "sojourn_p99_us": sojourn_p99_us, "flagged": False}
+             "excess": None, "late_share": None, "sojourn_p99_us": sojourn_p99_us, "flagged": False}
     if kept.height < GAP_MIN_PAIRS or sojourn_p99_us is None:
         return empty
     dev = kept["dev"].abs()
     over = LATE_OF_SOJOURN * sojourn_p99_us * 1e3
     late_share = float(kept.filter(pl.col("late_ns") > over)["late_ns"].sum()
                        / kept["gap_ns"].sum())
+    excess = float(kept["gap_ns"].sum() / kept.select(wire_ns.sum()).item() - 1)
     return {**empty, "p50": float(dev.quantile(0.5, interpolation="linear")),
             "p90": float(dev.quantile(0.9, interpolation="linear")),
             "p99": float(dev.quantile(0.99, interpolation="linear")),
-            "mean": float(kept["dev"].mean()), "late_share": late_share,
-            "flagged": late_share > LATE_SHARE_LIMIT}
+            "mean": float(kept["dev"].mean()), "excess": excess, "late_share": late_share,
+            "flagged": late_share > LATE_SHARE_LIMIT or excess > SLOW_LIMIT}
+
+
+def late_reason(d: dict) -> str:
+    """Why a flagged port (see :func:`dequeue_fidelity`) did not keep time, in words."""
+    if d["excess"] > SLOW_LIMIT:
+        return (f"while packets waited it took {d['excess']:.0%} longer to send them than "
+                f"its rate allows (limit {SLOW_LIMIT:.0%})")
+    return (f"it was late by more than {LATE_OF_SOJOURN:.0%} of its p99 queueing time "
+            f"({d['sojourn_p99_us']:.0f} us) for {d['late_share']:.1%} of its busy time "
+            f"(limit {LATE_SHARE_LIMIT:.0%})")
 
 
 def fidelity(tables: dict, policy: str, meta: dict, start: int, end: int,
@@ -280,16 +297,13 @@ def fidelity(tables: dict, policy: str, meta: dict, start: int, end: int,
                 else None)
     for port, d in dequeue.items():
         if d["flagged"]:
-            notes.append(f"{port} did not keep time: it was late by more than "
-                         f"{LATE_OF_SOJOURN:.0%} of its p99 queueing time "
-                         f"({d['sojourn_p99_us']:.0f} us) for {d['late_share']:.1%} of its busy "
-                         f"time (limit {LATE_SHARE_LIMIT:.0%}): its queueing times may be off "
-                         "by more than 10 %")
+            notes.append(f"{port} did not keep time: {late_reason(d)}: its queueing times "
+                         f"may be off by more than {LATE_OF_SOJOURN:.0%}")
     errors = meta.get("storage_errors", {}).get(policy, [])
     if errors:
         notes.append(f"{len(errors)} storage connection(s) failed, first: {errors[0]}")
     return {"cpu_bound": busy is not None and busy >= CPU_BOUND_BUSY,
-            "links_at_rate": at_rate,
+            "generator_limited": False, "links_at_rate": at_rate,
             "links_kept_time": not any(d["flagged"] for d in dequeue.values()),
             "dequeue": dequeue, "notes": notes}
 
@@ -359,6 +373,7 @@ def summarize(tables: dict[str, pl.DataFrame], meta: dict) -> dict:
         for q in ("p50", "p99"):
             w[f"slowdown_{q}"] = w[f"{q}_ms"] / base[f"{q}_ms"] if base else None
     if kind == "allreduce" and base and base["busbw_mbps"] < 0.8 * meta["ring_link_mbps"]:
+        policies["isolated"]["fidelity"]["generator_limited"] = True
         policies["isolated"]["fidelity"]["notes"].append(
             f"the All-Reduce alone reached {base['busbw_mbps']:.0f} Mbit/s of bus bandwidth "
             f"on {meta['ring_link_mbps']:g} Mbit/s links: the traffic generator, not the "

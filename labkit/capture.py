@@ -153,6 +153,14 @@ class CpuSampler:
         idle = fields[3] + fields[4]  # idle + iowait
         return sum(fields), idle
 
+    @classmethod
+    def busy_over(cls, seconds: float) -> float:
+        """The machine's busy fraction over the next ``seconds`` (blocks that long)."""
+        total0, idle0 = cls._read()
+        time.sleep(seconds)
+        total, idle = cls._read()
+        return 1 - (idle - idle0) / max(total - total0, 1)
+
     def _loop(self) -> None:
         total0, idle0 = self._read()
         while not self._stop.wait(self.period_s):

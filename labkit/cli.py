@@ -115,6 +115,19 @@ def main(argv: list[str] | None = None) -> int:
     sweep.add_argument("--out", type=Path,
                        help="record the sweep in this new directory (default: "
                             "data/runs/<run-id>): manifest, sweep.parquet, .csv and .json")
+    calibrate = sub.add_parser(
+        "calibrate", help="the highest link rate this machine emulates a scenario at faithfully")
+    calibrate.add_argument("scenario", type=Path,
+                           help="a scenario file, e.g. topologies/bottleneck.yaml")
+    calibrate.add_argument("--policy", action="append", default=[],
+                           help="run only this policy in each trial (repeatable; default: "
+                                "the scenario's own), e.g. --policy fifo")
+    calibrate.add_argument("--seconds", type=float, default=8.0,
+                           help="traffic per policy in each trial (default 8), e.g. "
+                                "--seconds 15")
+    calibrate.add_argument("--out", type=Path,
+                           help="record the calibration in this new directory (default: "
+                                "data/runs/<id>); each trial is a run of its own")
     report = sub.add_parser("report", help="print the summary of a recorded run")
     report.add_argument("run_dir", type=Path, help="a run directory, e.g. data/sample/bottleneck")
     report.add_argument("--json", action="store_true",
@@ -132,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return {"doctor": cmd_doctor, "run": cmd_run, "shell": cmd_shell, "sweep": cmd_sweep,
-                "report": cmd_report,
+                "calibrate": cmd_calibrate, "report": cmd_report,
                 "figures": cmd_figures, "runs": cmd_runs,
                 "clean": cmd_clean}[args.command](args)
     except scenario_mod.ScenarioError as exc:
@@ -224,6 +237,48 @@ def cmd_run(args) -> int:
     _print_summary(run.summary)
     console.print(f"\nrun recorded in [bold]{run.path}[/]")
     return 0
+
+
+def cmd_calibrate(args) -> int:
+    from labkit import runner
+
+    _catch_interrupts()
+    with _progress("ops") as progress:
+        tasks: dict[tuple[float, str], int] = {}
+        current = [1.0]
+
+        def on_trial(factor: float, what: str) -> None:
+            current[0] = factor
+            if what != "running":
+                style = "green" if what == "held" else "yellow"
+                progress.console.print(f"x{factor:g}: [{style}]{what}[/]", highlight=False)
+
+        def show(p: runner.Progress) -> None:
+            key = (current[0], p.policy)
+            if key not in tasks:
+                tasks[key] = progress.add_task("", total=p.total)
+            progress.update(tasks[key], completed=p.done,
+                            description=f"x{current[0]:<5g} {p.policy:<11} {p.stage}")
+
+        try:
+            result = runner.calibrate(args.scenario, args.policy or None, seconds=args.seconds,
+                                      out=args.out, on_trial=on_trial, on_progress=show,
+                                      argv=sys.argv)
+        except (FileExistsError, RuntimeError) as exc:
+            return _failed(exc)
+    t = Table(title=f"calibration of {result.scenario} on this machine",
+              caption=f"rates in emulated Mbit/s; the scenario's bottleneck: "
+                      f"{result.bottleneck_rate_mbps:g} Mbit/s, scale factor "
+                      f"{result.scale_factor:g}", caption_justify="left")
+    for col in ("factor", "bottleneck rate", "CPU busy", "held", "why not", "run"):
+        t.add_column(col)
+    for trial in result.trials:
+        t.add_row(f"x{trial.factor:g}", f"{trial.rate_mbps:g}", f"{trial.cpu_busy:.0%}",
+                  "yes" if trial.held else "[yellow]no[/]", "; ".join(trial.faults) or "—",
+                  trial.run)
+    console.print(t)
+    console.print(result.advice, highlight=False)
+    return 0 if result.best else 1
 
 
 def _named_controllers(given: list[str]) -> dict[str, str]:

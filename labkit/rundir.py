@@ -250,9 +250,13 @@ def load_run(path: str | Path) -> Run:
             raise RunDataError(f"{f}: missing (an incomplete or damaged run)") from None
         except ValueError as exc:
             raise RunDataError(f"{f}: not valid JSON ({exc})") from None
-    if docs["manifest.json"].get("kind") == "sweep":
+    kind = docs["manifest.json"].get("kind")
+    if kind == "sweep":
         raise RunDataError(f"{path}: a sweep, not a run: its table is sweep.parquet "
                            "(also sweep.csv and sweep.json)")
+    if kind == "calibration":
+        raise RunDataError(f"{path}: a calibration, not a run: its summary.json lists the "
+                           "trials, each a run of its own")
     tables = {}
     required = set(docs["manifest.json"].get("tables", set(SCHEMAS) - ADDED_LATER))
     for name, schema in SCHEMAS.items():

@@ -35,10 +35,12 @@ import polars as pl
 
 from labkit import bpf, rundir
 from labkit import scenario as scenario_mod
+from labkit.calibrate import Calibration
 from labkit.registry import Registry, RunLock, RunLockedError
 from labkit.rundir import Run, RunWriter
 from labkit.scenario import Scenario, ScenarioError
 
+CALIBRATION_SECONDS = 8.0  # traffic per policy in each calibration trial
 WITHOUT_ROOT = ("Without root you can still analyse recorded runs: `labkit report DIR`, "
                 "`labkit runs` and the notebooks.")
 ROOT_HINT = ("running a scenario needs root: it builds network namespaces and loads eBPF "
@@ -99,7 +101,7 @@ def _scenario(scenario: str | Path | Scenario, seed: int | None) -> tuple[Scenar
     return (sc if seed is None else replace(sc, seed=seed)), source
 
 
-def _writer(out: str | Path | None, run_id: str) -> RunWriter:
+def _writer_for(out: str | Path | None, run_id: str) -> RunWriter:
     return RunWriter(Path(out) if out is not None else rundir.RUNS_DIR / run_id)
 
 
@@ -148,7 +150,7 @@ def run(scenario: str | Path | Scenario, policies: Sequence[str] | None = None, 
     with tempfile.TemporaryDirectory(prefix="labkit-program-") as build:
         program = _classifier_program(sc, source, Path(build))
         run_id = rundir.new_run_id(sc.name)
-        writer = _writer(out, run_id)
+        writer = _writer_for(out, run_id)
         kept = _keep_program(writer.tmp, sc, program)
     writer.write_manifest(run_id=run_id, scenario=sc.to_dict(), scenario_sha256=sc.sha256,
                           policies=list(policies), seed=sc.seed, duration_s=duration,
@@ -225,7 +227,7 @@ def sweep(scenario: str | Path | Scenario, op: str = "all_reduce", algo: str = "
     if problem := not_ready():
         raise NotReady(problem)
     run_id = rundir.new_run_id(f"sweep-{sc.name}")
-    writer = _writer(out, run_id)
+    writer = _writer_for(out, run_id)
     writer.write_manifest(run_id=run_id, kind="sweep", scenario=sc.to_dict(),
                           scenario_sha256=sc.sha256, op=op, algo=algo, sizes=list(sizes),
                           iters=iters, start_time=rundir.now_iso(),
@@ -236,6 +238,53 @@ def sweep(scenario: str | Path | Scenario, op: str = "all_reduce", algo: str = "
                                     Path(work), on_row=on_row)
     path = rundir.finish_sweep(writer, [asdict(r) for r in rows])
     return Sweep(path, rows, pl.read_parquet(path / "sweep.parquet").drop("run_id"))
+
+
+def calibrate(scenario: str | Path | Scenario, policies: Sequence[str] | None = None, *,
+              seconds: float = CALIBRATION_SECONDS, out: str | Path | None = None,
+              on_trial: Callable[[float, str], None] | None = None,
+              on_progress: Callable[[Progress], None] | None = None,
+              argv: Sequence[str] | None = None) -> Calibration:
+    """Find the highest rate this machine holds ``scenario``'s fabric at (see
+    :mod:`labkit.calibrate`): trials of ``seconds`` of traffic per policy (``policies``,
+    default the scenario's own), each recorded as a run; ``on_trial(factor, what)`` hears
+    "running", then "held" or the trial's first fault; ``on_progress`` each trial's run
+    progress. The :class:`~labkit.calibrate.Calibration` is returned and recorded in
+    ``out`` (default data/runs/<id>)."""
+    from labkit import calibrate as cal
+    from labkit.capture import CpuSampler
+
+    sc, _ = _scenario(scenario, None)
+    if seconds <= 0:
+        raise ScenarioError(str(scenario), "seconds", f"must be > 0, got {seconds}")
+    if problem := not_ready():
+        raise NotReady(problem)
+    base_rate = cal.bottleneck_rate(sc)
+    trials: list[cal.Trial] = []
+    tell = on_trial or (lambda *_: None)
+
+    def trial(factor: float) -> bool:
+        tell(factor, "running")
+        done = run(cal.scaled(sc, factor), policies, duration=seconds, on_progress=on_progress,
+                   argv=argv)
+        found = cal.faults(done.summary)
+        busy = max((p["cpu_busy"] or 0.0) for p in done.summary["policies"].values())
+        trials.append(cal.Trial(factor, base_rate * factor, str(done.path), tuple(found), busy))
+        tell(factor, found[0] if found else "held")
+        return not found
+
+    busy_before = CpuSampler.busy_over(1.0)
+    run_id = rundir.new_run_id(f"calibrate-{sc.name}")
+    writer = _writer_for(out, run_id)
+    writer.write_manifest(run_id=run_id, kind="calibration", scenario=sc.to_dict(),
+                          scenario_sha256=sc.sha256, start_time=rundir.now_iso(),
+                          argv=list(argv) if argv else None, **rundir.provenance())
+    with _recorded(writer):
+        cal.factors_to_try(trial)
+    result = cal.Calibration(sc.name, base_rate, sc.scale_factor,
+                             tuple(sorted(trials, key=lambda t: t.factor)), busy_before)
+    writer.finish({}, result.to_dict())
+    return result
 
 
 def _classifier_program(sc: Scenario, source: str, build: Path) -> Path | None:

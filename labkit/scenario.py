@@ -24,6 +24,7 @@ CONTROLLERS = ("reactive", "proactive", "state-aware")  # labkit.control
 POLICIES = LAYOUTS + CONTROLLERS  # plus "<layout>+<controller>", e.g. "priority+reactive"
 LANES = ("vip", "normal", "low")
 ROLES = ("gpu", "storage")
+SCENARIO_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
 NAME_RE = re.compile(r"^[a-z][a-z0-9]{0,8}$")  # fits Linux's 15-byte "<node>-eth<N>"
 LABEL_RE = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")  # names that only label data
 SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMG]?)(i?B?)\s*$", re.IGNORECASE)
@@ -423,6 +424,10 @@ def parse(doc: Any, file: str = "<scenario>") -> Scenario:
                               "fabric", "lanes", "traffic", "policies", "control", "kinds"},
                     {"name", "fabric", "traffic"})
     name = c.string(top["name"], "name")
+    if not SCENARIO_NAME_RE.fullmatch(name):
+        c.fail("name", f"{name!r} cannot name runs: use letters, digits, '-' and '_' (up to "
+                       "64; it becomes part of each run's id, a directory and a bpffs pin "
+                       "path, where '.' and '/' are not allowed)")
     description = c.string(top["description"], "description") if "description" in top else ""
     scale = c.number(top.get("scale_factor", 1), "scale_factor")
     seed = c.integer(top.get("seed", 1), "seed", 0, 2**31 - 1)

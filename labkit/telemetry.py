@@ -28,6 +28,7 @@ from labkit.scenario import LANES
 TRACEPOINT_PROGRAMS = ("lk_qdisc_enqueue", "lk_qdisc_dequeue", "lk_qdisc_drop")
 SHARED_MAPS = ("lk_events", "lk_telemetry", "lk_lost")
 DEFAULT_SAMPLE_EVERY = 4
+READ_MS = 50  # how often the event reader drains lk_events
 
 
 def port_key_bytes(netns_ino: int, ifindex: int) -> bytes:
@@ -136,8 +137,11 @@ class EventReader:
         self._thread = threading.Thread(target=self._loop, name="event-reader", daemon=True)
 
     def _loop(self) -> None:
+        # the programs wake this reader only when the ring is a quarter full: it drains
+        # what is there every READ_MS whether woken or not
         while not self._stop.is_set():
-            self._ring.poll(50)
+            self._ring.poll(READ_MS)
+            self._ring.consume()
 
     def start(self) -> EventReader:
         self._thread.start()

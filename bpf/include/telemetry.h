@@ -14,9 +14,12 @@
 /* IPv4 without options + UDP + BTH + RETH + stamp: where a stamp can end. */
 #define LK_STAMP_PROBE (20 + 8 + 12 + 16 + 16)
 
+#define LK_EVENTS_BYTES (1 << 22)
+#define LK_WAKE_BYTES (LK_EVENTS_BYTES / 4)
+
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
-	__uint(max_entries, 1 << 22);
+	__uint(max_entries, LK_EVENTS_BYTES);
 } lk_events SEC(".maps");
 
 struct {
@@ -88,7 +91,11 @@ static __always_inline void lk_sample_counted(const struct lk_event *ev, __u32 c
 		return;
 	}
 	*out = *ev;
-	bpf_ringbuf_submit(out, 0);
+	/* No wakeup per record: the reader drains the ring every READ_MS (labkit/telemetry.py) anyway, and a
+	 * wakeup is an interrupt to another CPU (a VM exit on a VM) inside the datapath. Only
+	 * a ring filling up wakes it early. */
+	bpf_ringbuf_submit(out, bpf_ringbuf_query(&lk_events, BPF_RB_AVAIL_DATA) > LK_WAKE_BYTES ?
+			   BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP);
 }
 
 static __always_inline void lk_sample(const struct lk_event *ev)

@@ -111,8 +111,9 @@ def test_summary(tables):
     # fidelity: a never-empty queue sending 80 Mbit/s on a 100 Mbit/s link is flagged
     assert fifo["fidelity"]["cpu_bound"] and not fifo["fidelity"]["links_at_rate"]
     assert any("spine1-eth0" in n for n in fifo["fidelity"]["notes"])
-    assert iso["fidelity"] == {"cpu_bound": False, "links_at_rate": True,
-                               "links_kept_time": True, "dequeue": {}, "notes": []}
+    assert iso["fidelity"] == {"cpu_bound": False, "generator_limited": False,
+                               "links_at_rate": True, "links_kept_time": True, "dequeue": {},
+                               "notes": []}
 
 
 def test_slowdown_is_null_without_isolated(tables):
@@ -137,6 +138,12 @@ def test_dequeue_fidelity_flags_a_port_that_stalls_for_its_queue_times():
     # 10 stalls of 5 ms in ~90 ms of busy time: over 1 % of it late by more than 2 ms
     late = analysis.dequeue_fidelity(gaps(10), 100.0, 21_500, 20_000.0)
     assert late["flagged"] and late["late_share"] == pytest.approx(0.05 / 0.13, rel=0.05)
-    # the same stalls beside 200 ms queueing times: a tenth of those is 20 ms, not reached
-    assert not analysis.dequeue_fidelity(gaps(10), 100.0, 21_500, 200_000.0)["flagged"]
+    # beside 200 ms queueing times, a tenth of those (20 ms) is not reached, but ten such
+    # stalls add up: the port took 62 % longer than its rate to send what waited
+    slow = analysis.dequeue_fidelity(gaps(10), 100.0, 21_500, 200_000.0)
+    assert slow["late_share"] == 0 and slow["flagged"]
+    assert slow["excess"] == pytest.approx(50 / 80.8, rel=0.01)
+    # one such stall: 6 % longer, within the limit
+    one = analysis.dequeue_fidelity(gaps(1), 100.0, 21_500, 200_000.0)
+    assert not one["flagged"] and one["excess"] == pytest.approx(5 / 80.08, rel=0.02)
     assert analysis.dequeue_fidelity(gaps(0).head(50), 100.0, 0, 1.0)["p99"] is None

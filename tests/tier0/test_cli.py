@@ -12,7 +12,8 @@ import pytest
 from labkit import cli
 
 SAMPLE = Path(__file__).resolve().parents[2] / "data/sample/bottleneck"
-COMMANDS = ("doctor", "run", "shell", "sweep", "report", "figures", "runs", "clean")
+COMMANDS = ("doctor", "run", "shell", "sweep", "calibrate", "report", "figures", "runs",
+            "clean")
 
 
 def run_cli(*argv) -> tuple[int, str, str]:

@@ -1,17 +1,21 @@
 """Dequeue fidelity: while packets wait, a port that keeps time sends each next packet one
-wire time after the previous one. labkit's queue probe measures the gaps; perf, reading
-the same tracepoint on its own, must see the same gaps."""
+wire time after the previous one. labkit's queue probe measures the gaps; the kernel's own
+tracer (ftrace, in an instance of the test's, on the same tracepoint) must see the same
+deviations, and a port that sent slower than its rate must be flagged."""
 
 import copy
+import os
 import re
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
+from pathlib import Path
 
 import polars as pl
 
 from labkit import analysis, scenario, tc, topo
-from labkit.abi import EV_GAP
+from labkit.abi import EV_GAP, EV_SOJOURN
 from labkit.fabric import Fabric
 from labkit.registry import Registry
 from labkit.telemetry import EventReader, QueueProbe
@@ -21,60 +25,134 @@ from tests.leaks import assert_no_leaks
 from tests.tier2.test_telemetry import SMALL
 
 RATE_MBPS = 50  # two batching senders keep it backlogged; this machine holds it
+MTU = 9000
+TRACING = Path("/sys/kernel/tracing")
 
 
-def test_gaps_agree_with_perf_and_the_port_keeps_time(fabric_ready, tmp_path):
-    require(subprocess.run(["which", "perf"], capture_output=True).returncode == 0,
-            "needs perf (make setup installs linux-perf)")
-    doc = copy.deepcopy(SMALL)
-    doc["defaults"]["link"] = {"rate_mbps": 1000, "mtu": 9000, "buffer_kb": 256}
-    doc["fabric"]["links"][0]["rate_mbps"] = RATE_MBPS
-    t = topo.Topology(scenario.parse(doc).fabric)
+@contextmanager
+def ftrace_dequeues(ifindex: int):
+    """The qdisc_dequeue events of one port (single packets), recorded by ftrace into an
+    instance of this test's own (monotonic clock, the one labkit's programs read); yields
+    a function that stops recording and returns the events' times in ns. The instance is
+    removed on the way out."""
+    inst = TRACING / "instances" / f"labkit-test-{os.getpid()}"
+    inst.mkdir()
+    try:
+        (inst / "trace_clock").write_text("mono")
+        (inst / "buffer_size_kb").write_text("16384")
+        event = inst / "events/qdisc/qdisc_dequeue"
+        (event / "filter").write_text(f"ifindex == {ifindex} && packets == 1")
+        (event / "enable").write_text("1")
+
+        def stop() -> list[int]:
+            (event / "enable").write_text("0")
+            text = (inst / "trace").read_text()
+            assert "LOST" not in text, "ftrace lost events: a larger buffer is needed"
+            return [round(float(s) * 1e9) for s in re.findall(r" (\d+\.\d+): qdisc_dequeue",
+                                                               text)]
+        yield stop
+    finally:
+        inst.rmdir()
+
+
+def flood_and_measure(f: Fabric, t: topo.Topology, traced: bool = False):
+    """Two batching senders fill the port towards h3; labkit's probe (and ftrace, when
+    ``traced``) record 2 s of its dequeues. Returns (labkit's gaps frame, its sojourns in
+    ns, ftrace's event times or None)."""
+    port = f.handle(t.port_towards("r1", "h3"))
     template = roce.data_templates(0x101, 1024)["middle"]  # every packet the same size
-    with Fabric(t, Registry("test-fidelity")) as f:
-        port = f.handle(t.port_towards("r1", "h3"))
-        probe = QueueProbe(sample_every=1)
-        try:
+    probe = QueueProbe(sample_every=1)
+    try:
+        senders = [f.popen(h, [sys.executable, "-m", "labkit.traffic.sender",
+                               t.host_ip("h3"), "4", template.hex()], "sender",
+                           stdout=subprocess.DEVNULL) for h in ("h1", "h2")]
+        time.sleep(1)  # the queue fills and stays full
+        with ftrace_dequeues(port.ifindex) if traced else _nothing() as stop_trace:
+            # ftrace's probe is registered first, so it stamps each dequeue before
+            # labkit's program runs and labkit's work never delays its stamps
             probe.watch(port.ns, port.ifindex, port.ifname)
-            senders = [f.popen(h, [sys.executable, "-m", "labkit.traffic.sender",
-                                   t.host_ip("h3"), "4", template.hex()], "sender",
-                               stdout=subprocess.DEVNULL) for h in ("h1", "h2")]
-            time.sleep(1)  # the queue fills and stays full
             events = EventReader(probe).start()
-            # the independent tracer: perf on the same tracepoint, the same clock
-            subprocess.run(["perf", "record", "-q", "-k", "CLOCK_MONOTONIC", "-a",
-                            "-e", "qdisc:qdisc_dequeue",
-                            "--filter", f"ifindex == {port.ifindex} && packets > 0",
-                            "-o", str(tmp_path / "perf.data"), "--", "sleep", "2"],
-                           check=True, capture_output=True)
-            ours = [e for e in events.stop() if e[6] == EV_GAP]
-            for s in senders:
-                s.wait(timeout=20)
-        finally:
-            probe.close()
-    gaps = pl.DataFrame([(e[0], port.ifname, e[2], e[3], e[1]) for e in ours],
+            time.sleep(2)
+            recorded = events.stop()
+            theirs = stop_trace() if traced else None
+        for s in senders:
+            s.wait(timeout=20)
+    finally:
+        probe.close()
+    gaps = pl.DataFrame([(e[0], port.ifname, e[2], e[3], e[1]) for e in recorded
+                         if e[6] == EV_GAP],
                         schema=["t_ns", "port", "gap_ns", "bytes", "busy_bytes"], orient="row")
-    fid = analysis.dequeue_fidelity(gaps, RATE_MBPS,
-                                    tc.burst_bytes(RATE_MBPS * 1_000_000 // 8, 9000), 10_000.0)
+    sojourns = pl.Series([e[2] for e in recorded if e[6] == EV_SOJOURN])
+    return gaps, sojourns, theirs
+
+
+@contextmanager
+def _nothing():
+    yield None
+
+
+def one_port_fabric() -> topo.Topology:
+    doc = copy.deepcopy(SMALL)
+    doc["defaults"]["link"] = {"rate_mbps": 1000, "mtu": MTU, "buffer_kb": 256}
+    doc["fabric"]["links"][0]["rate_mbps"] = RATE_MBPS
+    return topo.Topology(scenario.parse(doc).fabric)
+
+
+def fidelity_of(gaps: pl.DataFrame, sojourns: pl.Series, rate_mbps: float) -> dict:
+    return analysis.dequeue_fidelity(gaps, rate_mbps,
+                                     tc.burst_bytes(tc.bytes_per_s(rate_mbps), MTU),
+                                     sojourns.quantile(0.99) / 1e3)
+
+
+def test_a_port_the_machine_holds_keeps_time_as_ftrace_sees_it(fabric_ready):
+    require(TRACING.joinpath("instances").is_dir(), "needs tracefs (make setup mounts it)")
+    t = one_port_fabric()
+    with Fabric(t, Registry("test-fidelity")) as f:
+        gaps, sojourns, stamps = flood_and_measure(f, t, traced=True)
+    fid = fidelity_of(gaps, sojourns, RATE_MBPS)
     assert fid["pairs"] > 5000 and not fid["flagged"], fid
     assert fid["p99"] < 1.0  # no dequeue a whole wire time late, 99 times in 100
+    assert abs(fid["excess"]) < 0.02, fid
 
-    script = subprocess.run(["perf", "script", "--ns", "-F", "time", "-i",
-                             str(tmp_path / "perf.data")], capture_output=True, text=True,
-                            check=True).stdout
-    stamps = [float(s) for s in re.findall(r"(\d+\.\d+):", script)]
-    theirs = pl.Series([(b - a) * 1e9 for a, b in zip(stamps, stamps[1:], strict=False)])
-    assert len(theirs) > 5000
-    # the same gaps: their median and p90 within 10 % of perf's (the issue asks 20 %). Both
-    # sides keep gaps under 1.5 wire times: perf loses a few events under load (its gap then
-    # spans two packets), labkit leaves such pairs out itself. perf stamps a hit 2-32 us
-    # after labkit's program does (measured), which stretches its gaps' tail: at p90 its gaps
-    # ran 5.1 % longer once in a CI run (192 vs 183 us). (Not the deviations' quantiles:
-    # that jitter is as large as deviations of a few us from a 173 us wire time.)
+    # ftrace's deviations over the same span: every packet is the same size and the queue
+    # is never empty, so each pair of consecutive dequeues is a back-to-back pair
     wire_ns = gaps["bytes"].median() * 8e3 / RATE_MBPS
-    mine = gaps["gap_ns"].filter(gaps["gap_ns"] < 1.5 * wire_ns)
-    theirs = theirs.filter(theirs < 1.5 * wire_ns)
-    for q in (0.5, 0.9):
-        assert abs(mine.quantile(q) - theirs.quantile(q)) <= 0.10 * theirs.quantile(q), \
-            (q, mine.quantile(q), theirs.quantile(q))
+    start, end = gaps["t_ns"].min(), gaps["t_ns"].max()
+    theirs = (pl.DataFrame({"t_ns": stamps}).with_columns(pl.col("t_ns").diff().alias("gap_ns"))
+              .drop_nulls().filter(pl.col("t_ns").is_between(start, end)))
+    assert theirs.height > 5000
+    dev = (theirs["gap_ns"] / wire_ns - 1).abs()
+    # within 20 % of each other at p50 and p90, as the issue asks (measured: 1-4 %)
+    for q in ("p50", "p90"):
+        their = dev.quantile(float(q[1:]) / 100, interpolation="linear")
+        assert abs(fid[q] - their) <= 0.20 * their, (q, fid[q], their)
     assert_no_leaks()
+
+
+def test_a_port_that_sends_slower_than_its_rate_is_flagged(fabric_ready):
+    """The kernel's link is set to 40 Mbit/s under labkit's 50: what a machine that cannot
+    dequeue at the rate would do to every gap (this VM keeps time at every rate it can fill;
+    see docs/data-model.md), and labkit must say so."""
+    t = one_port_fabric()
+    with Fabric(t, Registry("test-fidelity")) as f:
+        port = f.handle(t.port_towards("r1", "h3"))
+        slower = tc.bytes_per_s(RATE_MBPS * 0.8)
+        f.ns["r1"].run(_set_link_rate, port.ifname, slower)
+        gaps, sojourns, _ = flood_and_measure(f, t)
+    fid = fidelity_of(gaps, sojourns, RATE_MBPS)
+    assert fid["pairs"] > 5000 and fid["flagged"], fid
+    assert 0.20 < fid["excess"] < 0.30, fid  # 50 / 40 - 1
+    note = analysis.late_reason(fid)
+    assert "longer to send them than its rate allows" in note, note
+    assert_no_leaks()
+
+
+def _set_link_rate(ifname: str, rate: int) -> None:
+    """The port's whole-link class 1:1 and its fifo leaf at ``rate`` bytes/s."""
+    from pyroute2 import IPRoute
+    with IPRoute() as ipr:
+        (index,) = ipr.link_lookup(ifname=ifname)
+        for classid, parent in ((tc.PARENT, tc.ROOT), (tc.FIFO_CLASS, tc.PARENT)):
+            burst = tc.burst_bytes(rate, MTU)
+            ipr.tc("change-class", "htb", index, classid, parent=parent, rate=rate, ceil=rate,
+                   burst=burst, cburst=burst, quantum=tc.QUANTUM_BYTES, mtu=MTU)
