@@ -18,7 +18,7 @@ from __future__ import annotations
 import polars as pl
 
 from labkit.abi import RANK_SHIFT
-from labkit.scenario import LANES
+from labkit.scenario import LANES, LAYOUTS
 
 CPU_BOUND_BUSY = 0.90  # mean machine-wide CPU busy fraction that flags a run as CPU-bound
 
@@ -138,19 +138,31 @@ def port_utilization(queue: pl.DataFrame, start: int, end: int) -> pl.DataFrame:
     return grown.group_by("port").agg(pl.col("bytes").sum())
 
 
-def lane_stats(lanes: pl.DataFrame, port: str, start: int, end: int) -> dict:
-    """Per lane at ``port``: Mbit/s and packets its queue accepted, packets it dropped."""
+def lane_rates(lanes: pl.DataFrame, port: str, start: int, end: int) -> pl.DataFrame:
+    """One row per lane (in :data:`LANES` order) at ``port`` over [start, end]: Mbit/s the
+    classifier sent towards it (offered), its queue accepted (enqueued) and it dropped,
+    with the packets accepted and dropped."""
     seconds = (end - start) / 1e9
-    grown = counter_delta(lanes.filter(pl.col("port") == port), ["lane"],
-                          ["enqueued_packets", "enqueued_bytes", "dropped_packets"], start, end)
+    counters = ["offered_bytes", "enqueued_bytes", "dropped_bytes", "enqueued_packets",
+                "dropped_packets"]
+    grown = counter_delta(lanes.filter(pl.col("port") == port), ["lane"], counters, start, end)
     by_lane = {r["lane"]: r for r in grown.iter_rows(named=True)}
-    out = {}
+    rows = []
     for lane in LANES:
         r = by_lane.get(lane, {})
-        out[lane] = {"mbps": r.get("enqueued_bytes", 0) * 8 / seconds / 1e6,
-                     "packets": int(r.get("enqueued_packets", 0)),
-                     "drops": int(r.get("dropped_packets", 0))}
-    return out
+        rows.append({"lane": lane,
+                     **{f"{c[:-6]}_mbps": r.get(c, 0) * 8 / seconds / 1e6 for c in counters[:3]},
+                     **{c: int(r.get(c, 0)) for c in counters[3:]}})
+    return pl.DataFrame(rows, schema={"lane": pl.Utf8, "offered_mbps": pl.Float64,
+                                      "enqueued_mbps": pl.Float64, "dropped_mbps": pl.Float64,
+                                      "enqueued_packets": pl.Int64, "dropped_packets": pl.Int64})
+
+
+def lane_stats(lanes: pl.DataFrame, port: str, start: int, end: int) -> dict:
+    """Per lane at ``port``: Mbit/s and packets its queue accepted, packets it dropped."""
+    return {r["lane"]: {"mbps": r["enqueued_mbps"], "packets": r["enqueued_packets"],
+                        "drops": r["dropped_packets"]}
+            for r in lane_rates(lanes, port, start, end).iter_rows(named=True)}
 
 
 def cpu_busy(cpu: pl.DataFrame, start: int, end: int) -> float | None:
@@ -518,3 +530,64 @@ def job_breakdown(summary: dict) -> pl.DataFrame:
     return pl.DataFrame(rows, schema={"policy": pl.Utf8, "compute_ms": pl.Float64,
                                       "wire_wait_ms": pl.Float64, "bubble_ms": pl.Float64,
                                       "bottleneck_mb": pl.Float64})
+
+
+def port_senders(sojourn: pl.DataFrame, collectives: pl.DataFrame, policy: str, port: str,
+                 start: int, end: int) -> list[str]:
+    """Hosts whose stamped collective packets were sampled leaving ``port`` under ``policy``
+    in [start, end] (the sender's rank is in each stamp's ``seq``), in rank order."""
+    hosts = dict(collectives.filter(pl.col("policy") == policy)
+                 .select("rank", "host").unique().iter_rows())
+    ranks = (sojourn.filter((pl.col("policy") == policy) & (pl.col("port") == port)
+                            & pl.col("t_ns").is_between(start, end) & (pl.col("stamp_ns") > 0))
+             .select((pl.col("seq") // (1 << RANK_SHIFT)).alias("rank").unique().sort())
+             ["rank"].to_list())
+    return [hosts.get(r, f"rank {r}") for r in ranks]
+
+
+STAGES = {1: "the bottleneck", 2: "priority lanes", 3: "adaptive control"}
+
+
+def stage_of(policy: str, p: dict) -> int | None:
+    """Which of the three stages (:data:`STAGES`) a policy of a summary stands for: ``fifo``
+    the bottleneck, ``priority`` the lanes, any policy with a controller adaptive control;
+    ``isolated`` (the baseline) none."""
+    if p.get("controller") is not None or policy.rpartition("+")[2] not in LAYOUTS:
+        return 3
+    return {"fifo": 1, "priority": 2}.get(policy)
+
+
+def stage_frame(summary: dict) -> pl.DataFrame:
+    """:func:`summary_frame` of the policies that stand for a stage, with their ``stage``
+    (1-3), sorted by stage (the summary's order within one)."""
+    stages = {policy: stage_of(policy, p) for policy, p in summary["policies"].items()}
+    return (summary_frame(summary)
+            .with_columns(pl.col("policy").replace_strict(stages, return_dtype=pl.Int64)
+                          .alias("stage"))
+            .filter(pl.col("stage").is_not_null())
+            .with_row_index("order").sort("stage", "order").drop("order"))
+
+
+PHASES = ("compute", "sending", "wire_wait", "bubble")
+
+
+def iteration_phases(collectives: pl.DataFrame, policy: str, ops: list[int]) -> pl.DataFrame:
+    """Per (op, rank) of a training job under ``policy``, for the iterations ``ops``: where
+    the rank's iteration ran (``start_ms``, ``end_ms`` from the first of those iterations'
+    first start) and how long it spent computing, waiting for data on the wire and in
+    bubbles (as recorded), and the rest of it, ``sending``: neither computing nor waiting
+    for a message (the rank's loop queuing and sending its own messages). The run records
+    these sums per iteration, not when each phase happened."""
+    rows = collectives.filter((pl.col("policy") == policy) & pl.col("op").is_in(ops))
+    if rows.is_empty():
+        raise ValueError(f"no iteration {ops} under {policy!r} in this run")
+    t0 = rows["start_ns"].min()
+    return rows.sort("op", "rank").select(
+        "op", "rank", "host",
+        ((pl.col("start_ns") - t0) / 1e6).alias("start_ms"),
+        ((pl.col("end_ns") - t0) / 1e6).alias("end_ms"),
+        (pl.col("compute_ns") / 1e6).alias("compute_ms"),
+        ((pl.col("end_ns") - pl.col("start_ns") - pl.col("compute_ns") - pl.col("exposed_ns")
+          - pl.col("bubble_ns")) / 1e6).alias("sending_ms"),
+        (pl.col("exposed_ns") / 1e6).alias("wire_wait_ms"),
+        (pl.col("bubble_ns") / 1e6).alias("bubble_ms"))

@@ -1,9 +1,11 @@
 """The figure set of a recorded run, written for a blog post: HTML, SVG and PNG.
 
 Which figures a run gets depends on what it recorded: every run has the bottleneck
-queue timeline, the completion-time CDFs and the per-lane sojourns; a run with an
-adaptive policy adds each one's valve timeline; a training job adds where its
-iterations' time went. SVG and PNG are rendered by kaleido with the system's
+queue timeline, the completion-time CDFs and the per-lane sojourns; a run with ``fifo``
+adds the funnel into its bottleneck port, and with ``fifo`` and a later stage (``priority``
+or a controller) the three stages side by side; a run with an adaptive policy adds each
+one's valve timeline; a training job adds where its iterations' time went and each
+rank's timeline. SVG and PNG are rendered by kaleido with the system's
 Chromium, all in one browser session. plotly gives every rendering and every trace
 a random id; traces get ids from their order and the rendering's id is replaced by
 one derived from the figure's name, so the same run gives byte-identical SVG files.
@@ -12,13 +14,13 @@ one derived from the figure's name, so the same run gives byte-identical SVG fil
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from pathlib import Path
 
 import plotly.graph_objects as go
 import plotly.io as pio
 
-from labkit import plots
+from labkit import analysis, plots
 from labkit.rundir import Run
 
 WIDTH, HEIGHT = 960, 540
@@ -30,12 +32,18 @@ def figure_set(run: Run) -> Iterator[tuple[str, Callable[[], go.Figure]]]:
     yield "queue-timeline", lambda: plots.queue_timeline(run)
     yield "completion-cdf", lambda: plots.op_time_cdf(run)
     yield "lane-sojourn", lambda: plots.lane_sojourn(run)
+    stages = set(analysis.stage_frame(run.summary)["stage"])
+    if 1 in stages:
+        yield "funnel", lambda: plots.bottleneck_funnel(run)
+    if 1 in stages and stages & {2, 3}:
+        yield "three-stages", lambda: plots.three_stages(run)
     for policy, p in run.summary["policies"].items():
         if p.get("controller"):
             yield f"valves-{policy.replace('+', '-')}", lambda policy=policy: \
                 plots.valve_timeline(run, policy)
     if any(p.get("job") for p in run.summary["policies"].values()):
         yield "parallelism", lambda: plots.parallelism(run)
+        yield "job-timeline", lambda: plots.job_timeline(run)
 
 
 def stable_svg(svg: bytes, name: str) -> bytes:
@@ -47,14 +55,16 @@ def stable_svg(svg: bytes, name: str) -> bytes:
 
 
 def write(run: Run, out: Path, on_step: Callable[[str], None] | None = None,
-          images: bool = True) -> list[Path]:
-    """Write every figure of ``run`` into ``out`` as .html, .svg and .png (only .html without
-    ``images``); returns the files. ``on_step`` hears of each figure built and each format
-    rendered (figures + 2 steps). Existing files are left alone: a figure set is written
-    into an empty or new directory."""
+          images: bool = True, only: Collection[str] | None = None) -> list[Path]:
+    """Write every figure of ``run`` (those named in ``only``, if given) into ``out`` as
+    .html, .svg and .png (only .html without ``images``); returns the files. ``on_step``
+    hears of each figure built and each format rendered (figures + 2 steps). Existing files
+    are left alone: a figure set is written into an empty or new directory."""
     out.mkdir(parents=True, exist_ok=True)
     built: dict[str, go.Figure] = {}
     for name, build in figure_set(run):
+        if only is not None and name not in only:
+            continue
         taken = [t for t in (out / f"{name}.{ext}" for ext in ("html", "svg", "png"))
                  if t.exists()]
         if taken:

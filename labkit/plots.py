@@ -7,8 +7,11 @@ so a figure lifted into a blog post still says where it came from.
 
 from __future__ import annotations
 
+import re
+
 import plotly.graph_objects as go
 import polars as pl
+from plotly.subplots import make_subplots
 
 from labkit import analysis
 from labkit.rundir import Run
@@ -17,6 +20,10 @@ POLICY_COLORS = {"isolated": "#009E73", "fifo": "#D55E00", "priority": "#0072B2"
                  "reactive": "#56B4E9", "proactive": "#CC79A7", "state-aware": "#000000"}
 LANE_COLORS = {"vip": "#0072B2", "normal": "#999999", "low": "#E69F00", "all": "#CC79A7"}
 LANE_DASH = {"vip": "solid", "normal": "dot", "low": "dash", "all": "dashdot"}
+PHASE_COLORS = {"compute": "#009E73", "sending": "#56B4E9", "wire_wait": "#0072B2",
+                "bubble": "#E69F00"}
+PHASE_LABELS = {"compute": "compute", "sending": "sending", "wire_wait": "data on the wire",
+                "bubble": "bubble"}
 FONT = "Inter, Helvetica, Arial, sans-serif"
 
 
@@ -145,11 +152,9 @@ def parallelism(run: Run) -> go.Figure:
     wire, and bubbles (waits for a peer that had not sent)."""
     frame = analysis.job_breakdown(run.summary)
     fig = go.Figure()
-    for column, label, color in (("compute_ms", "compute", "#009E73"),
-                                 ("wire_wait_ms", "data on the wire", "#0072B2"),
-                                 ("bubble_ms", "bubble", "#E69F00")):
-        fig.add_bar(x=frame["policy"].to_list(), y=frame[column].to_list(), name=label,
-                    marker_color=color)
+    for phase in ("compute", "wire_wait", "bubble"):
+        fig.add_bar(x=frame["policy"].to_list(), y=frame[f"{phase}_ms"].to_list(),
+                    name=PHASE_LABELS[phase], marker_color=PHASE_COLORS[phase])
     fig.update_layout(barmode="stack")
     return _layout(fig, run, "Where an iteration's time goes", "policy",
                    "mean time per iteration (ms)")
@@ -158,8 +163,6 @@ def parallelism(run: Run) -> go.Figure:
 def parallelism_comparison(runs: dict[str, Run], policy: str = "fifo") -> go.Figure:
     """Training jobs side by side (one run each): bytes per iteration across the
     bottleneck, and how much storage contention under ``policy`` slowed the iteration."""
-    from plotly.subplots import make_subplots
-
     fig = make_subplots(rows=1, cols=2, subplot_titles=(
         "MB per iteration across the bottleneck", f"iteration slowdown under {policy} (p50)"))
     names = list(runs)
@@ -187,3 +190,203 @@ def sweep_busbw(sweeps: dict[str, list[dict]], sub: str) -> go.Figure:
     fig.update_xaxes(type="log")
     return _style(fig, "All-Reduce bus bandwidth by message size", sub,
                   "message size (bytes, log scale)", "busbw (Mbit/s)")
+
+
+def _rgba(color: str, alpha: float) -> str:
+    r, g, b = (int(color[i:i + 2], 16) for i in (1, 3, 5))
+    return f"rgba({r},{g},{b},{alpha})"
+
+
+def _workload(run: Run) -> str:
+    """What the collective lanes carry in this run: a training job or the All-Reduce."""
+    job = next((p["job"] for p in run.summary["policies"].values() if p.get("job")), None)
+    return f"{job['parallelism']}-parallel job" if job else "All-Reduce"
+
+
+def _policy_of(run: Run, policy: str) -> dict:
+    policies = run.summary["policies"]
+    if policy not in policies:
+        raise ValueError(f"{run.path}: no policy {policy!r} in this run "
+                         f"(it has {', '.join(policies)})")
+    return policies[policy]
+
+
+def bottleneck_funnel(run: Run, policy: str = "fifo") -> go.Figure:
+    """The funnel: the Mbit/s each lane offered the bottleneck port under ``policy``, what
+    its queue let through and what it dropped (a Sankey, left), beside the port's p99
+    sojourn, largest backlog and drops per lane under every policy (bars, right).
+
+    A Sankey, because the story is conservation: the bands' widths are the measured
+    rates, so the sources visibly add up to more than the one port's link rate, and the
+    excess leaves as the drop band. The vip lane names the hosts whose stamped packets
+    were sampled at the port; storage (TCP) carries no stamps, so its lane is one band."""
+    b = _policy_of(run, policy)["bottleneck"]
+    port = b["port"]
+    start, end = analysis.windows(analysis.op_times(run["collectives"]))[policy]
+    rates = analysis.lane_rates(run["lanes"].filter(pl.col("policy") == policy), port,
+                                start, end).filter(pl.col("offered_mbps") > 0)
+    senders = analysis.port_senders(run["sojourn"], run["collectives"], policy, port,
+                                    start, end)
+    names = {"vip": f"{_workload(run)} · vip lane"
+                    + (f"<br>from {', '.join(senders)}" if senders else ""),
+             "normal": "other traffic · normal lane", "low": "storage · low lane"}
+    lanes = rates["lane"].to_list()
+    through, dropped = len(lanes) + 1, len(lanes) + 2
+    labels = [f"{names[lane]}<br>{mbps:.1f} Mbit/s offered"
+              for lane, mbps in zip(lanes, rates["offered_mbps"], strict=True)]
+    labels += [f"{port}<br>{b['link']}<br>{b['rate_mbps']:g} Mbit/s link",
+               f"through the queue<br>{rates['enqueued_mbps'].sum():.1f} Mbit/s",
+               f"dropped<br>{rates['dropped_packets'].sum()} packets"]
+    source, target, value, color = [], [], [], []
+    for i, r in enumerate(rates.iter_rows(named=True)):
+        for src, dst, mbps in ((i, len(lanes), r["offered_mbps"]),
+                               (len(lanes), through, r["enqueued_mbps"]),
+                               (len(lanes), dropped, r["dropped_mbps"])):
+            if mbps > 0:
+                source.append(src)
+                target.append(dst)
+                value.append(mbps)
+                color.append(_rgba(LANE_COLORS[r["lane"]], 0.45))
+    fig = make_subplots(
+        rows=3, cols=2, column_widths=[0.58, 0.42], horizontal_spacing=0.12,
+        vertical_spacing=0.09,
+        specs=[[{"type": "domain", "rowspan": 3}, {}], [None, {}], [None, {}]],
+        subplot_titles=(f"under {policy}, in Mbit/s", "p99 time in the queue",
+                        "largest backlog", "drops"))
+    fig.add_sankey(
+        node={"label": labels, "pad": 18, "thickness": 16, "line": {"width": 0},
+              "x": [0.001] * len(lanes) + [0.4, 0.999, 0.999],
+              "y": [(i + 0.5) / len(lanes) for i in range(len(lanes))] + [0.5, 0.35, 0.95],
+              "color": [LANE_COLORS[lane] for lane in lanes]
+              + [policy_color(policy), "#999999", "#000000"]},
+        link={"source": source, "target": target, "value": value, "color": color},
+        arrangement="fixed", valueformat=".1f", valuesuffix=" Mbit/s", row=1, col=1)
+    policies = list(run.summary["policies"])
+    shown = [lane for lane in ("vip", "normal", "low")
+             if any(run.summary["policies"][p]["bottleneck"]["lanes"][lane]["packets"]
+                    for p in policies)]
+    for row, (key, per_unit) in enumerate((("sojourn_p99_us", 1e3),
+                                           ("max_backlog_bytes", 1024), ("drops", 1)),
+                                          start=1):
+        for lane in shown:
+            y = [run.summary["policies"][p]["bottleneck"]["lanes"][lane][key]
+                 for p in policies]
+            fig.add_bar(x=policies, y=[None if v is None else v / per_unit for v in y],
+                        name=f"{lane} lane", marker_color=LANE_COLORS[lane],
+                        legendgroup=lane, showlegend=row == 1, row=row, col=2)
+    _layout(fig, run, f"The funnel: traffic converging on {port}", "", "")
+    fig.update_yaxes(type="log", dtick=1, title_text="ms (log)", row=1, col=2)
+    fig.update_yaxes(title_text="KiB", row=2, col=2)
+    fig.update_yaxes(title_text="packets", row=3, col=2)
+    fig.update_xaxes(showticklabels=False, row=1, col=2)
+    fig.update_xaxes(showticklabels=False, row=2, col=2)
+    fig.update_xaxes(tickangle=0, tickfont={"size": 11}, tickvals=policies,
+                     ticktext=[re.sub(r"([-+])", r"\1<br>", p) for p in policies], row=3, col=2)
+    fig.update_layout(barmode="group", margin={"t": 110, "b": 70},
+                      legend={"orientation": "h", "x": 1, "xanchor": "right", "y": -0.1,
+                              "yanchor": "top"})
+    return fig
+
+
+def three_stages(run: Run) -> go.Figure:
+    """The three stages side by side, each with the policies of this run that stand for
+    it (:func:`labkit.analysis.stage_of`): what each stage improves, the collective's p99
+    slowdown (its p99 in ms when the run has no isolated baseline) and vip drops at the
+    bottleneck, and what storage pays for it, its goodput (with the bottleneck port's use
+    on each bar). A stage without a policy in the run says so."""
+    frame = analysis.stage_frame(run.summary)
+    if frame.filter(pl.col("stage") == 1).is_empty():
+        raise ValueError(f"{run.path}: no fifo policy in this run: no bottleneck stage")
+    slowdown = frame["slowdown_p99"].is_not_null().all()
+    slots: list[tuple[float, int, dict | None]] = []  # x, stage, policy's row (None: absent)
+    x = 0.0
+    for stage in analysis.STAGES:
+        rows = list(frame.filter(pl.col("stage") == stage).iter_rows(named=True)) or [None]
+        for r in rows:
+            slots.append((x, stage, r))
+            x += 1
+        x += 0.6
+    fig = _layout(make_subplots(rows=3, cols=1, shared_xaxes=True, vertical_spacing=0.07),
+                  run, "Three stages: bottleneck, priority lanes, adaptive control", "", "")
+    metrics = (("slowdown_p99", "p99 slowdown") if slowdown else ("p99_ms", "p99 (ms)"),
+               ("vip_drops", "vip drops"), ("storage_mbps", "storage Mbit/s"))
+    present = [(x, r) for x, _, r in slots if r]
+    for row, (column, title) in enumerate(metrics, start=1):
+        for x, r in present:
+            text = f"port {r['bottleneck_used']:.0%} used" if column == "storage_mbps" else None
+            fig.add_bar(x=[x], y=[r[column]], width=0.7, name=r["policy"], text=text,
+                        textangle=0, textposition="inside", insidetextanchor="end",
+                        marker_color=policy_color(r["policy"]), showlegend=False,
+                        row=row, col=1)
+        fig.update_yaxes(title_text=title, rangemode="tozero", row=row, col=1)
+    if slowdown:
+        fig.add_hline(y=1, line_dash="dot", annotation_text="isolated = 1", row=1, col=1)
+    for stage, name in analysis.STAGES.items():
+        xs = [x for x, s, _ in slots if s == stage]
+        fig.add_vrect(x0=min(xs) - 0.5, x1=max(xs) + 0.5, fillcolor="#000000",
+                      opacity=0.04 * stage, line_width=0, row="all", col=1)
+        fig.add_annotation(x=sum(xs) / len(xs), y=1.0, xref="x", yref="paper", yshift=6,
+                           yanchor="bottom", showarrow=False, text=f"<b>{stage} · {name}</b>")
+        if all(r is None for _, s, r in slots if s == stage):
+            fig.add_annotation(x=xs[0], y=0.5, xref="x", yref="paper", showarrow=False,
+                               text="not in<br>this run", font={"color": "#777777"})
+    fig.update_xaxes(tickvals=[x for x, _, _ in slots],
+                     ticktext=["" if r is None else _stage_tick(r) for _, _, r in slots],
+                     row=3, col=1)
+    fig.update_layout(margin={"t": 120}, barmode="overlay")
+    return fig
+
+
+def _stage_tick(row: dict) -> str:
+    """A stage policy's tick: a controller alone runs over FIFO ports, and says so."""
+    policy = row["policy"]
+    return f"{policy}<br>(FIFO ports)" if row["stage"] == 3 and "+" not in policy else policy
+
+
+def job_timeline(run: Run, ops: tuple[int, ...] = (0, 1),
+                 policies: list[str] | None = None) -> go.Figure:
+    """Per rank, where the iterations ``ops`` of a training job ran and what they were made
+    of, one panel per policy (shared time axis): each bar spans a rank's iteration from
+    its measured start to its end; inside it, the iteration's recorded compute, sending,
+    wire-wait and bubble times in that order (:func:`labkit.analysis.iteration_phases`:
+    the run records their sums per iteration, not when each happened). A dotted line
+    marks the end of each iteration (its last rank)."""
+    jobs = [p for p, v in run.summary["policies"].items() if v.get("job")]
+    if not jobs:
+        raise ValueError(f"{run.path}: no training job in this run (a job scenario, e.g. "
+                         "topologies/tensor-parallel.yaml, records one)")
+    policies = policies or jobs
+    frames = {p: analysis.iteration_phases(run["collectives"], p, list(ops))
+              for p in policies}
+    fig = make_subplots(rows=len(policies), cols=1, shared_xaxes=True, vertical_spacing=0.1,
+                        subplot_titles=[f"{p}: iteration{'s' if len(ops) > 1 else ''} "
+                                        + " and ".join(str(o) for o in ops)
+                                        for p in policies])
+    _layout(fig, run, f"Per-rank timeline of the {_workload(run)}", "", "")
+    for row, policy in enumerate(policies, start=1):
+        f = frames[policy]
+        ranks = [f"{h} · rank {r}" for h, r in zip(f["host"], f["rank"], strict=True)]
+        base = f["start_ms"]
+        for phase in analysis.PHASES:
+            width = f[f"{phase}_ms"]
+            fig.add_bar(orientation="h", y=ranks, x=width.to_list(), base=base.to_list(),
+                        name=PHASE_LABELS[phase], legendgroup=phase, showlegend=row == 1,
+                        marker={"color": PHASE_COLORS[phase],
+                                "line": {"width": 0.5, "color": "#ffffff"}},
+                        customdata=f["op"].to_list(),
+                        hovertemplate=f"%{{y}} · iteration %{{customdata}}<br>"
+                                      f"{PHASE_LABELS[phase]}: %{{x:.1f}} ms<extra></extra>",
+                        row=row, col=1)
+            base = base + width
+        for end in f.group_by("op").agg(pl.col("end_ms").max()).sort("op")["end_ms"]:
+            fig.add_vline(x=end, line_dash="dot", line_color="#555555", line_width=1,
+                          row=row, col=1)
+        fig.update_yaxes(autorange="reversed", row=row, col=1)
+    fig.update_xaxes(title_text="time since the first rank started (ms)", row=len(policies),
+                     col=1)
+    fig.update_layout(barmode="overlay", bargap=0.25, margin={"t": 100, "b": 90})
+    fig.add_annotation(text="each rank's measured iteration, start to end; inside it the "
+                            "recorded sums laid end to end (their order is not recorded)",
+                       xref="paper", yref="paper", x=0, y=-0.2, showarrow=False,
+                       xanchor="left", yanchor="top", font={"size": 11, "color": "#555555"})
+    return fig

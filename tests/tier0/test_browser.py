@@ -1,6 +1,6 @@
-"""A real browser on a served notebook: Voilà renders 02-priority-queuing on localhost,
-headless Chromium (the system's, driven by Playwright) moves a widget, and the plot
-changes."""
+"""A real browser (the system's headless Chromium, driven by Playwright): on a served
+notebook, Voilà renders 02-priority-queuing on localhost, a widget moves and the plot
+changes; on the pages ``labkit figures`` writes, the plots draw with the network blocked."""
 
 import os
 import shutil
@@ -78,3 +78,42 @@ def test_moving_a_widget_changes_the_plot(served_notebook):
             assert after and all(name.endswith("vip") for name in after) and after != before
         finally:
             browser.close()
+
+
+def test_figure_pages_draw_their_plots_without_the_network(tmp_path):
+    """The pages ``labkit figures`` writes load plotly.js from beside them: with every
+    request that is not a local file aborted, each page still draws its traces."""
+    from playwright.sync_api import sync_playwright
+
+    from labkit import figures, rundir
+
+    require(CHROMIUM is not None, "needs the system Chromium (make setup)")
+    run = rundir.load_run(REPO / "data/sample/bottleneck")
+    pages = figures.write(run, tmp_path, images=False)
+    assert {p.stem for p in pages} >= {"funnel", "three-stages"}
+    blocked: list[str] = []
+
+    def only_files(route):
+        if route.request.url.startswith("file://"):
+            route.continue_()
+        else:
+            blocked.append(route.request.url)
+            route.abort()
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        try:
+            context = browser.new_context()
+            context.route("**/*", only_files)
+            page = context.new_page()
+            for html in pages:
+                page.goto(html.as_uri(), timeout=30_000)
+                page.wait_for_selector(f"#{html.stem}.js-plotly-plot .main-svg",
+                                       timeout=30_000)
+                traces = page.locator(f"#{html.stem} .main-svg .trace").count()
+                assert traces > 0, f"{html.name}: no trace drawn"
+                if html.stem == "funnel":
+                    assert page.locator("#funnel .sankey-node").count() > 0
+        finally:
+            browser.close()
+    assert blocked == [], f"the pages asked the network for {blocked}"

@@ -6,7 +6,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from labkit import analysis, figures, rundir
+from labkit import analysis, figures, plots, rundir
 from labkit.rundir import SCHEMAS
 from tests.conftest import require
 
@@ -83,7 +83,8 @@ def test_same_run_gives_byte_identical_svg(tmp_path):
     first = figures.write(run, tmp_path / "a")
     second = figures.write(run, tmp_path / "b")
     svgs = [p for p in first if p.suffix == ".svg"]
-    assert {p.stem for p in svgs} == {"queue-timeline", "completion-cdf", "lane-sojourn"}
+    assert {p.stem for p in svgs} == {"queue-timeline", "completion-cdf", "lane-sojourn",
+                                      "funnel", "three-stages"}
     for p in svgs:
         assert p.read_bytes() == (tmp_path / "b" / p.name).read_bytes(), p.name
         assert b"bottleneck" in p.read_bytes() and b"4000" in p.read_bytes()  # scenario, scale
@@ -146,3 +147,102 @@ def test_without_chromium_only_html_is_written(tmp_path):
     written = figures.write(run, tmp_path, images=False)
     assert {p.suffix for p in written} == {".html"} and all(p.exists() for p in written)
     assert "parallelism" in {p.stem for p in written}  # a job run adds its breakdown
+
+
+def _sample(name: str) -> rundir.Run:
+    return rundir.load_run(REPO / "data/sample" / name)
+
+
+def test_figure_set_adds_funnel_stages_and_timeline_where_the_run_has_the_data():
+    sets = {name: [n for n, _ in figures.figure_set(_sample(name))]
+            for name in ("bottleneck", "checkpoint-burst", "tensor-parallel")}
+    assert {"funnel", "three-stages"} <= set(sets["bottleneck"])  # fifo + priority
+    assert "job-timeline" not in sets["bottleneck"]
+    assert {"funnel", "three-stages"} <= set(sets["checkpoint-burst"])  # fifo + controllers
+    assert {"funnel", "job-timeline"} <= set(sets["tensor-parallel"])
+    assert "three-stages" not in sets["tensor-parallel"]  # isolated and fifo only
+
+
+@pytest.mark.parametrize("sample, name", [("checkpoint-burst", "three-stages"),
+                                          ("tensor-parallel", "job-timeline")])
+def test_new_figures_give_byte_identical_svg(tmp_path, sample, name):
+    # bottleneck's funnel and three-stages: test_same_run_gives_byte_identical_svg
+    require(shutil.which("chromium") is not None, "needs Chromium for kaleido (make setup)")
+    run = _sample(sample)
+    first = figures.write(run, tmp_path / "a", only={name})
+    figures.write(run, tmp_path / "b", only={name})
+    assert sorted(p.name for p in first) == [f"{name}.html", f"{name}.png", f"{name}.svg"]
+    svg = (tmp_path / "a" / f"{name}.svg").read_bytes()
+    assert svg == (tmp_path / "b" / f"{name}.svg").read_bytes()
+    assert run.summary["run_id"].encode() in svg
+
+
+def test_stage_of_sorts_policies_into_the_three_stages():
+    assert [analysis.stage_of(p, {}) for p in ("isolated", "fifo", "priority")] == [None, 1, 2]
+    assert {analysis.stage_of(p, {}) for p in ("reactive", "priority+state-aware",
+                                               "fifo+proactive")} == {3}
+    assert analysis.stage_of("calm", {"controller": {"decisions": 3}}) == 3
+
+
+def test_funnel_shows_the_summarys_rates_delays_and_drops():
+    run = _sample("bottleneck")
+    fig = plots.bottleneck_funnel(run)
+    sankey = next(t for t in fig.data if t.type == "sankey")
+    lanes = run.summary["policies"]["fifo"]["bottleneck"]["lanes"]
+    labels = list(sankey.node.label)
+    through = next(i for i, label in enumerate(labels) if label.startswith("through"))
+    into_queue = [v for t, v in zip(sankey.link.target, sankey.link.value, strict=True)
+                  if t == through]
+    assert into_queue == pytest.approx([lanes["vip"]["mbps"], lanes["low"]["mbps"]])
+    assert f"{lanes['vip']['drops'] + lanes['low']['drops']} packets" in labels[through + 1]
+    assert any("from g8" in label for label in labels)  # the ring's hop across the port
+    assert "spine1-eth0" in fig.layout.title.text
+    bars = {(t.name, t.yaxis): t.y for t in fig.data if t.type == "bar"}
+    policies = run.summary["policies"]
+    for lane in ("vip", "low"):
+        p99 = [None if (v := policies[p]["bottleneck"]["lanes"][lane]["sojourn_p99_us"]) is None
+               else v / 1e3 for p in policies]
+        assert list(bars[f"{lane} lane", "y"]) == p99
+        assert list(bars[f"{lane} lane", "y3"]) == [
+            policies[p]["bottleneck"]["lanes"][lane]["drops"] for p in policies]
+
+
+def test_three_stages_show_each_stages_measured_figures():
+    for sample, missing in (("checkpoint-burst", "priority lanes"),
+                            ("bottleneck", "adaptive control")):
+        run = _sample(sample)
+        fig = plots.three_stages(run)
+        frame = analysis.summary_frame(run.summary)
+        for axis, column in (("y", "slowdown_p99"), ("y2", "vip_drops"),
+                             ("y3", "storage_mbps")):
+            shown = {t.name: t.y[0] for t in fig.data if t.yaxis == axis}
+            expected = dict(frame.filter(pl.col("policy") != "isolated")
+                            .select("policy", column).iter_rows())
+            assert shown == expected, (sample, column)
+        notes = [a.text for a in fig.layout.annotations]
+        assert notes.count("not in<br>this run") == 1 and any(missing in n for n in notes)
+    run = _sample("bottleneck")
+    run.summary["policies"].pop("fifo")
+    with pytest.raises(ValueError, match="no fifo"):
+        plots.three_stages(run)
+
+
+def test_job_timeline_places_each_ranks_recorded_iterations():
+    run = _sample("tensor-parallel")
+    job = run.summary["policies"]["fifo"]["job"]
+    fig = plots.job_timeline(run, ops=tuple(range(job["iterations"])), policies=["fifo"])
+    by_phase = {t.name: t for t in fig.data}
+    assert list(by_phase) == ["compute", "sending", "data on the wire", "bubble"]
+    rows = run["collectives"].filter(pl.col("policy") == "fifo").sort("op", "rank")
+    t0 = rows["start_ns"].min()
+    first, last = by_phase["compute"], by_phase["bubble"]
+    assert list(first.base) == pytest.approx(((rows["start_ns"] - t0) / 1e6).to_list())
+    ends = [b + w for b, w in zip(last.base, last.x, strict=True)]
+    assert ends == pytest.approx(((rows["end_ns"] - t0) / 1e6).to_list())  # measured end
+    assert sum(first.x) / len(first.x) == pytest.approx(job["compute_ms"])
+    spans = (rows["end_ns"] - rows["start_ns"]) / 1e6
+    assert (pl.Series(last.x) / spans).mean() == pytest.approx(job["bubble_fraction"])
+    assert (pl.Series(by_phase["data on the wire"].x) / spans).mean() == pytest.approx(
+        job["wire_wait_fraction"])
+    with pytest.raises(ValueError, match="no training job"):
+        plots.job_timeline(_sample("bottleneck"))
