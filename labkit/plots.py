@@ -187,3 +187,17 @@ def sweep_busbw(sweeps: dict[str, list[dict]], sub: str) -> go.Figure:
     fig.update_xaxes(type="log")
     return _style(fig, "All-Reduce bus bandwidth by message size", sub,
                   "message size (bytes, log scale)", "busbw (Mbit/s)")
+
+
+def stage_schedule(busy_ns: tuple, stages: list[str], title: str, sub: str) -> go.Figure:
+    """A pipeline's iteration as its plans run (:mod:`labkit.traffic.timeline`): one row
+    per stage, a bar for each compute phase; the gaps between bars are the bubbles."""
+    fig = go.Figure()
+    for i, spans in enumerate(busy_ns):
+        fig.add_bar(y=[stages[i]] * len(spans), x=[(b - a) / 1e6 for a, b in spans],
+                    base=[a / 1e6 for a, _ in spans], orientation="h", showlegend=False,
+                    marker={"color": "#009E73", "line": {"color": "white", "width": 1}},
+                    hovertemplate="%{base:.1f}-%{x:.1f} ms<extra></extra>")
+    fig.update_layout(barmode="overlay", bargap=0.3)
+    fig.update_yaxes(autorange="reversed")
+    return _style(fig, title, sub, "time in the iteration (ms)", "stage (host)")
