@@ -6,6 +6,8 @@ The API, imported on first use (``import labkit`` stays light for notebooks with
   on_progress=None)`` runs a scenario and returns the recorded :class:`Run`;
 * ``labkit.sweep(scenario, op, algo, sizes, iters)`` measures a collective across message
   sizes as nccl-tests does and returns the recorded :class:`Sweep`;
+* ``labkit.calibrate(scenario, policies=None, seconds=8)`` finds the highest link rate
+  this machine emulates the scenario at faithfully and returns the :class:`Calibration`;
 * ``labkit.shell(scenario, policy)`` builds a scenario's fabric without traffic and opens
   Mininet's command line in it;
 * ``labkit.load_run(path)`` reads a recorded run back;
@@ -15,6 +17,7 @@ The API, imported on first use (``import labkit`` stays light for notebooks with
 from importlib import import_module
 
 _API = {"run": "labkit.runner", "sweep": "labkit.runner", "shell": "labkit.runner",
+        "calibrate": "labkit.runner", "Calibration": "labkit.calibration",
         "Progress": "labkit.runner",
         "Sweep": "labkit.runner", "NotReady": "labkit.runner", "RunFailed": "labkit.runner",
         "Run": "labkit.rundir", "load_run": "labkit.rundir", "RunDataError": "labkit.rundir",

@@ -390,3 +390,17 @@ def job_timeline(run: Run, ops: tuple[int, ...] = (0, 1),
                        xref="paper", yref="paper", x=0, y=-0.2, showarrow=False,
                        xanchor="left", yanchor="top", font={"size": 11, "color": "#555555"})
     return fig
+
+
+def stage_schedule(busy_ns: tuple, stages: list[str], title: str, sub: str) -> go.Figure:
+    """A pipeline's iteration as its plans run (:mod:`labkit.traffic.timeline`): one row
+    per stage, a bar for each compute phase; the gaps between bars are the bubbles."""
+    fig = go.Figure()
+    for i, spans in enumerate(busy_ns):
+        fig.add_bar(y=[stages[i]] * len(spans), x=[(b - a) / 1e6 for a, b in spans],
+                    base=[a / 1e6 for a, _ in spans], orientation="h", showlegend=False,
+                    marker={"color": "#009E73", "line": {"color": "white", "width": 1}},
+                    hovertemplate="%{base:.1f}-%{x:.1f} ms<extra></extra>")
+    fig.update_layout(barmode="overlay", bargap=0.3)
+    fig.update_yaxes(autorange="reversed")
+    return _style(fig, title, sub, "time in the iteration (ms)", "stage (host)")

@@ -35,7 +35,7 @@ import polars as pl
 
 from labkit import bpf, rundir
 from labkit import scenario as scenario_mod
-from labkit.calibrate import Calibration
+from labkit.calibration import Calibration
 from labkit.registry import Registry, RunLock, RunLockedError
 from labkit.rundir import Run, RunWriter
 from labkit.scenario import Scenario, ScenarioError
@@ -251,7 +251,7 @@ def calibrate(scenario: str | Path | Scenario, policies: Sequence[str] | None = 
     "running", then "held" or the trial's first fault; ``on_progress`` each trial's run
     progress. The :class:`~labkit.calibrate.Calibration` is returned and recorded in
     ``out`` (default data/runs/<id>)."""
-    from labkit import calibrate as cal
+    from labkit import calibration as cal
     from labkit.capture import CpuSampler
 
     sc, _ = _scenario(scenario, None)

@@ -9,7 +9,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "labkit"
 LAYERS = [  # bottom to top
     ("model", {"abi", "extend", "scenario", "topo", "traffic", "traffic.wire",
                "traffic.schedules", "traffic.jobs", "traffic.roce", "traffic.nvme",
-               "traffic.configs"}),
+               "traffic.configs", "traffic.timeline"}),
     ("kernel", {"netns", "bpf", "tc", "registry", "fabric", "lanes", "telemetry", "capture",
                 "loss", "pcap", "control.valve", "control.gates",
                 "control.feed"}),
@@ -17,9 +17,11 @@ LAYERS = [  # bottom to top
                  "traffic.storage", "traffic.commands"}),
     ("control", {"control", "control.base", "control.reactive", "control.proactive",
                  "control.state_aware", "control.session"}),
-    ("analysis", {"analysis", "nccltests"}),
+    ("analysis", {"analysis", "nccltests", "calibration"}),
     ("run", {"experiment", "runner", "rundir"}),
-    ("presentation", {"", "plots", "figures", "widgets", "cli", "doctor"}),
+    ("presentation", {"", "plots", "figures", "widgets", "cli", "doctor", "labs",
+                      "labs.__main__", "labs.verdict", "labs.notebook", "labs.bottleneck",
+                      "labs.lanes", "labs.controller", "labs.parallelism"}),
 ]
 KERNEL_LIBRARIES = ("pyroute2", "mininet")
 MAY_USE_THEM = LAYERS[1][1] | {"doctor"}

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from labkit import calibrate, scenario
+from labkit import calibration as calibrate
+from labkit import scenario
 
 REPO = Path(__file__).resolve().parents[2]
 

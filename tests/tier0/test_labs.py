@@ -1,0 +1,331 @@
+"""The labs (notebooks/labs/): each runs headless, blank or with the instructor's answers,
+and its checks give the verdicts they should; the checks of the labs that need a real run
+judge recorded runs; the plans' virtual time agrees with the textbook and the recordings.
+Live cells (real runs) are left out here, also as root: tests/tier2/test_labs_kernel.py
+runs them."""
+
+import json
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from labkit.control import CONTROLLERS, Controller
+from labkit.extend import load_class
+from labkit.labs import FAIL, PASS, TODO, Verdict, notebook
+from labkit.labs import bottleneck as lab1
+from labkit.labs import controller as lab3
+from labkit.labs import lanes as lab2
+from labkit.labs import parallelism as lab4
+from labkit.labs.verdict import MIME, Wrong, check
+from labkit.rundir import load_run
+from labkit.traffic import jobs, timeline
+
+REPO = Path(__file__).resolve().parents[2]
+LABS = REPO / "notebooks/labs"
+NAMES = ["lab1-find-the-bottleneck", "lab2-protect-the-collective",
+         "lab3-write-a-controller", "lab4-pipeline-vs-tensor"]
+CHECKS = {NAMES[0]: 3, NAMES[1]: 2, NAMES[2]: 2, NAMES[3]: 3}  # check cells per lab
+NEED_A_RUN = {"The collective is protected", "Your controller against reactive"}
+SHARED = LABS / "shared-lane.yaml"
+SOLVED_LANES = {"vip": [{"roce": True}], "low": [{"tcp_port": 4420}]}
+IN_ORDER = ["g1", "g2", "g3", "g4", "g5", "g6", "g7", "g8"]
+
+
+def executed(name: str, solution: bool) -> tuple[list[dict], list[str]]:
+    nb = notebook.read(LABS / f"{name}.ipynb")
+    if solution:
+        notebook.fill(nb, notebook.solution_for(LABS / f"{name}.ipynb"))
+    notebook.execute(notebook.leave_out_live(nb), LABS, timeout=300)
+    return notebook.verdicts(nb), notebook.problems(nb)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_a_blank_lab_runs_and_every_check_says_not_yet(name):
+    verdicts, problems = executed(name, solution=False)
+    assert not problems
+    assert len(verdicts) == CHECKS[name]
+    assert all(v["status"] in (TODO, FAIL) for v in verdicts), verdicts
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_the_instructors_answers_pass_every_check(name):
+    """Labs 2 and 3 have no run here (their live cells are left out): their paper checks
+    pass and their run checks ask for the run."""
+    verdicts, problems = executed(name, solution=True)
+    assert not problems
+    assert len(verdicts) == CHECKS[name]
+    for v in verdicts:
+        assert v["status"] == (TODO if v["check"] in NEED_A_RUN else PASS), v
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_the_pair_agrees_and_is_stripped_and_answers_and_live_cells_are_tagged(name):
+    ipynb, script = (notebook.read(LABS / f"{name}{ext}") for ext in (".ipynb", ".py"))
+    assert [(c.cell_type, c.source, c.metadata.get("tags")) for c in ipynb.cells] == \
+        [(c.cell_type, c.source, c.metadata.get("tags")) for c in script.cells]
+    raw = json.loads((LABS / f"{name}.ipynb").read_text())
+    assert all(not c.get("outputs") for c in raw["cells"] if c["cell_type"] == "code")
+    assert notebook.tagged(ipynb, notebook.ANSWER)
+    assert len(notebook.tagged(ipynb, notebook.LIVE)) == (0 if name == NAMES[0] else 1)
+
+
+def test_a_solution_that_does_not_fit_its_lab_is_refused(tmp_path):
+    (tmp_path / "lab.py").write_text('# %% tags=["answer"]\nX = ...\n\n# %%\nprint(X)\n')
+    (tmp_path / "solutions").mkdir()
+    (tmp_path / "solutions/lab.py").write_text('# %% tags=["answer"]\nX = 1\n\n'
+                                               '# %% tags=["answer"]\nY = 2\n')
+    with pytest.raises(ValueError, match="2 answers for the 1 answer cells"):
+        notebook.fill(notebook.read(tmp_path / "lab.py"),
+                      notebook.solution_for(tmp_path / "lab.py"))
+
+
+def test_the_notebooks_test_does_not_pick_up_the_labs():
+    from tests.tier0.test_notebooks import NOTEBOOKS
+
+    assert NOTEBOOKS and not any("labs" in p.parts for p in NOTEBOOKS)
+
+
+# --- the verdict ------------------------------------------------------------------------
+
+
+def test_a_verdict_shows_in_a_notebook_and_a_terminal():
+    v = Verdict("Lab x", FAIL, "not < 3", "try 2")
+    bundle = v._repr_mimebundle_()
+    assert bundle[MIME] == {"check": "Lab x", "status": FAIL, "message": "not < 3",
+                            "hint": "try 2"}
+    assert "not &lt; 3" in bundle["text/html"] and "try 2" in bundle["text/html"]
+    assert str(v) == "✘ Lab x: not yet\n  not < 3\n  hint: try 2"
+    assert not v.passed and Verdict("Lab x", PASS, "ok").passed
+
+
+def test_whatever_goes_wrong_in_a_check_becomes_a_verdict():
+    @check("Demo")
+    def demo(answer):
+        if answer == "wrong":
+            raise Wrong("no", "yes")
+        return {}[answer]
+
+    assert demo("wrong") == Verdict("Demo", FAIL, "no", "yes")
+    crashed = demo("key")
+    assert crashed.status == FAIL and "KeyError" in crashed.message
+    assert demo(1, 2, 3).status == FAIL  # even a wrong call
+
+
+# --- lab 1: find the bottleneck ---------------------------------------------------------
+
+
+@pytest.mark.parametrize(("answer", "status", "words"), [
+    (("spine1", "leaf1"), PASS, "1024 KiB"),
+    ("spine1->leaf1", PASS, "spine1-eth0"),
+    ("spine1-eth0", PASS, "its whole"),
+    (("leaf1", "spine1"), FAIL, "wrong direction"),
+    (("g1", "leaf1"), FAIL, "host's own NIC"),
+    (("leaf1", "g2"), FAIL, "not among the ports the recording watched"),
+    (("leaf1", "st1"), FAIL, "no link to st1"),
+    (..., TODO, "QUEUE_AT"),
+])
+def test_lab1_queue_port(answer, status, words):
+    v = lab1.check_queue_port(answer)
+    assert v.status == status and words in v.message, v
+
+
+def test_lab1_the_traffic_table_shows_the_funnel():
+    row = lab1.port_traffic().filter(pl.col("port") == "spine1->leaf1").row(0, named=True)
+    assert row["offered_mbps"] == 220 and row["more_than_it_sends"]
+    assert "allreduce g8->g1" in row["flows"] and "dataset st1->g4" in row["flows"]
+
+
+@pytest.mark.parametrize(("ms", "status", "hint"), [
+    (83.9, PASS, ""), (80, PASS, ""), (10.5, FAIL, "bits"), (0.0839, FAIL, "units"),
+    (40, FAIL, "bits / (bits per second)"), ("soon", FAIL, "number"), (None, TODO, "")])
+def test_lab1_full_queue_wait(ms, status, hint):
+    v = lab1.check_full_queue_wait(ms)
+    assert v.status == status and hint in v.hint, v
+
+
+@pytest.mark.parametrize(("lane", "status"), [("low", PASS), (" LOW ", PASS), ("vip", FAIL),
+                                              ("normal", FAIL), ("blue", FAIL), (..., TODO)])
+def test_lab1_waiting_lane(lane, status):
+    assert lab1.check_waiting_lane(lane).status == status
+
+
+# --- lab 2: protect the collective ------------------------------------------------------
+
+
+@pytest.mark.parametrize(("lanes", "status", "words"), [
+    (SOLVED_LANES, PASS, "storage data from st1 (NVMe/TCP) -> low"),
+    ({"vip": [{"udp_dport": 4791}]}, PASS, "rides normal"),
+    ({"vip": [{"tcp_port": 4420}, {"roce": True}]}, FAIL, "still shares the vip lane"),
+    ({"low": [{"tcp_port": 4420}]}, FAIL, "not in vip"),
+    ({"vip": [{"roce": True}], "low": [{"tcp_prot": 4420}]}, FAIL, "lanes.low[0].tcp_prot"),
+    ([SOLVED_LANES], FAIL, "must be a dict"),
+    (..., TODO, "LANES"),
+])
+def test_lab2_lane_rules(lanes, status, words):
+    v = lab2.check_lane_rules(lanes, SHARED)
+    assert v.status == status and words in v.message, v
+
+
+def test_lab2_the_classifier_logic_first_match_wins():
+    rules = lab2.with_lanes(SHARED, {"low": [{"tcp_dport": 4420}], "vip": [{"tcp_port": 4420}]})
+    to_server = {"proto": "tcp", "sport": 50000, "dport": 4420, "dscp": 0, "roce": False}
+    from_server = {**to_server, "sport": 4420, "dport": 50000}
+    assert lab2.lane_of(rules.lanes, to_server) == "low"
+    assert lab2.lane_of(rules.lanes, from_server) == "vip"
+    assert lab2.lane_of(rules.lanes, {**to_server, "proto": "udp"}) == "normal"
+
+
+def test_lab2_a_run_that_meets_the_bar_passes_and_one_that_does_not_fails():
+    run = load_run(lab2.SAMPLE_BOTTLENECK)
+    good = lab2.check_protected(run)  # priority: 0.99
+    assert good.status == PASS and "0.99" in good.message
+    bad = lab2.check_protected(lab2.SAMPLE_BOTTLENECK, policy="fifo")  # 3.04, by its path
+    assert bad.status == FAIL and "3.04" in bad.message and "dropped" in bad.message
+    assert lab2.check_protected(None).status == TODO
+    assert "no proactive policy" in lab2.check_protected(run, "proactive").message
+    run.summary["policies"]["priority"]["allreduce"]["slowdown_p99"] = None
+    assert "no isolated policy" in lab2.check_protected(run).message
+
+
+def test_lab2_a_blank_or_refused_rule_set_runs_nothing(capsys):
+    assert lab2.run_with_lanes(SHARED, ...) is None
+    assert lab2.run_with_lanes(SHARED, {"vip": [{"nope": 1}]}) is None
+    assert "Not run: the scenario refuses these lanes" in capsys.readouterr().out
+
+
+# --- lab 3: write a controller ----------------------------------------------------------
+
+
+def test_lab3_a_run_where_the_controller_beats_reactive_passes():
+    run = load_run(lab3.SAMPLE)  # reactive 1.48, proactive 1.16, fifo 2.26 (p99 slowdown)
+    assert lab3.check_beats(run, mine="proactive").status == PASS
+    worse = lab3.check_beats(run, mine="fifo")
+    assert worse.status == FAIL and "2.26" in worse.message and "1.48" in worse.message
+    assert "no mine policy" in lab3.check_beats(run).message
+    assert lab3.check_beats(None).status == TODO
+    for p in run.summary["policies"].values():  # a run without isolated compares p99 ms
+        p["allreduce"]["slowdown_p99"] = None
+    assert " ms under proactive" in lab3.check_beats(run, mine="proactive").message
+
+
+def test_lab3_rehearsal_tells_a_quick_controller_from_reactive():
+    calm = load_class(f"{REPO / 'docs/examples/controller.py'}:Calm", Controller, "step")
+    assert lab3.check_rehearsal(calm).status == PASS
+    assert lab3.check_rehearsal(CONTROLLERS["proactive"]).status == PASS
+    slow = lab3.check_rehearsal(CONTROLLERS["reactive"])
+    assert slow.status == FAIL and "held only after" in slow.message
+    reactive = lab3.rehearse(CONTROLLERS["reactive"])
+    assert all(ms > lab3.REACT_MS for ms in reactive.held_after_ms)  # it halves, step by step
+
+
+class Todo(Controller):
+    def step(self, now_ns):
+        raise NotImplementedError
+
+
+class Broken(Controller):
+    def step(self, now_ns):
+        return 1 / 0
+
+
+class Miser(Controller):
+    def step(self, now_ns):
+        self.hold(self.plant.spec.busy_share, "always")
+
+
+class Idle(Controller):
+    def step(self, now_ns):
+        pass
+
+
+@pytest.mark.parametrize(("cls", "status", "words"), [
+    (Todo, TODO, "not written yet"), (Broken, FAIL, "ZeroDivisionError"),
+    (Miser, FAIL, "starves"), (Idle, FAIL, "never"), (Controller, TODO, "not written"),
+    (int, FAIL, "not a controller class"), (..., TODO, "blank")])
+def test_lab3_rehearsal_verdicts(cls, status, words):
+    v = lab3.check_rehearsal(cls)
+    assert v.status == status and words in v.message, v
+
+
+def test_lab3_a_class_that_fails_its_rehearsal_is_not_run(capsys):
+    assert lab3.run_against(Todo) is None and lab3.run_against(Broken) is None
+    assert "ZeroDivisionError" in capsys.readouterr().out
+
+
+# --- lab 4: pipeline vs tensor parallelism ----------------------------------------------
+
+
+@pytest.mark.parametrize("schedule", jobs.PIPELINE_SCHEDULES)
+def test_plans_in_virtual_time_idle_as_the_textbook_says(schedule):
+    for p, m in [(2, 1), (4, 3), (8, 8), (8, 16)]:
+        job = {"parallelism": "pipeline", "microbatches": m, "activation_bytes": 4096,
+               "stage_compute_ms": 5, "schedule": schedule}
+        run = timeline.simulate([jobs.plan(job, p, r) for r in range(p)])
+        assert run.idle_fraction == pytest.approx((p - 1) / (m + p - 1))
+        assert run.makespan_ns == pytest.approx((m + p - 1) * 15e6)
+        assert all(sum(b - a for a, b in spans) == pytest.approx(m * 15e6)
+                   for spans in run.busy_ns)
+
+
+def test_plans_with_wire_times_match_the_recorded_tensor_job():
+    """The tensor job's plans, each message at 100 Mbit/s, last as long as the recorded
+    job's iterations alone (413.6 ms against a median of 412.7 ms)."""
+    sc = lab4.scenario.load(lab4.TENSOR)
+    run = timeline.simulate(lab4._plans(sc), lab4.wire_time(sc))
+    recorded = load_run(lab4.SAMPLES / "tensor-parallel").summary
+    assert run.makespan_ns / 1e6 == pytest.approx(
+        recorded["policies"]["isolated"]["job"]["p50_ms"], rel=0.05)
+
+
+def test_plans_that_wait_for_a_message_never_sent_are_refused():
+    from labkit.traffic.schedules import Msg, Plan, Step
+
+    lonely = Plan([Step(recv=[Msg(1, 0, 10)]), Step()], 1, {}, {})
+    with pytest.raises(ValueError, match="deadlock"):
+        timeline.simulate([lonely, Plan([Step()], 0, {}, {})])
+
+
+@pytest.mark.parametrize(("fn", "status", "words"), [
+    (lambda p, m: (p - 1) / (m + p - 1), PASS, "15 cases"),
+    (lambda p, m: (p - 1) / m, FAIL, "labkit's plans idle 0.5000"),
+    (lambda p, m: 1 / 0, FAIL, "ZeroDivisionError"),
+    (lambda p, m: ..., TODO, "blank"),
+    (lambda p, m: "half", FAIL, "'half'"),
+    (3, FAIL, "not a function"),
+])
+def test_lab4_bubble_formula(fn, status, words):
+    v = lab4.check_bubble_formula(fn)
+    assert v.status == status and words in v.message, v
+
+
+@pytest.mark.parametrize(("m", "placement", "status", "words"), [
+    (8, IN_ORDER, PASS, "512 KiB across"),
+    (4, ["g1", "g2", "g5", "g6", "g7", "g8", "g3", "g4"], PASS, "could cut the uplink"),
+    (16, IN_ORDER, FAIL, "no longer the textbook's bubble"),
+    (8, list(lab4.START[1]), FAIL, "no fewer bytes"),
+    (2, IN_ORDER, FAIL, "no smaller"),
+    (*lab4.START, TODO, "starting point"),
+    (0, IN_ORDER, FAIL, "whole number"),
+    (8, IN_ORDER[:-1] + ["g1"], FAIL, "each GPU host once"),
+])
+def test_lab4_pipeline_choice(m, placement, status, words):
+    v = lab4.check_pipeline_choice(m, placement)
+    assert v.status == status and words in v.message, v
+
+
+def test_lab4_uplink_question_and_its_figures():
+    assert lab4.check_more_uplink("tensor").status == PASS
+    assert lab4.check_more_uplink("pipeline").status == FAIL
+    start, best = lab4.compare([lab4.START, (8, IN_ORDER)]).iter_rows(named=True)
+    assert start["uplink_kib"] == 7 * best["uplink_kib"] == 7 * 512  # 7 boundaries vs 1
+    assert start["bubble_free_messages"] == start["textbook"] == pytest.approx(7 / 9, abs=1e-3)
+    assert len(lab4.schedule_figure(4, IN_ORDER).data) == 8  # one row of bars per stage
+    assert lab4.measured(None).startswith("no live run")
+    assert lab4.measured(lab4.SAMPLES / "pipeline-parallel")["uplink_kib_one_way"][0] == 256
+
+
+def test_lab4_a_blank_or_invalid_choice_runs_nothing(capsys):
+    assert lab4.run_choice(..., IN_ORDER) is None
+    assert lab4.run_choice(0, IN_ORDER) is None
+    assert "whole number" in capsys.readouterr().out
