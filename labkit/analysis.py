@@ -430,6 +430,44 @@ def lane_sojourns(sojourn: pl.DataFrame, summary: dict, spans: dict) -> pl.DataF
         schema={"policy": pl.Utf8, "lane": pl.Utf8, "sojourn_us": pl.Float64})
 
 
+def watched_ports(queue: pl.DataFrame) -> list[str]:
+    """The ports whose queues a run sampled, sorted."""
+    return queue["port"].unique().sort().to_list()
+
+
+PORT_BACKLOG_COLUMNS = {"policy": pl.Utf8, "port": pl.Utf8, "backlog_kib": pl.Float64,
+                        "max_kib": pl.Float64, "mbps": pl.Float64,
+                        **{f"{lane}_drops": pl.Int64 for lane in LANES}}
+
+
+def port_backlogs(queue: pl.DataFrame, lanes: pl.DataFrame, spans: dict[str, tuple[int, int]],
+                  ports: list[str], q: float) -> pl.DataFrame:
+    """Per policy in ``spans`` (in its order) and port in ``ports``, over the policy's span:
+    the backlog (KiB, all classes summed) at the ``q`` quantile of the samples and at most,
+    the Mbit/s the port sent and the packets each lane lost there."""
+    parts = []
+    for policy, (start, end) in spans.items():
+        mine = pl.col("policy") == policy
+        backlog = (queue.filter(mine & pl.col("port").is_in(ports)
+                                & pl.col("t_ns").is_between(start, end))
+                   .group_by("port", "t_ns").agg(pl.col("backlog_bytes").sum() / 1024)
+                   .group_by("port").agg(
+                       pl.col("backlog_bytes").quantile(q, interpolation="linear")
+                       .alias("backlog_kib"), pl.col("backlog_bytes").max().alias("max_kib")))
+        sent = (counter_delta(queue.filter(mine & pl.col("port").is_in(ports)),
+                              ["port", "classid"], ["bytes"], start, end)
+                .group_by("port").agg(pl.col("bytes").sum() * 8e3 / max(end - start, 1))
+                .rename({"bytes": "mbps"}))
+        lost = (counter_delta(lanes.filter(mine & pl.col("port").is_in(ports)),
+                              ["port", "lane"], ["dropped_packets"], start, end)
+                .group_by("port").agg(pl.col("dropped_packets").filter(pl.col("lane") == lane)
+                                      .sum().alias(f"{lane}_drops") for lane in LANES))
+        parts.append(backlog.join(sent, on="port", how="left").join(lost, on="port", how="left")
+                     .with_columns(pl.lit(policy).alias("policy")).sort("port"))
+    return pl.concat([p.select(list(PORT_BACKLOG_COLUMNS)).cast(PORT_BACKLOG_COLUMNS)
+                      for p in parts]) if parts else pl.DataFrame(schema=PORT_BACKLOG_COLUMNS)
+
+
 def allowed_storage(controller: pl.DataFrame, policy: str, start: int, end: int,
                     open_mbps: float, step_ns: int = 5_000_000) -> pl.DataFrame:
     """What the logged valves let storage send (low lane, Mbit/s summed over the valves,
@@ -591,3 +629,24 @@ def iteration_phases(collectives: pl.DataFrame, policy: str, ops: list[int]) -> 
           - pl.col("bubble_ns")) / 1e6).alias("sending_ms"),
         (pl.col("exposed_ns") / 1e6).alias("wire_wait_ms"),
         (pl.col("bubble_ns") / 1e6).alias("bubble_ms"))
+
+
+# --- collective sweeps (``labkit sweep``) ---------------------------------------------------
+
+SWEEP_COLUMNS = {"sweep": pl.Utf8, "size": pl.Int64, "time_us": pl.Float64,
+                 "algbw_mbps": pl.Float64, "busbw_mbps": pl.Float64, "link_mbps": pl.Float64,
+                 "retransmits": pl.Int64}
+
+
+def sweep_frame(sweeps: dict[str, list[dict]]) -> pl.DataFrame:
+    """One row per sweep and message size: time, algbw, busbw, the link rate and the
+    packets go-back-N resent (``sweeps``: name -> the rows of its sweep.json)."""
+    return pl.DataFrame([{"sweep": name, **{c: r[c] for c in list(SWEEP_COLUMNS)[1:]}}
+                         for name, rows in sweeps.items() for r in rows], schema=SWEEP_COLUMNS)
+
+
+def pick_sweeps(sweeps: dict[str, list[dict]], names: list[str],
+                sizes: tuple[int, int]) -> dict[str, list[dict]]:
+    """The sweeps in ``names`` (in their order), each cut to message sizes in ``sizes``
+    (smallest, largest, both included)."""
+    return {n: [r for r in sweeps[n] if sizes[0] <= r["size"] <= sizes[1]] for n in names}

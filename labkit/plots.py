@@ -24,6 +24,7 @@ PHASE_COLORS = {"compute": "#009E73", "sending": "#56B4E9", "wire_wait": "#0072B
                 "bubble": "#E69F00"}
 PHASE_LABELS = {"compute": "compute", "sending": "sending", "wire_wait": "data on the wire",
                 "bubble": "bubble"}
+PORT_DASH = ("solid", "dash", "dot", "dashdot")
 FONT = "Inter, Helvetica, Arial, sans-serif"
 
 
@@ -68,19 +69,28 @@ def op_time_cdf(run: Run) -> go.Figure:
                    "fraction of ops")
 
 
-def queue_timeline(run: Run, port: str | None = None) -> go.Figure:
-    """Backlog at the bottleneck port over each policy's window, one line per policy."""
+def queue_timeline(run: Run, ports: list[str] | None = None, policies: list[str] | None = None,
+                   window: tuple[float, float] = (0.0, 1.0)) -> go.Figure:
+    """Backlog (all classes summed) at ``ports`` (default: each policy's bottleneck port)
+    over the part ``window`` (fractions from, to) of each policy's ops, one line per policy
+    and port (dashed by port), timed from the policy's first op."""
+    first = analysis.windows(analysis.op_times(run["collectives"]))
+    spans = analysis.part_of_windows(run["collectives"], window)
     fig = go.Figure()
-    spans = analysis.windows(analysis.op_times(run["collectives"]))
-    for policy, p in run.summary["policies"].items():
-        name = port or p["bottleneck"]["port"]
+    for policy in list(run.summary["policies"]) if policies is None else policies:
+        here = ports if ports is not None else [
+            run.summary["policies"][policy]["bottleneck"]["port"]]
         start, end = spans[policy]
-        q = analysis.backlog_series(run["queue"], policy, name, start, end)
-        fig.add_scatter(x=((q["t_ns"] - start) / 1e9).to_list(),
-                        y=(q["backlog_bytes"] / 1024).to_list(), mode="lines", name=policy,
-                        line={"color": policy_color(policy), "width": 1.5})
-    return _layout(fig, run, f"Queue at the bottleneck port{f' {port}' if port else ''}",
-                   "time since the first op (s)", "backlog (KiB)")
+        for i, port in enumerate(here):
+            q = analysis.backlog_series(run["queue"], policy, port, start, end)
+            fig.add_scatter(x=((q["t_ns"] - first[policy][0]) / 1e9).to_list(),
+                            y=(q["backlog_bytes"] / 1024).to_list(), mode="lines",
+                            name=policy if len(here) == 1 else f"{policy} · {port}",
+                            line={"color": policy_color(policy), "width": 1.5,
+                                  "dash": PORT_DASH[i % len(PORT_DASH)]})
+    where = "the bottleneck port" if ports is None else ", ".join(ports) or "no port"
+    return _layout(fig, run, f"Queue at {where}", "time since the first op (s)",
+                   "backlog (KiB)")
 
 
 def lane_sojourn(run: Run, policies: list[str] | None = None, lanes: list[str] | None = None,
@@ -90,8 +100,8 @@ def lane_sojourn(run: Run, policies: list[str] | None = None, lanes: list[str] |
     spans = analysis.part_of_windows(run["collectives"], window)
     frame = analysis.lane_sojourns(run["sojourn"], run.summary, spans)
     fig = go.Figure()
-    for policy in policies or list(run.summary["policies"]):
-        for lane in lanes or ["vip", "low"]:
+    for policy in list(run.summary["policies"]) if policies is None else policies:
+        for lane in ["vip", "low"] if lanes is None else lanes:
             x, y = analysis.cdf(frame.filter((pl.col("policy") == policy)
                                              & (pl.col("lane") == lane))["sojourn_us"])
             if x:
@@ -177,16 +187,28 @@ def parallelism_comparison(runs: dict[str, Run], policy: str = "fifo") -> go.Fig
     return _style(fig, "Tensor vs pipeline parallelism on the same fabric", sub, "", "")
 
 
-def sweep_busbw(sweeps: dict[str, list[dict]], sub: str) -> go.Figure:
+SWEEP_PALETTE = ("#0072B2", "#009E73", "#CC79A7", "#D55E00", "#E69F00", "#56B4E9")
+
+
+def sweep_colors(names: list[str]) -> dict[str, str]:
+    """A colour per sweep name, in order: pass the colours of all the sweeps to keep each
+    one's colour when only some are drawn."""
+    return {n: SWEEP_PALETTE[i % len(SWEEP_PALETTE)] for i, n in enumerate(names)}
+
+
+def sweep_busbw(sweeps: dict[str, list[dict]], sub: str,
+                colors: dict[str, str] | None = None) -> go.Figure:
     """Bus bandwidth against message size, one line per sweep (``labkit sweep`` records),
     with the link rate the busbw can at most reach."""
+    colors = colors or sweep_colors(list(sweeps))
     fig = go.Figure()
-    palette = ["#0072B2", "#009E73", "#CC79A7", "#D55E00", "#E69F00", "#56B4E9"]
-    for i, (name, rows) in enumerate(sweeps.items()):
+    for name, rows in sweeps.items():
         fig.add_scatter(x=[r["size"] for r in rows], y=[r["busbw_mbps"] for r in rows],
-                        mode="lines+markers", name=name, line={"color": palette[i % 6]})
-    link = min(r["link_mbps"] for rows in sweeps.values() for r in rows)
-    fig.add_hline(y=link, line_dash="dot", annotation_text=f"link rate {link:g} Mbit/s")
+                        mode="lines+markers", name=name, line={"color": colors[name]})
+    links = [r["link_mbps"] for rows in sweeps.values() for r in rows]
+    if links:
+        fig.add_hline(y=min(links), line_dash="dot",
+                      annotation_text=f"link rate {min(links):g} Mbit/s")
     fig.update_xaxes(type="log")
     return _style(fig, "All-Reduce bus bandwidth by message size", sub,
                   "message size (bytes, log scale)", "busbw (Mbit/s)")

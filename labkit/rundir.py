@@ -301,3 +301,12 @@ def list_runs(root: Path = RUNS_DIR) -> list[dict]:
                                               time.localtime(d.stat().st_mtime))})
     return out
 
+
+
+def load_sweeps(root: str | Path) -> dict[str, list[dict]]:
+    """The rows of every sweep under ``root`` (a directory holding ``sweep.json``), by the
+    directory's name, in name order."""
+    found = sorted(Path(root).glob("*/sweep.json"))
+    if not found:
+        raise RunDataError(f"{root}: no sweep directories (*/sweep.json)")
+    return {f.parent.name: json.loads(f.read_text()) for f in found}

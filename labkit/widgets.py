@@ -1,7 +1,9 @@
 """ipywidgets for the notebooks, one cell each.
 
-* :func:`explorer` — over a recorded run: pick policies and lanes, a time window and a
-  percentile, and the linked figure and table redraw;
+* :func:`explorer` — over recorded runs: pick a run, policies, lanes and ports, a time window
+  and a percentile, and the linked figures and tables redraw (one :class:`Panel` per view);
+* :func:`sweep_explorer` — over collective sweeps: pick sweeps and a range of message sizes,
+  and the busbw plot and its table redraw;
 * :func:`live_panel` — sliders, a run button and a progress bar for a short real run.
 """
 
@@ -9,6 +11,8 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import ipywidgets as w
@@ -21,6 +25,46 @@ from labkit.rundir import RUNS_DIR, Run, new_run_id
 from labkit.scenario import Scenario
 
 PERCENTILES = {"p50": 0.5, "p90": 0.9, "p99": 0.99, "p99.9": 0.999}
+
+
+@dataclass(frozen=True)
+class Selection:
+    """What the explorer's controls pick in one run (policies and ports in the run's order)."""
+
+    run: Run
+    policies: list[str]
+    lanes: list[str]
+    ports: list[str]
+    window: tuple[float, float]
+    percentile: str
+
+
+View = Callable[[Selection], tuple[go.Figure, str, pl.DataFrame]]
+
+
+class Panel:
+    """A plotly FigureWidget with a captioned table under it, redrawn in place together
+    (``css``: a class on its box, for styling and for the browser test)."""
+
+    def __init__(self, figure: go.Figure, caption: str, rows: pl.DataFrame, css: str):
+        self.figure = go.FigureWidget(figure)
+        self.table = w.HTML()
+        self.box = w.VBox([self.figure, self.table])
+        self.box.add_class(css)
+        self._table(caption, rows)
+
+    def show(self, figure: go.Figure, caption: str, rows: pl.DataFrame) -> None:
+        """Replace the traces, title, lines and notes by ``figure``'s, and the table."""
+        with self.figure.batch_update():
+            self.figure.data = []
+            self.figure.add_traces(list(figure.data))
+            self.figure.layout.title.text = figure.layout.title.text
+            self.figure.layout.shapes = figure.layout.shapes
+            self.figure.layout.annotations = figure.layout.annotations
+        self._table(caption, rows)
+
+    def _table(self, caption: str, rows: pl.DataFrame) -> None:
+        self.table.value = f"<b>{caption}</b>" + rows._repr_html_()
 
 
 def lane_table(run: Run, policies: list[str], lanes: list[str], window: tuple[float, float],
@@ -36,43 +80,129 @@ def lane_table(run: Run, policies: list[str], lanes: list[str], window: tuple[fl
             .sort("policy", "lane"))
 
 
-def explorer(runs: dict[str, Run] | Run) -> w.VBox:
-    """Run and policy pickers, a lane filter, a time-window slider and a percentile
-    selector, linked to the per-lane sojourn CDFs (a plotly FigureWidget, redrawn in place)
-    and a table of the chosen percentile."""
+def sojourn_view(s: Selection) -> tuple[go.Figure, str, pl.DataFrame]:
+    """Per-lane sojourn CDFs at the bottleneck port, and their percentile per lane."""
+    return (plots.lane_sojourn(s.run, s.policies, s.lanes, s.window),
+            f"sojourn at {s.percentile} (µs)",
+            lane_table(s.run, s.policies, s.lanes, s.window, PERCENTILES[s.percentile]))
+
+
+def queue_view(s: Selection) -> tuple[go.Figure, str, pl.DataFrame]:
+    """The backlog timeline of the chosen ports, and per policy and port the backlog at
+    the percentile and at most, what the port sent and what each lane lost there."""
+    spans = analysis.part_of_windows(s.run["collectives"], s.window)
+    rows = analysis.port_backlogs(s.run["queue"], s.run["lanes"],
+                                  {p: spans[p] for p in s.policies}, s.ports,
+                                  PERCENTILES[s.percentile])
+    return (plots.queue_timeline(s.run, s.ports, s.policies, s.window),
+            f"backlog at {s.percentile} of the samples and at most (KiB), Mbit/s sent, "
+            "packets each lane lost", rows.with_columns(pl.col(pl.Float64).round(1)))
+
+
+CONTROL_ROWS = (("run", "policies", "lanes", "ports"), ("window", "percentile"))
+
+
+def run_controls(runs: dict[str, Run]) -> dict[str, w.ValueWidget]:
+    """The explorer's controls by name: run, policies, lanes, ports, window, percentile
+    (policies and ports get their options from :func:`fit_controls`)."""
+    return {
+        "run": w.Dropdown(options=list(runs), description="run"),
+        "policies": w.SelectMultiple(description="policies"),
+        "lanes": w.SelectMultiple(options=["vip", "normal", "low"], value=("vip", "low"),
+                                  description="lanes"),
+        "ports": w.SelectMultiple(description="ports"),
+        "window": w.FloatRangeSlider(value=(0.0, 1.0), min=0.0, max=1.0, step=0.05,
+                                     description="window", readout_format=".0%"),
+        "percentile": w.Dropdown(options=list(PERCENTILES), value="p99",
+                                 description="percentile"),
+    }
+
+
+def fit_controls(controls: dict[str, w.ValueWidget], run: Run) -> None:
+    """Offer ``run``'s policies (all picked) and the ports it watched (its bottleneck
+    ports picked)."""
+    policies = tuple(run.summary["policies"])
+    controls["policies"].options, controls["policies"].value = policies, policies
+    controls["ports"].options = analysis.watched_ports(run["queue"])
+    controls["ports"].value = tuple(sorted({p["bottleneck"]["port"]
+                                            for p in run.summary["policies"].values()}))
+
+
+def selection(runs: dict[str, Run], controls: dict[str, w.ValueWidget]) -> Selection:
+    """What ``controls`` pick now."""
+    run = runs[controls["run"].value]
+    return Selection(
+        run, [p for p in run.summary["policies"] if p in controls["policies"].value],
+        list(controls["lanes"].value),
+        [p for p in controls["ports"].options if p in controls["ports"].value],
+        controls["window"].value, controls["percentile"].value)
+
+
+def explorer(runs: dict[str, Run] | Run, views: tuple[tuple[View, str], ...] = (
+        (sojourn_view, "lk-sojourn"), (queue_view, "lk-queue"))) -> w.VBox:
+    """Run and policy pickers, lane and port filters, a time-window slider and a percentile
+    selector over recorded runs, linked to one :class:`Panel` per view (by default the
+    per-lane sojourn CDFs and the queue timeline of the chosen ports, each with its table)."""
     runs = runs if isinstance(runs, dict) else {runs.summary["scenario"]: runs}
-    which = w.Dropdown(options=list(runs), description="run")
-    pick = w.SelectMultiple(description="policies")
-    lanes = w.SelectMultiple(options=["vip", "normal", "low"], value=("vip", "low"),
-                             description="lanes")
-    window = w.FloatRangeSlider(value=(0.0, 1.0), min=0.0, max=1.0, step=0.05,
-                                description="window", readout_format=".0%")
-    pct = w.Dropdown(options=list(PERCENTILES), value="p99", description="percentile")
-    first = runs[which.value]
-    figure = go.FigureWidget(plots.lane_sojourn(first, list(first.summary["policies"])))
-    table = w.HTML()
+    controls = run_controls(runs)
+    fit_controls(controls, runs[controls["run"].value])
+    first = selection(runs, controls)
+    panels = [(Panel(*view(first), css), view) for view, css in views]
+    refitting = False
 
     def redraw(*_):
-        run = runs[which.value]
-        chosen = [p for p in run.summary["policies"] if p in pick.value]
-        fresh = plots.lane_sojourn(run, chosen, list(lanes.value), window.value)
-        with figure.batch_update():
-            figure.data = []
-            figure.add_traces(list(fresh.data))
-            figure.update_layout(title_text=fresh.layout.title.text)
-        rows = lane_table(run, chosen, list(lanes.value), window.value, PERCENTILES[pct.value])
-        table.value = f"<b>sojourn at {pct.value} (µs)</b>" + rows._repr_html_()
+        if not refitting:
+            now = selection(runs, controls)
+            for panel, view in panels:
+                panel.show(*view(now))
 
     def new_run(*_):
-        policies = tuple(runs[which.value].summary["policies"])
-        pick.options = policies
-        pick.value = policies  # observed: redraws
+        nonlocal refitting
+        refitting = True  # one redraw for the new run, not one per control it changes
+        try:
+            fit_controls(controls, runs[controls["run"].value])
+        finally:
+            refitting = False
+        redraw()
 
-    which.observe(new_run, names="value")
-    for control in (pick, lanes, window, pct):
-        control.observe(redraw, names="value")
-    new_run()
-    return w.VBox([w.HBox([which, pick, lanes]), w.HBox([window, pct]), figure, table])
+    for name, control in controls.items():
+        control.observe(new_run if name == "run" else redraw, names="value")
+    box = w.VBox([*(w.HBox([controls[name] for name in row]) for row in CONTROL_ROWS),
+                  *(panel.box for panel, _ in panels)])
+    box.add_class("lk-explorer")
+    return box
+
+
+def size_label(size_bytes: int) -> str:
+    """A message size as people write it: 64 KiB, 4 MiB."""
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if size_bytes >= 1 << shift and size_bytes % (1 << shift) == 0:
+            return f"{size_bytes >> shift} {unit}"
+    return f"{size_bytes} B"
+
+
+def sweep_explorer(sweeps: dict[str, list[dict]], sub: str) -> w.VBox:
+    """A sweep picker and a message-size range over collective sweeps (``labkit sweep``
+    records, by name), linked to the busbw plot and a table of the chosen rows; ``sub``
+    is the figure's subtitle (where the sweeps ran, the scale)."""
+    names = w.SelectMultiple(options=list(sweeps), value=tuple(sweeps), description="sweeps")
+    sizes = sorted({r["size"] for rows in sweeps.values() for r in rows})
+    span = w.SelectionRangeSlider(options=[(size_label(s), s) for s in sizes],
+                                  index=(0, len(sizes) - 1), description="sizes")
+    colors = plots.sweep_colors(list(sweeps))
+
+    def view() -> tuple[go.Figure, str, pl.DataFrame]:
+        chosen = analysis.pick_sweeps(sweeps, [n for n in sweeps if n in names.value],
+                                      span.value)
+        return (plots.sweep_busbw(chosen, sub, colors), "per sweep and message size",
+                analysis.sweep_frame(chosen).with_columns(pl.col(pl.Float64).round(1)))
+
+    panel = Panel(*view(), "lk-sweeps")
+    for control in (names, span):
+        control.observe(lambda _: panel.show(*view()), names="value")
+    box = w.VBox([w.HBox([names, span]), panel.box])
+    box.add_class("lk-explorer")
+    return box
 
 
 LIVE_POLICIES = ("isolated", "fifo", "priority")

@@ -58,7 +58,9 @@ plots.queue_timeline(run)
 # %% [markdown]
 # Explore the recorded run, no root needed: pick policies and lanes, narrow the time window
 # to part of the ops, choose a percentile. The curves are each packet's time in the
-# bottleneck queue; the table follows.
+# bottleneck queue; the table follows. Below them, the queue of the ports you pick (the run
+# watched both directions of the bottleneck link) over the same window, with its backlog,
+# throughput and losses per port.
 
 # %%
 widgets.explorer(run)

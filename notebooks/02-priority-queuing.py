@@ -33,8 +33,9 @@ run = load_run(SAMPLES / "bottleneck")
 # %% [markdown]
 # Time in the bottleneck queue, per lane, measured per packet by eBPF on the qdisc
 # tracepoints. Pick a run and policies and lanes, narrow the time window, choose a
-# percentile: the curves and the table follow. (`checkpoint-burst` has no lanes in its
-# ports: there the lanes only label the packets that share one FIFO.)
+# percentile: the curves and the table follow, and so does the queue of the ports you pick,
+# per port. (`checkpoint-burst` has no lanes in its ports: there the lanes only label the
+# packets that share one FIFO.)
 
 # %%
 widgets.explorer({name: load_run(SAMPLES / name) for name in ("bottleneck", "checkpoint-burst")})

@@ -59,7 +59,9 @@ plots.op_time_cdf(run)
 
 # %% [markdown]
 # Explore the recorded run, no root needed. The ports here are one FIFO each: the lanes only
-# label the packets that share it, so the curves show whom each policy kept waiting.
+# label the packets that share it, so the curves show whom each policy kept waiting. Pick
+# `leaf1-eth4` among the ports too: the uplink's other direction, which the checkpoints of
+# leaf1's GPU hosts cross on their way to storage.
 
 # %%
 widgets.explorer(run)

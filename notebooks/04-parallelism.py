@@ -57,7 +57,8 @@ plots.parallelism(runs["pipeline"])
 
 # %% [markdown]
 # Explore either recorded run, no root needed: the time the job's packets spent in the
-# bottleneck queue, per lane and policy, over the part of the run you pick.
+# bottleneck queue, per lane and policy, and the queue of the ports you pick, over the part
+# of the run you pick.
 
 # %%
 widgets.explorer({f"{kind} parallel": run for kind, run in runs.items()})

@@ -22,15 +22,13 @@
 # shipped in `data/sample/sweeps/`.
 
 # %%
-import json
 from pathlib import Path
 
-import polars as pl
-
 from labkit import plots, widgets
+from labkit.analysis import sweep_frame
+from labkit.rundir import load_sweeps
 
-SWEEPS = Path("..") / "data" / "sample" / "sweeps"
-sweeps = {d.name: json.loads((d / "sweep.json").read_text()) for d in sorted(SWEEPS.iterdir())}
+sweeps = load_sweeps(Path("..") / "data" / "sample" / "sweeps")
 SCALE = "leaf-spine and lossy-uplink · 1 emulated Mbit/s = 4000 real Mbit/s"
 
 # %% [markdown]
@@ -55,9 +53,14 @@ plots.sweep_busbw({k: v for k, v in sweeps.items() if k.startswith("ring")}, SCA
 # Packets resent by go-back-N in each sweep (all ranks, per message size):
 
 # %%
-pl.DataFrame([{"sweep": name, "size": r["size"], "retransmits": r["retransmits"]}
-              for name, rows in sweeps.items() for r in rows]).pivot(
-    on="sweep", index="size", values="retransmits")
+sweep_frame(sweeps).pivot(on="sweep", index="size", values="retransmits")
+
+# %% [markdown]
+# Explore the sweeps, no root needed: pick sweeps and a range of message sizes; the plot and
+# the table of what each sweep measured follow.
+
+# %%
+widgets.sweep_explorer(sweeps, SCALE)
 
 # %% [markdown]
 # ## Try it live

@@ -1,7 +1,9 @@
-"""A real browser (the system's headless Chromium, driven by Playwright): on a served
-notebook, Voilà renders 02-priority-queuing on localhost, a widget moves and the plot
-changes; on the pages ``labkit figures`` writes, the plots draw with the network blocked."""
+"""A real browser (the system's headless Chromium, driven by Playwright): one Voilà server
+renders every notebook on localhost, one control of each notebook's explorer moves and that
+explorer's plot changes; on the pages ``labkit figures`` writes, the plots draw with the
+network blocked."""
 
+import json
 import os
 import shutil
 import signal
@@ -18,6 +20,59 @@ from tests.conftest import require
 REPO = Path(__file__).resolve().parents[2]
 CHROMIUM = shutil.which("chromium")
 
+# An explorer panel (by its box's CSS class) as the browser holds it: its plot's title and
+# each trace's name and number of points (plotly.js keeps them on the plot's div); "" while
+# the plot is not drawn or has no traces.
+SNAPSHOT = """css => {
+    const gd = document.querySelector(`.lk-explorer .${css} .js-plotly-plot`);
+    return gd && gd.data && gd.data.length ? JSON.stringify({
+        title: ((gd.layout || {}).title || {}).text || "",
+        traces: gd.data.map(t => [t.name, t.x ? t.x.length : 0])}) : "";
+}"""
+
+
+def _names(panel: dict) -> list[str]:
+    return [name for name, _ in panel["traces"]]
+
+
+def _control(page, label: str):
+    """The explorer's control labelled ``label``."""
+    return (page.locator(".lk-explorer .widget-inline-hbox")
+            .filter(has=page.locator("label", has_text=label)))
+
+
+def pick(label: str, options: list[str]):
+    """Pick ``options`` in the list or drop-down labelled ``label``."""
+    return lambda page: _control(page, label).locator("select").select_option(options)
+
+
+def press(label: str, handle: str, *keys: str):
+    """Press ``keys`` on a slider's ``handle`` (lower or upper), as a keyboard user would."""
+    def move(page):
+        knob = _control(page, label).locator(f".noUi-handle-{handle}")
+        knob.focus()
+        for key in keys:
+            knob.press(key)
+    return move
+
+
+# notebook, how to move one control of its explorer, the panel (its box's CSS class) that
+# must change, and what it must show then (given what it showed before)
+MOVES = [
+    ("01-bottleneck", pick("ports", ["leaf1-eth4"]), "lk-queue",
+     lambda now, was: "Queue at leaf1-eth4" in now["title"]),
+    ("02-priority-queuing", pick("lanes", ["vip"]), "lk-sojourn",
+     lambda now, was: all(n.endswith(" · vip") for n in _names(now))),
+    ("03-adaptive-congestion-control", press("window", "lower", "PageUp", "PageUp"),
+     "lk-queue",  # the window's second half: about half the samples of each policy
+     lambda now, was: _names(now) == _names(was) and all(
+         0 < n < 0.6 * m for (_, n), (_, m) in zip(now["traces"], was["traces"], strict=True))),
+    ("04-parallelism", pick("run", ["pipeline parallel"]), "lk-queue",
+     lambda now, was: "pipeline-parallel" in now["title"]),
+    ("05-fabric-stack", pick("sweeps", ["ring", "ring-lossy"]), "lk-sweeps",
+     lambda now, was: _names(now) == ["ring", "ring-lossy"]),
+]
+
 
 def _free_port() -> int:
     with socket.socket() as s:
@@ -25,14 +80,17 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture
-def served_notebook(tmp_path):
+@pytest.fixture(scope="module")
+def voila(tmp_path_factory):
+    """One Voilà server over notebooks/ (each page gets its own kernel): the URL notebooks
+    render under, and the server's log."""
     require(CHROMIUM is not None, "needs the system Chromium (make setup)")
     port = _free_port()
-    log = open(tmp_path / "voila.log", "w")
+    log_path = tmp_path_factory.mktemp("voila") / "voila.log"
+    log = open(log_path, "w")
     server = subprocess.Popen(
-        [sys.executable, "-m", "voila", "02-priority-queuing.ipynb", "--no-browser",
-         f"--port={port}", "--Voila.ip=127.0.0.1"],
+        [sys.executable, "-m", "voila", "--no-browser", f"--port={port}",
+         "--Voila.ip=127.0.0.1"],
         cwd=REPO / "notebooks", stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         deadline = time.monotonic() + 60
@@ -41,53 +99,63 @@ def served_notebook(tmp_path):
                 socket.create_connection(("127.0.0.1", port), timeout=1).close()
                 break
             except OSError:
-                assert server.poll() is None, (tmp_path / "voila.log").read_text()
+                assert server.poll() is None, log_path.read_text()
                 time.sleep(0.3)
-        yield f"http://127.0.0.1:{port}/"
+        yield f"http://127.0.0.1:{port}/voila/render/", log_path
     finally:
         os.killpg(server.pid, signal.SIGTERM)  # the server and the kernels it started
         server.wait(timeout=20)
         log.close()
 
 
-def test_moving_a_widget_changes_the_plot(served_notebook):
+@pytest.fixture(scope="module")
+def browser():
+    """Headless system Chromium, one for the whole module."""
     from playwright.sync_api import sync_playwright
-
-    def legend(page) -> list[str]:  # the explorer's figure: its traces are "policy · lane"
-        names = page.locator(".js-plotly-plot .legendtext").evaluate_all(
-            "nodes => nodes.map(n => n.textContent)")
-        return [n for n in names if " · " in n]
-
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-        try:
-            page = browser.new_page()
-            page.goto(served_notebook, timeout=60_000)
-            page.wait_for_selector(".js-plotly-plot .legendtext >> text=fifo · low",
-                                   timeout=90_000)
-            before = legend(page)
-            assert "fifo · low" in before and "fifo · vip" in before
-            page.locator("select[multiple]").nth(1).select_option(["vip"])  # lanes: vip only
-            page.wait_for_function(  # redrawn: entries again, none of them low
-                "() => { const names = Array.from(document.querySelectorAll("
-                "'.js-plotly-plot .legendtext')).map(n => n.textContent)"
-                ".filter(n => n.includes(' · '));"
-                " return names.length > 0 && !names.some(n => n.endsWith(' · low')); }",
-                timeout=30_000)
-            after = legend(page)
-            assert after and all(name.endswith("vip") for name in after) and after != before
-        finally:
-            browser.close()
-
-
-def test_figure_pages_draw_their_plots_without_the_network(tmp_path):
-    """The pages ``labkit figures`` writes load plotly.js from beside them: with every
-    request that is not a local file aborted, each page still draws its traces."""
-    from playwright.sync_api import sync_playwright
-
-    from labkit import figures, rundir
 
     require(CHROMIUM is not None, "needs the system Chromium (make setup)")
+    with sync_playwright() as p:
+        chromium = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        try:
+            yield chromium
+        finally:
+            chromium.close()
+
+
+def _until(page, panel: str, ok, seconds: float) -> dict | None:
+    """The panel as soon as ``ok`` holds for it (a redraw passes through partial states:
+    traces replaced, then the title), or None after ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        now = page.evaluate(SNAPSHOT, panel)
+        if now and ok(json.loads(now)):
+            return json.loads(now)
+        page.wait_for_timeout(200)
+    return None
+
+
+@pytest.mark.parametrize(("notebook", "move", "panel", "shows"), MOVES,
+                         ids=[m[0] for m in MOVES])
+def test_moving_a_control_changes_the_plot(voila, browser, notebook, move, panel, shows):
+    url, log = voila
+    page = browser.new_page()
+    try:
+        page.goto(f"{url}{notebook}.ipynb", timeout=60_000)
+        before = _until(page, panel, lambda p: True, 90)
+        assert before, f"the explorer's plot was not drawn\n{log.read_text()[-3000:]}"
+        move(page)
+        after = _until(page, panel, lambda p: p != before and shows(p, before), 60)
+        assert after, (f"the plot still shows {page.evaluate(SNAPSHOT, panel)}\n"
+                       f"{log.read_text()[-3000:]}")
+    finally:
+        page.close()  # its kernel stays until the server stops
+
+
+def test_figure_pages_draw_their_plots_without_the_network(tmp_path, browser):
+    """The pages ``labkit figures`` writes load plotly.js from beside them: with every
+    request that is not a local file aborted, each page still draws its traces."""
+    from labkit import figures, rundir
+
     run = rundir.load_run(REPO / "data/sample/bottleneck")
     pages = figures.write(run, tmp_path, images=False)
     assert {p.stem for p in pages} >= {"funnel", "three-stages"}
@@ -100,20 +168,17 @@ def test_figure_pages_draw_their_plots_without_the_network(tmp_path):
             blocked.append(route.request.url)
             route.abort()
 
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-        try:
-            context = browser.new_context()
-            context.route("**/*", only_files)
-            page = context.new_page()
-            for html in pages:
-                page.goto(html.as_uri(), timeout=30_000)
-                page.wait_for_selector(f"#{html.stem}.js-plotly-plot .main-svg",
-                                       timeout=30_000)
-                traces = page.locator(f"#{html.stem} .main-svg .trace").count()
-                assert traces > 0, f"{html.name}: no trace drawn"
-                if html.stem == "funnel":
-                    assert page.locator("#funnel .sankey-node").count() > 0
-        finally:
-            browser.close()
+    context = browser.new_context()
+    try:
+        context.route("**/*", only_files)
+        page = context.new_page()
+        for html in pages:
+            page.goto(html.as_uri(), timeout=30_000)
+            page.wait_for_selector(f"#{html.stem}.js-plotly-plot .main-svg", timeout=30_000)
+            traces = page.locator(f"#{html.stem} .main-svg .trace").count()
+            assert traces > 0, f"{html.name}: no trace drawn"
+            if html.stem == "funnel":
+                assert page.locator("#funnel .sankey-node").count() > 0
+    finally:
+        context.close()
     assert blocked == [], f"the pages asked the network for {blocked}"

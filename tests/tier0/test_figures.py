@@ -99,19 +99,99 @@ def test_explorer_redraws_when_a_control_moves():
     runs = {name: rundir.load_run(REPO / "data/sample" / name)
             for name in ("bottleneck", "checkpoint-burst")}
     box = widgets.explorer(runs)
-    (which, pick, lanes), (_, pct) = box.children[0].children, box.children[1].children
-    figure, table = box.children[2], box.children[3]
+    (which, pick, lanes, ports), (window, pct) = box.children[0].children, box.children[1].children
+    (figure, table), (queue, port_table) = box.children[2].children, box.children[3].children
     assert len(figure.data) == 5  # isolated has no low-lane packets at the bottleneck
+    assert ports.options == ("leaf1-eth4", "spine1-eth0") and ports.value == ("spine1-eth0",)
+    assert [t.name for t in queue.data] == ["isolated", "fifo", "priority"]
     lanes.value = ("vip",)
     assert len(figure.data) == 3 and all("vip" in t.name for t in figure.data)
-    before = table.value
+    before = table.value, port_table.value
     pct.value = "p50"
-    assert table.value != before and "p50" in table.value
+    assert table.value != before[0] and "p50" in table.value
+    assert port_table.value != before[1] and "p50" in port_table.value
     pick.value = ("fifo",)
     assert [t.name for t in figure.data] == ["fifo · vip"]
+    assert [t.name for t in queue.data] == ["fifo"]
+    ports.value = ("leaf1-eth4", "spine1-eth0")
+    assert [t.name for t in queue.data] == ["fifo · leaf1-eth4", "fifo · spine1-eth0"]
+    assert "leaf1-eth4, spine1-eth0" in queue.layout.title.text and "leaf1-eth4" in port_table.value
+    last = max(queue.data[1].x)
+    window.value = (0.5, 1.0)
+    assert min(queue.data[1].x) > 0.4 * last
     which.value = "checkpoint-burst"  # another run: its own policies, all picked
     assert "state-aware" in pick.options and len(figure.data) == 5
     assert "checkpoint-burst" in figure.layout.title.text
+    assert ports.value == ("spine1-eth0",) and len(queue.data) == 5
+    assert "checkpoint-burst" in queue.layout.title.text
+
+
+def test_port_backlogs_sum_classes_over_each_policys_span():
+    queue = pl.DataFrame([{"policy": "a", "t_ns": t * MS, "port": port, "classid": cls,
+                           "lane": "all", "bytes": 1000 * t, "packets": t, "drops": 0,
+                           "overlimits": 0, "backlog_bytes": 1024 * t, "backlog_packets": t}
+                          for t in range(11)
+                          for port, cls in (("p1", "1:10"), ("p1", "1:30"), ("p2", "1:1"))],
+                         schema=SCHEMAS["queue"])
+    lanes = pl.DataFrame([{"policy": "a", "t_ns": t * MS, "port": "p1", "lane": lane,
+                           "offered_packets": 0, "offered_bytes": 0, "enqueued_packets": 0,
+                           "enqueued_bytes": 0, "dropped_packets": t if lane == "low" else 0,
+                           "dropped_bytes": 0}
+                          for t in range(11) for lane in ("vip", "normal", "low")],
+                         schema=SCHEMAS["lanes"])
+    frame = analysis.port_backlogs(queue, lanes, {"a": (2 * MS, 6 * MS)}, ["p1"], 0.5)
+    assert frame.columns == list(analysis.PORT_BACKLOG_COLUMNS)
+    assert frame.row(0, named=True) == {  # two classes of 1 KiB x t each, t in 2..6 ms
+        "policy": "a", "port": "p1", "backlog_kib": 8.0, "max_kib": 12.0,
+        "mbps": 16.0, "vip_drops": 0, "normal_drops": 0, "low_drops": 4}
+    assert frame.height == 1
+    assert analysis.port_backlogs(queue, lanes, {}, ["p1"], 0.5).is_empty()
+
+
+def test_queue_timeline_draws_the_chosen_ports_over_the_window():
+    from labkit import plots
+
+    run = rundir.load_run(REPO / "data/sample/bottleneck")
+    whole = plots.queue_timeline(run)
+    assert [t.name for t in whole.data] == list(run.summary["policies"])
+    assert "the bottleneck port" in whole.layout.title.text
+    half = plots.queue_timeline(run, ["leaf1-eth4", "spine1-eth0"], ["fifo"], (0.5, 1.0))
+    assert [t.name for t in half.data] == ["fifo · leaf1-eth4", "fifo · spine1-eth0"]
+    assert [t.line.dash for t in half.data] == ["solid", "dash"]
+    fifo = whole.data[1].x
+    assert min(half.data[1].x) > 0.4 * max(fifo) and max(half.data[1].x) == max(fifo)
+    assert not plots.queue_timeline(run, [], ["fifo"]).data
+
+
+def test_sweeps_load_pick_and_tabulate(tmp_path):
+    sweeps = rundir.load_sweeps(REPO / "data/sample/sweeps")
+    assert list(sweeps) == ["halving_doubling", "ring", "ring-lossy", "tree"]
+    picked = analysis.pick_sweeps(sweeps, ["ring-lossy", "ring"], (262144, 1048576))
+    assert list(picked) == ["ring-lossy", "ring"]
+    assert [r["size"] for r in picked["ring"]] == [262144, 1048576]
+    frame = analysis.sweep_frame(picked)
+    assert frame.columns == list(analysis.SWEEP_COLUMNS) and frame.height == 4
+    assert frame["sweep"].to_list() == ["ring-lossy"] * 2 + ["ring"] * 2
+    with pytest.raises(rundir.RunDataError, match="no sweep"):
+        rundir.load_sweeps(tmp_path)
+
+
+def test_sweep_explorer_redraws_and_keeps_each_sweeps_colour():
+    from labkit import widgets
+
+    box = widgets.sweep_explorer(rundir.load_sweeps(REPO / "data/sample/sweeps"), "sub")
+    (names, sizes), (figure, table) = box.children[0].children, box.children[1].children
+    colour = {t.name: t.line.color for t in figure.data}
+    assert len(colour) == 4 and len(set(colour.values())) == 4 and figure.layout.shapes
+    names.value = ("ring-lossy", "ring")  # drawn in the sweeps' order, in their own colours
+    assert [(t.name, t.line.color) for t in figure.data] == [
+        ("ring", colour["ring"]), ("ring-lossy", colour["ring-lossy"])]
+    sizes.value = (262144, 1048576)
+    assert all(t.x == (262144, 1048576) for t in figure.data)
+    assert table.value.count("<td>262144</td>") == 2 and "<td>65536</td>" not in table.value
+    names.value = ()
+    assert not figure.data and not figure.layout.shapes and not figure.layout.annotations
+    assert widgets.size_label(65536) == "64 KiB" and widgets.size_label(4 << 20) == "4 MiB"
 
 
 def test_lane_table_quantiles_follow_the_window():
