@@ -607,6 +607,14 @@ def stage_frame(summary: dict) -> pl.DataFrame:
 
 
 PHASES = ("compute", "sending", "wire_wait", "bubble")
+SPAN_PHASES = ("compute", "wire_wait", "bubble")  # the ``phases`` table's; the rest: sending
+
+
+def _iterations(collectives: pl.DataFrame, policy: str, ops: list[int]) -> pl.DataFrame:
+    rows = collectives.filter((pl.col("policy") == policy) & pl.col("op").is_in(ops))
+    if rows.is_empty():
+        raise ValueError(f"no iteration {ops} under {policy!r} in this run")
+    return rows
 
 
 def iteration_phases(collectives: pl.DataFrame, policy: str, ops: list[int]) -> pl.DataFrame:
@@ -614,11 +622,8 @@ def iteration_phases(collectives: pl.DataFrame, policy: str, ops: list[int]) -> 
     the rank's iteration ran (``start_ms``, ``end_ms`` from the first of those iterations'
     first start) and how long it spent computing, waiting for data on the wire and in
     bubbles (as recorded), and the rest of it, ``sending``: neither computing nor waiting
-    for a message (the rank's loop queuing and sending its own messages). The run records
-    these sums per iteration, not when each phase happened."""
-    rows = collectives.filter((pl.col("policy") == policy) & pl.col("op").is_in(ops))
-    if rows.is_empty():
-        raise ValueError(f"no iteration {ops} under {policy!r} in this run")
+    for a message (the rank's loop queuing and sending its own messages)."""
+    rows = _iterations(collectives, policy, ops)
     t0 = rows["start_ns"].min()
     return rows.sort("op", "rank").select(
         "op", "rank", "host",
@@ -629,6 +634,33 @@ def iteration_phases(collectives: pl.DataFrame, policy: str, ops: list[int]) -> 
           - pl.col("bubble_ns")) / 1e6).alias("sending_ms"),
         (pl.col("exposed_ns") / 1e6).alias("wire_wait_ms"),
         (pl.col("bubble_ns") / 1e6).alias("bubble_ms"))
+
+
+def phase_spans(collectives: pl.DataFrame, phases: pl.DataFrame, policy: str,
+                ops: list[int]) -> pl.DataFrame:
+    """The recorded spans (``phases`` table) of the iterations ``ops`` under ``policy``:
+    ``op, rank, host, phase`` (:data:`SPAN_PHASES`), ``start_ms, end_ms`` on the time axis
+    of :func:`iteration_phases`."""
+    t0 = _iterations(collectives, policy, ops)["start_ns"].min()
+    return (phases.filter((pl.col("policy") == policy) & pl.col("op").is_in(ops))
+            .sort("op", "rank", "start_ns")
+            .select("op", "rank", "host", "phase",
+                    ((pl.col("start_ns") - t0) / 1e6).alias("start_ms"),
+                    ((pl.col("end_ns") - t0) / 1e6).alias("end_ms")))
+
+
+def summed_spans(iterations: pl.DataFrame) -> pl.DataFrame:
+    """For a run recorded before its ops' spans: each iteration's sums
+    (:func:`iteration_phases`) laid end to end from its start, in :data:`PHASES` order,
+    as spans shaped like :func:`phase_spans` (``sending`` is what lies between them)."""
+    spans, start = [], pl.col("start_ms")
+    for phase in PHASES:
+        end = start + pl.col(f"{phase}_ms")
+        if phase in SPAN_PHASES:
+            spans.append(iterations.select("op", "rank", "host", pl.lit(phase).alias("phase"),
+                                           start.alias("start_ms"), end.alias("end_ms")))
+        start = end
+    return pl.concat(spans).sort("op", "rank", "start_ms")
 
 
 # --- collective sweeps (``labkit sweep``) ---------------------------------------------------

@@ -100,6 +100,18 @@ class GapRow(NamedTuple):
     busy_bytes: int  # what the port sent since its queue was last empty, before that packet
 
 
+class PhaseRow(NamedTuple):
+    """A span of one rank's op in one phase (``phases`` table): computing, or waiting for
+    a peer that had not sent (bubble) or for data on the wire (wire_wait)."""
+
+    op: int
+    rank: int
+    host: str
+    phase: str
+    start_ns: int
+    end_ns: int
+
+
 class HistRow(NamedTuple):
     """One non-empty log2 bucket of a sojourn or latency histogram (``histograms``)."""
 
@@ -117,6 +129,7 @@ class PolicyResult:
     policy: str
     port_layout: str  # the router ports' queues (labkit.tc): "lanes" or "fifo"
     ops: list[dict] = field(default_factory=list)  # one row per (op, rank)
+    phases: list[PhaseRow] = field(default_factory=list)  # the ops' phases, as spans
     ranks: list[dict] = field(default_factory=list)  # per-rank transport counters
     queue: list[QueueRow] = field(default_factory=list)
     flows: list[dict] = field(default_factory=list)  # storage data received, sampled
@@ -341,7 +354,10 @@ def _collect(result: PolicyResult, ring: list[Agent], storage: list[Agent]) -> N
     for a in ring:
         r = a.result()
         result.ops.extend({**op, "host": a.node} for op in r["ops"])
-        result.ranks.append({k: v for k, v in r.items() if k != "ops"} | {"host": a.node})
+        result.phases.extend(PhaseRow(op, r["rank"], a.node, *span)
+                             for op, *span in r["phases"])
+        result.ranks.append({k: v for k, v in r.items() if k not in ("ops", "phases")}
+                            | {"host": a.node})
         result.aborted |= r["aborted"]
     for a in storage:
         r = a.result()

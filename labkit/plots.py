@@ -22,7 +22,7 @@ LANE_COLORS = {"vip": "#0072B2", "normal": "#999999", "low": "#E69F00", "all": "
 LANE_DASH = {"vip": "solid", "normal": "dot", "low": "dash", "all": "dashdot"}
 PHASE_COLORS = {"compute": "#009E73", "sending": "#56B4E9", "wire_wait": "#0072B2",
                 "bubble": "#E69F00"}
-PHASE_LABELS = {"compute": "compute", "sending": "sending", "wire_wait": "data on the wire",
+PHASE_LABELS = {"compute": "compute", "sending": "sending/other", "wire_wait": "data on the wire",
                 "bubble": "bubble"}
 PORT_DASH = ("solid", "dash", "dot", "dashdot")
 FONT = "Inter, Helvetica, Arial, sans-serif"
@@ -367,51 +367,69 @@ def _stage_tick(row: dict) -> str:
 
 def job_timeline(run: Run, ops: tuple[int, ...] = (0, 1),
                  policies: list[str] | None = None) -> go.Figure:
-    """Per rank, where the iterations ``ops`` of a training job ran and what they were made
-    of, one panel per policy (shared time axis): each bar spans a rank's iteration from
-    its measured start to its end; inside it, the iteration's recorded compute, sending,
-    wire-wait and bubble times in that order (:func:`labkit.analysis.iteration_phases`:
-    the run records their sums per iteration, not when each happened). A dotted line
-    marks the end of each iteration (its last rank)."""
+    """Per rank, the iterations ``ops`` of a training job as they ran, one panel per
+    policy (shared time axis): a bar spans each rank's iteration from its measured start
+    to its end, in the colour of sending and other work, and on it are the spans the rank
+    recorded (``phases`` table, :func:`labkit.analysis.phase_spans`): when it computed,
+    waited for data on the wire and waited for a peer that had not sent (bubbles). A run
+    recorded before that table has only each iteration's sums: they are laid end to end
+    in that order (:func:`labkit.analysis.summed_spans`), and the note says so. A dotted
+    line marks the end of each iteration (its last rank)."""
     jobs = [p for p, v in run.summary["policies"].items() if v.get("job")]
     if not jobs:
         raise ValueError(f"{run.path}: no training job in this run (a job scenario, e.g. "
                          "topologies/tensor-parallel.yaml, records one)")
     policies = policies or jobs
-    frames = {p: analysis.iteration_phases(run["collectives"], p, list(ops))
-              for p in policies}
+    recorded = "phases" in run.manifest.get("tables", ())
     fig = make_subplots(rows=len(policies), cols=1, shared_xaxes=True, vertical_spacing=0.1,
                         subplot_titles=[f"{p}: iteration{'s' if len(ops) > 1 else ''} "
                                         + " and ".join(str(o) for o in ops)
                                         for p in policies])
     _layout(fig, run, f"Per-rank timeline of the {_workload(run)}", "", "")
     for row, policy in enumerate(policies, start=1):
-        f = frames[policy]
-        ranks = [f"{h} · rank {r}" for h, r in zip(f["host"], f["rank"], strict=True)]
-        base = f["start_ms"]
-        for phase in analysis.PHASES:
-            width = f[f"{phase}_ms"]
-            fig.add_bar(orientation="h", y=ranks, x=width.to_list(), base=base.to_list(),
-                        name=PHASE_LABELS[phase], legendgroup=phase, showlegend=row == 1,
-                        marker={"color": PHASE_COLORS[phase],
-                                "line": {"width": 0.5, "color": "#ffffff"}},
-                        customdata=f["op"].to_list(),
-                        hovertemplate=f"%{{y}} · iteration %{{customdata}}<br>"
-                                      f"{PHASE_LABELS[phase]}: %{{x:.1f}} ms<extra></extra>",
-                        row=row, col=1)
-            base = base + width
-        for end in f.group_by("op").agg(pl.col("end_ms").max()).sort("op")["end_ms"]:
-            fig.add_vline(x=end, line_dash="dot", line_color="#555555", line_width=1,
-                          row=row, col=1)
-        fig.update_yaxes(autorange="reversed", row=row, col=1)
+        iterations = analysis.iteration_phases(run["collectives"], policy, list(ops))
+        spans = (analysis.phase_spans(run["collectives"], run["phases"], policy, list(ops))
+                 if recorded else analysis.summed_spans(iterations))
+        _timeline_panel(fig, row, iterations, spans)
     fig.update_xaxes(title_text="time since the first rank started (ms)", row=len(policies),
                      col=1)
     fig.update_layout(barmode="overlay", bargap=0.25, margin={"t": 100, "b": 90})
-    fig.add_annotation(text="each rank's measured iteration, start to end; inside it the "
-                            "recorded sums laid end to end (their order is not recorded)",
-                       xref="paper", yref="paper", x=0, y=-0.2, showarrow=False,
+    note = ("each bar: a rank's measured iteration, start to end; on it, when the rank "
+            "computed and waited, as it recorded them" if recorded else
+            "recorded before phase spans (no phases table): inside each rank's measured "
+            "iteration, its recorded sums laid end to end (their order is not recorded)")
+    fig.add_annotation(text=note, xref="paper", yref="paper", x=0, y=-0.2, showarrow=False,
                        xanchor="left", yanchor="top", font={"size": 11, "color": "#555555"})
     return fig
+
+
+def _rank_label() -> pl.Expr:
+    return pl.format("{} · rank {}", "host", "rank").alias("label")
+
+
+def _timeline_panel(fig: go.Figure, row: int, iterations: pl.DataFrame,
+                    spans: pl.DataFrame) -> None:
+    """One policy's panel of :func:`job_timeline`: the iterations as bars in the colour of
+    sending and other work, each phase's spans over them, the iterations' ends."""
+    layers = [("sending", iterations)] + [(phase, spans.filter(pl.col("phase") == phase))
+                                          for phase in analysis.SPAN_PHASES]
+    for phase, f in layers:
+        f = f.with_columns(_rank_label())
+        fig.add_bar(orientation="h", y=f["label"].to_list(),
+                    x=(f["end_ms"] - f["start_ms"]).to_list(), base=f["start_ms"].to_list(),
+                    name=PHASE_LABELS[phase], legendgroup=phase, showlegend=row == 1,
+                    marker={"color": PHASE_COLORS[phase],
+                            "line": {"width": 0 if phase == "sending" else 0.4,
+                                     "color": "#ffffff"}},
+                    customdata=f["op"].to_list(),
+                    hovertemplate=f"%{{y}} · iteration %{{customdata}}<br>"
+                                  f"{PHASE_LABELS[phase]}: %{{x:.2f}} ms from "
+                                  f"%{{base:.1f}} ms<extra></extra>",
+                    row=row, col=1)
+    for end in iterations.group_by("op").agg(pl.col("end_ms").max()).sort("op")["end_ms"]:
+        fig.add_vline(x=end, line_dash="dot", line_color="#555555", line_width=1,
+                      row=row, col=1)
+    fig.update_yaxes(autorange="reversed", row=row, col=1)
 
 
 def stage_schedule(busy_ns: tuple, stages: list[str], title: str, sub: str) -> go.Figure:

@@ -39,6 +39,8 @@ SCHEMAS: dict[str, dict[str, pl.DataType]] = {
     "collectives": {"policy": STR, "op": I64, "rank": I64, "host": STR, "start_ns": I64,
                     "end_ns": I64, "wrong": I64, "compute_ns": I64, "exposed_ns": I64,
                     "bubble_ns": I64},
+    "phases": {"policy": STR, "op": I64, "rank": I64, "host": STR, "phase": STR,
+               "start_ns": I64, "end_ns": I64},
     "transport": {"policy": STR, "host": STR, "rank": I64, "packets_sent": I64,
                   "retransmits": I64, "timeouts": I64, "naks": I64, "out_of_order": I64,
                   "bytes_received": I64, "cpu_user_s": F64, "cpu_sys_s": F64, "cnps": I64},
@@ -68,8 +70,8 @@ SCHEMAS: dict[str, dict[str, pl.DataType]] = {
 
 ROWS_OF = {"controller": "decisions"}  # PolicyResult attributes named otherwise
 # tables newer than the first runs: a manifest without a "tables" list predates them,
-# and such a run loads with them empty
-ADDED_LATER = {"ios", "controller", "gaps"}
+# and such a run loads with them empty (as does one whose list lacks them)
+ADDED_LATER = {"ios", "controller", "gaps", "phases"}
 COLUMNS_ADDED_LATER = {("transport", "cnps"): 0}  # what older runs lack, and its value there
 
 
@@ -92,7 +94,8 @@ def tables_from(results: list[PolicyResult]) -> dict[str, pl.DataFrame]:
         layout = r.port_layout
         rows["queue"] += [{"policy": p, **q._asdict(), "classid": tc.classid_str(q.classid),
                            "lane": tc.lane_of_class(q.classid, layout)} for q in r.queue]
-        for name in ("lanes", "sojourn", "latency", "histograms", "controller", "cpu", "gaps"):
+        for name in ("lanes", "sojourn", "latency", "histograms", "controller", "cpu", "gaps",
+                     "phases"):
             rows[name] += [{"policy": p, **row._asdict()}
                            for row in getattr(r, ROWS_OF.get(name, name))]
         rows["flows"] += [{"policy": p, **f} for f in r.flows]

@@ -17,7 +17,9 @@ exits. SIGTERM ends it early; the results written then cover the ops completed.
 Training jobs (:mod:`labkit.traffic.jobs`) run the same way, one plan per
 iteration, with their compute phases as timed waits; each iteration reports its
 compute time, the time spent waiting while data was on the wire (exposed
-communication) and waiting for a peer that had not sent yet (bubbles).
+communication) and waiting for a peer that had not sent yet (bubbles); every op also
+reports those phases as spans, when each began and ended (``phases`` in the results:
+``[op, phase, start_ns, end_ns]``), a few per step of its plan.
 
 Standard library only (plus ``wire``, ``sender``, ``rc``, ``schedules``, ``jobs``):
 agents start fast.
@@ -46,11 +48,17 @@ RCVBUF_BYTES = 16 << 20
 SNDBUF_BYTES = 128 << 10
 SEND_BURST = 32  # packets per sendmmsg, between looks at the receive side
 QPN_BASE = 0x100  # the queue pair of rank r is QPN_BASE + r
+COMPUTE, WIRE_WAIT, BUBBLE = "compute", "wire_wait", "bubble"  # phases of a span
 
 
 class Op:
     """One op (or training iteration) at this rank: values, awaited receives, compute,
-    and where the time went."""
+    and where the time went, as spans ``(phase, start_ns, end_ns)`` in the order they
+    happened: ``compute``, ``bubble`` (waiting for a peer that had not sent yet) and
+    ``wire_wait`` (waiting while the data was on its way); the rest of the op is the
+    rank's own sending and other work. A step adds at most one compute span, and at most
+    one wait (a bubble, then a wire wait) ends before the next step starts or the op
+    ends: at most three spans per step of the plan, as bounded as the plan itself."""
 
     def __init__(self, plan: schedules.Plan, now: int):
         self.plan = plan
@@ -59,7 +67,8 @@ class Op:
         self.started = 0  # steps whose sends are queued
         self.busy_until: int | None = None  # computing until then
         self.start_ns = now
-        self.compute_ns = self.exposed_ns = self.bubble_ns = 0
+        self.waiting_since: int | None = None  # blocked on the network since
+        self.spans: list[tuple[str, int, int]] = []
         self.last_sent_ns = 0  # when the last message matched left its sender
 
     def arrived(self, peer: int, chunk: int, value: int, sent_ns: int = 0) -> bool:
@@ -78,8 +87,23 @@ class Op:
         """Account a wait that ``now`` ended: until the message that ended it left its
         sender, the peer was not ready (a bubble); after, the data was on the way."""
         sent = min(max(self.last_sent_ns, since), now)
-        self.bubble_ns += sent - since
-        self.exposed_ns += now - sent
+        if sent > since:
+            self.spans.append((BUBBLE, since, sent))
+        if now > sent:
+            self.spans.append((WIRE_WAIT, sent, now))
+
+    def step(self, now: int) -> list[tuple[schedules.Msg, int]]:
+        """One look from the agent's loop: the wait for the network that ``now`` ends is
+        accounted, the sends that may leave are returned (:meth:`advance`), and a wait
+        that begins now is noted, then and there: the loop may sleep until the message
+        that ends it arrives."""
+        if self.waiting_since is not None and not self.blocked(now):
+            self.waited(self.waiting_since, now)
+            self.waiting_since = None
+        out = self.advance(now)
+        if self.waiting_since is None and self.blocked(now):
+            self.waiting_since = now
+        return out
 
     def advance(self, now: int) -> list[tuple[schedules.Msg, int]]:
         """Sends of every step whose predecessors' receives have arrived and whose
@@ -91,7 +115,7 @@ class Op:
             if step.compute_ns:
                 if self.busy_until is None:
                     self.busy_until = now + step.compute_ns
-                    self.compute_ns += step.compute_ns
+                    self.spans.append((COMPUTE, now, self.busy_until))
                 if now < self.busy_until:
                     break
                 self.busy_until = None
@@ -106,11 +130,28 @@ class Op:
     def computing(self, now: int) -> bool:
         return self.busy_until is not None and now < self.busy_until
 
+    def blocked(self, now: int) -> bool:
+        """Whether the op can go on only once a message arrives."""
+        return not self.computing(now) and not self.can_advance()
+
     def received_all(self) -> bool:
         return self.started == len(self.plan.steps) and not any(self.pending)
 
     def wrong(self) -> int:
         return sum(self.values.get(c) != v for c, v in self.plan.expected.items())
+
+    def total_ns(self, phase: str) -> int:
+        return sum(end - start for p, start, end in self.spans if p == phase)
+
+    def finish(self, index: int, rank: int, now: int) -> dict:
+        """End the op at ``now`` (a wait still open ends with it): its row of the
+        ``collectives`` table."""
+        if self.waiting_since is not None:
+            self.waited(self.waiting_since, now)
+            self.waiting_since = None
+        return {"op": index, "rank": rank, "start_ns": self.start_ns, "end_ns": now,
+                "wrong": self.wrong(), "compute_ns": self.total_ns(COMPUTE),
+                "exposed_ns": self.total_ns(WIRE_WAIT), "bubble_ns": self.total_ns(BUBBLE)}
 
 
 def plan_for(workload: dict, n: int, rank: int) -> schedules.Plan:
@@ -212,7 +253,7 @@ def run(cfg: configs.Collective, stdin, stdout) -> dict:
     print("READY", file=stdout, flush=True)
     line = stdin.readline().split()
     if not line or line[0] != "GO":
-        return {"rank": rank, "ops": [], "aborted": True}
+        return {"rank": rank, "ops": [], "phases": [], "aborted": True}
     t0 = int(line[1])
     stop_at = t0 + int(cfg.duration_s * 1e9) if cfg.duration_s else None
     stopping = []
@@ -248,11 +289,11 @@ def run(cfg: configs.Collective, stdin, stdout) -> dict:
             elif opcode == wire.CNP:
                 senders[p].on_cnp(time.monotonic_ns())
     ops: list[dict] = []
+    phases: list[tuple[int, str, int, int]] = []  # (op, phase, start_ns, end_ns)
     op_index, next_op_at = 0, t0
     op_bytes = sum(m.nbytes for step in plan.steps for m in step.send)
     board = PhaseBoard(cfg.phase_map_fd)
     board.next_op_at(t0, op_bytes)
-    waiting_since = None  # the op has been waiting for the network since
     while (wait_ns := t0 - time.monotonic_ns()) > 0:
         time.sleep(min(0.001, wait_ns / 1e9))
 
@@ -268,25 +309,15 @@ def run(cfg: configs.Collective, stdin, stdout) -> dict:
                 deliver(*message)
         op = op_state[0] if op_state else None
         if op:
-            blocked_now = not op.computing(now) and not op.can_advance()
-            if blocked_now and waiting_since is None:
-                waiting_since = now
-            elif not blocked_now and waiting_since is not None:
-                op.waited(waiting_since, now)
-                waiting_since = None
-            for m, value in op.advance(now):
+            for m, value in op.step(now):
                 senders[m.peer].enqueue(m.nbytes, m.chunk, value)
         blocked = [p for p, s in senders.items() if s.pending() and not s.send_some(now)]
         before = delivered[0]
         drain()
         now = time.monotonic_ns()
         if op and op.received_all() and all(s.idle() for s in senders.values()):
-            if waiting_since is not None:
-                op.waited(waiting_since, now)
-                waiting_since = None
-            ops.append({"op": op_index, "rank": rank, "start_ns": op.start_ns, "end_ns": now,
-                        "wrong": op.wrong(), "compute_ns": op.compute_ns,
-                        "exposed_ns": op.exposed_ns, "bubble_ns": op.bubble_ns})
+            ops.append(op.finish(op_index, rank, now))
+            phases += [(op_index, *span) for span in op.spans]
             print(f"OP {op_index}", file=stdout, flush=True)
             op_state.clear()
             op_index += 1
@@ -332,7 +363,8 @@ def run(cfg: configs.Collective, stdin, stdout) -> dict:
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return {
         "cpu_user_s": usage.ru_utime, "cpu_sys_s": usage.ru_stime,
-        "rank": rank, "ops": ops, "aborted": bool(stopping) or op_index < cfg.iterations,
+        "rank": rank, "ops": ops, "phases": phases,
+        "aborted": bool(stopping) or op_index < cfg.iterations,
         "retransmits": sum(s.retransmits for s in senders.values()),
         "timeouts": sum(s.timeouts for s in senders.values()),
         "naks": sum(s.naks for s in senders.values()),

@@ -9,6 +9,7 @@ import pytest
 from labkit import analysis, figures, plots, rundir
 from labkit.rundir import SCHEMAS
 from tests.conftest import require
+from tests.spans import before_phases, job_run
 
 REPO = Path(__file__).resolve().parents[2]
 MS = 1_000_000
@@ -307,22 +308,76 @@ def test_three_stages_show_each_stages_measured_figures():
         plots.three_stages(run)
 
 
-def test_job_timeline_places_each_ranks_recorded_iterations():
-    run = _sample("tensor-parallel")
+def _iteration_bars(fig, run: rundir.Run, policy: str) -> tuple[pl.DataFrame, dict]:
+    """The collectives rows a job timeline draws, and its traces by name."""
+    rows = run["collectives"].filter(pl.col("policy") == policy).sort("op", "rank")
+    return rows, {t.name: t for t in fig.data}
+
+
+def test_job_timeline_falls_back_to_the_sums_for_runs_recorded_before_phases():
+    run = before_phases(_sample("tensor-parallel"))
     job = run.summary["policies"]["fifo"]["job"]
     fig = plots.job_timeline(run, ops=tuple(range(job["iterations"])), policies=["fifo"])
-    by_phase = {t.name: t for t in fig.data}
-    assert list(by_phase) == ["compute", "sending", "data on the wire", "bubble"]
-    rows = run["collectives"].filter(pl.col("policy") == "fifo").sort("op", "rank")
+    rows, by_phase = _iteration_bars(fig, run, "fifo")
+    assert list(by_phase) == ["sending/other", "compute", "data on the wire", "bubble"]
     t0 = rows["start_ns"].min()
-    first, last = by_phase["compute"], by_phase["bubble"]
-    assert list(first.base) == pytest.approx(((rows["start_ns"] - t0) / 1e6).to_list())
+    starts = ((rows["start_ns"] - t0) / 1e6).to_list()
+    spans = (rows["end_ns"] - rows["start_ns"]) / 1e6
+    bars, first, last = by_phase["sending/other"], by_phase["compute"], by_phase["bubble"]
+    assert list(bars.base) == pytest.approx(starts) and list(bars.x) == pytest.approx(spans)
+    assert list(first.base) == pytest.approx(starts)  # the sums, laid from the start
     ends = [b + w for b, w in zip(last.base, last.x, strict=True)]
     assert ends == pytest.approx(((rows["end_ns"] - t0) / 1e6).to_list())  # measured end
     assert sum(first.x) / len(first.x) == pytest.approx(job["compute_ms"])
-    spans = (rows["end_ns"] - rows["start_ns"]) / 1e6
     assert (pl.Series(last.x) / spans).mean() == pytest.approx(job["bubble_fraction"])
     assert (pl.Series(by_phase["data on the wire"].x) / spans).mean() == pytest.approx(
         job["wire_wait_fraction"])
+    for sample in ("tensor-parallel", "pipeline-parallel"):
+        note = plots.job_timeline(before_phases(_sample(sample))).layout.annotations[-1].text
+        assert "recorded before phase spans" in note and "order is not recorded" in note
     with pytest.raises(ValueError, match="no training job"):
         plots.job_timeline(_sample("bottleneck"))
+
+
+TRANSFER_NS = {"isolated": 3 * MS, "fifo": 12 * MS}  # a message's time on the wire
+
+
+def test_job_timeline_draws_each_ranks_recorded_spans():
+    """A pipeline job's virtual ranks (tests/spans.py) recorded through the agents'
+    results path: the figure draws their spans where they happened, a staircase."""
+    run = job_run(_sample("pipeline-parallel"), TRANSFER_NS)
+    fig = plots.job_timeline(run, policies=["fifo"])
+    rows, by_phase = _iteration_bars(fig, run, "fifo")
+    assert list(by_phase) == ["sending/other", "compute", "data on the wire", "bubble"]
+    assert "as it recorded them" in fig.layout.annotations[-1].text
+    t0 = rows["start_ns"].min()
+    assert list(by_phase["sending/other"].base) == pytest.approx(
+        ((rows["start_ns"] - t0) / 1e6).to_list())
+    phases = run["phases"].filter((pl.col("policy") == "fifo") & pl.col("op").is_in([0, 1]))
+    for phase, name, column in (("compute", "compute", "compute_ns"),
+                                ("wire_wait", "data on the wire", "exposed_ns"),
+                                ("bubble", "bubble", "bubble_ns")):
+        spans = phases.filter(pl.col("phase") == phase).sort("op", "rank", "start_ns")
+        trace = by_phase[name]
+        assert list(trace.base) == pytest.approx(((spans["start_ns"] - t0) / 1e6).to_list())
+        assert sum(trace.x) == pytest.approx(rows[column].sum() / 1e6)  # adds up to the sums
+    compute = by_phase["compute"]
+    first = {}  # each rank's first compute in iteration 0
+    for y, base, op in zip(compute.y, compute.base, compute.customdata, strict=True):
+        if op == 0:
+            first.setdefault(y, base)
+    starts = [first[f"g{r + 1} · rank {r}"] for r in range(8)]
+    assert starts[0] == 0 and starts == sorted(set(starts))  # a staircase
+    bubbles = [y for y, base in zip(by_phase["bubble"].y, by_phase["bubble"].base,
+                                    strict=True) if base == 0]
+    assert bubbles == [f"g{r + 1} · rank {r}" for r in range(1, 8)]  # idle until reached
+
+
+def test_job_timeline_with_spans_gives_byte_identical_svg(tmp_path):
+    require(shutil.which("chromium") is not None, "needs Chromium for kaleido (make setup)")
+    run = job_run(_sample("pipeline-parallel"), TRANSFER_NS)
+    for out in ("a", "b"):
+        figures.write(run, tmp_path / out, only={"job-timeline"})
+    svg = (tmp_path / "a" / "job-timeline.svg").read_bytes()
+    assert svg == (tmp_path / "b" / "job-timeline.svg").read_bytes()
+    assert b"as it recorded them" in svg and run.summary["run_id"].encode() in svg

@@ -1,3 +1,6 @@
+import json
+import shutil
+
 import polars as pl
 import pytest
 
@@ -111,11 +114,60 @@ def test_every_row_type_names_its_table_columns():
     """Rows are named where they are produced; their fields are the table's columns."""
     from labkit.capture import CpuRow, LaneRow, QueueRow
     from labkit.control.valve import Decision
-    from labkit.experiment import GapRow, HistRow, LatencyRow, SojournRow
+    from labkit.experiment import GapRow, HistRow, LatencyRow, PhaseRow, SojournRow
 
     for table, row in (("lanes", LaneRow), ("sojourn", SojournRow), ("latency", LatencyRow),
-                       ("gaps", GapRow),
+                       ("gaps", GapRow), ("phases", PhaseRow),
                        ("histograms", HistRow), ("controller", Decision), ("cpu", CpuRow)):
         assert ("policy", *row._fields) == tuple(rundir.SCHEMAS[table]), table
     assert ("policy", *QueueRow._fields) == tuple(c for c in rundir.SCHEMAS["queue"]
                                                   if c != "lane")  # lane: from the classid
+
+
+PIPELINE = {"parallelism": "pipeline", "microbatches": 4, "activation_bytes": 1 << 16,
+            "stage_compute_ms": 1, "schedule": "1f1b"}
+
+
+def test_phases_go_from_the_agents_results_to_their_table_and_back(tmp_path):
+    from labkit import experiment
+    from labkit.traffic import jobs
+    from tests.spans import FakeRank, assert_spans_fit, results
+
+    plans = [jobs.plan(PIPELINE, 3, r) for r in range(3)]
+    ranks = [FakeRank(f"g{r + 1}", res) for r, res in enumerate(results(plans, 250_000, 2))]
+    policy = experiment.PolicyResult("fifo", "fifo")
+    experiment._collect(policy, ranks, [])
+    tables = rundir.tables_from([policy])
+    w = rundir.RunWriter(tmp_path / "r")
+    w.write_manifest(run_id="r")
+    run = rundir.load_run(w.finish(tables, {"scenario": "t", "policies": {}}))
+    phases = run["phases"]
+    assert "phases" in run.manifest["tables"] and phases.equals(tables["phases"])
+    assert phases.schema == pl.Schema(rundir.SCHEMAS["phases"])
+    assert set(phases["phase"]) == {"compute", "wire_wait", "bubble"}
+    assert set(zip(phases["rank"], phases["host"], strict=True)) == {(0, "g1"), (1, "g2"),
+                                                                      (2, "g3")}
+    ops = run["collectives"]
+    assert ops.height == 6 and "phases" not in run["transport"].columns
+    assert_spans_fit(ops, phases)
+
+
+def _forget_phases(path, tables: bool) -> None:
+    """Make the run at ``path`` one recorded before the ``phases`` table (``tables``:
+    with a list of tables in its manifest, else from before that list too)."""
+    manifest = json.loads((path / "manifest.json").read_text())
+    manifest["tables"] = [t for t in manifest["tables"] if t != "phases"]
+    if not tables:
+        del manifest["tables"]
+    (path / "manifest.json").write_text(json.dumps(manifest))
+    (path / "phases.parquet").unlink(missing_ok=True)
+
+
+@pytest.mark.parametrize("tables", [True, False])
+def test_a_run_recorded_before_phases_loads_with_that_table_empty(tmp_path, tables):
+    path = tmp_path / "old"  # a sample run (recorded before phases, until re-recorded)
+    shutil.copytree(rundir.bpf.REPO_ROOT / "data/sample/pipeline-parallel", path)
+    _forget_phases(path, tables)
+    run = rundir.load_run(path)
+    assert run["phases"].is_empty() and run["collectives"].height > 0
+    assert run["phases"].schema == pl.Schema(rundir.SCHEMAS["phases"])

@@ -2,23 +2,26 @@
 
 from pathlib import Path
 
+import polars as pl
 import pytest
 
 import labkit
 from tests.leaks import assert_no_leaks
+from tests.spans import assert_spans_fit
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
-def jobs(tmp_path_factory):
-    out = {}
-    for kind in ("tensor", "pipeline"):
-        path = tmp_path_factory.mktemp(kind) / "run"
-        run = labkit.run(REPO / f"topologies/{kind}-parallel.yaml", ["isolated", "fifo"],
-                         out=path)
-        out[kind] = run.summary["policies"]
-    return out
+def runs(tmp_path_factory):
+    return {kind: labkit.run(REPO / f"topologies/{kind}-parallel.yaml", ["isolated", "fifo"],
+                             out=tmp_path_factory.mktemp(kind) / "run")
+            for kind in ("tensor", "pipeline")}
+
+
+@pytest.fixture(scope="module")
+def jobs(runs):
+    return {kind: run.summary["policies"] for kind, run in runs.items()}
 
 
 def test_both_jobs_report_iterations_exposed_communication_and_bubbles(fabric_ready, jobs):
@@ -32,6 +35,18 @@ def test_both_jobs_report_iterations_exposed_communication_and_bubbles(fabric_re
             assert job["wrong"] == 0
     # a pipeline idles while its stages wait for each other; tensor parallelism hardly does
     assert jobs["pipeline"]["isolated"]["job"]["bubble_fraction"] > 0.2
+
+
+def test_every_iteration_records_its_phases_as_spans(fabric_ready, runs):
+    """Each rank's spans fit its iterations and add up to their sums; a pipeline's last
+    stage first idles in a bubble until its first micro-batch has crossed the 7 stages
+    before it (10 ms of compute each)."""
+    for run in runs.values():
+        assert_spans_fit(run["collectives"], run["phases"])
+    last = (runs["pipeline"]["phases"]
+            .filter((pl.col("policy") == "isolated") & (pl.col("op") == 0)
+                    & (pl.col("rank") == 7)).sort("start_ns").row(0, named=True))
+    assert last["phase"] == "bubble" and last["end_ns"] - last["start_ns"] > 60_000_000
 
 
 def test_tensor_parallelism_moves_more_and_suffers_more_from_storage(fabric_ready, jobs):
