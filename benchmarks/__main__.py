@@ -9,14 +9,15 @@ import json
 import sys
 from pathlib import Path
 
-from benchmarks import classifier, sender, telemetry
+from benchmarks import capacity, classifier, sender, telemetry
 
 OUT = Path(__file__).resolve().parent.parent / "data" / "bench" / "latest.json"
 
 
 def main() -> int:
     records = []
-    for module, takes in ((classifier, "~10 s"), (telemetry, "~7 min"), (sender, "~30 s")):
+    for module, takes in ((classifier, "~10 s"), (telemetry, "~7 min"), (sender, "~30 s"),
+                          (capacity, "~4 min")):
         name = module.__name__.split(".")[-1]
         print(f"bench {name}: running ({takes}) ...", file=sys.stderr, flush=True)
         records += module.run()

@@ -130,15 +130,18 @@ def collective(op: str, algo: str, size_bytes: int) -> dict:
 def start_collective(fabric: Fabric, topo: Topology, ranks: tuple[str, ...], workload: dict,
                      iterations: int, compute_ms: float, workdir: Path, rng: random.Random,
                      duration_s: float | None = None, phase_maps: dict[str, int] | None = None,
-                     dcqcn: bool = False) -> list[Agent]:
+                     dcqcn: bool = False, gso_packets: int = 1) -> list[Agent]:
     """One agent per rank (``labkit.traffic.collective``) running ``workload`` (see
     :func:`collective`, or a training job: ``{"kind": "job", "job": {...}}``).
     ``phase_maps``: per host, the fd of the map its agent publishes its phase to;
-    ``dcqcn``: senders mark their packets ECN-capable and react to CNPs."""
+    ``dcqcn``: senders mark their packets ECN-capable and react to CNPs; ``gso_packets``:
+    packets per GSO run (scenario ``emulation.gso_packets``)."""
     phase_maps = phase_maps or {}
     n = len(ranks)
     workdir.mkdir(parents=True, exist_ok=True)
     payload = roce_payload_bytes(min(link.mtu for link in topo.fabric.links))
+    # a lossy link drops what its queue holds whole: packets one by one, as the loss rate says
+    lossy = any(link.loss_percent for link in topo.fabric.links)
     common = configs.Collective(
         rank=0, n=n, ip="", workload=workload, iterations=iterations, compute_ms=compute_ms,
         duration_s=duration_s, payload_bytes=payload,
@@ -146,7 +149,7 @@ def start_collective(fabric: Fabric, topo: Topology, ranks: tuple[str, ...], wor
         sport_base=rng.randrange(49152, 65536 - n),
         templates=roce.data_templates(0, payload), ack_template=roce.ack_template(0),
         nak_template=roce.ack_template(0, wire.SYNDROME_NAK_PSN),
-        cnp_template=roce.cnp_template(0))
+        cnp_template=roce.cnp_template(0), gso_segments=1 if lossy else gso_packets)
     return [Agent(fabric, host, "labkit.traffic.collective",
                   replace(common, rank=i, ip=topo.host_ip(host),
                           phase_map_fd=phase_maps.get(host),

@@ -23,6 +23,7 @@ everything created is in the run registry and torn down in ``finally``.
 from __future__ import annotations
 
 import random
+import resource
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -145,6 +146,7 @@ class PolicyResult:
     events_lost: int = 0
     packets_sampled: int = 0
     unpaired: int = 0  # dequeues whose enqueue the tracepoint did not report
+    orchestrator_cpu_share: float = 0.0  # of one core, while the collective ran
     loss_drops: dict[str, int] = field(default_factory=dict)  # per lossy link
     decisions: list[Decision] = field(default_factory=list)  # controller.parquet rows
     control: dict | None = None  # valve totals and the controller's own figures
@@ -249,7 +251,7 @@ def _run_traffic(pf: PolicyFabric, workdir: Path, duration_s: float | None,
         work, gap_ms = workload(sc)
         ring = start_collective(fabric, topo, sc.ranks, work, sc.iterations, gap_ms, workdir,
                                 rng, duration_s, control.phase_maps if control else None,
-                                sc.control.dcqcn)
+                                sc.control.dcqcn, sc.emulation.gso_packets)
         storage = start_storage(sc, topo, fabric, workdir) if pol.storage else []
         agents = ring + storage
         if pol.storage and sc.commands:  # the user's programs compete as storage does
@@ -326,6 +328,7 @@ def _drive(result: PolicyResult, ring: list[Agent], storage: list[Agent],
         if control:
             control.start()
         t_go = start_time()
+        before = _own_cpu_s(), time.monotonic()
         go(storage, t_go)
         if commands:
             commands.start()
@@ -337,6 +340,8 @@ def _drive(result: PolicyResult, ring: list[Agent], storage: list[Agent],
 
         limit_s = duration_s + 30 if duration_s else max(120, 5 * iterations)
         finish_together(ring, limit_s, on_line)
+        result.orchestrator_cpu_share = ((_own_cpu_s() - before[0])
+                                         / max(time.monotonic() - before[1], 1e-3))
         result.storage_stopped_ns = time.monotonic_ns()  # connections close from here on
         for a in storage:
             a.send("STOP")
@@ -348,6 +353,12 @@ def _drive(result: PolicyResult, ring: list[Agent], storage: list[Agent],
             control.stop()
         poller.stop()
         result.queue, result.lanes, result.cpu = poller.rows, poller.lane_rows, cpu.stop()
+
+
+def _own_cpu_s() -> float:
+    """CPU seconds this process (the orchestrator: pollers, readers, controller) used."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 def _collect(result: PolicyResult, ring: list[Agent], storage: list[Agent]) -> None:
@@ -385,7 +396,8 @@ def run_sweep(sc: Scenario, op: str, algo: str, size_list: list[int], iterations
         try:
             for size in size_list:
                 procs = start_collective(fabric, topo, ranks, collective(op, algo, size),
-                                         iterations + 1, 0.0, workdir / str(size), rng)
+                                         iterations + 1, 0.0, workdir / str(size), rng,
+                                         gso_packets=sc.emulation.gso_packets)
                 try:
                     ops = run_agents(procs, iterations + 1)
                     resent = sum(a.result()["retransmits"] for a in procs)
@@ -457,7 +469,8 @@ def summary_meta(sc: Scenario, topo: Topology, run_id: str, results: list[Policy
                                      "events_lost": r.events_lost,
                                      "packets_considered": r.packets_sampled,
                                      "dequeues_unpaired": r.unpaired,
-                                     "tracepoint_unseen": tracepoint_unseen(r.lanes)}
+                                     "tracepoint_unseen": tracepoint_unseen(r.lanes),
+                                     "orchestrator_cpu_share": r.orchestrator_cpu_share}
                           for r in results},
             "loss_drops": {r.policy: r.loss_drops for r in results},
             "commands": {r.policy: r.commands for r in results if r.commands},

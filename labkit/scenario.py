@@ -91,6 +91,19 @@ class ControlSpec:
     controllers: tuple[tuple[str, str], ...] = ()
 
 
+@dataclass(frozen=True)
+class EmulationSpec:
+    """How labkit emulates, not what: ``gso_packets`` RoCE packets of a rank's message
+    travel the fabric as one GSO run (labkit.traffic.sender). 1 keeps every packet on its
+    own; more costs the machine less per packet (a bigger fabric fits) but a full FIFO
+    then drops a run whole (docs/scenarios.md has the measurements)."""
+
+    gso_packets: int = 1
+
+
+MAX_GSO_PACKETS = 16
+
+
 class ScenarioError(ValueError):
     """A scenario file is invalid: ``file``, ``key`` and ``reason`` say where and why."""
 
@@ -265,6 +278,7 @@ class Scenario:
     sha256: str = field(default="", compare=False)
     job: JobSpec | None = None
     control: ControlSpec = ControlSpec()
+    emulation: EmulationSpec = EmulationSpec()
     commands: tuple[CommandSpec, ...] = ()
     # the user's own traffic kinds: (name, "file.py:Class") pairs, resolved like controllers;
     # their entries are expanded into ``commands`` when the file is parsed
@@ -421,7 +435,8 @@ def parse(doc: Any, file: str = "<scenario>") -> Scenario:
     """Validate an already-parsed YAML document."""
     c = _Checker(file)
     top = c.mapping(doc, "", {"name", "description", "scale_factor", "seed", "defaults",
-                              "fabric", "lanes", "traffic", "policies", "control", "kinds"},
+                              "fabric", "lanes", "traffic", "policies", "control", "kinds",
+                              "emulation"},
                     {"name", "fabric", "traffic"})
     name = c.string(top["name"], "name")
     if not SCENARIO_NAME_RE.fullmatch(name):
@@ -440,11 +455,18 @@ def parse(doc: Any, file: str = "<scenario>") -> Scenario:
     kinds = class_files(c, top.get("kinds", {}), "kinds", BUILT_IN_KINDS)
     allreduce, job, storage, commands = _traffic(c, top["traffic"], fabric, dict(kinds))
     control = _control(c, top.get("control", {}), "control")
+    emulation = _emulation(c, top.get("emulation", {}), "emulation")
     policies = _policies(c, top.get("policies", list(LAYOUTS)), "policies",
                          [name for name, _ in control.controllers])
     return Scenario(name, file, float(scale), seed, fabric, lanes, allreduce, storage, policies,
                     description, job=job, control=control, commands=commands,
-                    kinds=kinds, classifier=classifier)
+                    kinds=kinds, classifier=classifier, emulation=emulation)
+
+
+def _emulation(c: _Checker, doc, key: str) -> EmulationSpec:
+    c.mapping(doc, key, set(EmulationSpec.__dataclass_fields__))
+    gso = c.integer(doc.get("gso_packets", 1), f"{key}.gso_packets", 1, MAX_GSO_PACKETS)
+    return EmulationSpec(gso_packets=gso)
 
 
 def _control(c: _Checker, doc, key: str) -> ControlSpec:

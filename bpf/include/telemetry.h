@@ -64,6 +64,14 @@ static __always_inline void lk_hist_add(void *hists, __u32 idx, __u64 value_ns)
 		h->buckets[b]++;
 }
 
+/* Which packets a probe samples: a stamped packet's seq, mixed (Fibonacci hashing) so that
+ * packets seen in steps of a GSO run (a probe sees a run's first packet only) are still
+ * sampled one in sample_every, whatever the run length. */
+static __always_inline __u32 lk_pick(__u64 seq)
+{
+	return (__u32)((seq * 0x9E3779B97F4A7C15ULL) >> 40);
+}
+
 /*
  * Send one event in sample_every to userspace; lost events are counted. A stamped
  * packet is chosen by its seq, so every probe picks the same packets and their
@@ -81,7 +89,7 @@ static __always_inline void lk_sample_counted(const struct lk_event *ev, __u32 c
 	if (!cfg || !seen || !cfg->sample_every)
 		return;
 	(*seen)++;
-	if ((ev->seq ? ev->seq : *seen) % cfg->sample_every)
+	if (lk_pick(ev->seq ? ev->seq : *seen) % cfg->sample_every)
 		return;
 	out = bpf_ringbuf_reserve(&lk_events, sizeof(*out), 0);
 	if (!out) {

@@ -42,7 +42,8 @@ from labkit.traffic.sender import BatchSender
 
 NICE = -10  # ranks stand in for GPUs and their NICs: storage agents must not delay them
 SO_RCVBUFFORCE = 33
-TOS_CMSG_BYTES = 32  # room for the IP_TOS control message (CMSG_SPACE(1))
+SOL_UDP, UDP_GRO = 17, 104  # <linux/udp.h>
+RECV_CMSG_BYTES = 64  # room for IP_TOS and UDP_GRO control messages (CMSG_SPACE 24 each)
 IP_MTU_DISCOVER, IP_PMTUDISC_DO = 10, 2  # <linux/in.h>; not exported by Python 3.11
 RCVBUF_BYTES = 16 << 20
 SNDBUF_BYTES = 128 << 10
@@ -228,6 +229,7 @@ def run(cfg: configs.Collective, stdin, stdout) -> dict:
     rx.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, RCVBUF_BYTES)
     if dcqcn:  # see each packet's ECN field: CE asks for a CNP
         rx.setsockopt(socket.IPPROTO_IP, socket.IP_RECVTOS, 1)
+    rx.setsockopt(SOL_UDP, UDP_GRO, 1)  # a peer's GSO run arrives as it was sent
     rx.bind(("0.0.0.0", wire.ROCEV2_PORT))
     senders, receivers, tx = {}, {}, {}
     for p in partners:
@@ -238,7 +240,8 @@ def run(cfg: configs.Collective, stdin, stdout) -> dict:
         s.bind(("0.0.0.0", cfg.sport_base + p))
         templates = {k: rc.with_dqpn(v, QPN_BASE + p) for k, v in data.items()}
         out = BatchSender(s, (peers[p], wire.ROCEV2_PORT), batch=SEND_BURST,
-                          slot_bytes=max(len(t) for t in templates.values()))
+                          slot_bytes=max(len(t) for t in templates.values()),
+                          gso=cfg.gso_segments)
         senders[p] = rc.Sender(out, wire.Icrc(cfg.ip, peers[p], cfg.sport_base + p),
                                templates, cfg.payload_bytes, abi.seq_base(rank),
                                rc.Dcqcn(dcqcn * 1e6 / 8) if dcqcn else None)
@@ -265,29 +268,35 @@ def run(cfg: configs.Collective, stdin, stdout) -> dict:
     rview = memoryview(rbuf)
 
     def drain() -> None:
-        """Handle every packet waiting at the receive socket."""
+        """Handle every packet waiting at the receive socket. A run a peer sent as one GSO
+        send comes as one read (UDP_GRO) and is split here at its segment size."""
         while True:
             try:
-                if dcqcn:
-                    nbytes, anc, _, (addr, _) = rx.recvmsg_into([rbuf], TOS_CMSG_BYTES)
-                    ce = any(level == socket.IPPROTO_IP and kind == socket.IP_TOS
-                             and data[0] & wire.ECN_MASK == wire.CE for level, kind, data in anc)
-                else:
-                    nbytes, (addr, _) = rx.recvfrom_into(rbuf)
-                    ce = False
+                nbytes, anc, _, (addr, _) = rx.recvmsg_into([rbuf], RECV_CMSG_BYTES)
             except BlockingIOError:
                 return
             p = by_ip.get(addr)
             if p is None:
                 continue
-            opcode = rbuf[wire.OPCODE]
-            if opcode == wire.ACKNOWLEDGE:
-                senders[p].on_ack(int.from_bytes(rbuf[wire.PSN:wire.PSN + 3], "big"),
-                                  rbuf[wire.BTH_LEN], time.monotonic_ns())
-            elif opcode in wire.DATA_OPCODES:
-                receivers[p].on_data(rview, nbytes, ce)
-            elif opcode == wire.CNP:
-                senders[p].on_cnp(time.monotonic_ns())
+            segment, ce = nbytes, False
+            for level, kind, data in anc:
+                if level == SOL_UDP and kind == UDP_GRO:
+                    segment = int.from_bytes(data[:4], sys.byteorder)
+                elif level == socket.IPPROTO_IP and kind == socket.IP_TOS:
+                    ce = data[0] & wire.ECN_MASK == wire.CE
+            for at in range(0, nbytes, segment):
+                handle(p, rview[at:at + min(segment, nbytes - at)], ce)
+
+    def handle(p: int, pkt: memoryview, ce: bool) -> None:
+        opcode = pkt[wire.OPCODE]
+        if opcode == wire.ACKNOWLEDGE:
+            senders[p].on_ack(int.from_bytes(pkt[wire.PSN:wire.PSN + 3], "big"),
+                              pkt[wire.BTH_LEN], time.monotonic_ns())
+        elif opcode in wire.DATA_OPCODES:
+            receivers[p].on_data(pkt, len(pkt), ce)
+        elif opcode == wire.CNP:
+            senders[p].on_cnp(time.monotonic_ns())
+
     ops: list[dict] = []
     phases: list[tuple[int, str, int, int]] = []  # (op, phase, start_ns, end_ns)
     op_index, next_op_at = 0, t0

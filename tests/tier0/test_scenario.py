@@ -24,6 +24,7 @@ def test_shipped_topologies_load(path):
 
 def test_bottleneck_resolves_defaults_and_overrides():
     sc = scenario.load(TOPOLOGIES / "bottleneck.yaml")
+    assert sc.emulation.gso_packets == 1  # every packet on its own unless asked
     links = {frozenset((link.a, link.b)): link for link in sc.fabric.links}
     assert links[frozenset(("leaf1", "spine1"))].rate_mbps == 100
     assert links[frozenset(("leaf2", "spine1"))].rate_mbps == 1000
@@ -85,6 +86,9 @@ def _error(doc) -> ScenarioError:
     (lambda d: d.update(control={"busy_share": 0.5, "idle_share": 0.4}), "control.busy_share",
      "below idle_share"),
     (lambda d: d.update(control={"lead": 5}), "control.lead", "unknown key"),
+    (lambda d: d.update(emulation={"gso_packets": 0}), "emulation.gso_packets", "between 1"),
+    (lambda d: d.update(emulation={"gso": 8}), "emulation.gso", "unknown key"),
+    (lambda d: d.update(name="my.run"), "name", "cannot name runs"),
 ])
 def test_bad_input_names_file_key_and_reason(doc, mutate, key, reason):
     bad = copy.deepcopy(doc)

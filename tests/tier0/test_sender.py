@@ -22,3 +22,26 @@ def test_batches_arrive_whole_and_in_order():
     assert [int.from_bytes(g[:2], "big") for g in got] == list(range(40))
     assert [len(g) for g in got] == [50 + n % 7 for n in range(40)]
     assert all(g[2:] == template[2:len(g)] for g in got)
+
+
+def test_runs_of_equal_packets_go_as_gso_sends_and_arrive_as_the_same_datagrams():
+    rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    rx.bind(("127.0.0.1", 0))
+    rx.settimeout(2)
+    tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    out = BatchSender(tx, rx.getsockname(), batch=16, slot_bytes=1200, gso=4)
+    # a message as the RC sender lays it out: a longer first packet, full middles, a short
+    # last one; then a packet alone
+    sizes = [1116, 1100, 1100, 1100, 1100, 1100, 1100, 700, 1116]
+    for n, size in enumerate(sizes):
+        out.slot(bytes([n]) * size)
+    # runs: [1116, 1100 (shorter: ends it)], [1100 x4], [1100, 700], [1116]
+    assert out._sends == [2, 4, 2, 1]
+    assert out.flush(blocking=True) == len(sizes)
+    got = [rx.recv(2048) for _ in sizes]
+    assert [len(g) for g in got] == sizes
+    assert [g[0] for g in got] == list(range(len(sizes)))
+    assert all(g == bytes([g[0]]) * len(g) for g in got)
+    out.slot(bytes(1100))  # the buffer is reused from its start after a flush
+    assert out._sends == [1] and out.flush(blocking=True) == 1
+    assert len(rx.recv(2048)) == 1100

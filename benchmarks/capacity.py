@@ -1,0 +1,98 @@
+"""Capacity: the largest ring this machine emulates faithfully, and where each packet's
+CPU goes.
+
+The fabric is bottleneck.yaml's (two leaves, one 100 Mbit/s uplink, a 2 MiB ring
+All-Reduce) with more GPU hosts, half behind each leaf; the All-Reduce runs alone
+(``isolated``) for a few seconds at each size. ``capacity_ranks`` is the largest ring
+whose bus bandwidth reaches 0.85 x the link rate on a machine that was not CPU-bound,
+once with every packet on its own (``emulation.gso_packets: 1``, the default) and once with
+runs of 8. Per packet sent by a rank, the machine's CPU is split into the rank agents'
+Python (their user time), the orchestrator's (the run process, all its threads) and the
+kernel's packet path: the agents' system time (their syscalls and the softirq work the
+kernel charges to them: forwarding their packets through the fabric) plus whatever busy
+time no process accounts for.
+"""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+from pathlib import Path
+
+import polars as pl
+import yaml
+
+import labkit
+from labkit import scenario
+
+REPO = Path(__file__).resolve().parent.parent
+RANKS = (8, 16, 24, 32, 40, 48)
+SECONDS = 8.0
+FAITHFUL_BUSBW = 0.85  # of the link rate
+CPUS = 2  # this VM's; the split below counts CPU-seconds of the whole machine
+
+
+def fabric_of(n: int, gso: int) -> scenario.Scenario:
+    """bottleneck.yaml with ``n`` GPU hosts, its ring alone, ``gso`` packets per run."""
+    doc = yaml.safe_load((REPO / "topologies/bottleneck.yaml").read_text())
+    doc["name"] = f"capacity-{n}-gso{gso}"
+    doc["fabric"]["hosts"]["gpu"] = {"leaf1": [f"g{i}" for i in range(1, n // 2 + 1)],
+                                     "leaf2": [f"g{i}" for i in range(n // 2 + 1, n + 1)]}
+    doc["traffic"][1]["clients"] = [f"g{i}" for i in range(1, 5)]
+    doc["policies"] = ["isolated"]
+    doc["emulation"] = {"gso_packets": gso}
+    return scenario.parse(doc, str(REPO / "topologies/bottleneck.yaml"))
+
+
+def measure(n: int, gso: int, out: Path) -> dict:
+    run = labkit.run(fabric_of(n, gso), out=out / f"{n}-{gso}", duration=SECONDS)
+    p = run.summary["policies"]["isolated"]
+    t = run["transport"]
+    packets = int(t["packets_sent"].sum())
+    user_s, sys_s = float(t["cpu_user_s"].sum()), float(t["cpu_sys_s"].sum())
+    window = p["window_s"]
+    machine_s = p["cpu_busy"] * CPUS * window
+    orchestrator_s = p["telemetry"]["orchestrator_cpu_share"] * window
+    unaccounted = max(machine_s - user_s - sys_s - orchestrator_s, 0.0)
+    return {"ranks": n, "gso": gso, "busbw": p["allreduce"]["busbw_mbps"],
+            "link": p["bottleneck"]["rate_mbps"], "cpu_bound": p["fidelity"]["cpu_bound"],
+            "busy": p["cpu_busy"], "orchestrator_share": p["telemetry"]["orchestrator_cpu_share"],
+            "agents_us": user_s / packets * 1e6,
+            "orchestrator_us": orchestrator_s / packets * 1e6,
+            "kernel_us": (sys_s + unaccounted) / packets * 1e6}
+
+
+def faithful(m: dict) -> bool:
+    return m["busbw"] >= FAITHFUL_BUSBW * m["link"] and not m["cpu_bound"]
+
+
+def run() -> list[dict]:
+    records, rows = [], []
+    with tempfile.TemporaryDirectory(prefix="labkit-bench-capacity-") as tmp:
+        for gso in (1, 8):
+            capacity = 0
+            for n in RANKS:
+                m = measure(n, gso, Path(tmp))
+                rows.append(m)
+                print(f"  gso {gso} ranks {n:>2}: busbw {m['busbw']:5.1f} of {m['link']:g}, "
+                      f"busy {m['busy']:.0%}, CPU per packet: agents' Python "
+                      f"{m['agents_us']:.1f} us, orchestrator {m['orchestrator_us']:.1f}, "
+                      f"kernel {m['kernel_us']:.1f}",
+                      file=sys.stderr, flush=True)
+                if not faithful(m):
+                    break
+                capacity = n
+            records.append({"name": f"capacity_ranks_gso{gso}", "value": capacity,
+                            "unit": "ranks", "goal": ">= 32"})
+            at32 = [m for m in rows if m["gso"] == gso and m["ranks"] == 32]
+            if at32:
+                records.append({"name": f"orchestrator_share_32_gso{gso}",
+                                "value": at32[0]["orchestrator_share"], "unit": "of a core",
+                                "goal": "<= 0.05"})
+    frame = pl.DataFrame(rows)
+    for gso in (1, 8):
+        first = frame.filter(pl.col("gso") == gso).row(0, named=True)
+        for part in ("agents_us", "orchestrator_us", "kernel_us"):
+            records.append({"name": f"cpu_per_packet_{part[:-3]}_{first['ranks']}r_gso{gso}",
+                            "value": first[part], "unit": "us", "goal": None})
+    return records
