@@ -8,7 +8,7 @@ SYSTEM_PYTHON := /usr/bin/python3
 LOCK := requirements.lock
 PIP := $(PY) -m pip install -q --disable-pip-version-check
 DEB_PACKAGES := mininet clang llvm libbpf-dev bpftool iperf3 tcpdump tshark iputils-ping \
-	iproute2 ethtool python3-venv procps chromium
+	iproute2 ethtool python3-venv procps chromium slurm-wlm munge
 BPF_SOURCES := $(wildcard bpf/*.bpf.c)
 BPF_OBJECTS := $(patsubst bpf/%.bpf.c,bpf/build/%.bpf.o,$(BPF_SOURCES))
 BPF_HEADERS := $(wildcard bpf/include/*.h)
@@ -52,11 +52,13 @@ $(VENV)/.installed: pyproject.toml $(LOCK)
 
 # Refresh $(LOCK) on purpose: the newest releases within pyproject.toml's bounds, with
 # hashes, resolved by pip-tools for Debian's Python in a throwaway venv. Review the diff,
-# run `make test`, commit both files together.
+# run `make test`, commit both files together. `make lock LOCK_UPGRADE=` only adds what
+# pyproject.toml gained and keeps every other pin as it is.
+LOCK_UPGRADE ?= --upgrade
 lock:
 	rm -rf .lock-venv && $(SYSTEM_PYTHON) -m venv .lock-venv
 	.lock-venv/bin/pip install -q --disable-pip-version-check pip-tools
-	CUSTOM_COMPILE_COMMAND="make lock" .lock-venv/bin/pip-compile -q --upgrade \
+	CUSTOM_COMPILE_COMMAND="make lock" .lock-venv/bin/pip-compile -q $(LOCK_UPGRADE) \
 	  --generate-hashes --all-build-deps --extra notebooks --extra dev --strip-extras \
 	  --allow-unsafe --no-emit-index-url --no-emit-find-links -o $(LOCK) pyproject.toml
 	rm -rf .lock-venv

@@ -10,8 +10,13 @@ The API, imported on first use (``import labkit`` stays light for notebooks with
   this machine emulates the scenario at faithfully and returns the :class:`Calibration`;
 * ``labkit.shell(scenario, policy)`` builds a scenario's fabric without traffic and opens
   Mininet's command line in it;
-* ``labkit.load_run(path)`` reads a recorded run back;
-* ``labkit.load_scenario(path)`` parses and checks a scenario file.
+* ``labkit.run_batch(grid, executor="local", out=None)`` runs every point of a grid file
+  (scenario keys x policies x seeds) here or as Slurm jobs and returns the recorded
+  :class:`Batch`;
+* ``labkit.load_run(path)`` reads a recorded run back; ``labkit.load_runs(paths)`` reads
+  many runs (or a batch) as one polars frame, a row per run and policy;
+* ``labkit.load_scenario(path)`` and ``labkit.load_grid(path)`` parse and check a
+  scenario or a grid file.
 """
 
 from importlib import import_module
@@ -21,12 +26,14 @@ _API = {"run": "labkit.runner", "sweep": "labkit.runner", "shell": "labkit.runne
         "Progress": "labkit.runner",
         "Sweep": "labkit.runner", "NotReady": "labkit.runner", "RunFailed": "labkit.runner",
         "Run": "labkit.rundir", "load_run": "labkit.rundir", "RunDataError": "labkit.rundir",
-        "ScenarioError": "labkit.scenario", "load_scenario": "labkit.scenario"}
+        "ScenarioError": "labkit.scenario", "load_scenario": "labkit.scenario",
+        "run_batch": "labkit.batch", "load_runs": "labkit.batch", "Batch": "labkit.batch",
+        "load_grid": "labkit.grid", "GridError": "labkit.grid"}
+_NAMED_THERE = {"load_scenario": "load", "load_grid": "load"}
 __all__ = sorted(_API)
 
 
 def __getattr__(name: str):
     if name not in _API:
         raise AttributeError(f"module 'labkit' has no attribute {name!r}")
-    attr = "load" if name == "load_scenario" else name
-    return getattr(import_module(_API[name]), attr)
+    return getattr(import_module(_API[name]), _NAMED_THERE.get(name, name))

@@ -1,7 +1,8 @@
 """labkit: emulate, measure and relieve the network bottleneck of AI training.
 
-Commands: doctor, run, shell, sweep, report, figures, runs, clean. Exit codes: 0 success;
-1 a run or check failed; 2 bad input (scenario file, arguments); 130 interrupted.
+Commands: doctor, run, shell, sweep, calibrate, batch, report, figures, runs, clean.
+Exit codes: 0 success; 1 a run or check failed; 2 bad input (scenario file, arguments);
+130 interrupted.
 ``--json`` (report, runs, doctor) prints one JSON document on stdout whose
 ``"schema"`` names its shape and version (docs/data-model.md).
 """
@@ -19,6 +20,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -128,6 +130,28 @@ def main(argv: list[str] | None = None) -> int:
     calibrate.add_argument("--out", type=Path,
                            help="record the calibration in this new directory (default: "
                                 "data/runs/<id>); each trial is a run of its own")
+    batch = sub.add_parser(
+        "batch", help="run a grid of scenario variants x policies x seeds, here or on Slurm",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="a grid file names a scenario and the values of its keys to combine "
+               "(docs/batches.md):\n"
+               "  scenario: ../bottleneck.yaml\n"
+               "  axes:\n"
+               "    traffic[0].size_bytes: [1MiB, 4MiB]\n"
+               "    defaults.link.rate_mbps: [50, 100]\n"
+               "  policies: [[isolated, fifo], [isolated, priority]]\n"
+               "  seeds: [1, 2]\n"
+               "  duration: 10")
+    batch.add_argument("grid", type=Path,
+                       help="a grid file, e.g. topologies/grids/bottleneck-sizes.yaml")
+    batch.add_argument("--executor", choices=("local", "slurm"), default="local",
+                       help="local: one run after another on this machine (default); slurm: "
+                            "each run an exclusive Slurm job, submitted with submitit")
+    batch.add_argument("--out", type=Path,
+                       help="the batch directory (default: data/runs/<batch-id>); with "
+                            "--executor slurm it must be on a filesystem the nodes share")
+    batch.add_argument("--dry-run", action="store_true",
+                       help="list the points the grid expands into, run nothing")
     report = sub.add_parser("report", help="print the summary of a recorded run")
     report.add_argument("run_dir", type=Path, help="a run directory, e.g. data/sample/bottleneck")
     report.add_argument("--json", action="store_true",
@@ -145,11 +169,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return {"doctor": cmd_doctor, "run": cmd_run, "shell": cmd_shell, "sweep": cmd_sweep,
-                "calibrate": cmd_calibrate, "report": cmd_report,
+                "calibrate": cmd_calibrate, "batch": cmd_batch, "report": cmd_report,
                 "figures": cmd_figures, "runs": cmd_runs,
                 "clean": cmd_clean}[args.command](args)
     except scenario_mod.ScenarioError as exc:
-        err.print(f"[red]error:[/] {exc}", highlight=False)
+        err.print(f"[red]error:[/] {escape(str(exc))}", highlight=False)
         return 2
     except KeyboardInterrupt:
         err.print("[yellow]interrupted[/]: everything labkit created was torn down")
@@ -199,10 +223,10 @@ def _failed(exc: Exception) -> int:
     from labkit.runner import NotReady, RunFailed
 
     if isinstance(exc, FileExistsError):
-        err.print(f"[red]error:[/] {exc}")
+        err.print(f"[red]error:[/] {escape(str(exc))}")
         return 2
     if isinstance(exc, NotReady | RunLockedError):
-        err.print(f"[red]error:[/] {exc}")
+        err.print(f"[red]error:[/] {escape(str(exc))}")
     else:  # RunFailed, or a kernel-side failure while `labkit shell` built its fabric
         err.print(f"[red]{'run' if isinstance(exc, RunFailed) else 'shell'} failed:[/] {exc}")
     return 1
@@ -279,6 +303,90 @@ def cmd_calibrate(args) -> int:
     console.print(t)
     console.print(result.advice, highlight=False)
     return 0 if result.best else 1
+
+
+def cmd_batch(args) -> int:
+    from labkit import batch as batch_mod
+    from labkit import grid as grid_mod
+    from labkit import runner
+
+    g = grid_mod.load(args.grid)
+    if args.dry_run:
+        _print_points(g)
+        return 0
+    _catch_interrupts()
+    ended = {"complete": "green", "failed": "red", "interrupted": "yellow",
+             "cancelled": "yellow"}
+    with _progress("") as progress:
+        overall = progress.add_task(f"{g.name}: runs ({args.executor})", total=g.size)
+        current = progress.add_task("", total=None, visible=False)
+
+        def on_point(point, entry: dict) -> None:
+            status = entry["status"]
+            if status in ended:
+                progress.update(overall, advance=1)
+                progress.update(current, visible=False)
+                where = entry["error"] if status != "complete" else entry["run"]
+                progress.console.print(f"{point.name} [{ended[status]}]{status}[/] "
+                                       f"{escape(point.label)} [dim]{escape(str(where))}[/]",
+                                       highlight=False)
+            elif status == "running" and args.executor == "slurm":
+                progress.console.print(f"{point.name} running on {entry['host']} (job "
+                                       f"{entry['job_id']})", highlight=False)
+
+        def on_progress(point, p: runner.Progress) -> None:
+            what = {"building": "building fabric", "running": "ops"}.get(p.stage, p.stage)
+            progress.update(current, visible=True, total=p.total, completed=p.done,
+                            description=f"{point.name} {p.policy} {what}")
+
+        try:
+            done = batch_mod.run_batch(g, args.executor, out=args.out, on_point=on_point,
+                                       on_progress=on_progress, argv=sys.argv)
+        except (FileExistsError, RuntimeError) as exc:
+            return _failed(exc)
+    _print_batch(done)
+    console.print(f"batch recorded in [bold]{done.path}[/] (labkit.load_runs reads it)")
+    return 0 if done.complete else 1
+
+
+def _print_points(g) -> None:
+    t = Table(title=escape(f"{g.name}: {g.size} runs of {g.scenario_path}"),
+              title_justify="left")
+    for col in ("point", *[a.key for a in g.axes], "policies", "seed"):
+        t.add_column(escape(col), no_wrap=True)  # key paths hold [...]: not markup
+    for p in g.points:
+        t.add_row(p.name, *[escape(str(v)) for v in p.parameters.values()],
+                  ", ".join(p.policies), str(p.seed))
+    console.print(t)
+
+
+def _print_batch(done) -> None:
+    frame = done.frame()
+    params = [c for c in frame.columns if c not in ("run_id", "scenario", "batch", "point",
+                                                    "seed", "path")
+              and c not in _summary_columns()]
+    t = Table(title=f"batch {done.manifest['run_id']}", caption="times in ms; rates in "
+              "emulated Mbit/s", caption_justify="left")
+    for col in ("point", *params, "seed", "policy", "p99", "slowdown p99", "busbw",
+                "storage", "CPU-bound"):
+        t.add_column(escape(col), justify="left" if col in ("point", "policy") else "right",
+                     no_wrap=True)
+    for r in frame.iter_rows(named=True):
+        t.add_row(f"p{r['point']:03d}", *[escape(str(r[c])) for c in params], str(r["seed"]),
+                  r["policy"], _fmt(r["p99_ms"], ".0f"), _fmt(r["slowdown_p99"]),
+                  _fmt(r["busbw_mbps"], ".1f"), _fmt(r["storage_mbps"], ".1f"),
+                  "yes" if r["cpu_bound"] else "no")
+    console.print(t)
+    for p in done.points:
+        if p["status"] != "complete":
+            console.print(f"[yellow]{p['name']} {p['status']}:[/] {escape(str(p['error']))}",
+                          highlight=False)
+
+
+def _summary_columns() -> set[str]:
+    from labkit import analysis
+
+    return set(analysis.SUMMARY_COLUMNS)
 
 
 def _named_controllers(given: list[str]) -> dict[str, str]:
@@ -447,7 +555,7 @@ def _load(path: Path):
     try:
         return load_run(path)
     except RunDataError as exc:
-        err.print(f"[red]error:[/] {exc}")
+        err.print(f"[red]error:[/] {escape(str(exc))}")
         return None
 
 

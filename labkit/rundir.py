@@ -17,7 +17,9 @@ import hashlib
 import json
 import os
 import platform
+import re
 import shutil
+import socket
 import subprocess
 import time
 from dataclasses import dataclass
@@ -79,8 +81,19 @@ class RunDataError(ValueError):
     """A run directory is missing a file or holds one that does not fit its schema."""
 
 
+def host_label(name: str | None = None) -> str:
+    """This machine's short host name (``name``: another's) as it appears in run ids:
+    letters, digits and '-' only, at most 32 characters."""
+    short = (name if name is not None else socket.gethostname()).split(".")[0]
+    return re.sub(r"[^A-Za-z0-9-]+", "-", short).strip("-")[:32].strip("-") or "host"
+
+
 def new_run_id(scenario: str) -> str:
-    return datetime.now().strftime("%Y%m%d-%H%M%S-") + scenario
+    """``<date>-<time>-<host>-<scenario>``: unique across machines that record into one
+    place (a batch's runs on a cluster), since one machine runs one run at a time. Runs
+    recorded before the host was added have ``<date>-<time>-<scenario>``; nothing reads a
+    run id apart, so both load alike."""
+    return datetime.now().strftime("%Y%m%d-%H%M%S-") + f"{host_label()}-{scenario}"
 
 
 def tables_from(results: list[PolicyResult]) -> dict[str, pl.DataFrame]:
@@ -103,7 +116,7 @@ def tables_from(results: list[PolicyResult]) -> dict[str, pl.DataFrame]:
     return {name: pl.DataFrame(rows[name], schema=SCHEMAS[name]) for name in SCHEMAS}
 
 
-def _git_revision() -> str:
+def git_revision() -> str:
     try:
         rev = subprocess.run(["git", "-C", str(bpf.REPO_ROOT), "rev-parse", "HEAD"],
                              capture_output=True, text=True, check=True).stdout.strip()
@@ -136,7 +149,7 @@ def provenance() -> dict:
     objects = sorted(bpf.BUILD_DIR.glob("*.bpf.o"))
     return {
         "kernel": platform.release(),
-        "labkit_revision": _git_revision(),
+        "labkit_revision": git_revision(),
         "bpf_objects": {o.name: sha256_file(o) for o in objects},
         "python": platform.python_version(),
         "packages": python_packages(),
@@ -239,13 +252,13 @@ class Run:
         return self.tables[name]
 
 
-def load_run(path: str | Path) -> Run:
-    """Load and validate a run directory."""
-    path = Path(path)
+def read_documents(path: Path, names: tuple[str, ...] = ("manifest.json", "summary.json")
+                   ) -> dict[str, dict]:
+    """A run directory's JSON documents by file name; RunDataError names what is wrong."""
     if not path.is_dir():
         raise RunDataError(f"{path}: not a run directory")
     docs = {}
-    for name in ("manifest.json", "summary.json"):
+    for name in names:
         f = path / name
         try:
             docs[name] = json.loads(f.read_text())
@@ -253,6 +266,13 @@ def load_run(path: str | Path) -> Run:
             raise RunDataError(f"{f}: missing (an incomplete or damaged run)") from None
         except ValueError as exc:
             raise RunDataError(f"{f}: not valid JSON ({exc})") from None
+    return docs
+
+
+def load_run(path: str | Path) -> Run:
+    """Load and validate a run directory."""
+    path = Path(path)
+    docs = read_documents(path)
     kind = docs["manifest.json"].get("kind")
     if kind == "sweep":
         raise RunDataError(f"{path}: a sweep, not a run: its table is sweep.parquet "
@@ -260,6 +280,9 @@ def load_run(path: str | Path) -> Run:
     if kind == "calibration":
         raise RunDataError(f"{path}: a calibration, not a run: its summary.json lists the "
                            "trials, each a run of its own")
+    if kind == "batch":
+        raise RunDataError(f"{path}: a batch, not a run: labkit.load_runs({str(path)!r}) reads "
+                           "its runs as one frame; each is in its runs/ folder")
     tables = {}
     required = set(docs["manifest.json"].get("tables", set(SCHEMAS) - ADDED_LATER))
     for name, schema in SCHEMAS.items():

@@ -110,7 +110,7 @@ def run(scenario: str | Path | Scenario, policies: Sequence[str] | None = None, 
         duration: float | None = None, on_progress: Callable[[Progress], None] | None = None,
         controllers: Mapping[str, str | type] | None = None,
         pcap: Sequence[str] = (), pcap_snaplen: int = 0, telemetry: bool = True,
-        argv: Sequence[str] | None = None) -> Run:
+        argv: Sequence[str] | None = None, batch: Mapping | None = None) -> Run:
     """Run ``scenario`` under ``policies`` (default: the scenario's own), each on a fresh
     fabric, and record it in ``out`` (default data/runs/<run-id>).
 
@@ -120,8 +120,9 @@ def run(scenario: str | Path | Scenario, policies: Sequence[str] | None = None, 
     (name -> a :class:`labkit.control.Controller` subclass, or "file.py:Class"); ``pcap``
     names links to capture (``pcap_snaplen`` bytes per packet, 0 = whole);
     ``telemetry=False`` leaves the probes out (only to measure what they cost); ``argv`` is
-    the command line recorded in the manifest (the CLI passes its own). Returns the
-    recorded run."""
+    the command line recorded in the manifest (the CLI passes its own); ``batch`` (the
+    batch's id, the point's index and parameters) is recorded in it too, for
+    :func:`labkit.load_runs`. Returns the recorded run."""
     from labkit import analysis, experiment, topo
     from labkit.control import CONTROLLERS
     from labkit.pcap import PcapRequest, check_links
@@ -155,6 +156,7 @@ def run(scenario: str | Path | Scenario, policies: Sequence[str] | None = None, 
     writer.write_manifest(run_id=run_id, scenario=sc.to_dict(), scenario_sha256=sc.sha256,
                           policies=list(policies), seed=sc.seed, duration_s=duration,
                           start_time=rundir.now_iso(), argv=list(argv) if argv else None,
+                          batch=dict(batch) if batch else None,
                           controllers=_keep_sources(writer.tmp, "controllers", users),
                           kinds=_keep_sources(writer.tmp, "kinds", kinds),
                           classifier=kept and {"object": str(kept.relative_to(writer.tmp)),

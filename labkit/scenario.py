@@ -395,24 +395,32 @@ _RULE_KEYS = {"roce", "dscp", "udp_dport", "udp_sport", "udp_port",
 
 def load(path: str | Path) -> Scenario:
     """Read and validate a scenario file."""
-    path = Path(path)
+    text, doc = read_yaml(path)
+    return replace(parse(doc, str(path)), sha256=hashlib.sha256(text.encode()).hexdigest())
+
+
+def read_yaml(path: str | Path, error: type[ScenarioError] | None = None) -> tuple[str, Any]:
+    """The text of a YAML data file and its document; ``error`` (a :class:`ScenarioError`
+    class) names the file and what is wrong: unreadable, not YAML, a key written twice."""
+    error = error or ScenarioError
     file = str(path)
     try:
-        text = path.read_text()
+        text = Path(path).read_text()
     except OSError as exc:
-        raise ScenarioError(file, "", f"cannot read the file: {exc.strerror}") from exc
+        raise error(file, "", f"cannot read the file: {exc.strerror}") from exc
     try:
-        _no_key_twice(yaml.compose(text, Loader=yaml.SafeLoader), file)
+        _no_key_twice(yaml.compose(text, Loader=yaml.SafeLoader), file, error=error)
         doc = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
         problem = " ".join(str(getattr(exc, "problem", None) or exc).split())  # one line
-        raise ScenarioError(file, "", f"not valid YAML: {where}{problem}") from None
-    return replace(parse(doc, file), sha256=hashlib.sha256(text.encode()).hexdigest())
+        raise error(file, "", f"not valid YAML: {where}{problem}") from None
+    return text, doc
 
 
-def _no_key_twice(node: yaml.Node | None, file: str, path: str = "") -> None:
+def _no_key_twice(node: yaml.Node | None, file: str, path: str = "",
+                  error: type[ScenarioError] = ScenarioError) -> None:
     """Refuse a mapping that names a key twice, at any depth (YAML itself lets the last
     one win: a second `policies:` or `traffic:` would silently replace the first)."""
     if isinstance(node, yaml.MappingNode):
@@ -422,13 +430,13 @@ def _no_key_twice(node: yaml.Node | None, file: str, path: str = "") -> None:
             where = _join(path, key)
             line = key_node.start_mark.line + 1
             if key in first and key != "<<":
-                raise ScenarioError(file, where, f"written twice, at line {first[key]} and line "
-                                                 f"{line}: keep one")
+                raise error(file, where, f"written twice, at line {first[key]} and line "
+                                         f"{line}: keep one")
             first.setdefault(key, line)
-            _no_key_twice(value_node, file, where)
+            _no_key_twice(value_node, file, where, error)
     elif isinstance(node, yaml.SequenceNode):
         for i, item in enumerate(node.value):
-            _no_key_twice(item, file, f"{path}[{i}]")
+            _no_key_twice(item, file, f"{path}[{i}]", error)
 
 
 def parse(doc: Any, file: str = "<scenario>") -> Scenario:

@@ -12,8 +12,9 @@ import pytest
 from labkit import cli
 
 SAMPLE = Path(__file__).resolve().parents[2] / "data/sample/bottleneck"
-COMMANDS = ("doctor", "run", "shell", "sweep", "calibrate", "report", "figures", "runs",
-            "clean")
+COMMANDS = ("doctor", "run", "shell", "sweep", "calibrate", "batch", "report", "figures",
+            "runs", "clean")
+GRID = Path(__file__).resolve().parents[2] / "topologies/grids/bottleneck-sizes.yaml"
 
 
 def run_cli(*argv) -> tuple[int, str, str]:
@@ -69,3 +70,15 @@ def test_runs_json_parses(argv):
 def test_a_bad_run_dir_is_one_line_and_exit_2(tmp_path):
     code, out, err = run_cli("report", str(tmp_path / "nope"), "--json")
     assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
+
+
+def test_batch_dry_run_lists_the_points_and_a_bad_grid_is_one_line(tmp_path):
+    code, out, _ = run_cli("batch", str(GRID), "--dry-run")
+    assert code == 0 and "8 runs of " in out and "topologies/bottleneck.yaml" in out
+    assert "traffic[kind=allreduce].size_bytes" in out and "p007" in out
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(GRID.read_text().replace("[1MiB, 4MiB]", "[1MiB, 4XiB]").replace(
+        "../bottleneck.yaml", str(GRID.parent.parent / "bottleneck.yaml")))
+    code, out, err = run_cli("batch", str(bad))
+    assert code == 2 and not out and err.count("\n") == 1
+    assert f"{bad}: axes.traffic[kind=allreduce].size_bytes: value 4XiB (item 1)" in err

@@ -7,7 +7,7 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2] / "labkit"
 LAYERS = [  # bottom to top
-    ("model", {"abi", "extend", "scenario", "topo", "traffic", "traffic.wire",
+    ("model", {"abi", "extend", "scenario", "grid", "topo", "traffic", "traffic.wire",
                "traffic.schedules", "traffic.jobs", "traffic.roce", "traffic.nvme",
                "traffic.configs", "traffic.timeline"}),
     ("kernel", {"netns", "bpf", "tc", "registry", "fabric", "lanes", "telemetry", "capture",
@@ -18,7 +18,7 @@ LAYERS = [  # bottom to top
     ("control", {"control", "control.base", "control.reactive", "control.proactive",
                  "control.state_aware", "control.session"}),
     ("analysis", {"analysis", "nccltests", "calibration"}),
-    ("run", {"experiment", "runner", "rundir"}),
+    ("run", {"experiment", "runner", "rundir", "batch"}),
     ("presentation", {"", "plots", "figures", "widgets", "cli", "doctor", "labs",
                       "labs.__main__", "labs.verdict", "labs.notebook", "labs.bottleneck",
                       "labs.lanes", "labs.controller", "labs.parallelism"}),
