@@ -539,6 +539,36 @@ def summary_frame(summary: dict, digits: int | None = None) -> pl.DataFrame:
         pl.col(pl.Float64).round(digits))
 
 
+FIDELITY_COLUMNS = {"policy": pl.Utf8, "cpu_busy": pl.Float64, "cpu_bound": pl.Boolean,
+                    "generator_limited": pl.Boolean, "links_at_rate": pl.Boolean,
+                    "port": pl.Utf8, "pairs": pl.Int64, "dev_p50": pl.Float64,
+                    "dev_p90": pl.Float64, "dev_p99": pl.Float64, "excess": pl.Float64,
+                    "late_share": pl.Float64, "kept_time": pl.Boolean}
+
+
+def fidelity_frame(summary: dict, digits: int | None = None) -> pl.DataFrame:
+    """One row per policy and watched port that queued: how faithfully the run emulated
+    its fabric (``fidelity`` in summary.json, docs/data-model.md): the machine's busy
+    share, whether it was CPU-bound, whether the All-Reduce alone was limited by its
+    generator, whether congested ports sent at their rate, and the port's dequeue timing
+    (deviation quantiles, ``excess``, ``late_share``; ``kept_time`` false when flagged).
+    A policy whose ports never queued has one row with no port."""
+    rows = []
+    for policy, p in summary["policies"].items():
+        fid = p.get("fidelity", {})
+        head = {"policy": policy, "cpu_busy": p.get("cpu_busy"),
+                "cpu_bound": bool(fid.get("cpu_bound")),
+                "generator_limited": bool(fid.get("generator_limited")),
+                "links_at_rate": fid.get("links_at_rate", True)}
+        queued = {port: d for port, d in fid.get("dequeue", {}).items() if d.get("p50") is not None}
+        rows += [{**head, "port": port, "pairs": d["pairs"], "dev_p50": d["p50"],
+                  "dev_p90": d["p90"], "dev_p99": d["p99"], "excess": d.get("excess"),
+                  "late_share": d["late_share"], "kept_time": not d["flagged"]}
+                 for port, d in queued.items()] or [head]
+    frame = pl.DataFrame(rows, schema=FIDELITY_COLUMNS)
+    return frame if digits is None else frame.with_columns(pl.col(pl.Float64).round(digits))
+
+
 def latency_cdfs(latency: pl.DataFrame, spans: dict[str, tuple[int, int]],
                  lane: str = "vip") -> dict[str, tuple[list[float], list[float]]]:
     """Per policy, the CDF of the one-way latency (µs) of ``lane``'s stamped packets that

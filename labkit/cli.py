@@ -293,13 +293,15 @@ def cmd_calibrate(args) -> int:
     t = Table(title=f"calibration of {result.scenario} on this machine",
               caption=f"rates in emulated Mbit/s; the scenario's bottleneck: "
                       f"{result.bottleneck_rate_mbps:g} Mbit/s, scale factor "
-                      f"{result.scale_factor:g}", caption_justify="left")
+                      f"{result.scale_factor:g}; each trial is a run in "
+                      f"{Path(result.trials[0].run).parent if result.trials else 'data/runs'}",
+              caption_justify="left")
     for col in ("factor", "bottleneck rate", "CPU busy", "held", "why not", "run"):
         t.add_column(col)
     for trial in result.trials:
         t.add_row(f"x{trial.factor:g}", f"{trial.rate_mbps:g}", f"{trial.cpu_busy:.0%}",
                   "yes" if trial.held else "[yellow]no[/]", "; ".join(trial.faults) or "—",
-                  trial.run)
+                  Path(trial.run).name)
     console.print(t)
     console.print(result.advice, highlight=False)
     return 0 if result.best else 1
