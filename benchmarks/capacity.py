@@ -15,6 +15,7 @@ time no process accounts for.
 
 from __future__ import annotations
 
+import os
 import sys
 import tempfile
 from pathlib import Path
@@ -29,7 +30,7 @@ REPO = Path(__file__).resolve().parent.parent
 RANKS = (8, 16, 24, 32, 40, 48)
 SECONDS = 8.0
 FAITHFUL_BUSBW = 0.85  # of the link rate
-CPUS = 2  # this VM's; the split below counts CPU-seconds of the whole machine
+CPUS = os.cpu_count() or 1  # the split below counts CPU-seconds of the whole machine
 
 
 def fabric_of(n: int, gso: int) -> scenario.Scenario:
@@ -44,19 +45,25 @@ def fabric_of(n: int, gso: int) -> scenario.Scenario:
     return scenario.parse(doc, str(REPO / "topologies/bottleneck.yaml"))
 
 
-def measure(n: int, gso: int, out: Path) -> dict:
-    run = labkit.run(fabric_of(n, gso), out=out / f"{n}-{gso}", duration=SECONDS)
+def measure(n: int, gso: int, out: Path) -> dict | None:
+    """The ring of ``n`` alone, or None when its run failed (the machine gave out)."""
+    try:
+        run = labkit.run(fabric_of(n, gso), out=out / f"{n}-{gso}", duration=SECONDS)
+    except labkit.RunFailed as exc:
+        print(f"  gso {gso} ranks {n:>2}: the run failed: {exc}", file=sys.stderr)
+        return None
     p = run.summary["policies"]["isolated"]
     t = run["transport"]
     packets = int(t["packets_sent"].sum())
     user_s, sys_s = float(t["cpu_user_s"].sum()), float(t["cpu_sys_s"].sum())
     window = p["window_s"]
-    machine_s = p["cpu_busy"] * CPUS * window
+    machine_s = (p["cpu_busy"] or 0.0) * CPUS * window
     orchestrator_s = p["telemetry"]["orchestrator_cpu_share"] * window
     unaccounted = max(machine_s - user_s - sys_s - orchestrator_s, 0.0)
     return {"ranks": n, "gso": gso, "busbw": p["allreduce"]["busbw_mbps"],
             "link": p["bottleneck"]["rate_mbps"], "cpu_bound": p["fidelity"]["cpu_bound"],
-            "busy": p["cpu_busy"], "orchestrator_share": p["telemetry"]["orchestrator_cpu_share"],
+            "busy": p["cpu_busy"] or 0.0,
+            "orchestrator_share": p["telemetry"]["orchestrator_cpu_share"],
             "agents_us": user_s / packets * 1e6,
             "orchestrator_us": orchestrator_s / packets * 1e6,
             "kernel_us": (sys_s + unaccounted) / packets * 1e6}
@@ -73,6 +80,8 @@ def run() -> list[dict]:
             capacity = 0
             for n in RANKS:
                 m = measure(n, gso, Path(tmp))
+                if m is None:
+                    break
                 rows.append(m)
                 print(f"  gso {gso} ranks {n:>2}: busbw {m['busbw']:5.1f} of {m['link']:g}, "
                       f"busy {m['busy']:.0%}, CPU per packet: agents' Python "

@@ -312,13 +312,20 @@ def _run_slurm(record: _Record, g: Grid, tell, run_fn, cluster: str, poll_s: flo
             tell(p, record.update(p.index, status="submitted", job_id=str(job.job_id),
                                   log=_relative(job.paths.stderr, record.dir)))
         _wait(record, g, jobs, tell, cluster, poll_s, gone_grace_s)
-    except KeyboardInterrupt:
+    except BaseException as exc:  # Ctrl-C, or this process failing: no job runs on untended
+        why = ("the batch was interrupted" if isinstance(exc, KeyboardInterrupt) else
+               f"the batch stopped: {type(exc).__name__}: {exc}")
         for index, job in jobs.items():
             if record.points[index]["status"] not in ENDED:
                 job.cancel(check=False)
-                tell(g.points[index], record.update(index, status="cancelled",
-                                                    error="the batch was interrupted"))
+                try:
+                    tell(g.points[index], record.update(index, status="cancelled", error=why))
+                except Exception:  # noqa: S110 - the record may be what failed; cancel the rest
+                    pass
         raise
+
+
+SQUEUE_SILENCE_S = 600.0  # squeue failing this long: the batch stops and cancels its jobs
 
 
 def _wait(record: _Record, g: Grid, jobs: dict[int, Any], tell, cluster: str,
@@ -327,9 +334,15 @@ def _wait(record: _Record, g: Grid, jobs: dict[int, Any], tell, cluster: str,
     asks) is often not configured; squeue says whether a job is still alive, and a job
     that left it without a result for ``gone_grace_s`` has failed."""
     alive_at = {i: time.monotonic() for i in jobs}
+    answered_at = time.monotonic()
     waiting = dict(jobs)
     while waiting:
         states = _squeue() if cluster == "slurm" else None
+        if states is not None:
+            answered_at = time.monotonic()
+        elif cluster == "slurm" and time.monotonic() - answered_at > SQUEUE_SILENCE_S:
+            raise RuntimeError(f"squeue has not answered for {SQUEUE_SILENCE_S:.0f} s: is "
+                               "Slurm's controller down?")
         for index, job in list(waiting.items()):
             p = g.points[index]
             if job.paths.result_pickle.exists() or (cluster != "slurm" and job.done()):

@@ -4,7 +4,9 @@ rates scaled by powers of two, each run's fidelity read, and the highest that he
 A scaled scenario is the same experiment, faster: every link's rate times the factor, every
 compute time divided by it, the scale factor divided by it (1 emulated Mbit/s then stands
 for fewer real ones); storage's offered loads are shares of the bottleneck already. Storage
-on/off periods and commands' own options stay as written.
+on/off periods, the controllers' times (``control``) and commands' own options stay as
+written: for a policy with a controller, a trial is a close relative of the experiment,
+not the same one.
 
 A trial holds when no policy's run was CPU-bound, every congested port sent at its rate and
 kept time (``fidelity`` in summary.json, docs/data-model.md), and the All-Reduce alone was
@@ -22,6 +24,7 @@ from dataclasses import asdict, dataclass, replace
 from labkit.scenario import JOB_PARAMS, Scenario
 
 MIN_FACTOR, MAX_FACTOR = 1 / 16, 16.0
+TRIAL_SECONDS = 8.0  # traffic per policy in each trial
 BUSY_BEFORE_LIMIT = 0.15  # other work on the machine that makes a calibration pessimistic
 
 
@@ -99,8 +102,8 @@ class Calibration:
             out = "the scenario's own rates hold on this machine"
         else:
             out = (f"set every link rate x{best.factor:g} (the bottleneck at "
-                   f"{best.rate_mbps:g} Mbit/s) and scale_factor: "
-                   f"{self.scale_factor / best.factor:g}")
+                   f"{best.rate_mbps:g} Mbit/s), every compute time /{best.factor:g} and "
+                   f"scale_factor: {self.scale_factor / best.factor:g}, as its trial did")
         if self.busy_before > BUSY_BEFORE_LIMIT:
             out += (f" — but the machine was {self.busy_before:.0%} busy with other work "
                     "before the trials, which counts against them: calibrate again when it is "

@@ -25,6 +25,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from labkit import scenario as scenario_mod
+from labkit.calibration import TRIAL_SECONDS
 
 console = Console(width=max(120, Console().width))
 err = Console(stderr=True, soft_wrap=True)
@@ -124,9 +125,9 @@ def main(argv: list[str] | None = None) -> int:
     calibrate.add_argument("--policy", action="append", default=[],
                            help="run only this policy in each trial (repeatable; default: "
                                 "the scenario's own), e.g. --policy fifo")
-    calibrate.add_argument("--seconds", type=float, default=8.0,
-                           help="traffic per policy in each trial (default 8), e.g. "
-                                "--seconds 15")
+    calibrate.add_argument("--seconds", type=float, default=TRIAL_SECONDS,
+                           help=f"traffic per policy in each trial (default {TRIAL_SECONDS:g}), "
+                                "e.g. --seconds 15")
     calibrate.add_argument("--out", type=Path,
                            help="record the calibration in this new directory (default: "
                                 "data/runs/<id>); each trial is a run of its own")
@@ -363,7 +364,14 @@ def _print_points(g) -> None:
 
 
 def _print_batch(done) -> None:
-    frame = done.frame()
+    from labkit.rundir import RunDataError
+
+    try:
+        frame = done.frame()
+    except RunDataError as exc:  # a run damaged since: the batch's record still stands
+        console.print(f"[yellow]cannot tabulate the batch:[/] {escape(str(exc))}; its record "
+                      f"is in {done.path}", highlight=False)
+        return
     params = [c for c in frame.columns if c not in ("run_id", "scenario", "batch", "point",
                                                     "seed", "path")
               and c not in _summary_columns()]

@@ -55,10 +55,10 @@ from labkit.registry import Registry
 from labkit.scenario import LANES, Scenario
 from labkit.scenario import policy as scenario_policy
 from labkit.telemetry import (
-    DEFAULT_SAMPLE_EVERY,
     EventReader,
     LatencyProbe,
     QueueProbe,
+    sample_every_for,
 )
 from labkit.topo import Topology
 from labkit.traffic.collective import plan_for
@@ -191,7 +191,7 @@ class PolicyFabric:
         self.classifier = Classifier(sc.lanes, self.pol.port_layout, record=registry.add,
                                      path=self.classifier_object)
         if self.telemetry:
-            self.queues = QueueProbe(record=registry.add)
+            self.queues = QueueProbe(sample_every_for(len(sc.ranks)), record=registry.add)
             self.latency = LatencyProbe(self.classifier.shared.maps["lk_config"], self.queues,
                                         record=registry.add)
         self.watched = _attach_probes(topo, fabric, self.classifier, self.queues, self.latency,
@@ -251,7 +251,10 @@ def _run_traffic(pf: PolicyFabric, workdir: Path, duration_s: float | None,
         work, gap_ms = workload(sc)
         ring = start_collective(fabric, topo, sc.ranks, work, sc.iterations, gap_ms, workdir,
                                 rng, duration_s, control.phase_maps if control else None,
-                                sc.control.dcqcn, sc.emulation.gso_packets)
+                                sc.control.dcqcn,
+                                # a capture shows packets as the fabric carries them: whole
+                                # packets, so tshark reads each one (and checks its ICRC)
+                                1 if pcap else sc.emulation.gso_packets)
         storage = start_storage(sc, topo, fabric, workdir) if pol.storage else []
         agents = ring + storage
         if pol.storage and sc.commands:  # the user's programs compete as storage does
@@ -465,7 +468,7 @@ def summary_meta(sc: Scenario, topo: Topology, run_id: str, results: list[Policy
             "size_bytes": sc.allreduce.size_bytes if sc.allreduce else None,
             "bytes_per_iteration": per_hop,
             "ranks": len(ranks), "ring_link_mbps": ring_link, "ports": ports,
-            "telemetry": {r.policy: {"sample_every": DEFAULT_SAMPLE_EVERY,
+            "telemetry": {r.policy: {"sample_every": sample_every_for(len(ranks)),
                                      "events_lost": r.events_lost,
                                      "packets_considered": r.packets_sampled,
                                      "dequeues_unpaired": r.unpaired,

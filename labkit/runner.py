@@ -35,12 +35,11 @@ import polars as pl
 
 from labkit import bpf, rundir
 from labkit import scenario as scenario_mod
-from labkit.calibration import Calibration
+from labkit.calibration import TRIAL_SECONDS, Calibration
 from labkit.registry import Registry, RunLock, RunLockedError
 from labkit.rundir import Run, RunWriter
 from labkit.scenario import Scenario, ScenarioError
 
-CALIBRATION_SECONDS = 8.0  # traffic per policy in each calibration trial
 WITHOUT_ROOT = ("Without root you can still analyse recorded runs: `labkit report DIR`, "
                 "`labkit runs` and the notebooks.")
 ROOT_HINT = ("running a scenario needs root: it builds network namespaces and loads eBPF "
@@ -243,22 +242,27 @@ def sweep(scenario: str | Path | Scenario, op: str = "all_reduce", algo: str = "
 
 
 def calibrate(scenario: str | Path | Scenario, policies: Sequence[str] | None = None, *,
-              seconds: float = CALIBRATION_SECONDS, out: str | Path | None = None,
+              seconds: float = TRIAL_SECONDS, out: str | Path | None = None,
               on_trial: Callable[[float, str], None] | None = None,
               on_progress: Callable[[Progress], None] | None = None,
               argv: Sequence[str] | None = None) -> Calibration:
     """Find the highest rate this machine holds ``scenario``'s fabric at (see
-    :mod:`labkit.calibrate`): trials of ``seconds`` of traffic per policy (``policies``,
+    :mod:`labkit.calibration`): trials of ``seconds`` of traffic per policy (``policies``,
     default the scenario's own), each recorded as a run; ``on_trial(factor, what)`` hears
     "running", then "held" or the trial's first fault; ``on_progress`` each trial's run
-    progress. The :class:`~labkit.calibrate.Calibration` is returned and recorded in
-    ``out`` (default data/runs/<id>)."""
+    progress. A trial whose run fails counts as not held. The
+    :class:`~labkit.calibration.Calibration` is returned and recorded in ``out`` (default
+    data/runs/<id>)."""
     from labkit import calibration as cal
     from labkit.capture import CpuSampler
 
-    sc, _ = _scenario(scenario, None)
+    sc, source = _scenario(scenario, None)
     if seconds <= 0:
-        raise ScenarioError(str(scenario), "seconds", f"must be > 0, got {seconds}")
+        raise ScenarioError(source, "seconds", f"must be > 0, got {seconds}")
+    if policies:  # checked here, not by the first trial, which would be recorded as failed
+        policies = scenario_mod.check_policies(
+            [policies] if isinstance(policies, str) else list(policies), source,
+            list(_user_controllers(sc, source, {})))
     if problem := not_ready():
         raise NotReady(problem)
     base_rate = cal.bottleneck_rate(sc)
@@ -267,11 +271,15 @@ def calibrate(scenario: str | Path | Scenario, policies: Sequence[str] | None = 
 
     def trial(factor: float) -> bool:
         tell(factor, "running")
-        done = run(cal.scaled(sc, factor), policies, duration=seconds, on_progress=on_progress,
-                   argv=argv)
-        found = cal.faults(done.summary)
-        busy = max((p["cpu_busy"] or 0.0) for p in done.summary["policies"].values())
-        trials.append(cal.Trial(factor, base_rate * factor, str(done.path), tuple(found), busy))
+        try:
+            done = run(cal.scaled(sc, factor), policies, duration=seconds,
+                       on_progress=on_progress, argv=argv)
+        except RunFailed as exc:  # most likely where the machine is overwhelmed
+            found, path, busy = (f"the run failed: {exc.__cause__ or exc}",), exc.partial, 0.0
+        else:
+            found, path = tuple(cal.faults(done.summary)), done.path
+            busy = max((p["cpu_busy"] or 0.0) for p in done.summary["policies"].values())
+        trials.append(cal.Trial(factor, base_rate * factor, str(path), found, busy))
         tell(factor, found[0] if found else "held")
         return not found
 

@@ -51,6 +51,7 @@ class _SegmentCmsg(ctypes.Structure):
 
 
 _CMSG_LEN = 16 + 2  # CMSG_LEN(sizeof(u16)) on 64-bit
+MAX_RUN_BYTES = 65535 - 8 - 20  # one UDP datagram's payload: a GSO run cannot be longer
 
 _sendmmsg = _libc.sendmmsg
 _sendmmsg.argtypes = [ctypes.c_int, ctypes.POINTER(_Mmsghdr), ctypes.c_uint, ctypes.c_int]
@@ -98,7 +99,8 @@ class BatchSender:
         start, n = self._end, len(data)
         self.view[start:start + n] = data
         sends = self._sends
-        if self._seg and n <= self._seg and sends[-1] < self.gso:
+        if (self._seg and n <= self._seg and sends[-1] < self.gso
+                and self._iov[len(sends) - 1].len + n <= MAX_RUN_BYTES):
             i = len(sends) - 1  # joins the open run: its datagram boundaries stay
             self._iov[i].len += n
             sends[-1] += 1

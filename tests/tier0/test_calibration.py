@@ -73,8 +73,8 @@ def test_the_calibration_advises_the_fastest_trial_that_held():
     c = calibrate.Calibration("bottleneck", 100, 4000,
                               (_trial(1, True), _trial(2, True), _trial(4, False)))
     assert c.best.factor == 2
-    assert c.advice == ("set every link rate x2 (the bottleneck at 200 Mbit/s) and "
-                        "scale_factor: 2000")
+    assert c.advice == ("set every link rate x2 (the bottleneck at 200 Mbit/s), every "
+                        "compute time /2 and scale_factor: 2000, as its trial did")
     doc = c.to_dict()
     assert doc["best_rate_mbps"] == 200 and [t["held"] for t in doc["trials"]] == \
         [True, True, False]

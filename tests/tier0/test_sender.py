@@ -45,3 +45,18 @@ def test_runs_of_equal_packets_go_as_gso_sends_and_arrive_as_the_same_datagrams(
     out.slot(bytes(1100))  # the buffer is reused from its start after a flush
     assert out._sends == [1] and out.flush(blocking=True) == 1
     assert len(rx.recv(2048)) == 1100
+
+
+def test_a_run_never_outgrows_one_udp_datagram():
+    """16 RoCE packets of 4112 bytes would be 65792: the run stops at 15."""
+    rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    rx.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
+    rx.bind(("127.0.0.1", 0))
+    rx.settimeout(2)
+    tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    out = BatchSender(tx, rx.getsockname(), batch=16, slot_bytes=4112, gso=16)
+    for n in range(16):
+        out.slot(bytes([n]) * 4112)
+    assert out._sends == [15, 1]
+    assert out.flush(blocking=True) == 16
+    assert [rx.recv(8192)[0] for _ in range(16)] == list(range(16))

@@ -64,9 +64,9 @@ def flood_and_measure(f: Fabric, t: topo.Topology, traced: bool = False):
     probe = QueueProbe(sample_every=1)
     try:
         senders = [f.popen(h, [sys.executable, "-m", "labkit.traffic.sender",
-                               t.host_ip("h3"), "4", template.hex()], "sender",
+                               t.host_ip("h3"), "6", template.hex()], "sender",
                            stdout=subprocess.DEVNULL) for h in ("h1", "h2")]
-        time.sleep(1)  # the queue fills and stays full
+        time.sleep(1)  # the queue fills and stays full (the senders go on 6 s in all)
         with ftrace_dequeues(port.ifindex) if traced else _nothing() as stop_trace:
             # ftrace's probe is registered first, so it stamps each dequeue before
             # labkit's program runs and labkit's work never delays its stamps
