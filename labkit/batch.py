@@ -469,9 +469,9 @@ def _run_dirs(paths: list) -> list[Path]:
 def _expand_recorded(d: Path, explicit: bool) -> list[Path]:
     """A run (itself), a batch (its complete points' runs), anything else: itself when
     named (load_runs then says what it is), nothing when found in a directory."""
-    kind = rundir.read_documents(d, ("manifest.json",))["manifest.json"].get("kind")
+    manifest = rundir.read_documents(d, ("manifest.json",))["manifest.json"]
+    kind = manifest.get("kind")
     if kind == "batch":
-        manifest = json.loads((d / "manifest.json").read_text())
         return [d / p["run"] for p in manifest.get("points", [])
                 if p.get("status") == "complete" and p.get("run")]
     return [d] if explicit or kind is None else []

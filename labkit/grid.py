@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from labkit import scenario as scenario_mod
-from labkit.scenario import SCENARIO_NAME_RE, Scenario, ScenarioError
+from labkit.scenario import SCENARIO_NAME_RE, Scenario, ScenarioError, kind_of
 
 GRID_KEYS = {"scenario", "name", "description", "axes", "policies", "seeds", "duration",
              "slurm"}
@@ -166,14 +166,14 @@ def parse(doc: Any, file: str = "<grid>", text: str = "") -> Grid:
         raise GridError(file, key, reason)
 
     if not isinstance(doc, dict):
-        fail("", f"must be a mapping of {', '.join(sorted(GRID_KEYS))}, got {_kind(doc)}")
+        fail("", f"must be a mapping of {', '.join(sorted(GRID_KEYS))}, got {kind_of(doc)}")
     for k in doc:
         if k not in GRID_KEYS:
             fail(str(k), f"unknown key (allowed: {', '.join(sorted(GRID_KEYS))})")
     if "scenario" not in doc:
         fail("scenario", "is required: the scenario file the grid varies")
     if not isinstance(doc["scenario"], str) or not doc["scenario"]:
-        fail("scenario", f"must be a path to a scenario file, got {_kind(doc['scenario'])}")
+        fail("scenario", f"must be a path to a scenario file, got {kind_of(doc['scenario'])}")
     scenario_path = Path(os.path.normpath(Path(file).parent / doc["scenario"]))
     if not scenario_path.is_file():
         fail("scenario", f"{scenario_path} does not exist")
@@ -189,7 +189,7 @@ def parse(doc: Any, file: str = "<grid>", text: str = "") -> Grid:
                      "64; it becomes part of the batch's id and directory)")
     description = doc.get("description", "")
     if not isinstance(description, str):
-        fail("description", f"must be a string, got {_kind(description)}")
+        fail("description", f"must be a string, got {kind_of(description)}")
     grid = Grid(
         path=file, name=name, description=description, scenario_path=str(scenario_path),
         base=base, base_doc=base_doc, axes=_axes(file, doc.get("axes", {}), base_doc, base),
@@ -243,14 +243,14 @@ def resolve(doc: Any, key: str) -> tuple[str | int, ...]:
         here = _show_path(steps) or "the scenario"
         if isinstance(seg, str):
             if node is not None and not isinstance(node, dict):
-                raise ValueError(f"{here} is {_kind(node)}, not a mapping: it has no key "
+                raise ValueError(f"{here} is {kind_of(node)}, not a mapping: it has no key "
                                  f"{seg!r}" + (" (select an item with [N] or [field=value])"
                                                if isinstance(node, list) else ""))
             steps.append(seg)
             node = node.get(seg) if isinstance(node, dict) else None
             continue
         if not isinstance(node, list):
-            raise ValueError(f"{here} is {_kind(node)}, not a list: "
+            raise ValueError(f"{here} is {kind_of(node)}, not a list: "
                              f"{_show_segment(seg)} selects nothing")
         if isinstance(seg, int):
             if seg >= len(node):
@@ -290,7 +290,7 @@ def apply(doc: Any, path: tuple[str | int, ...], value: Any) -> Any:
 def _axes(file: str, axes: Any, base_doc: Any, base: Scenario) -> tuple[Axis, ...]:
     if not isinstance(axes, dict):
         raise GridError(file, "axes", "must be a mapping of scenario key paths to lists of "
-                                      f"values, got {_kind(axes)}")
+                                      f"values, got {kind_of(axes)}")
     out: list[Axis] = []
     for key, values in axes.items():
         at = f"axes.{key}"
@@ -306,7 +306,7 @@ def _axes(file: str, axes: Any, base_doc: Any, base: Scenario) -> tuple[Axis, ..
                 raise GridError(file, at, f"overlaps the axis {other.key!r} (both set "
                                           f"{_show_path(short)}): keep one")
         if not isinstance(values, list):
-            raise GridError(file, at, f"must be a list of values, got {_kind(values)}")
+            raise GridError(file, at, f"must be a list of values, got {kind_of(values)}")
         if not values:
             raise GridError(file, at, "an axis needs at least one value")
         seen: dict[str, int] = {}
@@ -337,7 +337,7 @@ def _policy_sets(file: str, given: Any, base: Scenario) -> tuple[tuple[str, ...]
         names = [entry] if isinstance(entry, str) else entry
         if not isinstance(names, list) or not names:
             raise GridError(file, f"policies[{i}]", "must be a policy name or a non-empty list "
-                                                    f"of them, got {_kind(entry)}")
+                                                    f"of them, got {kind_of(entry)}")
         for j, name in enumerate(names):
             try:
                 scenario_mod.policy(name if isinstance(name, str) else repr(name), controllers)
@@ -357,7 +357,7 @@ def _seeds(file: str, given: Any, base: Scenario) -> tuple[int, ...]:
         return (base.seed,)
     if not isinstance(given, list) or not given:
         raise GridError(file, "seeds", f"must be a non-empty list of integers, got "
-                                       f"{_kind(given)}")
+                                       f"{kind_of(given)}")
     for i, s in enumerate(given):
         if isinstance(s, bool) or not isinstance(s, int) or not 0 <= s <= 2**31 - 1:
             raise GridError(file, f"seeds[{i}]", f"must be an integer from 0 to {2**31 - 1}, "
@@ -377,7 +377,7 @@ def _duration(file: str, given: Any) -> float | None:
 
 def _slurm(file: str, given: Any) -> SlurmOptions:
     if not isinstance(given, dict):
-        raise GridError(file, "slurm", f"must be a mapping, got {_kind(given)}")
+        raise GridError(file, "slurm", f"must be a mapping, got {kind_of(given)}")
     for k in given:
         if k not in SLURM_KEYS:
             raise GridError(file, f"slurm.{k}", f"unknown key (allowed: "
@@ -394,7 +394,7 @@ def _slurm(file: str, given: Any) -> SlurmOptions:
                 raise GridError(file, "slurm.setup", "must be a list of shell lines")
             fields[k] = tuple(v)
         elif not isinstance(v, str) or not v or not v.isprintable():
-            raise GridError(file, f"slurm.{k}", f"must be a non-empty string, got {_kind(v)}")
+            raise GridError(file, f"slurm.{k}", f"must be a non-empty string, got {kind_of(v)}")
         else:
             fields[k] = v
     return SlurmOptions(**fields)
@@ -405,11 +405,6 @@ def _slurm(file: str, given: Any) -> SlurmOptions:
 
 def _same(item_value: Any, written: str) -> bool:
     return str(item_value) == written or json.dumps(item_value) == written
-
-
-def _kind(value: Any) -> str:
-    return {dict: "a mapping", list: "a list", str: "a string", bool: "a boolean"}.get(
-        type(value), "null" if value is None else type(value).__name__)
 
 
 def _show(value: Any) -> str:

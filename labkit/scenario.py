@@ -316,7 +316,7 @@ class _Checker:
                 required: set[str] = frozenset()):
         """``value`` as a mapping whose keys are all ``allowed`` (None: any string)."""
         if not isinstance(value, dict):
-            self.fail(key, f"must be a mapping, got {_kind(value)}")
+            self.fail(key, f"must be a mapping, got {kind_of(value)}")
         for k in value:
             if allowed is None and not isinstance(k, str):
                 self.fail(_join(key, k), "a key must be a string")
@@ -328,12 +328,12 @@ class _Checker:
 
     def seq(self, value, key: str) -> list:
         if not isinstance(value, list):
-            self.fail(key, f"must be a list, got {_kind(value)}")
+            self.fail(key, f"must be a list, got {kind_of(value)}")
         return value
 
     def string(self, value, key: str) -> str:
         if not isinstance(value, str) or not value:
-            self.fail(key, f"must be a non-empty string, got {_kind(value)}")
+            self.fail(key, f"must be a non-empty string, got {kind_of(value)}")
         return value
 
     def name(self, value, key: str) -> str:
@@ -344,21 +344,21 @@ class _Checker:
 
     def number(self, value, key: str, minimum: float = 0.0, inclusive: bool = False) -> float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            self.fail(key, f"must be a number, got {_kind(value)}")
+            self.fail(key, f"must be a number, got {kind_of(value)}")
         if value < minimum or (value == minimum and not inclusive) or value != value:
             self.fail(key, f"must be {'>=' if inclusive else '>'} {minimum:g}, got {value!r}")
         return value
 
     def integer(self, value, key: str, lo: int, hi: int) -> int:
         if isinstance(value, bool) or not isinstance(value, int):
-            self.fail(key, f"must be an integer, got {_kind(value)}")
+            self.fail(key, f"must be an integer, got {kind_of(value)}")
         if not lo <= value <= hi:
             self.fail(key, f"must be between {lo} and {hi}, got {value}")
         return value
 
     def boolean(self, value, key: str) -> bool:
         if not isinstance(value, bool):
-            self.fail(key, f"must be true or false, got {_kind(value)}")
+            self.fail(key, f"must be true or false, got {kind_of(value)}")
         return value
 
     def size(self, value, key: str) -> int:
@@ -374,7 +374,8 @@ class _Checker:
         return n
 
 
-def _kind(value) -> str:
+def kind_of(value) -> str:
+    """A value's type in the words errors use ("a mapping", "a list", ...)."""
     return {dict: "a mapping", list: "a list", str: "a string", bool: "a boolean"}.get(
         type(value), "null" if value is None else type(value).__name__
     )
@@ -542,7 +543,7 @@ def _fabric(c: _Checker, fab, link_defaults: dict) -> FabricSpec:
     for role, placement in fab["hosts"].items():
         key = f"fabric.hosts.{role}"
         if not isinstance(placement, dict):
-            c.fail(key, f"must map routers to lists of hosts, got {_kind(placement)}")
+            c.fail(key, f"must map routers to lists of hosts, got {kind_of(placement)}")
         for router, names in placement.items():
             rkey = _join(key, router)
             if router not in routers:
@@ -869,7 +870,7 @@ def _traffic(c: _Checker, traffic, fabric: FabricSpec, kinds: dict[str, str]):
         if not isinstance(t, dict) or "kind" not in t:
             c.fail(key, f"must be a mapping with a kind ({known})")
         if not isinstance(t["kind"], str):
-            c.fail(f"{key}.kind", f"must be one of {known}, got {_kind(t['kind'])}")
+            c.fail(f"{key}.kind", f"must be one of {known}, got {kind_of(t['kind'])}")
         if t["kind"] in ("allreduce", "job") and (allreduce or job):
             c.fail(key, "only one collective workload per scenario (an allreduce or a job)")
         if t["kind"] == "job":
@@ -923,7 +924,7 @@ def _expand(c: _Checker, t: dict, key: str, fabric: FabricSpec, spec: str) -> li
         c.fail(key, f"{type(kind).__name__}.expand failed: {type(exc).__name__}: {exc}")
     if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
         c.fail(key, f"{type(kind).__name__}.expand must return a list of command entries "
-                    f"(dicts), got {_kind(entries)}")
+                    f"(dicts), got {kind_of(entries)}")
     if not entries:
         c.fail(key, f"{type(kind).__name__}.expand made no command of this entry")
     return entries

@@ -12,6 +12,7 @@ path must bring up everything the suite needs.
 
 import os
 import shutil
+import socket
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,13 @@ import pytest
 from labkit import bpf
 
 CI = os.environ.get("CI") == "true"
+
+
+def free_port() -> int:
+    """A TCP port on localhost that nothing listens on (for a test's own server)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def require(condition: bool, reason: str) -> None:

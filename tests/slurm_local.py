@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
 from pathlib import Path
+
+from tests.conftest import free_port
 
 DAEMONS = ("munged", "mungekey", "slurmctld", "slurmd", "sbatch", "squeue", "sinfo", "srun")
 PARTITION = "labkit"
@@ -28,12 +29,6 @@ PARTITION = "labkit"
 def missing() -> list[str]:
     """The programs this needs that are not installed."""
     return [p for p in DAEMONS if shutil.which(p) is None]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class LocalSlurm:
@@ -88,7 +83,7 @@ class LocalSlurm:
             "ClusterName=labkittest",
             f"SlurmctldHost={self.node}(127.0.0.1)",
             "SlurmUser=root", "SlurmdUser=root",
-            f"SlurmctldPort={_free_port()}", f"SlurmdPort={_free_port()}",
+            f"SlurmctldPort={free_port()}", f"SlurmdPort={free_port()}",
             "AuthType=auth/munge", f"AuthInfo=socket={sock}", "CredType=cred/munge",
             f"StateSaveLocation={d / 'state'}", f"SlurmdSpoolDir={d / 'spool'}",
             f"SlurmctldPidFile={d / 'slurmctld.pid'}", f"SlurmdPidFile={d / 'slurmd.pid'}",

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import require
+from tests.conftest import free_port, require
 
 REPO = Path(__file__).resolve().parents[2]
 CHROMIUM = shutil.which("chromium")
@@ -74,18 +74,12 @@ MOVES = [
 ]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def voila(tmp_path_factory):
     """One Voilà server over notebooks/ (each page gets its own kernel): the URL notebooks
     render under, and the server's log."""
     require(CHROMIUM is not None, "needs the system Chromium (make setup)")
-    port = _free_port()
+    port = free_port()
     log_path = tmp_path_factory.mktemp("voila") / "voila.log"
     log = open(log_path, "w")
     server = subprocess.Popen(

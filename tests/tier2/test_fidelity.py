@@ -9,7 +9,7 @@ import re
 import subprocess
 import sys
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 import polars as pl
@@ -67,7 +67,7 @@ def flood_and_measure(f: Fabric, t: topo.Topology, traced: bool = False):
                                t.host_ip("h3"), "6", template.hex()], "sender",
                            stdout=subprocess.DEVNULL) for h in ("h1", "h2")]
         time.sleep(1)  # the queue fills and stays full (the senders go on 6 s in all)
-        with ftrace_dequeues(port.ifindex) if traced else _nothing() as stop_trace:
+        with ftrace_dequeues(port.ifindex) if traced else nullcontext() as stop_trace:
             # ftrace's probe is registered first, so it stamps each dequeue before
             # labkit's program runs and labkit's work never delays its stamps
             probe.watch(port.ns, port.ifindex, port.ifname)
@@ -84,11 +84,6 @@ def flood_and_measure(f: Fabric, t: topo.Topology, traced: bool = False):
                         schema=["t_ns", "port", "gap_ns", "bytes", "busy_bytes"], orient="row")
     sojourns = pl.Series([e[2] for e in recorded if e[6] == EV_SOJOURN])
     return gaps, sojourns, theirs
-
-
-@contextmanager
-def _nothing():
-    yield None
 
 
 def one_port_fabric() -> topo.Topology:
