@@ -23,5 +23,9 @@ struct lk_valve_config *lk_abi_valve_config;
 struct lk_job_phase *lk_abi_job_phase;
 struct lk_valve_counters *lk_abi_valve_counters;
 struct lk_port_clock *lk_abi_port_clock;
+struct lk_pause_port *lk_abi_pause_port;
+struct lk_pause_queue *lk_abi_pause_queue;
+struct lk_pause_hold *lk_abi_pause_hold;
+struct lk_pause_event *lk_abi_pause_event;
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";

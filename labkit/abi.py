@@ -20,6 +20,8 @@ MAX_RULES = 32  # LK_MAX_RULES
 HIST_BUCKETS = 32  # LK_HIST_BUCKETS: bucket b counts values in [2^b, 2^(b+1)) ns
 STAMP_MAGIC = 0x53544B4C  # LK_STAMP_MAGIC, "LKTS" in memory
 EV_SOJOURN, EV_LATENCY, EV_GAP = 1, 2, 3  # enum lk_event_kind
+PAUSE_XOFF, PAUSE_XON = 1, 2  # enum lk_pause_kind
+MAX_PAUSE_QUEUES = 512  # LK_MAX_PAUSE_QUEUES
 PHASES = {"compute": 0, "soon": 1, "communicate": 2}  # enum lk_phase
 
 # the rule key (lk_parse() in bpf/include/parse.h)
@@ -102,13 +104,33 @@ class ValveCounters(ctypes.Structure):
     _fields_ = [("packets", u64), ("bytes", u64), ("ce_marked", u64), ("dropped", u64)]
 
 
+class PausePort(ctypes.Structure):
+    _fields_ = [("queue", u32 * NR_LANES), ("pad", u32)]
+
+
+class PauseQueue(ctypes.Structure):
+    _fields_ = [("leaf", u64), ("episode", u64), ("paused", u64), ("classid", u32),
+                ("xoff_bytes", u32), ("xon_bytes", u32), ("pad", u32)]
+
+
+class PauseHold(ctypes.Structure):
+    _fields_ = [("queue", u32), ("iif", u32)]
+
+
+class PauseEvent(ctypes.Structure):
+    _fields_ = [("t_ns", u64), ("queue", u32), ("iif", u32), ("episode", u32),
+                ("backlog", u32), ("kind", u32), ("pad", u32)]
+
+
 MIRRORS: dict[str, type[ctypes.Structure]] = {
     "lk_rule": Rule, "lk_classifier_config": ClassifierConfig,
     "lk_lane_counters": LaneCounters, "lk_port_key": PortKey, "lk_hist": Hist,
     "lk_stamp": Stamp, "lk_event": Event, "lk_port_clock": PortClock,
     "lk_telemetry_config": TelemetryConfig,
     "lk_valve_lane": ValveLane, "lk_valve_config": ValveConfig, "lk_job_phase": JobPhase,
-    "lk_valve_counters": ValveCounters,
+    "lk_valve_counters": ValveCounters, "lk_pause_port": PausePort,
+    "lk_pause_queue": PauseQueue, "lk_pause_hold": PauseHold,
+    "lk_pause_event": PauseEvent,
 }
 
 _CODES = {u8: "B", u16: "H", u32: "I", u64: "Q"}
@@ -127,3 +149,4 @@ STAMP = packer(Stamp)
 EVENT = packer(Event)
 LANE_COUNTERS = packer(LaneCounters)
 JOB_PHASE = packer(JobPhase)
+PAUSE_EVENT = packer(PauseEvent)

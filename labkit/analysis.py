@@ -116,6 +116,44 @@ def storage(flows: pl.DataFrame, ios: pl.DataFrame, start: int, end: int) -> dic
     return {"goodput_mbps": goodput_mbps(flows, start, end), "entries": entries}
 
 
+def transport(ranks: pl.DataFrame) -> dict:
+    """The collective's transport over the whole run, summed over ranks: packets sent
+    again by go-back-N, NAKs that asked for it, and timeouts."""
+    return {k: int(ranks[k].sum()) for k in ("retransmits", "naks", "timeouts")}
+
+
+def lossless(pauses: pl.DataFrame, info: dict) -> dict:
+    """A lossless fabric's pauses: how many, how long each port's queue stood paused
+    (per port and class), and how fast a pause took effect against the wire time of
+    one MTU frame on the bottleneck (``packet_us``)."""
+    reaction, resume = pauses["reaction_ns"], pauses["resume_ns"]
+    paused = (pauses.group_by("port", "classid")
+              .agg(pl.len().alias("pauses"), (pl.col("paused_ns").sum() / 1e6).alias("ms"))
+              .sort("port", "classid"))
+    return {"lanes": info["lanes"], "pauses": pauses.height,
+            "paused_ms": {f"{r['port']} {r['classid']}": {"pauses": r["pauses"], "ms": r["ms"]}
+                          for r in paused.iter_rows(named=True)},
+            "reaction_us": {q: _us(reaction, v) for q, v in (("p50", 0.5), ("p99", 0.99))}
+            | {"max": float(reaction.max()) / 1e3 if pauses.height else None},
+            "resume_us": {q: _us(resume, v) for q, v in (("p50", 0.5), ("p99", 0.99))},
+            "wake_us": {q: _us(pauses["wake_ns"], v) for q, v in (("p50", 0.5), ("p99", 0.99))},
+            "packet_us": info["packet_us"], "budget_us": info["budget_us"]}
+
+
+def late_pauses(summary: dict, one_queue: bool) -> list[str]:
+    """A note when a lossless lane (any lane, where ports have ``one_queue``) dropped at
+    the bottleneck: its pauses came too late."""
+    b, info = summary["bottleneck"], summary["lossless"]
+    lanes = LANES if one_queue else info["lanes"]
+    dropped = sum(b["lanes"][lane]["drops"] for lane in lanes)
+    if not dropped:
+        return []
+    return [f"{dropped} packets of lossless lanes were dropped at {b['port']}: pauses came "
+            f"too late there (reaction p99 {info['reaction_us']['p99'] or 0:.0f} us, max "
+            f"{info['reaction_us']['max'] or 0:.0f} us; the headroom above xoff allows "
+            f"{info['budget_us']:.0f} us)"]
+
+
 def controller(decisions: pl.DataFrame, control: dict, transport: pl.DataFrame) -> dict:
     """What the controller did: how many decisions, what the hosts' valves let through
     per lane (mean Mbit/s), marked and dropped, how often the held hosts' senders were
@@ -369,6 +407,12 @@ def summarize(tables: dict[str, pl.DataFrame], meta: dict) -> dict:
     policies = {p: _policy(tables, meta, p, ops.filter(pl.col("policy") == p), *spans[p])
                 for p in meta["policies"] if p in spans}
     for p, summary in policies.items():
+        summary["transport"] = transport(tables["transport"].filter(pl.col("policy") == p))
+        if info := meta.get("lossless"):
+            summary["lossless"] = lossless(tables["pauses"].filter(pl.col("policy") == p), info)
+            one_queue = info["layouts"].get(p) == "fifo"
+            summary["fidelity"]["notes"] += (info["notes"].get(p, [])
+                                             + late_pauses(summary, one_queue))
         summary["telemetry"] = meta.get("telemetry", {}).get(p)
         summary["lossy_links"] = meta.get("loss_drops", {}).get(p, {})  # drops on purpose
         summary["commands"] = meta.get("commands", {}).get(p, [])

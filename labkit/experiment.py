@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
-from labkit import bpf, loss, nccltests, tc
+from labkit import bpf, loss, lossless, nccltests, tc
 from labkit.abi import EV_GAP, EV_SOJOURN
 from labkit.agents import (
     Agent,
@@ -50,6 +50,7 @@ from labkit.control.session import ControlSession
 from labkit.control.valve import Decision
 from labkit.fabric import Fabric
 from labkit.lanes import Classifier
+from labkit.pauser import Pauser, PauseRow
 from labkit.pcap import PacketCapture, PcapRequest
 from labkit.registry import Registry
 from labkit.scenario import LANES, Scenario
@@ -151,6 +152,8 @@ class PolicyResult:
     decisions: list[Decision] = field(default_factory=list)  # controller.parquet rows
     control: dict | None = None  # valve totals and the controller's own figures
     commands: list[dict] = field(default_factory=list)  # the command entries, as they ended
+    pauses: list[PauseRow] = field(default_factory=list)  # a lossless fabric's pauses
+    pause_notes: list[str] = field(default_factory=list)  # what the pauser could not do
     aborted: bool = False
 
 
@@ -172,8 +175,10 @@ class PolicyFabric:
         self.telemetry, self.controllers = telemetry, controllers
         self.classifier_object = classifier_object
         self.fabric = Fabric(topo, registry, router_layout=self.pol.port_layout,
-                             host_layout="fifo" if self.pol.controller is None else "held")
+                             host_layout="fifo" if self.pol.controller is None else "held",
+                             pausable=bool(sc.fabric.lossless))
         self.classifier = self.queues = self.latency = self.lossy = self.control = None
+        self.pauser: Pauser | None = None
         self.watched: list[WatchedPort] = []
 
     def __enter__(self) -> PolicyFabric:
@@ -201,6 +206,9 @@ class PolicyFabric:
         self.classifier.pin(pins)
         if self.queues:
             self.queues.pin(pins)
+        if sc.fabric.lossless:
+            self.pauser = Pauser(fabric, lossless.queues(topo, sc.fabric.lossless,
+                                                         self.pol.port_layout))
         if self.pol.controller:
             self.control = ControlSession(sc, topo, fabric, self.pol,
                                           self.controllers[self.pol.controller],
@@ -211,7 +219,8 @@ class PolicyFabric:
         self.close()
 
     def close(self) -> None:
-        for held in (self.control, self.latency, self.classifier, self.queues, self.lossy):
+        for held in (self.pauser, self.control, self.latency, self.classifier, self.queues,
+                     self.lossy):
             if held is not None:
                 held.close()
         self.fabric.stop()
@@ -246,6 +255,7 @@ def _run_traffic(pf: PolicyFabric, workdir: Path, duration_s: float | None,
     result = PolicyResult(pol.name, pol.port_layout)
     commands = None
     agents: list[Agent] = []
+    pauser = pf.pauser.start() if pf.pauser else None
     try:
         rng = random.Random(f"{sc.seed}/{pol.name}")
         work, gap_ms = workload(sc)
@@ -281,6 +291,9 @@ def _run_traffic(pf: PolicyFabric, workdir: Path, duration_s: float | None,
             result.commands += commands.stop()
         for a in agents:
             a.close()
+        if pauser:
+            result.pauses = pauser.stop()
+            result.pause_notes = pauser.notes()
 
 
 def _attach_probes(topo: Topology, fabric: Fabric, classifier: Classifier,
@@ -394,8 +407,10 @@ def run_sweep(sc: Scenario, op: str, algo: str, size_list: list[int], iterations
     link = nccltests.link_rate(topo, ranks)
     rng = random.Random(sc.seed)
     rows = []
-    with Fabric(topo, registry) as fabric:
+    with Fabric(topo, registry, pausable=bool(sc.fabric.lossless)) as fabric:
         lossy = loss.attach(topo, fabric, record=registry.add)
+        pauser = (Pauser(fabric, lossless.queues(topo, sc.fabric.lossless, "fifo")).start()
+                  if sc.fabric.lossless else None)
         try:
             for size in size_list:
                 procs = start_collective(fabric, topo, ranks, collective(op, algo, size),
@@ -411,6 +426,8 @@ def run_sweep(sc: Scenario, op: str, algo: str, size_list: list[int], iterations
                 if on_row:
                     on_row(rows[-1])
         finally:
+            if pauser:
+                pauser.close()
             lossy.close()
     return rows
 
@@ -478,4 +495,11 @@ def summary_meta(sc: Scenario, topo: Topology, run_id: str, results: list[Policy
             "loss_drops": {r.policy: r.loss_drops for r in results},
             "commands": {r.policy: r.commands for r in results if r.commands},
             "storage_errors": {r.policy: r.storage_errors for r in results},
-            "control": {r.policy: r.control for r in results if r.control}}
+            "control": {r.policy: r.control for r in results if r.control},
+            "lossless": {"lanes": list(sc.fabric.lossless),
+                         "budget_us": lossless.REACTION_BUDGET_S * 1e6,
+                         "packet_us": min(p.link.mtu * 8 / p.link.rate_mbps
+                                          for p in topo.bottleneck_ports()),
+                         "layouts": {r.policy: r.port_layout for r in results},
+                         "notes": {r.policy: r.pause_notes for r in results}}
+            if sc.fabric.lossless else None}

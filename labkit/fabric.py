@@ -88,11 +88,12 @@ class Fabric:
     """A running emulated fabric. Use as a context manager, or call :meth:`stop`."""
 
     def __init__(self, topology: Topology, registry: Registry, router_layout: str = "fifo",
-                 host_layout: str = "fifo"):
+                 host_layout: str = "fifo", pausable: bool = False):
         self.topo = topology
         self.registry = registry
         self.router_layout = router_layout
         self.host_layout = host_layout  # "held" where a controller shapes the hosts' NICs
+        self.pausable = pausable  # every leaf queue a TBF that can pause (lossless fabrics)
         self.net = None
         self.nodes: dict = {}
         self.ns: dict[str, Netns] = {}
@@ -146,7 +147,7 @@ class Fabric:
             ports = self.topo.ports[name]
             for port in ports:
                 _sysctl(f"net.ipv6.conf.{port.ifname.replace('.', '/')}.disable_ipv6", "1")
-                shape = self._shape_for(port, router)
+                shape = self.shape_of(port)
                 index = tc.shape(ipr, shape)
                 self.registry.add("qdisc", node=name, ifname=port.ifname,
                                   handle=tc.classid_str(tc.ROOT), layout=shape.layout)
@@ -165,10 +166,13 @@ class Fabric:
                     ipr.route("add", family=socket.AF_INET,
                               multipath=[{"gateway": gw} for gw in route.nexthops], **dst)
 
-    def _shape_for(self, port: Port, router: bool) -> tc.PortShape:
+    def shape_of(self, port: Port) -> tc.PortShape:
+        """How ``port`` is shaped."""
         link = port.link
+        router = self.topo.roles[port.node] == "router"
         return tc.PortShape(port.ifname, link.rate_mbps, link.buffer_kb * 1024, link.mtu,
-                            self.router_layout if router else self.host_layout)
+                            self.router_layout if router else self.host_layout,
+                            self.pausable)
 
     def interact(self) -> None:
         """Mininet's own command line on this fabric (``g1 ping -c 3 g5``, ``leaf1 tc -s
@@ -188,7 +192,7 @@ class Fabric:
 
     def host_shape(self, host: str) -> tc.PortShape:
         """How ``host``'s NIC is shaped."""
-        return self._shape_for(self.topo.ports[host][0], router=False)
+        return self.shape_of(self.topo.ports[host][0])
 
     def popen(self, node: str, argv: list[str], what: str, **kwargs):
         """Start ``argv`` inside ``node``'s namespace and record the process."""

@@ -64,6 +64,9 @@ SCHEMAS: dict[str, dict[str, pl.DataType]] = {
     "ios": {"policy": STR, "host": STR, "entry": STR, "t_ns": I64, "latency_ns": I64,
             "bytes": I64},
     "cpu": {"policy": STR, "t_ns": I64, "busy": F64},
+    "pauses": {"policy": STR, "t_ns": I64, "port": STR, "classid": STR, "lane": STR,
+               "cause": STR, "reaction_ns": I64, "wake_ns": I64, "paused_ns": I64,
+               "resume_ns": I64},
     "controller": {"policy": STR, "t_ns": I64, "valve": STR, "lane": STR, "old_mbps": F64,
                    "new_mbps": F64, "old_busy_mbps": F64, "new_busy_mbps": F64,
                    "busy_from_ns": I64, "busy_until_ns": I64, "reason": STR},
@@ -73,7 +76,7 @@ SCHEMAS: dict[str, dict[str, pl.DataType]] = {
 ROWS_OF = {"controller": "decisions"}  # PolicyResult attributes named otherwise
 # tables newer than the first runs: a manifest without a "tables" list predates them,
 # and such a run loads with them empty (as does one whose list lacks them)
-ADDED_LATER = {"ios", "controller", "gaps", "phases"}
+ADDED_LATER = {"ios", "controller", "gaps", "phases", "pauses"}
 COLUMNS_ADDED_LATER = {("transport", "cnps"): 0}  # what older runs lack, and its value there
 
 
@@ -108,7 +111,7 @@ def tables_from(results: list[PolicyResult]) -> dict[str, pl.DataFrame]:
         rows["queue"] += [{"policy": p, **q._asdict(), "classid": tc.classid_str(q.classid),
                            "lane": tc.lane_of_class(q.classid, layout)} for q in r.queue]
         for name in ("lanes", "sojourn", "latency", "histograms", "controller", "cpu", "gaps",
-                     "phases"):
+                     "phases", "pauses"):
             rows[name] += [{"policy": p, **row._asdict()}
                            for row in getattr(r, ROWS_OF.get(name, name))]
         rows["flows"] += [{"policy": p, **f} for f in r.flows]

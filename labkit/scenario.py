@@ -141,6 +141,7 @@ class FabricSpec:
     hosts: tuple[HostSpec, ...]
     links: tuple[LinkSpec, ...]  # host links first (in host order), then router links
     bottlenecks: tuple[tuple[str, str], ...]
+    lossless: tuple[str, ...] = ()  # lanes paused instead of dropped (labkit.lossless)
 
 
 @dataclass(frozen=True)
@@ -526,7 +527,7 @@ def _link_props(c: _Checker, d: dict, key: str) -> dict:
 
 
 def _fabric(c: _Checker, fab, link_defaults: dict) -> FabricSpec:
-    c.mapping(fab, "fabric", {"routers", "hosts", "links", "bottlenecks"},
+    c.mapping(fab, "fabric", {"routers", "hosts", "links", "bottlenecks", "lossless"},
               {"routers", "hosts", "bottlenecks"})
     routers = []
     for i, r in enumerate(c.seq(fab["routers"], "fabric.routers")):
@@ -599,7 +600,33 @@ def _fabric(c: _Checker, fab, link_defaults: dict) -> FabricSpec:
     if not bottlenecks:
         c.fail("fabric.bottlenecks", "must name at least one link")
     _check_connected(c, routers, router_links)
-    return FabricSpec(tuple(routers), tuple(hosts), links, tuple(bottlenecks))
+    spec = FabricSpec(tuple(routers), tuple(hosts), links, tuple(bottlenecks),
+                      _lossless(c, fab.get("lossless", False)))
+    if spec.lossless:
+        from labkit import lossless, topo  # they build on this module
+
+        try:
+            lossless.queues(topo.Topology(spec), spec.lossless, "fifo")
+        except lossless.LosslessError as exc:
+            c.fail("fabric.lossless", str(exc))
+    return spec
+
+
+def _lossless(c: _Checker, value) -> tuple[str, ...]:
+    """``fabric.lossless``: true (the vip lane), false, or a list of lanes."""
+    key = "fabric.lossless"
+    if isinstance(value, bool):
+        return ("vip",) if value else ()
+    if not isinstance(value, list):
+        c.fail(key, f"must be true (the vip lane), false, or a list of lanes "
+                    f"({', '.join(LANES)}), got {kind_of(value)}")
+    lanes = value
+    for i, lane in enumerate(lanes):
+        if lane not in LANES:
+            c.fail(f"{key}[{i}]", f"must be a lane ({', '.join(LANES)}), got {lane!r}")
+    if len(set(lanes)) != len(lanes):
+        c.fail(key, "names a lane twice")
+    return tuple(lane for lane in LANES if lane in lanes)
 
 
 def _pair(c: _Checker, ends, key: str, nodes: set[str]) -> tuple[str, str]:

@@ -16,6 +16,11 @@ holding the port's buffer:
   has strict priority and idle capacity still goes to the lower lanes.
   Unclassified packets land in normal (the HTB default).
 
+A port of a lossless fabric (:mod:`labkit.lossless`) holds each leaf's bfifo inside a
+TBF, so that the leaf can be paused and resumed on its own (:class:`PauseSwitch`).
+Resumed, the TBF's rate is :data:`RESUMED_RATE_FACTOR` times the link and its burst
+holds a GSO packet, so HTB alone shapes the port.
+
 The lane classifier (see :mod:`labkit.lanes`) selects a class by setting
 ``skb->priority`` to its id. Functions here act on the namespace of the calling
 thread; run them through :meth:`labkit.netns.Netns.run`.
@@ -32,6 +37,8 @@ from dataclasses import dataclass
 from pyroute2 import IPRoute
 from pyroute2.netlink import NLM_F_DUMP, NLM_F_REQUEST
 from pyroute2.netlink.rtnl import RTM_GETTCLASS, RTM_NEWTCLASS, tcmsg
+
+from labkit.lossless import paused_burst
 
 ROOT = 0x10000  # 1:
 PARENT = 0x10001  # 1:1
@@ -66,6 +73,7 @@ class PortShape:
     buffer_bytes: int
     mtu: int
     layout: str  # "fifo", "lanes" or "held"
+    pausable: bool = False  # each leaf a TBF that PauseSwitch can stop (lossless fabrics)
 
 
 def bytes_per_s(rate_mbps: float) -> int:
@@ -109,9 +117,24 @@ def shape(ipr: IPRoute, port: PortShape) -> int:
     for classid, lane_rate, prio in leaves:
         ipr.tc("add-class", "htb", index, classid, parent=PARENT, prio=prio,
                **_class_params(lane_rate, rate, port.mtu))
-        ipr.tc("add", "bfifo", index, (classid & 0xFFFF) << 16, parent=classid,
-               limit=port.buffer_bytes)
+        if port.pausable:
+            with Rtnl() as rtnl:
+                rtnl.call(tbf_request(index, classid, port, paused=False, create=True))
+        else:
+            ipr.tc("add", "bfifo", index, leaf_handle(classid), parent=classid,
+                   limit=port.buffer_bytes)
     return index
+
+
+def leaf_handle(classid: int) -> int:
+    """The handle of the qdisc under leaf class ``classid``: 1:10 holds 10:."""
+    return (classid & 0xFFFF) << 16
+
+
+def leaf_classes(layout: str) -> tuple[int, ...]:
+    """The leaf classes of a port of ``layout``."""
+    return {"fifo": (FIFO_CLASS,), "lanes": tuple(LANE_CLASS.values()),
+            "held": (LANE_CLASS["vip"], HELD_CLASS)}[layout]
 
 
 def set_held_ceil(ipr: IPRoute, index: int, port: PortShape, ceil_mbps: float | None) -> None:
@@ -122,6 +145,84 @@ def set_held_ceil(ipr: IPRoute, index: int, port: PortShape, ceil_mbps: float | 
     ceil = link if ceil_mbps is None else min(max(bytes_per_s(ceil_mbps), 1000), link)
     ipr.tc("change-class", "htb", index, HELD_CLASS, parent=PARENT, prio=1,
            **_class_params(min(_token(link), ceil), ceil, port.mtu))
+
+
+# --- pausable leaves: a TBF per leaf, encoded by hand -------------------------------------
+# pyroute2's tbf knows neither TCA_TBF_BURST (a burst in bytes, not in ticks of a rate
+# table) nor a change sent fast enough to pause a port within a packet's time, so the
+# request is built here once per leaf and sent as bytes.
+
+RTM_NEWQDISC = 36
+NLM_F_ACK, NLM_F_EXCL, NLM_F_CREATE = 0x4, 0x200, 0x400
+TCA_KIND, TCA_OPTIONS = 1, 2
+TCA_TBF_PARMS, TCA_TBF_BURST = 1, 6
+TC_LINKLAYER_ETHERNET = 1
+RESUMED_RATE_FACTOR = 4  # a resumed TBF's rate, times the link: never the one that shapes
+RESUMED_BURST_BYTES = 128 << 10  # more than a GSO packet: a resumed TBF never splits one
+PAUSED_RATE = 1  # bytes/s: a paused TBF earns a packet's tokens in hours
+
+
+def _nlattr(kind: int, payload: bytes) -> bytes:
+    size = 4 + len(payload)
+    return struct.pack("=HH", size, kind) + payload + bytes(-size % 4)
+
+
+def tbf_request(index: int, classid: int, port: PortShape, paused: bool,
+                create: bool = False) -> bytearray:
+    """An RTM_NEWQDISC request for the TBF under leaf ``classid``: created (its bfifo
+    holding the port's buffer), or changed to paused or resumed. A change refills
+    the TBF's bucket, so a resumed leaf starts with a full burst and owes nothing."""
+    if paused:
+        rate, burst = PAUSED_RATE, paused_burst(port.mtu)
+    else:
+        rate = min(bytes_per_s(port.rate_mbps) * RESUMED_RATE_FACTOR, 0xFFFFFFFF)
+        burst = max(RESUMED_BURST_BYTES, 2 * paused_burst(port.mtu))
+    ratespec = struct.pack("=BBHhHI", 0, TC_LINKLAYER_ETHERNET, 0, 0, 0, rate)
+    qopt = ratespec + bytes(12) + struct.pack("=III", port.buffer_bytes, 0, 0)
+    options = _nlattr(TCA_TBF_PARMS, qopt) + _nlattr(TCA_TBF_BURST, struct.pack("=I", burst))
+    body = struct.pack("=BxxxiIII", socket.AF_UNSPEC, index, leaf_handle(classid), classid, 0)
+    body += _nlattr(TCA_KIND, b"tbf\0") + _nlattr(TCA_OPTIONS, options)
+    flags = NLM_F_REQUEST | NLM_F_ACK | (NLM_F_CREATE | NLM_F_EXCL if create else 0)
+    return bytearray(struct.pack("=IHHII", 16 + len(body), RTM_NEWQDISC, flags, 0, 0) + body)
+
+
+class Rtnl:
+    """A bare rtnetlink socket that sends prepared requests and waits for their ack. Open
+    it in the namespace it is to act in (the socket stays there)."""
+
+    NLMSG_ERROR = 2
+
+    def __init__(self):
+        self.sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, socket.NETLINK_ROUTE)
+        self.sock.bind((0, 0))
+        self.seq = 0
+
+    def call(self, request: bytearray) -> None:
+        """Send ``request`` (its sequence number is set here); OSError if the kernel
+        refuses it."""
+        self.seq += 1
+        struct.pack_into("=I", request, 8, self.seq)
+        self.sock.send(request)
+        while True:
+            data = self.sock.recv(4096)
+            pos = 0
+            while pos + 16 <= len(data):
+                length, kind, _, seq, _ = struct.unpack_from("=IHHII", data, pos)
+                if kind == self.NLMSG_ERROR and seq == self.seq:
+                    (err,) = struct.unpack_from("=i", data, pos + 16)
+                    if err:
+                        raise OSError(-err, f"rtnetlink: {os.strerror(-err)}")
+                    return
+                pos += (length + 3) & ~3
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def __enter__(self) -> Rtnl:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
 
 @dataclass(frozen=True)

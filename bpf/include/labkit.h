@@ -164,4 +164,42 @@ struct lk_valve_counters {
 	__u64 dropped;
 };
 
+/*
+ * Lossless queues (pause.bpf.c): router ports' leaf queues that pause their
+ * neighbours. lk_pause_ports maps a port (struct lk_port_key) to the queue of each
+ * lane, lk_pause_queues holds each queue's thresholds and state.
+ */
+#define LK_MAX_PAUSE_QUEUES 512
+struct lk_pause_port {
+	__u32 queue[LK_NR_LANES]; /* per lane: its queue's index + 1; 0: not lossless */
+	__u32 pad;
+};
+struct lk_pause_queue {
+	__u64 leaf;        /* the class's leaf qdisc (a TBF), found by the programs */
+	__u64 episode;     /* pauses so far: an XON ends one (64-bit: clang 14 has 64-bit */
+	__u64 paused;      /*   atomics only); paused: an XOFF was sent in this episode */
+	__u32 classid;     /* the HTB class that holds the queue: 0x10010 is 1:10 */
+	__u32 xoff_bytes;  /* at or above this backlog, the sender of each packet is paused */
+	__u32 xon_bytes;   /* at or below it, after a pause, every paused sender resumes */
+	__u32 pad;
+};
+/* lk_pause_held: (queue, ingress ifindex) -> the episode + 1 in which it was paused */
+struct lk_pause_hold {
+	__u32 queue;
+	__u32 iif;
+};
+enum lk_pause_kind {
+	LK_PAUSE_XOFF = 1, /* pause whoever sends into ingress port iif */
+	LK_PAUSE_XON = 2,  /* resume everyone this queue paused */
+};
+struct lk_pause_event {
+	__u64 t_ns;
+	__u32 queue;
+	__u32 iif;         /* XOFF: the ingress ifindex the packet came in by */
+	__u32 episode;
+	__u32 backlog;     /* the queue's bytes then */
+	__u32 kind;        /* enum lk_pause_kind */
+	__u32 pad;
+};
+
 #endif /* __LABKIT_H */

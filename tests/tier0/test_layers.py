@@ -9,9 +9,9 @@ PACKAGE = Path(__file__).resolve().parents[2] / "labkit"
 LAYERS = [  # bottom to top
     ("model", {"abi", "extend", "scenario", "grid", "topo", "traffic", "traffic.wire",
                "traffic.schedules", "traffic.jobs", "traffic.roce", "traffic.nvme",
-               "traffic.configs", "traffic.timeline"}),
+               "traffic.configs", "traffic.timeline", "lossless"}),
     ("kernel", {"netns", "bpf", "tc", "registry", "fabric", "lanes", "telemetry", "capture",
-                "loss", "pcap", "control.valve", "control.gates",
+                "loss", "pauser", "pcap", "control.valve", "control.gates",
                 "control.feed"}),
     ("traffic", {"agents", "traffic.sender", "traffic.rc", "traffic.collective",
                  "traffic.storage", "traffic.commands"}),

@@ -1,0 +1,196 @@
+// SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
+/*
+ * Per-lane link-level pause, the half that decides: watches the lossless queues
+ * of router ports as packets enter and leave them (qdisc_enqueue and
+ * qdisc_dequeue tracepoints of the port's root HTB) and reads each queue's own
+ * byte backlog from its leaf qdisc, found once through HTB's class hash.
+ * (fentry/fexit on the TBF itself would be simpler; this kernel refuses them.)
+ *
+ *  - A packet that leaves its queue at or above xoff_bytes names the ingress
+ *    port it came in by (skb_iif): one XOFF per ingress port and episode, so
+ *    only the neighbours that fill the queue are paused, as a switch's
+ *    per-ingress accounting would.
+ *  - A dequeue that leaves it at or below xon_bytes after a pause ends the
+ *    episode with one XON: every neighbour it paused resumes.
+ *
+ * Events go to lk_pause_events with a wakeup each: the pauser
+ * (labkit/lossless.py) acts on them at once, pausing or resuming the
+ * neighbour's queue for that lane through netlink.
+ */
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+#include <bpf/bpf_core_read.h>
+#include "labkit.h"
+
+#define LK_HASH_CHAIN 8 /* classes tried per HTB hash bucket (a port has at most 5) */
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, LK_MAX_PAUSE_QUEUES);
+	__type(key, struct lk_port_key);
+	__type(value, struct lk_pause_port);
+} lk_pause_ports SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, LK_MAX_PAUSE_QUEUES);
+	__type(key, __u32);
+	__type(value, struct lk_pause_queue);
+} lk_pause_queues SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 8192);
+	__type(key, struct lk_pause_hold);
+	__type(value, __u32); /* episode + 1 */
+} lk_pause_held SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 1 << 20);
+} lk_pause_events SEC(".maps");
+
+/* [0]: events lost because the ring was full */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} lk_pause_lost SEC(".maps");
+
+/* The leaf qdisc of HTB class classid under root, by HTB's class hash
+ * (qdisc_class_find() in include/net/sch_generic.h). */
+static __always_inline __u64 lk_leaf_of(struct Qdisc *root, __u32 classid)
+{
+	struct htb_sched *htb = (void *)root + bpf_core_field_offset(struct Qdisc, privdata);
+	struct hlist_head *buckets = BPF_CORE_READ(htb, clhash.hash);
+	__u32 h = classid;
+	struct hlist_node *node;
+
+	h ^= h >> 8;
+	h ^= h >> 4;
+	h &= BPF_CORE_READ(htb, clhash.hashmask);
+	node = BPF_CORE_READ(buckets + h, first);
+	for (int i = 0; i < LK_HASH_CHAIN && node; i++) {
+		struct htb_class *cl = container_of(node, struct htb_class, common.hnode);
+
+		if (BPF_CORE_READ(cl, common.classid) == classid)
+			return (__u64)BPF_CORE_READ(cl, leaf.q);
+		node = BPF_CORE_READ(node, next);
+	}
+	return 0;
+}
+
+/* The lossless queue skb is in (or left) at dev, with its index; NULL if none. */
+static __always_inline struct lk_pause_queue *lk_queue_of(struct Qdisc *root,
+							   const struct netdev_queue *txq,
+							   struct sk_buff *skb, __u32 *index)
+{
+	struct net_device *dev = BPF_CORE_READ(txq, dev);
+	struct lk_port_key key = {
+		.netns_ino = BPF_CORE_READ(dev, nd_net.net, ns.inum),
+		.ifindex = BPF_CORE_READ(dev, ifindex),
+	};
+	struct lk_pause_port *port = bpf_map_lookup_elem(&lk_pause_ports, &key);
+	struct lk_pause_queue *q;
+	__u32 lane;
+
+	if (!port)
+		return NULL;
+	switch (BPF_CORE_READ(skb, priority) & 0xffff) {
+	case LK_LANE_MINOR(LK_LANE_VIP):
+		lane = LK_LANE_VIP;
+		break;
+	case LK_LANE_MINOR(LK_LANE_LOW):
+		lane = LK_LANE_LOW;
+		break;
+	default:
+		lane = LK_LANE_NORMAL;
+	}
+	if (!port->queue[lane])
+		return NULL;
+	*index = port->queue[lane] - 1;
+	q = bpf_map_lookup_elem(&lk_pause_queues, index);
+	if (q && !q->leaf)
+		q->leaf = lk_leaf_of(root, q->classid);
+	return q && q->leaf ? q : NULL;
+}
+
+static __always_inline __u32 lk_backlog(const struct lk_pause_queue *q)
+{
+	struct Qdisc *leaf = (struct Qdisc *)q->leaf; /* outside the macro: not a kernel type */
+
+	return BPF_CORE_READ(leaf, qstats.backlog);
+}
+
+static __always_inline void lk_pause_emit(__u32 kind, __u32 index, __u32 iif, __u32 episode,
+					  __u32 backlog)
+{
+	struct lk_pause_event *ev = bpf_ringbuf_reserve(&lk_pause_events, sizeof(*ev), 0);
+	__u32 zero = 0;
+
+	if (!ev) {
+		__u64 *lost = bpf_map_lookup_elem(&lk_pause_lost, &zero);
+
+		if (lost)
+			(*lost)++;
+		return;
+	}
+	ev->t_ns = bpf_ktime_get_ns();
+	ev->queue = index;
+	ev->iif = iif;
+	ev->episode = episode;
+	ev->backlog = backlog;
+	ev->kind = kind;
+	ev->pad = 0;
+	bpf_ringbuf_submit(ev, BPF_RB_FORCE_WAKEUP);
+}
+
+SEC("tp_btf/qdisc_enqueue")
+int BPF_PROG(lk_pause_enqueue, struct Qdisc *root, const struct netdev_queue *txq,
+	     struct sk_buff *skb)
+{
+	struct lk_pause_hold hold;
+	struct lk_pause_queue *q;
+	__u32 backlog, episode, *held;
+
+	q = lk_queue_of(root, txq, skb, &hold.queue);
+	if (!q)
+		return 0;
+	backlog = lk_backlog(q);
+	hold.iif = BPF_CORE_READ(skb, skb_iif);
+	if (backlog < q->xoff_bytes || !hold.iif)
+		return 0;
+	episode = (__u32)q->episode + 1;
+	held = bpf_map_lookup_elem(&lk_pause_held, &hold);
+	if (held && *held == episode)
+		return 0; /* this neighbour is paused already */
+	bpf_map_update_elem(&lk_pause_held, &hold, &episode, BPF_ANY);
+	q->paused = 1;
+	lk_pause_emit(LK_PAUSE_XOFF, hold.queue, hold.iif, episode - 1, backlog);
+	return 0;
+}
+
+SEC("tp_btf/qdisc_dequeue")
+int BPF_PROG(lk_pause_dequeue, struct Qdisc *root, const struct netdev_queue *txq, int packets,
+	     struct sk_buff *skb)
+{
+	struct lk_pause_queue *q;
+	__u32 backlog, index;
+
+	if (!skb)
+		return 0;
+	q = lk_queue_of(root, txq, skb, &index);
+	if (!q || !q->paused)
+		return 0;
+	backlog = lk_backlog(q);
+	if (backlog > q->xon_bytes)
+		return 0;
+	if (__sync_val_compare_and_swap(&q->paused, 1, 0) != 1)
+		return 0; /* another CPU ended this episode */
+	lk_pause_emit(LK_PAUSE_XON, index, 0, (__u32)__sync_fetch_and_add(&q->episode, 1), backlog);
+	return 0;
+}
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";
