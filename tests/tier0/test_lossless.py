@@ -69,11 +69,11 @@ def test_feeders_are_the_other_neighbours_by_their_own_ports(doc):
 
 def test_thresholds_leave_headroom_for_every_feeder_at_its_rate(doc):
     t = topology(doc)
-    port = t.port_towards("spine1", "leaf1")  # fed by two 1000 Mbit/s uplinks
+    port = t.port_towards("spine1", "leaf1")  # fed by two 200 Mbit/s uplinks
     xoff, xon = lossless.thresholds(t, port)
     frame = lossless.paused_burst(9000)
-    in_flight = 2 * (1000e6 / 8 * lossless.REACTION_BUDGET_S + frame) + frame
-    assert xoff == int(1024 * 1024 - in_flight)
+    in_flight = 2 * (200e6 / 8 * lossless.REACTION_BUDGET_S + frame) + frame
+    assert xoff == int(2048 * 1024 - in_flight)
     assert xon == xoff // 2
 
 
