@@ -67,6 +67,10 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--out", type=Path,
                      help="run directory (default: data/runs/<run-id>), e.g. --out data/runs/mine")
     run.add_argument("--seed", type=int, help="override the scenario's seed, e.g. --seed 7")
+    run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                     help="change one key of the scenario for this run (repeatable): a key "
+                          "path as in a grid's axes and a YAML value, e.g. --set "
+                          "fabric.lossless=true --set defaults.link.buffer_kb=2048")
     run.add_argument("--duration", type=float, metavar="S",
                      help="cap each policy's traffic at S seconds, e.g. --duration 10")
     run.add_argument("--pcap", action="append", default=[], metavar="LINK",
@@ -112,6 +116,10 @@ def main(argv: list[str] | None = None) -> int:
                        help="multiply the size by this between steps (default 2), e.g. -f 4")
     sweep.add_argument("-n", "--iters", type=int, default=10,
                        help="timed iterations per size (default 10), e.g. -n 20")
+    sweep.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                       help="change one key of the scenario for this sweep (repeatable): a key "
+                          "path as in a grid's axes and a YAML value, e.g. --set "
+                          "fabric.lossless=true --set defaults.link.buffer_kb=2048")
     sweep.add_argument("--units", choices=("emulated", "real"), default="emulated",
                        help="real: also print algbw and busbw in GB/s of the fabric the "
                             "scenario's scale factor says the links stand for")
@@ -233,6 +241,14 @@ def _failed(exc: Exception) -> int:
     return 1
 
 
+def _scenario(args):
+    """The scenario file named on the command line, with its ``--set`` changes written in."""
+    from labkit import grid
+
+    return grid.scenario_with(args.scenario, args.set) if args.set else (
+        scenario_mod.load(args.scenario))
+
+
 def cmd_run(args) -> int:
     from labkit import runner
 
@@ -248,7 +264,7 @@ def cmd_run(args) -> int:
                             description=f"{p.policy:<11} {what}")
 
         try:
-            run = runner.run(args.scenario, args.policy or None, out=args.out, seed=args.seed,
+            run = runner.run(_scenario(args), args.policy or None, out=args.out, seed=args.seed,
                              duration=args.duration, on_progress=show,
                              controllers=_named_controllers(args.controller), pcap=args.pcap,
                              pcap_snaplen=args.pcap_snaplen, telemetry=not args.no_telemetry,
@@ -438,7 +454,7 @@ def cmd_shell(args) -> int:
 def cmd_sweep(args) -> int:
     from labkit import nccltests, runner
 
-    sc = scenario_mod.load(args.scenario)
+    sc = _scenario(args)
     try:
         size_list = nccltests.sizes(scenario_mod.parse_size(args.minbytes, "-b"),
                                     scenario_mod.parse_size(args.maxbytes, "-e"),
@@ -556,6 +572,22 @@ def _print_summary(summary: dict) -> None:
                       str(sum(v.get("ecn_marks", 0) for v in lanes.values())),
                       _fmt(ctl["prediction_error_ms"], ".1f"))
         console.print(c)
+    paused = {k: p for k, p in summary["policies"].items() if p.get("lossless")}
+    if paused:
+        lanes = ", ".join(next(iter(paused.values()))["lossless"]["lanes"])
+        x = Table(title=f"lossless ({lanes}; one queue per port under fifo): pauses, and how "
+                        "fast they acted, in microseconds", title_justify="left")
+        for col in ("policy", "pauses", "paused ms", "reaction p50", "p99", "max",
+                    "one frame", "go-back-N resends"):
+            x.add_column(col, justify="left" if col == "policy" else "right", no_wrap=True)
+        for policy, p in paused.items():
+            ll, reaction = p["lossless"], p["lossless"]["reaction_us"]
+            x.add_row(policy, str(ll["pauses"]),
+                      _fmt(sum(v["ms"] for v in ll["paused_ms"].values()), ".0f"),
+                      _fmt(reaction["p50"], ".0f"), _fmt(reaction["p99"], ".0f"),
+                      _fmt(reaction["max"], ".0f"), _fmt(ll["packet_us"], ".0f"),
+                      str(p["transport"]["retransmits"]))
+        console.print(x)
 
 
 def _load(path: Path):

@@ -39,6 +39,8 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from labkit import scenario as scenario_mod
 from labkit.scenario import SCENARIO_NAME_RE, Scenario, ScenarioError, kind_of
 
@@ -151,6 +153,24 @@ class Grid:
         sc = scenario_mod.parse(doc, self.scenario_path)
         # a derived scenario is not the file: its runs record it whole, and no file's hash
         return replace(sc, sha256=self.base.sha256 if doc == self.base_doc else "")
+
+
+def scenario_with(path: str | Path, settings: list[str]) -> Scenario:
+    """The scenario file at ``path`` with ``settings`` written in, each ``KEY=VALUE`` (a key
+    path as in a grid's axes, a YAML value): one point of a grid, from the command line
+    (``labkit run --set fabric.lossless=true``). ScenarioError names the setting."""
+    _, doc = scenario_mod.read_yaml(path)
+    for setting in settings:
+        key, sep, raw = setting.partition("=")
+        if not sep or not key:
+            raise ScenarioError(str(path), f"--set {setting}",
+                                "must be KEY=VALUE, e.g. fabric.lossless=true")
+        try:
+            doc = apply(doc, resolve(doc, key), yaml.safe_load(raw))
+        except (ValueError, yaml.YAMLError) as exc:
+            raise ScenarioError(str(path), f"--set {key}", str(exc)) from None
+    # a derived scenario is not the file: its runs record it whole, and no file's hash
+    return replace(scenario_mod.parse(doc, str(path)), sha256="")
 
 
 def load(path: str | Path) -> Grid:
