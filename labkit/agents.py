@@ -149,7 +149,8 @@ def start_collective(fabric: Fabric, topo: Topology, ranks: tuple[str, ...], wor
         sport_base=rng.randrange(49152, 65536 - n),
         templates=roce.data_templates(0, payload), ack_template=roce.ack_template(0),
         nak_template=roce.ack_template(0, wire.SYNDROME_NAK_PSN),
-        cnp_template=roce.cnp_template(0), gso_segments=1 if lossy else gso_packets)
+        cnp_template=roce.cnp_template(0), gso_segments=1 if lossy else gso_packets,
+        lossless=bool(topo.fabric.lossless))
     return [Agent(fabric, host, "labkit.traffic.collective",
                   replace(common, rank=i, ip=topo.host_ip(host),
                           phase_map_fd=phase_maps.get(host),

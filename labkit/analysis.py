@@ -756,3 +756,57 @@ def pick_sweeps(sweeps: dict[str, list[dict]], names: list[str],
     """The sweeps in ``names`` (in their order), each cut to message sizes in ``sizes``
     (smallest, largest, both included)."""
     return {n: [r for r in sweeps[n] if sizes[0] <= r["size"] <= sizes[1]] for n in names}
+
+
+# --- lossless fabrics (labkit.lossless) -----------------------------------------------------
+
+LOSSLESS_COLUMNS = {"run": pl.Utf8, "policy": pl.Utf8, "lossless": pl.Boolean,
+                    "vip_drops": pl.Int64, "resends": pl.Int64, "slowdown_p50": pl.Float64,
+                    "slowdown_p99": pl.Float64, "pauses": pl.Int64, "reaction_p50_us": pl.Float64,
+                    "reaction_max_us": pl.Float64, "frame_us": pl.Float64}
+
+
+def lossless_frame(summaries: dict[str, dict], digits: int | None = None) -> pl.DataFrame:
+    """One row per run (named by the keys of ``summaries``) and policy: whether its fabric
+    was lossless, vip drops at the bottleneck, go-back-N resends, the collective's
+    slowdowns, and the pauses with how fast they acted against one frame's wire time."""
+    rows = []
+    for name, summary in summaries.items():
+        for policy, p in summary["policies"].items():
+            w, ll = p.get("job") or p["allreduce"], p.get("lossless") or {}
+            rows.append({"run": name, "policy": policy, "lossless": bool(ll),
+                         "vip_drops": p["bottleneck"]["lanes"]["vip"]["drops"],
+                         "resends": p["transport"]["retransmits"],
+                         "slowdown_p50": w["slowdown_p50"], "slowdown_p99": w["slowdown_p99"],
+                         "pauses": ll.get("pauses", 0),
+                         "reaction_p50_us": ll.get("reaction_us", {}).get("p50"),
+                         "reaction_max_us": ll.get("reaction_us", {}).get("max"),
+                         "frame_us": ll.get("packet_us")})
+    frame = pl.DataFrame(rows, schema=LOSSLESS_COLUMNS)
+    return frame if digits is None else frame.with_columns(pl.col(pl.Float64).round(digits))
+
+
+def pause_frame(pauses: pl.DataFrame, policy: str, seconds: float) -> pl.DataFrame:
+    """Per paused port and the queue that paused it, under ``policy``: pauses, the share of
+    the run's ``seconds`` it stood paused, and how fast its pauses acted (µs)."""
+    return (pauses.filter(pl.col("policy") == policy)
+            .group_by("port", "cause").agg(
+                pl.len().alias("pauses"),
+                (pl.col("paused_ns").sum() / 1e9 / seconds).alias("paused_share"),
+                (pl.col("reaction_ns").median() / 1e3).alias("reaction_p50_us"),
+                (pl.col("reaction_ns").max() / 1e3).alias("reaction_max_us"))
+            .sort("cause", "port"))
+
+
+def io_latency_cdfs(ios: dict[str, pl.DataFrame], spans: dict[str, tuple[int, int]],
+                    entry: str, policy: str) -> dict[str, tuple[list[float], list[float]]]:
+    """Per run (the keys of ``ios``, each a run's ``ios`` table, with its ``policy``'s
+    window in ``spans``), the CDF of storage entry ``entry``'s I/O completion times (ms)."""
+    out = {}
+    for name, frame in ios.items():
+        start, end = spans[name]
+        ms = frame.filter((pl.col("policy") == policy) & (pl.col("entry") == entry)
+                          & pl.col("t_ns").is_between(start, end))["latency_ns"] / 1e6
+        if ms.len():
+            out[name] = cdf(ms)
+    return out

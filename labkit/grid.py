@@ -57,6 +57,7 @@ MAX_POINTS = 10_000
 DEFAULT_TIME_MIN = 60  # a Slurm job's time limit when the grid does not say
 
 _NAME = r"[A-Za-z_][A-Za-z0-9_-]*"
+_SETTING = re.compile(r"((?:[^=\[]|\[[^\]]*\])+)=(.*)", re.S)  # the key's '=' are in [...]
 _SEGMENT = re.compile(rf"\.?(?P<name>{_NAME})|\[(?P<index>\d+)\]"
                       rf"|\[(?P<field>{_NAME})=(?P<value>[^\]=]+)\]")
 
@@ -161,10 +162,11 @@ def scenario_with(path: str | Path, settings: list[str]) -> Scenario:
     (``labkit run --set fabric.lossless=true``). ScenarioError names the setting."""
     _, doc = scenario_mod.read_yaml(path)
     for setting in settings:
-        key, sep, raw = setting.partition("=")
-        if not sep or not key:
+        match = _SETTING.fullmatch(setting)
+        if not match:
             raise ScenarioError(str(path), f"--set {setting}",
                                 "must be KEY=VALUE, e.g. fabric.lossless=true")
+        key, raw = match.groups()
         try:
             doc = apply(doc, resolve(doc, key), yaml.safe_load(raw))
         except (ValueError, yaml.YAMLError) as exc:

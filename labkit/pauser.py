@@ -85,6 +85,12 @@ class _Open(NamedTuple):
     lane: str
     cause: str
 
+
+def _mac(ip: str) -> bytes:
+    """The MAC labkit gives the port with address ``ip`` (labkit.fabric.mac_for)."""
+    return bytes.fromhex(mac_for(ip).replace(":", ""))
+
+
 class _Switch:
     """One neighbour's port: its netlink socket, pause/resume requests per class and a
     raw socket for the frame that restarts its qdisc after a resume."""
@@ -92,14 +98,13 @@ class _Switch:
     def __init__(self, fabric, port: Port, shape: tc.PortShape):
         handle = fabric.handle(port)
         self.key = handle.key
-        self.held: dict[int, set[int]] = {}  # class -> slots of the queues that paused it
+        self.held: dict[int, set[int]] = {}  # class -> the queues (plan indices) pausing it
         self.rtnl, self.kick = handle.ns.run(self._open, handle.ifindex)
         self.requests = {
             (classid, paused): tc.tbf_request(handle.ifindex, classid, shape, paused)
             for classid in tc.leaf_classes(shape.layout) for paused in (True, False)}
-        peer_mac = bytes.fromhex(fabric_mac(port.peer_ip))
-        own_mac = bytes.fromhex(fabric_mac(port.ip))
-        self.frame = (peer_mac + own_mac + KICK_ETHERTYPE.to_bytes(2, "big")).ljust(60, b"\0")
+        self.frame = (_mac(port.peer_ip) + _mac(port.ip)
+                      + KICK_ETHERTYPE.to_bytes(2, "big")).ljust(60, b"\0")
 
     @staticmethod
     def _open(ifindex: int):
@@ -115,11 +120,6 @@ class _Switch:
     def close(self) -> None:
         self.rtnl.close()
         self.kick.close()
-
-
-def fabric_mac(ip: str) -> str:
-    """The MAC labkit gives the port with address ``ip``, as hex digits."""
-    return mac_for(ip).replace(":", "")
 
 
 class Pauser:

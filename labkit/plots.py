@@ -444,3 +444,23 @@ def stage_schedule(busy_ns: tuple, stages: list[str], title: str, sub: str) -> g
     fig.update_layout(barmode="overlay", bargap=0.3)
     fig.update_yaxes(autorange="reversed")
     return _style(fig, title, sub, "time in the iteration (ms)", "stage (host)")
+
+
+def victim_io(runs: dict[str, Run], entry: str = "victim", policy: str = "fifo") -> go.Figure:
+    """CDFs of one storage entry's I/O completion times under ``policy``, one line per run
+    (``runs``: a name for each, e.g. lossy and lossless): congestion spreading, as the
+    victim of a paused fabric sees it."""
+    spans = {name: analysis.windows(analysis.op_times(run["collectives"]))[policy]
+             for name, run in runs.items()}
+    cdfs = analysis.io_latency_cdfs({name: run["ios"] for name, run in runs.items()}, spans,
+                                    entry, policy)
+    fig = go.Figure()
+    for i, (name, (x, y)) in enumerate(cdfs.items()):
+        fig.add_scatter(x=x, y=y, mode="lines", name=name,
+                        line={"shape": "hv", "dash": PORT_DASH[i % len(PORT_DASH)],
+                              "color": policy_color(policy)})
+    first = next(iter(runs.values())).summary
+    sub = (f"{first['scenario']} · runs {', '.join(r.summary['run_id'] for r in runs.values())}"
+           f" · 1 emulated Mbit/s = {first['scale_factor']:g} real Mbit/s")
+    return _style(fig, f"I/O completion time of {entry} under {policy}", sub,
+                  "I/O completion time (ms)", "fraction of I/Os")

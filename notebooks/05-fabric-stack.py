@@ -12,48 +12,100 @@
 # ---
 
 # %% [markdown]
-# # 05 · The fabric stack: lossless fabric, RDMA transport, collective library
+# # 05 · The fabric stack: lossy or lossless fabric, RDMA transport, collective library
 #
 # Three layers decide how fast an All-Reduce runs. The **fabric** decides whether packets
-# are lost; the **transport** (RoCE RC here) decides what a loss costs: go-back-N resends
-# everything after the lost packet; the **collective library** picks an algorithm whose
-# traffic pattern suits the topology. These sweeps (`labkit sweep`, like nccl-tests)
-# measure each layer on a two-spine leaf-spine fabric with 100 Mbit/s links; they are
-# shipped in `data/sample/sweeps/`.
+# are lost: a plain Ethernet fabric drops when a buffer overflows; a fabric with link-level
+# pause (PFC) tells the sender to stop instead, and drops nothing. The **transport** (RoCE
+# RC here) decides what a loss costs: go-back-N resends everything after the lost packet.
+# The **collective library** picks an algorithm whose traffic pattern suits the topology.
+#
+# labkit's fabrics are lossy unless a scenario says `fabric.lossless: true`
+# (`docs/lossless.md`). Everything below was recorded on a 2-core VM and ships in
+# `data/sample/`: sweeps (`labkit sweep`, like nccl-tests) and two runs of
+# `topologies/lossless.yaml`.
 
 # %%
 from pathlib import Path
 
 from labkit import plots, widgets
-from labkit.analysis import sweep_frame
-from labkit.rundir import load_sweeps
+from labkit.analysis import lossless_frame, pause_frame, sweep_frame
+from labkit.rundir import load_run, load_sweeps
 
-sweeps = load_sweeps(Path("..") / "data" / "sample" / "sweeps")
+SAMPLE = Path("..") / "data" / "sample"
+sweeps = load_sweeps(SAMPLE / "sweeps")
 SCALE = "leaf-spine and lossy-uplink · 1 emulated Mbit/s = 4000 real Mbit/s"
 
 # %% [markdown]
-# **The collective library:** ring, double binary tree and recursive halving-doubling on
-# the same lossless fabric. Here the ring wins at every size: most of its hops stay under
-# one leaf, and only two of its flows cross the spines. Halving-doubling's exchanges at
-# distance four send four flows across leaf1's two uplinks at once; when ECMP hashes two
-# onto the same spine, that port's buffer overflows, and go-back-N pays for every loss
-# (see the retransmissions below). An algorithm has to suit the topology.
+# **The collective library, on a lossy fabric:** ring, double binary tree and recursive
+# halving-doubling on a two-spine leaf-spine fabric with 100 Mbit/s links and 1 MiB port
+# buffers. The ring wins at every size: most of its hops stay under one leaf, and only two
+# of its flows cross the spines. Halving-doubling's exchanges at distance four send four
+# flows across leaf1's two uplinks at once; when ECMP hashes two onto the same spine, that
+# port's buffer overflows, the fabric drops, and go-back-N pays for every loss. An algorithm
+# has to suit the topology.
 
 # %%
-plots.sweep_busbw({k: v for k, v in sweeps.items() if not k.endswith("lossy")}, SCALE)
+plots.sweep_busbw({k: sweeps[k] for k in ("ring", "tree", "halving_doubling")}, SCALE)
 
 # %% [markdown]
-# **The fabric and the transport:** the ring again, with 0.1 % of packets dropped on every
-# leaf-spine link. Each loss makes go-back-N resend the rest of the message.
+# **Lossy or lossless, the same sweep:** halving-doubling again, with 4 MiB buffers (the
+# room a pause needs above its threshold on these links), once lossy and once with
+# `--set fabric.lossless=true`. The bigger buffer alone drops less (resends only at
+# 4 MiB); the lossless fabric drops nothing, and go-back-N never resends. The bandwidth
+# hardly moves: what limits halving-doubling here is its crossing flows sharing two
+# uplinks, lossy or not.
 
 # %%
-plots.sweep_busbw({k: v for k, v in sweeps.items() if k.startswith("ring")}, SCALE)
+hd = {k: sweeps[k] for k in ("halving_doubling", "halving_doubling-deep",
+                             "halving_doubling-lossless")}
+plots.sweep_busbw(hd, SCALE)
 
 # %% [markdown]
 # Packets resent by go-back-N in each sweep (all ranks, per message size):
 
 # %%
 sweep_frame(sweeps).pivot(on="sweep", index="size", values="retransmits")
+
+# %% [markdown]
+# **What pause cannot fix:** the ring with 0.1 % of packets dropped on every leaf-spine
+# link, as a bad cable or optic would. Pause prevents overflow, not corruption: each loss
+# still makes go-back-N resend the rest of the message.
+
+# %%
+plots.sweep_busbw({k: sweeps[k] for k in ("ring", "ring-lossy")}, SCALE)
+
+# %% [markdown]
+# ## The price of lossless: pauses spread
+#
+# `topologies/lossless.yaml`: the ring All-Reduce and dataset reads meet at spine1's port to
+# leaf1, as in notebook 01, with storage on a third leaf; and a **victim**, 10 Mbit/s of
+# writes from g5 (leaf2) to st1 (leaf3), a path that never goes near leaf1. The same
+# scenario ran lossy (`--set fabric.lossless=false`) and lossless. Under `fifo`, lossless
+# means no drop and no resend, and here the All-Reduce is even faster for it:
+
+# %%
+runs = {name: load_run(SAMPLE / "lossless" / name) for name in ("lossy", "lossless")}
+lossless_frame({name: run.summary for name, run in runs.items()}, digits=2)
+
+# %% [markdown]
+# Who paused whom (the `pauses` table: one row per pause of a neighbour's queue). spine1's
+# port to leaf1 pauses the two uplinks that fill it, leaf2's (the ring) and leaf3's
+# (storage); leaf3's uplink, paused, fills and pauses st1 in turn. A pause acts within a
+# fraction of one 9000-byte frame's wire time (720 us at 100 Mbit/s):
+
+# %%
+window = runs["lossless"].summary["policies"]["fifo"]["window_s"]
+pause_frame(runs["lossless"]["pauses"], "fifo", window)
+
+# %% [markdown]
+# And the victim: its writes wait behind the ring's packets in leaf2's paused uplink. On a
+# path with no congestion of its own, its I/Os take two to three times as long: congestion
+# spreading, the reason PFC fabrics also need congestion control (DCQCN) to keep pauses
+# rare.
+
+# %%
+plots.victim_io(runs)
 
 # %% [markdown]
 # Explore the sweeps, no root needed: pick sweeps and a range of message sizes; the plot and
@@ -66,7 +118,8 @@ widgets.sweep_explorer(sweeps, SCALE)
 # ## Try it live
 #
 # With root: the ring All-Reduce for a few seconds on the lossy uplinks, at the message
-# size and number of GPU hosts you pick. (`labkit sweep` records a whole sweep.)
+# size and number of GPU hosts you pick. (`labkit sweep` records a whole sweep;
+# `labkit run topologies/lossless.yaml` the lossless run above.)
 
 # %%
 widgets.live_panel(Path("..") / "topologies" / "lossy-uplink.yaml", ("isolated",))

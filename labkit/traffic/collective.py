@@ -244,7 +244,8 @@ def run(cfg: configs.Collective, stdin, stdout) -> dict:
                           gso=cfg.gso_segments)
         senders[p] = rc.Sender(out, wire.Icrc(cfg.ip, peers[p], cfg.sport_base + p),
                                templates, cfg.payload_bytes, abi.seq_base(rank),
-                               rc.Dcqcn(dcqcn * 1e6 / 8) if dcqcn else None)
+                               rc.Dcqcn(dcqcn * 1e6 / 8) if dcqcn else None,
+                               rc.LOSSLESS_MIN_RTO_NS if cfg.lossless else rc.MIN_RTO_NS)
         receivers[p] = rc.Receiver(
             rx, (peers[p], wire.ROCEV2_PORT), wire.Icrc(cfg.ip, peers[p], wire.ROCEV2_PORT),
             rc.with_dqpn(cfg.ack_template, QPN_BASE + p),

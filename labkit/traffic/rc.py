@@ -29,6 +29,10 @@ from labkit.traffic.sender import BatchSender
 # on ACKs that were only late (1-3 spurious timeouts per run, each resending a message).
 MIN_RTO_NS = 50_000_000
 MAX_RTO_NS = 1_000_000_000
+# On a lossless fabric a packet is late, never lost, and link-level pauses add their
+# queues' drain times to a round trip: there, the timer waits this long at least (an RDMA
+# fabric with PFC is run with long transport timeouts for the same reason).
+LOSSLESS_MIN_RTO_NS = MAX_RTO_NS
 PSN_AT = slice(wire.PSN, wire.PSN + 3)
 DQPN_AT = slice(wire.DQPN, wire.DQPN + 3)
 RETH_VA = wire.BTH_LEN  # RETH: virtual address (8), R_Key (4), DMA length (4)
@@ -128,9 +132,11 @@ class Sender:
     """The send side of a queue pair towards one peer."""
 
     def __init__(self, out: BatchSender, icrc: wire.Icrc, templates: dict[str, bytes],
-                 payload_bytes: int, seq_base: int, dcqcn: Dcqcn | None = None):
+                 payload_bytes: int, seq_base: int, dcqcn: Dcqcn | None = None,
+                 min_rto_ns: int = MIN_RTO_NS):
         self.out = out
         self.dcqcn = dcqcn
+        self.min_rto = min_rto_ns
         self.cnps = 0
         self.icrc = icrc
         self.templates = templates
@@ -144,7 +150,7 @@ class Sender:
         self.last_activity = 0
         self.srtt = 0.0
         self.rttvar = 0.0
-        self.rto = 4 * MIN_RTO_NS
+        self.rto = min(4 * min_rto_ns, MAX_RTO_NS)
         self.backoff = 1
         self.sent_at: dict[int, int] = {}  # message end PSN -> when its last packet left
         self.retransmits = 0
@@ -253,7 +259,7 @@ class Sender:
         else:
             self.rttvar = 0.75 * self.rttvar + 0.25 * abs(self.srtt - rtt)
             self.srtt = 0.875 * self.srtt + 0.125 * rtt
-        self.rto = int(min(MAX_RTO_NS, max(MIN_RTO_NS, self.srtt + 4 * self.rttvar)))
+        self.rto = int(min(MAX_RTO_NS, max(self.min_rto, self.srtt + 4 * self.rttvar)))
 
     def deadline(self) -> int | None:
         if self.idle() or self.pending():

@@ -213,3 +213,22 @@ def test_a_bad_grid_file_itself(tmp_path):
 def test_the_example_grid_is_valid():
     g = grid.load(REPO / "topologies/grids/bottleneck-sizes.yaml")
     assert g.size == 8 and g.slurm.time_min == 15 and g.duration == 10
+
+
+def test_set_changes_one_key_of_a_scenario_for_one_run():
+    sc = grid.scenario_with(BOTTLENECK, ["fabric.lossless=true", "defaults.link.buffer_kb=4096",
+                                         "traffic[kind=allreduce].size_bytes=1MiB"])
+    assert sc.fabric.lossless == ("vip",) and sc.allreduce.size_bytes == 1 << 20
+    assert sc.sha256 == ""  # not the file: the run records the scenario whole
+    assert scenario.load(BOTTLENECK).fabric.lossless == ()
+
+
+@pytest.mark.parametrize("setting, key, reason", [
+    ("fabric.lossless", "--set fabric.lossless", "must be KEY=VALUE"),
+    ("traffic[9].size_bytes=1", "--set traffic[9].size_bytes", "out of range"),
+    ("fabric.lossless=maybe", "fabric.lossless", "must be true (the vip lane), false"),
+])
+def test_a_bad_setting_names_itself(setting, key, reason):
+    with pytest.raises(ScenarioError) as err:
+        grid.scenario_with(BOTTLENECK, [setting])
+    assert err.value.key == key and reason in err.value.reason

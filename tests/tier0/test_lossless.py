@@ -70,11 +70,15 @@ def test_feeders_are_the_other_neighbours_by_their_own_ports(doc):
 def test_thresholds_leave_headroom_for_every_feeder_at_its_rate(doc):
     t = topology(doc)
     port = t.port_towards("spine1", "leaf1")  # fed by two 200 Mbit/s uplinks
-    xoff, xon = lossless.thresholds(t, port)
     frame = lossless.paused_burst(9000)
     in_flight = 2 * (200e6 / 8 * lossless.REACTION_BUDGET_S + frame) + frame
-    assert xoff == int(2048 * 1024 - in_flight)
-    assert xon == xoff // 2
+    doc["defaults"]["link"]["buffer_kb"] = 700  # the headroom decides
+    small = topology(doc)
+    xoff, xon = lossless.thresholds(small, small.port_towards("spine1", "leaf1"))
+    assert xoff == int(700 * 1024 - in_flight) and xon == xoff // 2
+    # a deep buffer: xoff is at most XOFF_MAX_S of the port's drain time
+    xoff, _ = lossless.thresholds(t, port)
+    assert xoff == int(100e6 / 8 * lossless.XOFF_MAX_S)
 
 
 def test_one_queue_per_port_under_fifo_and_one_per_lossless_lane_under_lanes(doc):

@@ -16,9 +16,10 @@ def test_sample_runs_load():
     run = rundir.load_run(REPO / "data/sample/bottleneck")
     assert run.manifest["status"] == "complete"
     assert set(run.summary["policies"]) == {"isolated", "fifo", "priority"}
-    for name in ("checkpoint-burst", "tensor-parallel", "pipeline-parallel"):
+    for name in ("checkpoint-burst", "tensor-parallel", "pipeline-parallel", "lossless/lossy",
+                 "lossless/lossless"):
         assert rundir.load_run(REPO / "data/sample" / name).manifest["status"] == "complete"
-    assert len(list((REPO / "data/sample/sweeps").glob("*/sweep.json"))) == 4
+    assert len(list((REPO / "data/sample/sweeps").glob("*/sweep.json"))) == 6
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)

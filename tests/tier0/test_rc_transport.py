@@ -223,3 +223,14 @@ def test_a_paced_sender_sends_at_its_rate_and_says_when_it_may_again():
     assert s.paced_until(1) == 2 * MS + 1  # 1000 bytes at 500 kB/s
     s.send_some(now=4 * MS)  # long enough for three, but the bucket holds two
     assert len(out.sent) == 2 and s.paced_until(4 * MS) == 6 * MS + 1
+
+
+def test_on_a_lossless_fabric_the_timer_waits_at_least_a_second():
+    templates = {k: rc.with_dqpn(v, 0x107) for k, v in roce.data_templates(0, 1024).items()}
+    s = rc.Sender(Wire(), wire.Icrc("10.0.1.2", "10.0.2.2", 50000), templates, 1024,
+                  abi.seq_base(3), min_rto_ns=rc.LOSSLESS_MIN_RTO_NS)
+    s._rtt_sample(1_000_000)  # a 1 ms round trip: a lossy fabric's timer would say 50 ms
+    assert s.rto == rc.LOSSLESS_MIN_RTO_NS
+    s = sender(Wire())
+    s._rtt_sample(1_000_000)
+    assert s.rto == rc.MIN_RTO_NS
