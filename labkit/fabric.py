@@ -132,7 +132,7 @@ class Fabric:
         return self
 
     def _configure(self, name: str) -> None:
-        router = self.topo.roles[name] == "router"
+        router = self.topo.roles[name] in ("router", "nvswitch")
         for key, value in (("net.ipv6.conf.all.disable_ipv6", "1"),
                            ("net.ipv6.conf.default.disable_ipv6", "1"),
                            ("net.ipv4.conf.all.rp_filter", "0"),
@@ -160,6 +160,8 @@ class Fabric:
             tc.wait_for_carrier(ipr, [p.ifname for p in ports])
             for route in self.topo.routes(name):
                 dst = {} if route.dst == "default" else {"dst": route.dst}
+                if route.src:
+                    dst["prefsrc"] = route.src
                 if len(route.nexthops) == 1:
                     ipr.route("add", gateway=route.nexthops[0], **dst)
                 else:  # family given explicitly: pyroute2 0.9 fails to infer it for multipath
@@ -167,12 +169,13 @@ class Fabric:
                               multipath=[{"gateway": gw} for gw in route.nexthops], **dst)
 
     def shape_of(self, port: Port) -> tc.PortShape:
-        """How ``port`` is shaped."""
-        link = port.link
-        router = self.topo.roles[port.node] == "router"
+        """How ``port`` is shaped: a router's ports by the router layout, a host's NIC by
+        the host layout, NVLink ports (a switch's, a GPU's second) with one FIFO."""
+        link, role = port.link, self.topo.roles[port.node]
+        layout = (self.router_layout if role == "router" else "fifo" if role == "nvswitch"
+                  or port is not self.topo.ports[port.node][0] else self.host_layout)
         return tc.PortShape(port.ifname, link.rate_mbps, link.buffer_kb * 1024, link.mtu,
-                            self.router_layout if router else self.host_layout,
-                            self.pausable)
+                            layout, self.pausable)
 
     def interact(self) -> None:
         """Mininet's own command line on this fabric (``g1 ping -c 3 g5``, ``leaf1 tc -s

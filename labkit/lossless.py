@@ -84,7 +84,9 @@ def thresholds(topo: Topology, port: Port) -> tuple[int, int]:
 
 
 def queues(topo: Topology, lanes: tuple[str, ...], router_layout: str) -> list[Queue]:
-    """The lossless queues of every router port (none when ``lanes`` is empty)."""
+    """The lossless queues of every router port, none when ``lanes`` is empty. (An NVLink
+    switch's ports are not among them: at several times the NIC's rate they rarely queue,
+    and their headroom would take megabytes.)"""
     if not lanes:
         return []
     out = []

@@ -136,12 +136,26 @@ class HostSpec:
 
 
 @dataclass(frozen=True)
+class ServerSpec:
+    """GPU hosts in one server, joined by its NVLink switch (``fabric.gpus_per_host``)."""
+
+    switch: str  # the switch's node: nvs1, nvs2, ... in scenario order
+    gpus: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class FabricSpec:
     routers: tuple[str, ...]
     hosts: tuple[HostSpec, ...]
     links: tuple[LinkSpec, ...]  # host links first (in host order), then router links
     bottlenecks: tuple[tuple[str, str], ...]
     lossless: tuple[str, ...] = ()  # lanes paused instead of dropped (labkit.lossless)
+    servers: tuple[ServerSpec, ...] = ()  # with gpus_per_host > 1
+    nvlinks: tuple[LinkSpec, ...] = ()  # switch-GPU links of the servers, in server order
+
+    @property
+    def gpus_per_host(self) -> int:
+        return len(self.servers[0].gpus) if self.servers else 1
 
 
 @dataclass(frozen=True)
@@ -527,7 +541,8 @@ def _link_props(c: _Checker, d: dict, key: str) -> dict:
 
 
 def _fabric(c: _Checker, fab, link_defaults: dict) -> FabricSpec:
-    c.mapping(fab, "fabric", {"routers", "hosts", "links", "bottlenecks", "lossless"},
+    c.mapping(fab, "fabric", {"routers", "hosts", "links", "bottlenecks", "lossless",
+                              "gpus_per_host", "nvlink"},
               {"routers", "hosts", "bottlenecks"})
     routers = []
     for i, r in enumerate(c.seq(fab["routers"], "fabric.routers")):
@@ -600,8 +615,9 @@ def _fabric(c: _Checker, fab, link_defaults: dict) -> FabricSpec:
     if not bottlenecks:
         c.fail("fabric.bottlenecks", "must name at least one link")
     _check_connected(c, routers, router_links)
+    servers, nvlinks = _servers(c, fab, hosts, set(routers) | set(router_of), link_defaults)
     spec = FabricSpec(tuple(routers), tuple(hosts), links, tuple(bottlenecks),
-                      _lossless(c, fab.get("lossless", False)))
+                      _lossless(c, fab.get("lossless", False)), servers, nvlinks)
     if spec.lossless:
         from labkit import lossless, topo  # they build on this module
 
@@ -610,6 +626,38 @@ def _fabric(c: _Checker, fab, link_defaults: dict) -> FabricSpec:
         except lossless.LosslessError as exc:
             c.fail("fabric.lossless", str(exc))
     return spec
+
+
+NVLINK_RATIO = 10  # an NVLink's default rate, times the GPU hosts' link rate (real: ~18)
+
+
+def _servers(c: _Checker, fab: dict, hosts: list[HostSpec], names: set[str],
+             link_defaults: dict) -> tuple[tuple[ServerSpec, ...], tuple[LinkSpec, ...]]:
+    """``fabric.gpus_per_host`` (1-8) and ``fabric.nvlink``: each router's GPU hosts, in
+    scenario order, make servers of that many, each joined by a switch ``nvs<k>``."""
+    n = c.integer(fab.get("gpus_per_host", 1), "fabric.gpus_per_host", 1, 8)
+    if n == 1:
+        if "nvlink" in fab:
+            c.fail("fabric.nvlink", "needs fabric.gpus_per_host of 2 or more")
+        return (), ()
+    props = _link_props(c, c.mapping(fab.get("nvlink", {}), "fabric.nvlink",
+                                     {"rate_mbps", "mtu", "buffer_kb"}), "fabric.nvlink")
+    servers = []
+    for router in dict.fromkeys(h.router for h in hosts):
+        gpus = [h.name for h in hosts if h.router == router and h.role == "gpu"]
+        if len(gpus) % n:
+            c.fail(f"fabric.hosts.gpu.{router}", f"{len(gpus)} GPU hosts do not make servers "
+                   f"of {n} (fabric.gpus_per_host): list a multiple of {n}")
+        for i in range(0, len(gpus), n):
+            switch = f"nvs{len(servers) + 1}"
+            if switch in names:
+                c.fail("fabric.gpus_per_host", f"the servers' switches are named nvs1, "
+                       f"nvs2, ...: rename the node {switch!r}")
+            servers.append(ServerSpec(switch, tuple(gpus[i:i + n])))
+    link = {**link_defaults, "rate_mbps": link_defaults["rate_mbps"] * NVLINK_RATIO,
+            "loss_percent": 0.0, **props}
+    nvlinks = tuple(LinkSpec(s.switch, g, **link) for s in servers for g in s.gpus)
+    return tuple(servers), nvlinks
 
 
 def _lossless(c: _Checker, value) -> tuple[str, ...]:

@@ -7,9 +7,15 @@ Naming and addressing rules (stable, so recorded data stays readable):
   (from 1) gets ``10.0.i.0/24``, the router side ``.1`` and the host ``.2``;
 * router-router link number ``j`` (from 1) gets ``10.1.j.0/24``, ``.1`` on the
   first-named end and ``.2`` on the other;
+* NVLink number ``k`` (from 1; servers' switch-GPU links, ``fabric.gpus_per_host``)
+  gets ``10.2.k.0/24``, ``.1`` on the switch ``nvs<m>`` and ``.2`` on the GPU host,
+  whose NVLink port comes after its NIC;
 * hosts route everything through their router; routers reach every host
   subnet along shortest router paths, with one nexthop per equal-cost path
-  (ECMP multipath routes).
+  (ECMP multipath routes). A GPU host reaches the other GPUs of its server through
+  their switch (a route per peer's NIC address, with its own NIC address as the
+  source, so that a peer sees one address for it whichever way a packet came),
+  and the switch reaches each GPU by its NIC address.
 
 Nothing here touches the kernel; :mod:`labkit.fabric` builds this graph.
 """
@@ -37,6 +43,7 @@ class Port:
 class Route:
     dst: str  # "10.0.3.0/24" or "default"
     nexthops: tuple[str, ...]
+    src: str | None = None  # the source address packets on this route take
 
 
 class Topology:
@@ -46,12 +53,16 @@ class Topology:
         self.fabric = fabric
         self.roles = {r: "router" for r in fabric.routers}
         self.roles.update({h.name: h.role for h in fabric.hosts})
+        self.roles.update({s.switch: "nvswitch" for s in fabric.servers})
+        self.server_of = {g: s for s in fabric.servers for g in s.gpus}
         self.ports: dict[str, list[Port]] = {n: [] for n in self.roles}
         self.links: list[tuple[Port, Port]] = []
         n_hosts = len(fabric.hosts)
         for idx, link in enumerate(fabric.links):
             subnet = f"10.0.{idx + 1}" if idx < n_hosts else f"10.1.{idx - n_hosts + 1}"
             self._add_link(link, f"{subnet}.1", f"{subnet}.2")
+        for idx, link in enumerate(fabric.nvlinks):
+            self._add_link(link, f"10.2.{idx + 1}.1", f"10.2.{idx + 1}.2")
 
     def _add_link(self, link: LinkSpec, ip_a: str, ip_b: str) -> None:
         pa = Port(link.a, f"{link.a}-eth{len(self.ports[link.a])}", ip_a, 24, link.b, ip_b, link)
@@ -81,14 +92,24 @@ class Topology:
     def router_ports(self) -> list[Port]:
         return [p for r in self.routers for p in self.ports[r]]
 
+    def switch_ports(self) -> list[Port]:
+        """The ports of the servers' NVLink switches."""
+        return [p for s in self.fabric.servers for p in self.ports[s.switch]]
+
     def bottleneck_ports(self) -> list[Port]:
         """Both egress ports (one per direction) of every bottleneck link."""
         return [p for a, b in self.fabric.bottlenecks for p in
                 (self.port_towards(a, b), self.port_towards(b, a))]
 
     def routes(self, node: str) -> list[Route]:
+        if self.roles[node] == "nvswitch":
+            return [Route(f"{self.host_ip(p.peer)}/32", (p.peer_ip,)) for p in self.ports[node]]
         if self.roles[node] != "router":
-            return [Route("default", (self.ports[node][0].peer_ip,))]
+            server = self.server_of.get(node)
+            via = [] if server is None else [
+                Route(f"{self.host_ip(g)}/32", (self.port_towards(node, server.switch).peer_ip,),
+                      self.host_ip(node)) for g in server.gpus if g != node]
+            return [*via, Route("default", (self.ports[node][0].peer_ip,))]
         dist = self._router_distances()
         out = []
         for host in self.fabric.hosts:
@@ -118,7 +139,11 @@ class Topology:
         return out
 
     def path(self, src: str, dst: str) -> list[str]:
-        """One shortest node path from host ``src`` to host ``dst`` (for reports and tests)."""
+        """One shortest node path from host ``src`` to host ``dst`` (for reports and tests):
+        through their switch for two GPUs of one server."""
+        server = self.server_of.get(src)
+        if server is not None and dst in server.gpus:
+            return [src, server.switch, dst]
         dist = self._router_distances()
         a, b = self.ports[src][0].peer, self.ports[dst][0].peer
         path = [src, a]

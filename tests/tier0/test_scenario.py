@@ -215,3 +215,24 @@ def test_a_classifier_program_is_named_relative_to_the_scenario(tmp_path):
         with pytest.raises(scenario.ScenarioError) as caught:
             scenario.load(tmp_path / "s.yaml")
         assert caught.value.key == "lanes.program" and words in caught.value.reason
+
+
+@pytest.mark.parametrize("change, key, reason", [
+    ({"gpus_per_host": 3}, "fabric.hosts.gpu.leaf1", "4 GPU hosts do not make servers of 3"),
+    ({"gpus_per_host": 9}, "fabric.gpus_per_host", "must be"),
+    ({"nvlink": {"rate_mbps": 900}}, "fabric.nvlink", "needs fabric.gpus_per_host of 2"),
+    ({"gpus_per_host": 2, "nvlink": {"speed": 1}}, "fabric.nvlink", "unknown key"),
+])
+def test_servers_are_checked(doc, change, key, reason):
+    doc["fabric"].update(change)
+    with pytest.raises(ScenarioError) as err:
+        scenario.parse(doc, "lab.yaml")
+    assert err.value.key.startswith(key) and reason in err.value.reason
+
+
+def test_an_nvlink_is_ten_times_the_link_unless_told():
+    d = yaml.safe_load((TOPOLOGIES / "bottleneck.yaml").read_text())
+    d["fabric"]["gpus_per_host"] = 2
+    fabric = scenario.parse(d).fabric
+    assert len(fabric.servers) == 4 and {link.rate_mbps for link in fabric.nvlinks} == {1000}
+    assert fabric.gpus_per_host == 2

@@ -43,3 +43,21 @@ def test_bottleneck_ports_cover_both_directions():
     t = load("bottleneck.yaml")
     assert {(p.node, p.peer) for p in t.bottleneck_ports()} == {("leaf1", "spine1"),
                                                                 ("spine1", "leaf1")}
+
+
+def test_servers_join_their_gpus_by_nvlink_and_route_inside_over_it():
+    t = load("nvlink.yaml")
+    assert [(s.switch, s.gpus) for s in t.fabric.servers] == [
+        ("nvs1", ("g1", "g2", "g3", "g4")), ("nvs2", ("g5", "g6", "g7", "g8"))]
+    nic, nvlink = t.ports["g2"]
+    assert (nic.ifname, nic.peer, nvlink.ifname, nvlink.peer) == (
+        "g2-eth0", "leaf1", "g2-eth1", "nvs1")
+    assert nvlink.ip == "10.2.2.2" and nvlink.link.rate_mbps == 1000
+    routes = {r.dst: r for r in t.routes("g2")}
+    assert routes["10.0.3.2/32"].nexthops == ("10.2.2.1",)  # g3 through the switch
+    assert routes["10.0.3.2/32"].src == t.host_ip("g2")  # as seen from its NIC address
+    assert "10.0.5.2/32" not in routes and routes["default"].nexthops == ("10.0.2.1",)
+    assert {r.dst: r.nexthops for r in t.routes("nvs1")}["10.0.4.2/32"] == ("10.2.4.2",)
+    assert t.path("g1", "g4") == ["g1", "nvs1", "g4"]
+    assert t.path("g1", "g5")[1] == "leaf1"
+    assert t.switch_ports() and all(p.node.startswith("nvs") for p in t.switch_ports())
