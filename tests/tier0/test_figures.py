@@ -166,7 +166,8 @@ def test_queue_timeline_draws_the_chosen_ports_over_the_window():
 
 def test_sweeps_load_pick_and_tabulate(tmp_path):
     sweeps = rundir.load_sweeps(REPO / "data/sample/sweeps")
-    assert list(sweeps) == ["halving_doubling", "ring", "ring-lossy", "tree"]
+    assert list(sweeps) == ["halving_doubling", "halving_doubling-deep",
+                            "halving_doubling-lossless", "ring", "ring-lossy", "tree"]
     picked = analysis.pick_sweeps(sweeps, ["ring-lossy", "ring"], (262144, 1048576))
     assert list(picked) == ["ring-lossy", "ring"]
     assert [r["size"] for r in picked["ring"]] == [262144, 1048576]
@@ -183,7 +184,7 @@ def test_sweep_explorer_redraws_and_keeps_each_sweeps_colour():
     box = widgets.sweep_explorer(rundir.load_sweeps(REPO / "data/sample/sweeps"), "sub")
     (names, sizes), (figure, table) = box.children[0].children, box.children[1].children
     colour = {t.name: t.line.color for t in figure.data}
-    assert len(colour) == 4 and len(set(colour.values())) == 4 and figure.layout.shapes
+    assert len(colour) == 6 and len(set(colour.values())) == 6 and figure.layout.shapes
     names.value = ("ring-lossy", "ring")  # drawn in the sweeps' order, in their own colours
     assert [(t.name, t.line.color) for t in figure.data] == [
         ("ring", colour["ring"]), ("ring-lossy", colour["ring-lossy"])]
