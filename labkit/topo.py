@@ -123,6 +123,10 @@ class Topology:
             out.append(Route(f"10.0.{self.hosts.index(host.name) + 1}.0/24", hops))
         return out
 
+    def router_hops(self) -> dict[str, dict[str, int]]:
+        """Router-to-router hop counts along shortest paths: ``hops[a][b]``."""
+        return self._router_distances()
+
     def _router_distances(self) -> dict[str, dict[str, int]]:
         adj = {r: [p.peer for p in self.ports[r] if self.roles[p.peer] == "router"]
                for r in self.routers}

@@ -9,7 +9,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "labkit"
 LAYERS = [  # bottom to top
     ("model", {"abi", "extend", "scenario", "grid", "topo", "traffic", "traffic.wire",
                "traffic.schedules", "traffic.jobs", "traffic.roce", "traffic.nvme",
-               "traffic.configs", "traffic.timeline", "lossless"}),
+               "traffic.configs", "traffic.timeline", "lossless", "autotune"}),
     ("kernel", {"netns", "bpf", "tc", "registry", "fabric", "lanes", "telemetry", "capture",
                 "loss", "pauser", "pcap", "control.valve", "control.gates",
                 "control.feed"}),
