@@ -122,9 +122,11 @@ def await_lines(agents: list[Agent], word: str, timeout_s: float,
         sel.close()
 
 
-def collective(op: str, algo: str, size_bytes: int) -> dict:
-    """The workload of agents that run one collective."""
-    return {"kind": "collective", "op": op, "algo": algo, "size_bytes": size_bytes}
+def collective(op: str, algo: str, size_bytes: int, group: int = 1) -> dict:
+    """The workload of agents that run one collective (``group``: ranks per server, for
+    the hierarchical algorithm)."""
+    out = {"kind": "collective", "op": op, "algo": algo, "size_bytes": size_bytes}
+    return {**out, "group": group} if group > 1 else out
 
 
 def start_collective(fabric: Fabric, topo: Topology, ranks: tuple[str, ...], workload: dict,

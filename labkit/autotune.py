@@ -129,6 +129,8 @@ def fabric_key(fabric: FabricSpec) -> str:
         "links": [[lk.a, lk.b, float(lk.rate_mbps), lk.mtu, lk.buffer_kb,
                    float(lk.loss_percent)] for lk in fabric.links],
         "lossless": list(fabric.lossless),
+        "nvlinks": [[lk.a, lk.b, float(lk.rate_mbps), lk.mtu, lk.buffer_kb]
+                    for lk in fabric.nvlinks],
     }
     text = json.dumps(doc, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:12]

@@ -107,7 +107,9 @@ def main(argv: list[str] | None = None) -> int:
                                                               "broadcast"),
                        help="the collective, e.g. --op all_gather (default all_reduce)")
     sweep.add_argument("--algo", default="ring",
-                       help="ring, tree, halving_doubling, pairwise (by op), e.g. --algo tree")
+                       help="ring, tree, halving_doubling, hierarchical, pairwise (by op), or "
+                            "auto (All-Reduce: the algorithm `labkit tune`'s model of this "
+                            "fabric chooses at each size), e.g. --algo tree")
     sweep.add_argument("-b", "--minbytes", default="64K",
                        help="smallest message size, e.g. 64K (default 64K)")
     sweep.add_argument("-e", "--maxbytes", default="8M",
@@ -126,6 +128,26 @@ def main(argv: list[str] | None = None) -> int:
     sweep.add_argument("--out", type=Path,
                        help="record the sweep in this new directory (default: "
                             "data/runs/<run-id>): manifest, sweep.parquet, .csv and .json")
+    tune = sub.add_parser(
+        "tune", help="sweep every All-Reduce algorithm on a scenario's fabric and fit the "
+                     "model that `algo: auto` chooses by")
+    tune.add_argument("scenario", type=Path,
+                      help="a scenario file whose fabric and ranks to use, e.g. "
+                           "topologies/leaf-spine.yaml")
+    tune.add_argument("-b", "--minbytes", default="64K",
+                      help="smallest message size, e.g. 64K (default 64K)")
+    tune.add_argument("-e", "--maxbytes", default="4M",
+                      help="largest message size, e.g. 8M (default 4M)")
+    tune.add_argument("-f", "--stepfactor", type=int, default=4,
+                      help="multiply the size by this between steps (default 4), e.g. -f 2")
+    tune.add_argument("-n", "--iters", type=int, default=5,
+                      help="timed iterations per size and algorithm (default 5), e.g. -n 10")
+    tune.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                      help="change one key of the scenario, as for `labkit run`, e.g. --set "
+                           "defaults.link.rate_mbps=50")
+    tune.add_argument("--out", type=Path,
+                      help="record the tuning in this new directory (default: "
+                           "data/runs/<run-id>); the model is kept in data/models/<fabric>/")
     calibrate = sub.add_parser(
         "calibrate", help="the highest link rate this machine emulates a scenario at faithfully")
     calibrate.add_argument("scenario", type=Path,
@@ -178,8 +200,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return {"doctor": cmd_doctor, "run": cmd_run, "shell": cmd_shell, "sweep": cmd_sweep,
-                "calibrate": cmd_calibrate, "batch": cmd_batch, "report": cmd_report,
-                "figures": cmd_figures, "runs": cmd_runs,
+                "tune": cmd_tune, "calibrate": cmd_calibrate, "batch": cmd_batch,
+                "report": cmd_report, "figures": cmd_figures, "runs": cmd_runs,
                 "clean": cmd_clean}[args.command](args)
     except scenario_mod.ScenarioError as exc:
         err.print(f"[red]error:[/] {escape(str(exc))}", highlight=False)
@@ -241,6 +263,39 @@ def _failed(exc: Exception) -> int:
     return 1
 
 
+def _sizes(args) -> list[int] | None:
+    """The message sizes of -b, -e and -f (None, said on stderr, when they do not fit)."""
+    from labkit import nccltests
+
+    try:
+        return nccltests.sizes(scenario_mod.parse_size(args.minbytes, "-b"),
+                               scenario_mod.parse_size(args.maxbytes, "-e"), args.stepfactor)
+    except ValueError as exc:
+        err.print(f"[red]error:[/] {exc}", highlight=False)
+        return None
+
+
+def cmd_tune(args) -> int:
+    from labkit import nccltests, runner
+
+    sc = _scenario(args)
+    size_list = _sizes(args)
+    if size_list is None:
+        return 2
+    _catch_interrupts()
+    print(f"# labkit tune: every All-Reduce algorithm over {len(sc.ranks)} ranks of {sc.name}, "
+          f"{args.iters} timed ops per size", "#", *nccltests.header(), sep="\n", flush=True)
+    try:
+        done = runner.tune(sc, size_list, args.iters, out=args.out, argv=sys.argv,
+                           on_row=lambda algo, row: print(f"{row.line()}  {algo}", flush=True))
+    except (FileExistsError, RuntimeError) as exc:
+        return _failed(exc)
+    for size in size_list:
+        console.print(f"auto at {size} B: {done.model.choose(size).reason}", highlight=False)
+    console.print(f"model kept in {done.model_path}; tuning recorded in {done.path}")
+    return 0
+
+
 def _scenario(args):
     """The scenario file named on the command line, with its ``--set`` changes written in."""
     from labkit import grid
@@ -275,6 +330,8 @@ def cmd_run(args) -> int:
         _print_json("report", {"run_dir": str(run.path), "status": "complete",
                                "summary": run.summary})
         return 0
+    if auto := run.manifest.get("auto"):
+        console.print(f"algo auto: {auto['reason']}", highlight=False)
     _print_summary(run.summary)
     console.print(f"\nrun recorded in [bold]{run.path}[/]")
     return 0
@@ -455,12 +512,8 @@ def cmd_sweep(args) -> int:
     from labkit import nccltests, runner
 
     sc = _scenario(args)
-    try:
-        size_list = nccltests.sizes(scenario_mod.parse_size(args.minbytes, "-b"),
-                                    scenario_mod.parse_size(args.maxbytes, "-e"),
-                                    args.stepfactor)
-    except ValueError as exc:
-        err.print(f"[red]error:[/] {exc}", highlight=False)
+    size_list = _sizes(args)
+    if size_list is None:
         return 2
     runner.check_sweep(sc, args.op, args.algo, size_list, args.iters)
     if problem := runner.not_ready():
@@ -474,10 +527,14 @@ def cmd_sweep(args) -> int:
            f"{sc.scale_factor:g}), emulated Mbit/s after #wrong" if scale
            else "rates in Mbit/s of the emulated links"), "#", *nccltests.header(scale),
           sep="\n", flush=True)
+    def show(row) -> None:
+        print(row.line(scale), flush=True)
+        if args.algo == runner.AUTO:
+            print(f"#   auto: {row.algo}", flush=True)
+
     try:
         done = runner.sweep(sc, args.op, args.algo, size_list, args.iters, out=args.out,
-                            on_row=lambda row: print(row.line(scale), flush=True),
-                            argv=sys.argv)
+                            on_row=show, argv=sys.argv)
     except (FileExistsError, RuntimeError) as exc:
         return _failed(exc)
     print(*nccltests.footer(done.rows, scale), sep="\n", flush=True)

@@ -397,13 +397,15 @@ def _collect(result: PolicyResult, ring: list[Agent], storage: list[Agent]) -> N
                                   if t_ns < result.storage_stopped_ns]
 
 
-def run_sweep(sc: Scenario, op: str, algo: str, size_list: list[int], iterations: int,
-              registry: Registry, workdir: Path,
-              on_row: Callable[[nccltests.Row], None] | None = None) -> list[nccltests.Row]:
+def run_sweep(sc: Scenario, op: str, algo: str | Mapping[int, str], size_list: list[int],
+              iterations: int, registry: Registry, workdir: Path,
+              on_row: Callable[[nccltests.Row], None] | None = None,
+              ranks: tuple[str, ...] | None = None) -> list[nccltests.Row]:
     """A sweep on one fabric built once (FIFO ports, no storage: the ``isolated``
-    conditions): for each size, one agent per rank runs a warm-up op and ``iterations``
-    timed ops; ``on_row`` sees each size's row as it is done."""
-    ranks, topo = sc.ranks, Topology(sc.fabric)
+    conditions): for each size, one agent per rank (``ranks``, default the scenario's, in
+    that order) runs a warm-up op and ``iterations`` timed ops of ``algo`` (or of
+    ``algo[size]``); ``on_row`` sees each size's row as it is done."""
+    ranks, topo = ranks or sc.ranks, Topology(sc.fabric)
     link = nccltests.link_rate(topo, ranks)
     rng = random.Random(sc.seed)
     rows = []
@@ -413,7 +415,9 @@ def run_sweep(sc: Scenario, op: str, algo: str, size_list: list[int], iterations
                   if sc.fabric.lossless else None)
         try:
             for size in size_list:
-                procs = start_collective(fabric, topo, ranks, collective(op, algo, size),
+                this = algo if isinstance(algo, str) else algo[size]
+                procs = start_collective(fabric, topo, ranks,
+                                         collective(op, this, size, sc.fabric.gpus_per_host),
                                          iterations + 1, 0.0, workdir / str(size), rng,
                                          gso_packets=sc.emulation.gso_packets)
                 try:
@@ -422,7 +426,7 @@ def run_sweep(sc: Scenario, op: str, algo: str, size_list: list[int], iterations
                 finally:
                     for a in procs:
                         a.close()
-                rows.append(nccltests.measure(op, len(ranks), size, ops, link, resent))
+                rows.append(nccltests.measure(op, len(ranks), size, ops, link, resent, this))
                 if on_row:
                     on_row(rows[-1])
         finally:
@@ -437,7 +441,8 @@ def workload(sc: Scenario) -> tuple[dict, float]:
     if sc.job:
         return {"kind": "job", "job": sc.job.as_dict()}, 0.0
     ar = sc.allreduce
-    return collective("all_reduce", ar.algo, ar.size_bytes), ar.compute_ms
+    return (collective("all_reduce", ar.algo, ar.size_bytes, sc.fabric.gpus_per_host),
+            ar.compute_ms)
 
 
 def bytes_per_iteration(sc: Scenario, topo: Topology) -> tuple[dict[str, int], dict[str, set]]:

@@ -71,6 +71,7 @@ class Row:
     wrong: int
     link_mbps: float
     retransmits: int = 0  # packets go-back-N sent again, all ranks, warm-up included
+    algo: str = ""  # the algorithm that ran (what ``auto`` chose at this size)
 
     def line(self, scale: float | None = None) -> str:
         """The row as nccl-tests prints it. With ``scale`` (the scenario's scale factor)
@@ -105,7 +106,7 @@ def link_rate(topo: Topology, ranks: tuple[str, ...]) -> float:
 
 
 def measure(op: str, n: int, size: int, ops: list[dict], link_mbps: float,
-            retransmits: int = 0) -> Row:
+            retransmits: int = 0, algo: str = "") -> Row:
     """One row from every rank's ops (op 0 is the warm-up and does not count)."""
     spans: dict[int, tuple[int, int, int]] = {}
     for o in ops:
@@ -119,4 +120,4 @@ def measure(op: str, n: int, size: int, ops: list[dict], link_mbps: float,
                "sum" if "reduce" in op else "none",
                0 if op == "broadcast" else -1, time_us, algbw,
                algbw * schedules.busbw_factor(op, n), sum(w for *_, w in spans.values()),
-               link_mbps, retransmits)
+               link_mbps, retransmits, algo)

@@ -30,11 +30,14 @@ from typing import TYPE_CHECKING
 import polars as pl
 
 from labkit import bpf, fabric, tc
+from labkit.autotune import Model
 
 if TYPE_CHECKING:
     from labkit.experiment import PolicyResult
 
 RUNS_DIR = Path(os.environ.get("LABKIT_RUNS_DIR", bpf.REPO_ROOT / "data" / "runs"))
+# collective cost models (labkit tune), one directory per fabric key, one file per tuning
+MODELS_DIR = Path(os.environ.get("LABKIT_MODELS_DIR", bpf.REPO_ROOT / "data" / "models"))
 I64, STR, F64 = pl.Int64, pl.Utf8, pl.Float64
 
 SCHEMAS: dict[str, dict[str, pl.DataType]] = {
@@ -232,6 +235,35 @@ def finish_sweep(writer: RunWriter, records: list[dict]) -> Path:
                          {"kind": "sweep", "rows": len(records)})
 
 
+def finish_tune(writer: RunWriter, sweeps: dict[str, list[dict]], model: Model) -> Path:
+    """Record a tuning (``labkit tune``) as a run directory: ``tune.parquet`` (every
+    algorithm's sweep rows, ``algo`` first), ``model.json`` and the manifest (kind
+    ``tune``)."""
+    (writer.tmp / "model.json").write_text(model.to_json())
+    rows = [{**row, "algo": algo} for algo, algo_rows in sweeps.items() for row in algo_rows]
+    return writer.finish({"tune": pl.DataFrame(rows).select("algo", pl.exclude("algo"))},
+                         {"kind": "tune", "rows": len(rows), "model": "model.json"})
+
+
+def save_model(model: Model, run_id: str, models: Path | None = None) -> Path:
+    """Keep a fitted :class:`labkit.autotune.Model` as ``<models>/<fabric key>/<run id>.json``
+    (a new file each tuning: none is ever replaced); returns its path."""
+    directory = (models or MODELS_DIR) / model.fabric_key
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{run_id}.json"
+    _write_json(path, json.loads(model.to_json()))
+    return path
+
+
+def newest_model(fabric_key: str, models: Path | None = None):
+    """(the newest model of the fabric ``fabric_key``, its path), or None when it was never
+    tuned (run ids start with their date and time, so the last name is the newest)."""
+    found = sorted(((models or MODELS_DIR) / fabric_key).glob("*.json"))
+    if not found:
+        return None
+    return Model.from_json(found[-1].read_text(), fabric_key), found[-1]
+
+
 def now_iso() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
@@ -280,6 +312,9 @@ def load_run(path: str | Path) -> Run:
     if kind == "sweep":
         raise RunDataError(f"{path}: a sweep, not a run: its table is sweep.parquet "
                            "(also sweep.csv and sweep.json)")
+    if kind == "tune":
+        raise RunDataError(f"{path}: a tuning, not a run: its table is tune.parquet (every "
+                           "algorithm's sweep rows), its model model.json")
     if kind == "calibration":
         raise RunDataError(f"{path}: a calibration, not a run: its summary.json lists the "
                            "trials, each a run of its own")

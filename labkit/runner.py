@@ -33,12 +33,13 @@ from pathlib import Path
 
 import polars as pl
 
-from labkit import bpf, rundir
+from labkit import autotune, bpf, rundir
 from labkit import scenario as scenario_mod
 from labkit.calibration import TRIAL_SECONDS, Calibration
 from labkit.registry import Registry, RunLock, RunLockedError
 from labkit.rundir import Run, RunWriter
 from labkit.scenario import Scenario, ScenarioError
+from labkit.topo import Topology
 
 WITHOUT_ROOT = ("Without root you can still analyse recorded runs: `labkit report DIR`, "
                 "`labkit runs` and the notebooks.")
@@ -127,6 +128,7 @@ def run(scenario: str | Path | Scenario, policies: Sequence[str] | None = None, 
     from labkit.pcap import PcapRequest, check_links
 
     sc, source = _scenario(scenario, seed)
+    sc, auto = resolve_auto(sc, source)
     users = _user_controllers(sc, source, controllers or {})
     policies = [policies] if isinstance(policies, str) else policies
     pcap = [pcap] if isinstance(pcap, str) else pcap
@@ -160,7 +162,7 @@ def run(scenario: str | Path | Scenario, policies: Sequence[str] | None = None, 
                           kinds=_keep_sources(writer.tmp, "kinds", kinds),
                           classifier=kept and {"object": str(kept.relative_to(writer.tmp)),
                                                "sha256": rundir.sha256_file(kept)},
-                          **rundir.provenance())
+                          auto=auto, **rundir.provenance())
     tell = on_progress or (lambda _: None)
     request = PcapRequest(tuple(pcap), pcap_snaplen) if pcap else None
     results = []
@@ -223,22 +225,119 @@ def sweep(scenario: str | Path | Scenario, op: str = "all_reduce", algo: str = "
     record the sweep in ``out`` (default data/runs/<run-id>)."""
     from labkit import experiment
 
-    sc, _ = _scenario(scenario, None)
+    sc, source = _scenario(scenario, None)
     check_sweep(sc, op, algo, sizes, iters)
+    ranks, algos, auto = sc.ranks, algo, None
+    if algo == AUTO:
+        model, path = _model_of(sc, source)
+        ranks = autotune.ring_order(Topology(sc.fabric), sc.ranks)
+        choices = {size: model.choose(size) for size in sizes}
+        algos = {size: c.algo for size, c in choices.items()}
+        auto = {"model": str(path), "ranks": list(ranks),
+                "choices": {str(size): {"algo": c.algo, "reason": c.reason}
+                            for size, c in choices.items()}}
     if problem := not_ready():
         raise NotReady(problem)
     run_id = rundir.new_run_id(f"sweep-{sc.name}")
     writer = _writer_for(out, run_id)
     writer.write_manifest(run_id=run_id, kind="sweep", scenario=sc.to_dict(),
                           scenario_sha256=sc.sha256, op=op, algo=algo, sizes=list(sizes),
-                          iters=iters, start_time=rundir.now_iso(),
+                          iters=iters, start_time=rundir.now_iso(), auto=auto,
                           argv=list(argv) if argv else None, **rundir.provenance())
     with _recorded(writer), _caller_objects_frozen(), RunLock(run_id), \
             tempfile.TemporaryDirectory(prefix="labkit-sweep-") as work:
-        rows = experiment.run_sweep(sc, op, algo, list(sizes), iters, Registry(run_id),
-                                    Path(work), on_row=on_row)
+        rows = experiment.run_sweep(sc, op, algos, list(sizes), iters, Registry(run_id),
+                                    Path(work), on_row=on_row, ranks=ranks)
     path = rundir.finish_sweep(writer, [asdict(r) for r in rows])
     return Sweep(path, rows, pl.read_parquet(path / "sweep.parquet").drop("run_id"))
+
+
+AUTO = "auto"  # the algorithm a model chooses by size (labkit.autotune)
+TUNE_SIZES = (64 << 10, 256 << 10, 1 << 20, 4 << 20)
+
+
+@dataclass
+class Tuning:
+    """A finished ``labkit tune``: the sweeps of every algorithm, the model fitted from
+    them and where it is kept (``model_path``, found again by ``algo: auto``)."""
+
+    path: Path
+    sweeps: dict[str, list[dict]]
+    model: autotune.Model
+    model_path: Path
+
+
+def tune(scenario: str | Path | Scenario, sizes: Sequence[int] = TUNE_SIZES, iters: int = 5,
+         *, out: str | Path | None = None, on_row: Callable | None = None,
+         argv: Sequence[str] | None = None, models: Path | None = None) -> Tuning:
+    """Sweep every All-Reduce algorithm the scenario's ranks can run at ``sizes`` on its
+    fabric (ranks in :func:`labkit.autotune.ring_order`), ``iters`` timed ops per size,
+    fit the cost model ``algo: auto`` chooses by, and keep it for this fabric (in
+    ``models``, default data/models). ``on_row(algo, row)`` sees each row as it is done.
+    Recorded in ``out`` (default data/runs/<run-id>): ``tune.parquet`` (every algorithm's
+    rows) and ``model.json``."""
+    from labkit import experiment
+
+    sc, _ = _scenario(scenario, None)
+    algos = [a for a in autotune.ALGOS if _runs(sc, a, sizes)]
+    for algo in algos:
+        check_sweep(sc, "all_reduce", algo, sizes, iters)
+    if problem := not_ready():
+        raise NotReady(problem)
+    ranks = autotune.ring_order(Topology(sc.fabric), sc.ranks)
+    run_id = rundir.new_run_id(f"tune-{sc.name}")
+    writer = _writer_for(out, run_id)
+    writer.write_manifest(run_id=run_id, kind="tune", scenario=sc.to_dict(),
+                          scenario_sha256=sc.sha256, algos=algos, sizes=list(sizes),
+                          iters=iters, ranks=list(ranks), start_time=rundir.now_iso(),
+                          argv=list(argv) if argv else None, **rundir.provenance())
+    sweeps: dict[str, list[dict]] = {}
+    with _recorded(writer), _caller_objects_frozen(), RunLock(run_id), \
+            tempfile.TemporaryDirectory(prefix="labkit-tune-") as work:
+        for algo in algos:
+            rows = experiment.run_sweep(
+                sc, "all_reduce", algo, list(sizes), iters, Registry(run_id), Path(work) / algo,
+                on_row=(lambda row, a=algo: on_row(a, row)) if on_row else None, ranks=ranks)
+            sweeps[algo] = [asdict(r) for r in rows]
+    model = autotune.Model.fit(sweeps, autotune.fabric_key(sc.fabric))
+    path = rundir.finish_tune(writer, sweeps, model)
+    return Tuning(path, sweeps, model, rundir.save_model(model, run_id, models))
+
+
+def _runs(sc: Scenario, algo: str, sizes: Sequence[int]) -> bool:
+    """Whether the scenario's ranks can run ``algo`` at all (halving-doubling needs a power
+    of two, the hierarchical one servers)."""
+    from labkit.traffic import schedules
+
+    try:
+        schedules.schedule("all_reduce", algo, len(sc.ranks), 0, sizes[0])
+    except ValueError:
+        return False
+    return algo != "hierarchical" or sc.fabric.gpus_per_host > 1
+
+
+def _model_of(sc: Scenario, source: str) -> tuple[autotune.Model, Path]:
+    found = rundir.newest_model(autotune.fabric_key(sc.fabric))
+    if found is None:
+        raise ScenarioError(source, "algo", "auto chooses from a model of this fabric, and "
+                            "there is none yet: run `labkit tune` on this scenario first (it "
+                            "sweeps every algorithm here, a few minutes)")
+    return found
+
+
+def resolve_auto(sc: Scenario, source: str) -> tuple[Scenario, dict | None]:
+    """A scenario whose All-Reduce says ``algo: auto`` with the algorithm the fabric's model
+    chooses at its size and the ranks in ring order, and what was chosen and why (None
+    when there is nothing to choose)."""
+    ar = sc.allreduce
+    if ar is None or ar.algo != AUTO:
+        return sc, None
+    model, path = _model_of(sc, source)
+    choice = model.choose(ar.size_bytes)
+    ranks = autotune.ring_order(Topology(sc.fabric), ar.ranks)
+    return (replace(sc, allreduce=replace(ar, algo=choice.algo, ranks=ranks)),
+            {"algo": choice.algo, "reason": choice.reason, "model": str(path),
+             "ranks": list(ranks)})
 
 
 def calibrate(scenario: str | Path | Scenario, policies: Sequence[str] | None = None, *,
@@ -378,6 +477,13 @@ def check_sweep(sc: Scenario, op: str, algo: str, sizes: Sequence[int], iters: i
     source = f"scenario {sc.name}"
     if not sizes:
         raise ScenarioError(source, "sizes", "give at least one message size")
+    if algo == AUTO:
+        if op != "all_reduce":
+            raise ScenarioError(source, "algo", f"auto chooses All-Reduce algorithms, not {op}")
+        model, _ = _model_of(sc, source)
+        for each in sorted({model.choose(size).algo for size in sizes}):
+            check_sweep(sc, op, each, sizes, iters)
+        return
     try:
         schedules.schedule(op, algo, len(sc.ranks), 0, sizes[0])
     except ValueError as exc:

@@ -953,7 +953,7 @@ def _traffic(c: _Checker, traffic, fabric: FabricSpec, kinds: dict[str, str]):
         elif t["kind"] == "allreduce":
             c.mapping(t, key, {"kind", "algo", "ranks", "size_bytes", "iterations", "compute_ms"},
                       {"ranks", "size_bytes", "iterations"})
-            algos = ALLREDUCE_ALGOS
+            algos = (*ALLREDUCE_ALGOS, "auto")  # auto: chosen by labkit.autotune's model
             if t.get("algo", "ring") not in algos:
                 c.fail(f"{key}.algo", f"unknown algorithm {t['algo']!r} "
                                       f"(known: {', '.join(algos)})")

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+import yaml
 
 from labkit import autotune, rundir, scenario, topo
 
@@ -239,3 +240,40 @@ def test_leave_one_size_out_chooses_within_5_percent_of_the_best_measured():
 
 def row(size, seconds):
     return {"size": size, "time_us": seconds * 1e6, "wrong": 0}
+
+
+# --- algo: auto in runs and sweeps (labkit.runner), without the kernel ---------------------
+
+
+def test_auto_without_a_model_says_to_tune_first(tmp_path, monkeypatch):
+    from labkit import runner
+    from labkit.scenario import ScenarioError
+
+    monkeypatch.setattr(rundir, "MODELS_DIR", tmp_path)
+    doc = yaml.safe_load((REPO / "topologies/leaf-spine.yaml").read_text())
+    doc["traffic"][0]["algo"] = "auto"
+    sc = scenario.parse(doc, "ls.yaml")
+    with pytest.raises(ScenarioError, match="run `labkit tune` on this scenario first"):
+        runner.resolve_auto(sc, "ls.yaml")
+    with pytest.raises(ScenarioError, match="not all_gather"):
+        runner.check_sweep(sc, "all_gather", "auto", [65536], 1)
+
+
+def test_auto_runs_what_the_newest_model_of_the_fabric_chooses(tmp_path, monkeypatch):
+    from labkit import runner
+
+    monkeypatch.setattr(rundir, "MODELS_DIR", tmp_path)
+    doc = yaml.safe_load((REPO / "topologies/leaf-spine.yaml").read_text())
+    doc["traffic"][0].update(algo="auto", ranks=["g5", "g1", "g6", "g2"])
+    sc = scenario.parse(doc, "ls.yaml")
+    key = autotune.fabric_key(sc.fabric)
+    model = autotune.Model.fit(SWEEPS, key)
+    old = rundir.save_model(model, "20260101-000000-x-tune")
+    new = rundir.save_model(model, "20260102-000000-x-tune")
+    assert old != new and old.exists()  # a tuning never replaces another
+    assert rundir.newest_model(key)[1] == new
+    resolved, auto = runner.resolve_auto(sc, "ls.yaml")
+    assert resolved.allreduce.algo == auto["algo"] == model.choose(2 << 20).algo
+    assert resolved.allreduce.ranks == ("g5", "g6", "g1", "g2")  # each leaf's ranks together
+    assert auto["reason"].startswith(auto["algo"]) and auto["model"] == str(new)
+    runner.check_sweep(sc, "all_reduce", "auto", [65536, 4 << 20], 1)  # a model: fine

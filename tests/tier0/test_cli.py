@@ -12,7 +12,7 @@ import pytest
 from labkit import cli
 
 SAMPLE = Path(__file__).resolve().parents[2] / "data/sample/bottleneck"
-COMMANDS = ("doctor", "run", "shell", "sweep", "calibrate", "batch", "report", "figures",
+COMMANDS = ("doctor", "run", "shell", "sweep", "tune", "calibrate", "batch", "report", "figures",
             "runs", "clean")
 GRID = Path(__file__).resolve().parents[2] / "topologies/grids/bottleneck-sizes.yaml"
 
