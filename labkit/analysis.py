@@ -758,6 +758,20 @@ def pick_sweeps(sweeps: dict[str, list[dict]], names: list[str],
     return {n: [r for r in sweeps[n] if sizes[0] <= r["size"] <= sizes[1]] for n in names}
 
 
+def placement_frame(summaries: dict[str, dict], policy: str = "isolated") -> pl.DataFrame:
+    """One training job placed several ways (a run each, named by the keys of
+    ``summaries``), under ``policy``: iteration time p50 and its split (as
+    :func:`job_breakdown`), and how many times slower each placement is than the fastest."""
+    parts = [job_breakdown(s).filter(pl.col("policy") == policy)
+             .with_columns(pl.lit(name).alias("placement"),
+                           pl.lit(s["policies"][policy]["job"]["p50_ms"]).alias("p50_ms"))
+             for name, s in summaries.items()]
+    frame = pl.concat(parts)
+    return frame.select("placement", "p50_ms", "compute_ms", "wire_wait_ms", "bubble_ms",
+                        "bottleneck_mb",
+                        (pl.col("p50_ms") / pl.col("p50_ms").min()).alias("x_fastest"))
+
+
 # --- lossless fabrics (labkit.lossless) -----------------------------------------------------
 
 LOSSLESS_COLUMNS = {"run": pl.Utf8, "policy": pl.Utf8, "lossless": pl.Boolean,

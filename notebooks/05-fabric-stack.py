@@ -28,8 +28,10 @@
 # %%
 from pathlib import Path
 
-from labkit import plots, widgets
-from labkit.analysis import lossless_frame, pause_frame, sweep_frame
+import polars as pl
+
+from labkit import autotune, plots, widgets
+from labkit.analysis import lossless_frame, pause_frame, placement_frame, sweep_frame
 from labkit.rundir import load_run, load_sweeps
 
 SAMPLE = Path("..") / "data" / "sample"
@@ -106,6 +108,44 @@ pause_frame(runs["lossless"]["pauses"], "fifo", window)
 
 # %%
 plots.victim_io(runs)
+
+# %% [markdown]
+# ## Inside a server: the NVLink tier
+#
+# `fabric.gpus_per_host: 4` makes servers of four GPU hosts (`topologies/nvlink.yaml`):
+# each GPU keeps its own NIC to its leaf (one rail per GPU, as in a DGX) and gains an
+# NVLink to its server's switch, here ten times as fast as the NIC. The same 4-way
+# tensor-parallel job, its ranks inside one server or spread over two: every layer's
+# activations cross NVLink only, or half the ring's hops cross the fabric. This is why
+# tensor parallelism stays inside a server, and pipeline or data parallelism spans them.
+
+# %%
+placement = {name: load_run(SAMPLE / "nvlink" / name).summary for name in ("inside", "across")}
+placement_frame(placement)
+
+# %% [markdown]
+# ## The collective library chooses: `algo: auto`
+#
+# NCCL picks an algorithm by topology and message size. `labkit tune SCENARIO` sweeps every
+# All-Reduce algorithm on a scenario's fabric and fits each one's cost, `time = alpha +
+# size / beta`; `algo: auto` (in a scenario, or `labkit sweep --algo auto`) then runs the
+# one predicted fastest at each size, with the ranks in ring order, and says why. The model
+# tuned on leaf-spine at four sizes, asked at every size of a finer sweep measured after:
+
+# %%
+tuning = SAMPLE / "tune" / "leaf-spine"
+model = autotune.Model.from_json((tuning / "model.json").read_text())
+validation = load_sweeps(SAMPLE / "tune" / "validation")
+algos = {a: validation[a] for a in autotune.ALGOS if a in validation}
+pl.DataFrame(autotune.regret(model, algos)).select("size", "chosen", "best", "relative",
+                                                   "reason")
+
+# %% [markdown]
+# On this fabric the ring is best at every size (relative 1.0: what auto chose was the
+# fastest measured), and `--algo auto` measured the same as the ring:
+
+# %%
+plots.sweep_busbw(validation, "leaf-spine · tuned, then measured again at every size")
 
 # %% [markdown]
 # Explore the sweeps, no root needed: pick sweeps and a range of message sizes; the plot and
