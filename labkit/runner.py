@@ -310,10 +310,11 @@ def _runs(sc: Scenario, algo: str, sizes: Sequence[int]) -> bool:
     from labkit.traffic import schedules
 
     try:
-        schedules.schedule("all_reduce", algo, len(sc.ranks), 0, sizes[0])
+        schedules.schedule("all_reduce", algo, len(sc.ranks), 0, sizes[0],
+                           sc.fabric.gpus_per_host)
     except ValueError:
         return False
-    return algo != "hierarchical" or sc.fabric.gpus_per_host > 1
+    return algo != "hierarchical" or not scenario_mod.server_problem(sc.fabric, sc.ranks)
 
 
 def _model_of(sc: Scenario, source: str) -> tuple[autotune.Model, Path]:
@@ -485,9 +486,11 @@ def check_sweep(sc: Scenario, op: str, algo: str, sizes: Sequence[int], iters: i
             check_sweep(sc, op, each, sizes, iters)
         return
     try:
-        schedules.schedule(op, algo, len(sc.ranks), 0, sizes[0])
+        schedules.schedule(op, algo, len(sc.ranks), 0, sizes[0], sc.fabric.gpus_per_host)
     except ValueError as exc:
         raise ScenarioError(source, "algo", str(exc)) from None
+    if algo == "hierarchical" and (problem := scenario_mod.server_problem(sc.fabric, sc.ranks)):
+        raise ScenarioError(source, "algo", problem)
     if iters < 1:
         raise ScenarioError(source, "iters", f"must be at least 1, got {iters}")
 

@@ -29,7 +29,7 @@ NAME_RE = re.compile(r"^[a-z][a-z0-9]{0,8}$")  # fits Linux's 15-byte "<node>-et
 LABEL_RE = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")  # names that only label data
 SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMG]?)(i?B?)\s*$", re.IGNORECASE)
 ROCEV2_PORT = 4791
-ALLREDUCE_ALGOS = ("ring", "tree", "halving_doubling")  # labkit.traffic.schedules
+ALLREDUCE_ALGOS = ("ring", "tree", "halving_doubling", "hierarchical")  # traffic.schedules
 BUILT_IN_KINDS = ("allreduce", "job", "storage", "command")
 
 
@@ -660,6 +660,22 @@ def _servers(c: _Checker, fab: dict, hosts: list[HostSpec], names: set[str],
     return tuple(servers), nvlinks
 
 
+def server_problem(fabric: FabricSpec, ranks: tuple[str, ...]) -> str | None:
+    """Why ``ranks`` cannot run the hierarchical All-Reduce on ``fabric`` (it needs
+    servers, and the ranks to come whole servers at a time), or None."""
+    if not fabric.servers:
+        return "hierarchical needs servers: set fabric.gpus_per_host (2-8)"
+    n = fabric.gpus_per_host
+    of = {g: s.switch for s in fabric.servers for g in s.gpus}
+    for i in range(0, len(ranks), n):
+        part = ranks[i:i + n]
+        if len(part) < n or {of.get(r) for r in part} != {of.get(part[0])} or None in {
+                of.get(r) for r in part}:
+            return (f"hierarchical needs the ranks a whole server at a time, {n} by {n} "
+                    f"(fabric.gpus_per_host): {', '.join(part)} is not one server's GPUs")
+    return None
+
+
 def _lossless(c: _Checker, value) -> tuple[str, ...]:
     """``fabric.lossless``: true (the vip lane), false, or a list of lanes."""
     key = "fabric.lossless"
@@ -960,6 +976,8 @@ def _traffic(c: _Checker, traffic, fabric: FabricSpec, kinds: dict[str, str]):
             ranks = _selection(c, t["ranks"], f"{key}.ranks", fabric)
             if len(ranks) < 2:
                 c.fail(f"{key}.ranks", "an all-reduce needs at least 2 ranks")
+            if t.get("algo") == "hierarchical" and (problem := server_problem(fabric, ranks)):
+                c.fail(f"{key}.algo", problem)
             allreduce = AllReduceSpec(
                 ranks=ranks,
                 size_bytes=c.size(t["size_bytes"], f"{key}.size_bytes"),

@@ -160,7 +160,7 @@ def plan_for(workload: dict, n: int, rank: int) -> schedules.Plan:
     training job."""
     if workload["kind"] == "collective":
         return schedules.collective_plan(workload["op"], workload["algo"], n, rank,
-                                         workload["size_bytes"])
+                                         workload["size_bytes"], workload.get("group", 1))
     return jobs.plan(workload["job"], n, rank)
 
 

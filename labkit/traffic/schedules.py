@@ -15,6 +15,12 @@ rank r contributes :func:`contribution` ``(r, chunk)``; a receive either reduces
 (adds) the incoming value into the rank's own or copies it. At the end every
 rank's values are compared with :func:`expected`.
 
+Hierarchical All-Reduce (``hierarchical``, with ``group`` ranks per server, consecutive):
+the buffer is cut into one shard per local rank; a ring inside each server reduce-scatters
+the shards, a ring across the servers all-reduces each shard among the ranks that hold it
+(one rail per local rank), and a ring inside each server all-gathers them. Only
+``size / group`` of the buffer crosses between servers per rank, twice.
+
 Sizes follow nccl-tests: ``size`` is what nccl-tests prints (the whole buffer for
 All-Reduce, Reduce-Scatter, All-to-All and Broadcast; the gathered output for
 All-Gather), and bus bandwidth factors are nccl-tests'.
@@ -27,8 +33,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast")
-ALGOS = {"all_reduce": ("ring", "tree", "halving_doubling"), "all_gather": ("ring",),
-         "reduce_scatter": ("ring",), "all_to_all": ("pairwise",),
+ALGOS = {"all_reduce": ("ring", "tree", "halving_doubling", "hierarchical"),
+         "all_gather": ("ring",), "reduce_scatter": ("ring",), "all_to_all": ("pairwise",),
          "broadcast": ("ring", "tree")}
 PIPELINE_CHUNK_BYTES = 256 * 1024  # pipelined algorithms (tree, broadcast) move chunks this big
 
@@ -58,8 +64,8 @@ class Plan:
     expected: dict[int, int]  # chunk values that must hold after (those that matter)
 
 
-def collective_plan(op: str, algo: str, n: int, rank: int, size: int) -> Plan:
-    steps, chunks = schedule(op, algo, n, rank, size)
+def collective_plan(op: str, algo: str, n: int, rank: int, size: int, group: int = 1) -> Plan:
+    steps, chunks = schedule(op, algo, n, rank, size, group)
     return Plan(steps, chunks, initial(op, rank, n, chunks), expected(op, rank, n, chunks))
 
 
@@ -107,10 +113,17 @@ def _split(size: int, parts: int) -> int:
     return max(1, -(-size // parts))
 
 
-def schedule(op: str, algo: str, n: int, rank: int, size: int) -> tuple[list[Step], int]:
-    """(steps of ``rank``, number of chunks of the buffer)."""
+def schedule(op: str, algo: str, n: int, rank: int, size: int,
+             group: int = 1) -> tuple[list[Step], int]:
+    """(steps of ``rank``, number of chunks of the buffer); ``group``: ranks per server, for
+    the hierarchical algorithm."""
     if algo not in ALGOS.get(op, ()):
         raise ValueError(f"no algorithm {algo!r} for {op} (known: {', '.join(ALGOS[op])})")
+    if algo == "hierarchical":
+        if group < 1 or n % group:
+            raise ValueError(f"hierarchical needs servers of equal size: {group} ranks per "
+                             f"server do not divide {n} ranks")
+        return _hierarchical(n, rank, _split(size, n), group), n
     if op == "all_reduce" and algo == "ring":
         return _ring(n, rank, _split(size, n), reduce_steps=n - 1, gather_steps=n - 1), n
     if op == "all_gather":
@@ -153,6 +166,35 @@ def _ring(n: int, rank: int, chunk: int, reduce_steps: int, gather_steps: int) -
         send = (rank + start - s) % n
         steps.append(Step([Msg(right, send, chunk)], [Msg(left, (send - 1) % n, chunk)]))
     return steps
+
+
+def _shard_ring(members: list[int], me: int, shards: list[list[int]], nbytes: int,
+                reduce_steps: int, gather_steps: int) -> list[Step]:
+    """:func:`_ring` among ``members`` (``me`` its position), where ring chunk ``k`` is
+    the buffer chunks ``shards[k]``, each ``nbytes``: one message per chunk."""
+    steps = []
+    for step in _ring(len(members), me, nbytes, reduce_steps, gather_steps):
+        steps.append(Step([Msg(members[m.peer], c, nbytes, m.reduce) for m in step.send
+                           for c in shards[m.chunk]],
+                          [Msg(members[m.peer], c, nbytes, m.reduce) for m in step.recv
+                           for c in shards[m.chunk]]))
+    return steps
+
+
+def _hierarchical(n: int, rank: int, chunk: int, group: int) -> list[Step]:
+    """Reduce-scatter inside the server, All-Reduce of this rank's shard across servers,
+    all-gather inside the server (the module's docstring). Chunk ``l * servers + k`` is
+    item ``k`` of shard ``l``; after the first ring, local rank ``l`` holds shard
+    ``l + 1`` (mod ``group``), as :func:`_ring` leaves its chunks."""
+    servers, server, local = n // group, rank // group, rank % group
+    shards = [list(range(i * servers, (i + 1) * servers)) for i in range(group)]
+    inside = [server * group + i for i in range(group)]
+    rail = [s * group + local for s in range(servers)]
+    held = shards[(local + 1) % group]
+    return (_shard_ring(inside, local, shards, chunk, group - 1, 0)
+            + _shard_ring(rail, server, [[c] for c in held], chunk, servers - 1, servers - 1)
+            # an all-gather alone starts from ring chunk r: shard r + 1 here
+            + _shard_ring(inside, local, shards[1:] + shards[:1], chunk, 0, group - 1))
 
 
 def _halving_doubling(n: int, rank: int, size: int) -> list[Step]:

@@ -236,3 +236,16 @@ def test_an_nvlink_is_ten_times_the_link_unless_told():
     fabric = scenario.parse(d).fabric
     assert len(fabric.servers) == 4 and {link.rate_mbps for link in fabric.nvlinks} == {1000}
     assert fabric.gpus_per_host == 2
+
+
+def test_hierarchical_needs_whole_servers_in_order():
+    d = yaml.safe_load((TOPOLOGIES / "nvlink.yaml").read_text())
+    d["traffic"] = [{"kind": "allreduce", "algo": "hierarchical", "ranks": "gpu",
+                     "size_bytes": "1MiB", "iterations": 1}]
+    assert scenario.parse(d).allreduce.algo == "hierarchical"
+    d["traffic"][0]["ranks"] = ["g1", "g5", "g2", "g6", "g3", "g7", "g4", "g8"]
+    with pytest.raises(ScenarioError, match="a whole server at a time"):
+        scenario.parse(d, "lab.yaml")
+    del d["fabric"]["gpus_per_host"], d["fabric"]["nvlink"]
+    with pytest.raises(ScenarioError, match="hierarchical needs servers"):
+        scenario.parse(d, "lab.yaml")

@@ -132,3 +132,26 @@ def test_one_f_one_b_order():
     assert order == [("F", 0), ("F", 1), ("F", 2), ("B", 0), ("F", 3), ("B", 1), ("B", 2),
                      ("B", 3)]
     assert jobs.stage_order("gpipe", 4, 1, 2) == [("F", 0), ("F", 1), ("B", 0), ("B", 1)]
+
+
+@pytest.mark.parametrize("n, group", [(4, 2), (8, 2), (8, 4), (16, 4), (6, 3), (4, 1), (4, 4)])
+def test_hierarchical_all_reduce_is_right_and_crosses_servers_with_a_shard(n, group):
+    size = 1 << 20
+    plans = {r: schedules.collective_plan("all_reduce", "hierarchical", n, r, size, group)
+             for r in range(n)}
+    values, sent = run_plans(plans)
+    for r, plan in plans.items():
+        assert all(values[r][c] == v for c, v in plan.expected.items())
+    servers, chunk = n // group, -(-size // n)
+    for r, plan in plans.items():
+        # between servers, each rank all-reduces one shard (1/group of the buffer) around
+        # its rail: 2 (servers - 1) chunks, where a flat ring's rank sends 2 (n - 1)
+        across = sum(m.nbytes for st in plan.steps for m in st.send
+                     if m.peer // group != r // group)
+        assert across == 2 * (servers - 1) * chunk
+        assert sent[r] == 2 * (n - 1) * chunk  # in all, as many bytes as a flat ring
+
+
+def test_hierarchical_refuses_servers_of_unequal_size():
+    with pytest.raises(ValueError, match="do not divide"):
+        schedules.schedule("all_reduce", "hierarchical", 8, 0, 1 << 20, 3)
