@@ -772,6 +772,17 @@ def placement_frame(summaries: dict[str, dict], policy: str = "isolated") -> pl.
                         (pl.col("p50_ms") / pl.col("p50_ms").min()).alias("x_fastest"))
 
 
+def auto_frame(model, sweeps: dict[str, list[dict]]) -> pl.DataFrame:
+    """What ``algo: auto`` (``model``, a :class:`labkit.autotune.Model`) chooses at each
+    size of ``sweeps`` (one per algorithm, measured on the model's fabric), the best one
+    measured there, the chosen one's time relative to the best (1.0: it was the best), and
+    the model's reason."""
+    from labkit.autotune import regret
+
+    return pl.DataFrame(regret(model, sweeps)).select("size", "chosen", "best", "relative",
+                                                      "reason")
+
+
 # --- lossless fabrics (labkit.lossless) -----------------------------------------------------
 
 LOSSLESS_COLUMNS = {"run": pl.Utf8, "policy": pl.Utf8, "lossless": pl.Boolean,

@@ -245,6 +245,28 @@ def finish_tune(writer: RunWriter, sweeps: dict[str, list[dict]], model: Model) 
                          {"kind": "tune", "rows": len(rows), "model": "model.json"})
 
 
+@dataclass
+class Tuned:
+    """A recorded tuning: its manifest, every algorithm's sweep rows, the model fitted."""
+
+    path: Path
+    manifest: dict
+    sweeps: dict[str, list[dict]]
+    model: Model
+
+
+def load_tuning(path: str | Path) -> Tuned:
+    """Read back a tuning that ``labkit tune`` recorded."""
+    path = Path(path)
+    manifest = read_documents(path, ("manifest.json",))["manifest.json"]
+    if manifest.get("kind") != "tune":
+        raise RunDataError(f"{path}: not a tuning (kind {manifest.get('kind', 'run')!r})")
+    rows = pl.read_parquet(path / "tune.parquet").drop("run_id", strict=False)
+    sweeps = {algo: rows.filter(pl.col("algo") == algo).to_dicts()
+              for algo in rows["algo"].unique(maintain_order=True)}
+    return Tuned(path, manifest, sweeps, Model.from_json((path / "model.json").read_text()))
+
+
 def save_model(model: Model, run_id: str, models: Path | None = None) -> Path:
     """Keep a fitted :class:`labkit.autotune.Model` as ``<models>/<fabric key>/<run id>.json``
     (a new file each tuning: none is ever replaced); returns its path."""

@@ -28,11 +28,15 @@
 # %%
 from pathlib import Path
 
-import polars as pl
-
-from labkit import autotune, plots, widgets
-from labkit.analysis import lossless_frame, pause_frame, placement_frame, sweep_frame
-from labkit.rundir import load_run, load_sweeps
+from labkit import plots, widgets
+from labkit.analysis import (
+    auto_frame,
+    lossless_frame,
+    pause_frame,
+    placement_frame,
+    sweep_frame,
+)
+from labkit.rundir import load_run, load_sweeps, load_tuning
 
 SAMPLE = Path("..") / "data" / "sample"
 sweeps = load_sweeps(SAMPLE / "sweeps")
@@ -124,28 +128,40 @@ placement = {name: load_run(SAMPLE / "nvlink" / name).summary for name in ("insi
 placement_frame(placement)
 
 # %% [markdown]
+# A server also changes which All-Reduce is fastest. On the same fabric, all eight GPUs,
+# measured by `labkit tune`: the flat ring runs at the NIC's pace on its two crossings,
+# while the **hierarchical** All-Reduce (reduce-scatter inside each server over NVLink, an
+# All-Reduce of each quarter of the buffer across servers on its own rail, all-gather
+# inside) sends a quarter of the buffer between servers per GPU:
+
+# %%
+tuned = {name: load_tuning(SAMPLE / "tune" / name) for name in ("leaf-spine", "nvlink")}
+plots.sweep_busbw(tuned["nvlink"].sweeps, "nvlink · 2 servers of 4 GPUs, 4 rails")
+
+# %% [markdown]
 # ## The collective library chooses: `algo: auto`
 #
 # NCCL picks an algorithm by topology and message size. `labkit tune SCENARIO` sweeps every
-# All-Reduce algorithm on a scenario's fabric and fits each one's cost, `time = alpha +
-# size / beta`; `algo: auto` (in a scenario, or `labkit sweep --algo auto`) then runs the
-# one predicted fastest at each size, with the ranks in ring order, and says why. The model
-# tuned on leaf-spine at four sizes, asked at every size of a finer sweep measured after:
+# All-Reduce algorithm on a scenario's fabric (the sweeps above) and fits each one's cost,
+# `time = alpha + size / beta`; `algo: auto` (in a scenario, or `labkit sweep --algo auto`)
+# then runs the one predicted fastest at each size, with the ranks in ring order, and says
+# why. Each model, tuned at four sizes, asked at every size of a finer sweep measured after
+# (`relative`: the chosen algorithm's time over the best one's there). On leaf-spine the
+# ring wins everywhere; with servers, the hierarchical All-Reduce does, except at 64 KiB,
+# where halving-doubling measured 10 % faster in this sweep while auto's own run of the
+# hierarchical one measured faster than both: at that size runs differ by more than the
+# algorithms do.
 
 # %%
-tuning = SAMPLE / "tune" / "leaf-spine"
-model = autotune.Model.from_json((tuning / "model.json").read_text())
-validation = load_sweeps(SAMPLE / "tune" / "validation")
-algos = {a: validation[a] for a in autotune.ALGOS if a in validation}
-pl.DataFrame(autotune.regret(model, algos)).select("size", "chosen", "best", "relative",
-                                                   "reason")
-
-# %% [markdown]
-# On this fabric the ring is best at every size (relative 1.0: what auto chose was the
-# fastest measured), and `--algo auto` measured the same as the ring:
+validation = {name: load_sweeps(SAMPLE / "tune" / f"validation-{name}") for name in tuned}
+auto_frame(tuned["leaf-spine"].model, {a: s for a, s in validation["leaf-spine"].items()
+                                       if a != "auto"})
 
 # %%
-plots.sweep_busbw(validation, "leaf-spine · tuned, then measured again at every size")
+auto_frame(tuned["nvlink"].model, {a: s for a, s in validation["nvlink"].items() if a != "auto"})
+
+# %%
+plots.sweep_busbw(validation["nvlink"], "nvlink · tuned, then measured again at every size")
 
 # %% [markdown]
 # Explore the sweeps, no root needed: pick sweeps and a range of message sizes; the plot and
