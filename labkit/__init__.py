@@ -6,6 +6,8 @@ The API, imported on first use (``import labkit`` stays light for notebooks with
   on_progress=None)`` runs a scenario and returns the recorded :class:`Run`;
 * ``labkit.sweep(scenario, op, algo, sizes, iters)`` measures a collective across message
   sizes as nccl-tests does and returns the recorded :class:`Sweep`;
+* ``labkit.tune(scenario, sizes, iters)`` sweeps every All-Reduce algorithm on the
+  scenario's fabric and keeps the model ``algo: auto`` chooses by (a :class:`Tuning`);
 * ``labkit.calibrate(scenario, policies=None, seconds=8)`` finds the highest link rate
   this machine emulates the scenario at faithfully and returns the :class:`Calibration`;
 * ``labkit.shell(scenario, policy)`` builds a scenario's fabric without traffic and opens
@@ -13,7 +15,8 @@ The API, imported on first use (``import labkit`` stays light for notebooks with
 * ``labkit.run_batch(grid, executor="local", out=None)`` runs every point of a grid file
   (scenario keys x policies x seeds) here or as Slurm jobs and returns the recorded
   :class:`Batch`;
-* ``labkit.load_run(path)`` reads a recorded run back; ``labkit.load_runs(paths)`` reads
+* ``labkit.load_run(path)`` reads a recorded run back (``labkit.load_tuning(path)`` a
+  tuning); ``labkit.load_runs(paths)`` reads
   many runs (or a batch) as one polars frame, a row per run and policy;
 * ``labkit.load_scenario(path)`` and ``labkit.load_grid(path)`` parse and check a
   scenario or a grid file.
@@ -23,6 +26,7 @@ from importlib import import_module
 
 _API = {"run": "labkit.runner", "sweep": "labkit.runner", "shell": "labkit.runner",
         "calibrate": "labkit.runner", "Calibration": "labkit.calibration",
+        "tune": "labkit.runner", "Tuning": "labkit.runner", "load_tuning": "labkit.rundir",
         "Progress": "labkit.runner",
         "Sweep": "labkit.runner", "NotReady": "labkit.runner", "RunFailed": "labkit.runner",
         "Run": "labkit.rundir", "load_run": "labkit.rundir", "RunDataError": "labkit.rundir",
