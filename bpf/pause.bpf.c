@@ -6,15 +6,15 @@
  * byte backlog from its leaf qdisc, found once through HTB's class hash.
  * (fentry/fexit on the TBF itself would be simpler; this kernel refuses them.)
  *
- *  - A packet that leaves its queue at or above xoff_bytes names the ingress
- *    port it came in by (skb_iif): one XOFF per ingress port and episode, so
+ *  - A packet whose enqueue brings its queue to xoff_bytes or more names the
+ *    ingress port it came in by (skb_iif): one XOFF per ingress port and episode, so
  *    only the neighbours that fill the queue are paused, as a switch's
  *    per-ingress accounting would.
  *  - A dequeue that leaves it at or below xon_bytes after a pause ends the
  *    episode with one XON: every neighbour it paused resumes.
  *
  * Events go to lk_pause_events with a wakeup each: the pauser
- * (labkit/lossless.py) acts on them at once, pausing or resuming the
+ * (labkit/pauser.py) acts on them at once, pausing or resuming the
  * neighbour's queue for that lane through netlink.
  */
 #include "vmlinux.h"
@@ -124,8 +124,10 @@ static __always_inline __u32 lk_backlog(const struct lk_pause_queue *q)
 	return BPF_CORE_READ(leaf, qstats.backlog);
 }
 
-static __always_inline void lk_pause_emit(__u32 kind, __u32 index, __u32 iif, __u32 episode,
-					  __u32 backlog)
+/* A slot for one event in lk_pause_events, or NULL (counted as lost) when the ring is
+ * full. Callers reserve before they change any state, so an event that cannot be sent
+ * leaves the queue as it was and the next packet tries again. */
+static __always_inline struct lk_pause_event *lk_pause_reserve(void)
 {
 	struct lk_pause_event *ev = bpf_ringbuf_reserve(&lk_pause_events, sizeof(*ev), 0);
 	__u32 zero = 0;
@@ -135,8 +137,13 @@ static __always_inline void lk_pause_emit(__u32 kind, __u32 index, __u32 iif, __
 
 		if (lost)
 			(*lost)++;
-		return;
 	}
+	return ev;
+}
+
+static __always_inline void lk_pause_send(struct lk_pause_event *ev, __u32 kind, __u32 index,
+					  __u32 iif, __u32 episode, __u32 backlog)
+{
 	ev->t_ns = bpf_ktime_get_ns();
 	ev->queue = index;
 	ev->iif = iif;
@@ -151,6 +158,7 @@ SEC("tp_btf/qdisc_enqueue")
 int BPF_PROG(lk_pause_enqueue, struct Qdisc *root, const struct netdev_queue *txq,
 	     struct sk_buff *skb)
 {
+	struct lk_pause_event *ev;
 	struct lk_pause_hold hold;
 	struct lk_pause_queue *q;
 	__u32 backlog, episode, *held;
@@ -166,9 +174,12 @@ int BPF_PROG(lk_pause_enqueue, struct Qdisc *root, const struct netdev_queue *tx
 	held = bpf_map_lookup_elem(&lk_pause_held, &hold);
 	if (held && *held == episode)
 		return 0; /* this neighbour is paused already */
+	ev = lk_pause_reserve();
+	if (!ev)
+		return 0;
 	bpf_map_update_elem(&lk_pause_held, &hold, &episode, BPF_ANY);
 	q->paused = 1;
-	lk_pause_emit(LK_PAUSE_XOFF, hold.queue, hold.iif, episode - 1, backlog);
+	lk_pause_send(ev, LK_PAUSE_XOFF, hold.queue, hold.iif, episode - 1, backlog);
 	return 0;
 }
 
@@ -176,6 +187,7 @@ SEC("tp_btf/qdisc_dequeue")
 int BPF_PROG(lk_pause_dequeue, struct Qdisc *root, const struct netdev_queue *txq, int packets,
 	     struct sk_buff *skb)
 {
+	struct lk_pause_event *ev;
 	struct lk_pause_queue *q;
 	__u32 backlog, index;
 
@@ -187,9 +199,20 @@ int BPF_PROG(lk_pause_dequeue, struct Qdisc *root, const struct netdev_queue *tx
 	backlog = lk_backlog(q);
 	if (backlog > q->xon_bytes)
 		return 0;
-	if (__sync_val_compare_and_swap(&q->paused, 1, 0) != 1)
-		return 0; /* another CPU ended this episode */
-	lk_pause_emit(LK_PAUSE_XON, index, 0, (__u32)__sync_fetch_and_add(&q->episode, 1), backlog);
+	ev = lk_pause_reserve();
+	if (!ev)
+		return 0; /* still paused: the next dequeue tries again */
+	/* Enqueues and dequeues of one port run under its root qdisc's lock, so this cannot
+	 * race in practice; the atomics keep it right should the kernel ever run them apart:
+	 * the episode ends before the flag is cleared, so an XOFF in between counts in the
+	 * next one. */
+	if (!q->paused) {
+		bpf_ringbuf_discard(ev, 0);
+		return 0;
+	}
+	lk_pause_send(ev, LK_PAUSE_XON, index, 0, (__u32)__sync_fetch_and_add(&q->episode, 1),
+		      backlog);
+	__sync_lock_test_and_set(&q->paused, 0);
 	return 0;
 }
 

@@ -132,16 +132,19 @@ def collective(op: str, algo: str, size_bytes: int, group: int = 1) -> dict:
 def start_collective(fabric: Fabric, topo: Topology, ranks: tuple[str, ...], workload: dict,
                      iterations: int, compute_ms: float, workdir: Path, rng: random.Random,
                      duration_s: float | None = None, phase_maps: dict[str, int] | None = None,
-                     dcqcn: bool = False, gso_packets: int = 1) -> list[Agent]:
+                     dcqcn: bool = False, gso_packets: int = 1,
+                     lossless: bool = False) -> list[Agent]:
     """One agent per rank (``labkit.traffic.collective``) running ``workload`` (see
     :func:`collective`, or a training job: ``{"kind": "job", "job": {...}}``).
     ``phase_maps``: per host, the fd of the map its agent publishes its phase to;
     ``dcqcn``: senders mark their packets ECN-capable and react to CNPs; ``gso_packets``:
-    packets per GSO run (scenario ``emulation.gso_packets``)."""
+    packets per GSO run (scenario ``emulation.gso_packets``); ``lossless``: the fabric
+    never drops the ranks' packets, so their transport waits long before it resends."""
     phase_maps = phase_maps or {}
     n = len(ranks)
     workdir.mkdir(parents=True, exist_ok=True)
-    payload = roce_payload_bytes(min(link.mtu for link in topo.fabric.links))
+    payload = roce_payload_bytes(min(link.mtu for link in
+                                     (*topo.fabric.links, *topo.fabric.nvlinks)))
     # a lossy link drops what its queue holds whole: packets one by one, as the loss rate says
     lossy = any(link.loss_percent for link in topo.fabric.links)
     common = configs.Collective(
@@ -152,7 +155,7 @@ def start_collective(fabric: Fabric, topo: Topology, ranks: tuple[str, ...], wor
         templates=roce.data_templates(0, payload), ack_template=roce.ack_template(0),
         nak_template=roce.ack_template(0, wire.SYNDROME_NAK_PSN),
         cnp_template=roce.cnp_template(0), gso_segments=1 if lossy else gso_packets,
-        lossless=bool(topo.fabric.lossless))
+        lossless=lossless)
     return [Agent(fabric, host, "labkit.traffic.collective",
                   replace(common, rank=i, ip=topo.host_ip(host),
                           phase_map_fd=phase_maps.get(host),

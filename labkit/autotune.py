@@ -117,6 +117,14 @@ def crossings(topo: Topology, order: Sequence[str]) -> list[tuple[str, str]]:
 # --- what a model depends on --------------------------------------------------------------
 
 
+def model_key(fabric: FabricSpec, ranks: int, gso_packets: int = 1) -> str:
+    """What a tuning's model depends on besides the fabric: how many ranks ran (each
+    algorithm's steps and ring crossings follow from it) and how many packets travel as
+    one GSO run (it changes every time measured): :func:`fabric_key` of both."""
+    return hashlib.sha256(f"{fabric_key(fabric)}/{ranks}/{gso_packets}".encode()
+                          ).hexdigest()[:12]
+
+
 def fabric_key(fabric: FabricSpec) -> str:
     """A short stable hash (12 hex digits) of what collective times depend on: routers,
     hosts and the router each attaches to, links with rate, MTU, buffer and loss, lossless
@@ -251,12 +259,16 @@ class Model:
             raise KeyError(f"no fit for {algo!r} (fitted: {', '.join(self.fits)})")
         return self.fits[algo].predict(size)
 
-    def choose(self, size: int) -> Choice:
+    def choose(self, size: int, allowed: Sequence[str] | None = None) -> Choice:
         """The algorithm with the smallest predicted time at ``size`` (ties: the order of
-        :data:`ALGOS`), the others' predictions and why, in one sentence."""
+        :data:`ALGOS`) among ``allowed`` (default: every one fitted), the others'
+        predictions and why, in one sentence."""
         if size <= 0:
             raise ValueError(f"a size must be positive, got {size}")
-        ranked = sorted(self.fits, key=lambda a: (self.predict(a, size), _algo_rank(a)))
+        ranked = sorted((a for a in self.fits if allowed is None or a in allowed),
+                        key=lambda a: (self.predict(a, size), _algo_rank(a)))
+        if not ranked:
+            raise ValueError(f"none of {', '.join(allowed or ())} was fitted")
         best, others = ranked[0], tuple((a, self.predict(a, size)) for a in ranked[1:])
         outside = [a for a, f in self.fits.items() if not f.sizes[0] <= size <= f.sizes[-1]]
         measured = f"{_size(self.sizes[0])} to {_size(self.sizes[-1])}"

@@ -34,6 +34,11 @@ err = Console(stderr=True, soft_wrap=True)
 JSON_SCHEMA = 1  # the version of every --json document's shape; bumped when one changes
 
 
+SET_HELP = ("change one key of the scenario (repeatable): a key path as in a grid's axes "
+            "and a YAML value, e.g. --set fabric.lossless=true --set "
+            "defaults.link.buffer_kb=2048")
+
+
 def _version() -> str:
     from importlib.metadata import PackageNotFoundError, version
 
@@ -68,9 +73,7 @@ def main(argv: list[str] | None = None) -> int:
                      help="run directory (default: data/runs/<run-id>), e.g. --out data/runs/mine")
     run.add_argument("--seed", type=int, help="override the scenario's seed, e.g. --seed 7")
     run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                     help="change one key of the scenario for this run (repeatable): a key "
-                          "path as in a grid's axes and a YAML value, e.g. --set "
-                          "fabric.lossless=true --set defaults.link.buffer_kb=2048")
+                     help=SET_HELP)
     run.add_argument("--duration", type=float, metavar="S",
                      help="cap each policy's traffic at S seconds, e.g. --duration 10")
     run.add_argument("--pcap", action="append", default=[], metavar="LINK",
@@ -119,9 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     sweep.add_argument("-n", "--iters", type=int, default=10,
                        help="timed iterations per size (default 10), e.g. -n 20")
     sweep.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                       help="change one key of the scenario for this sweep (repeatable): a key "
-                          "path as in a grid's axes and a YAML value, e.g. --set "
-                          "fabric.lossless=true --set defaults.link.buffer_kb=2048")
+                       help=SET_HELP)
     sweep.add_argument("--units", choices=("emulated", "real"), default="emulated",
                        help="real: also print algbw and busbw in GB/s of the fabric the "
                             "scenario's scale factor says the links stand for")
@@ -143,8 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     tune.add_argument("-n", "--iters", type=int, default=5,
                       help="timed iterations per size and algorithm (default 5), e.g. -n 10")
     tune.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                      help="change one key of the scenario, as for `labkit run`, e.g. --set "
-                           "defaults.link.rate_mbps=50")
+                      help=SET_HELP)
     tune.add_argument("--out", type=Path,
                       help="record the tuning in this new directory (default: "
                            "data/runs/<run-id>); the model is kept in data/models/<fabric>/")
@@ -319,7 +319,9 @@ def cmd_run(args) -> int:
                             description=f"{p.policy:<11} {what}")
 
         try:
-            run = runner.run(_scenario(args), args.policy or None, out=args.out, seed=args.seed,
+            # the file itself when nothing is changed: the run's errors then name it
+            run = runner.run(_scenario(args) if args.set else args.scenario,
+                             args.policy or None, out=args.out, seed=args.seed,
                              duration=args.duration, on_progress=show,
                              controllers=_named_controllers(args.controller), pcap=args.pcap,
                              pcap_snaplen=args.pcap_snaplen, telemetry=not args.no_telemetry,
@@ -494,9 +496,10 @@ def cmd_shell(args) -> int:
     err.print(f"building {args.scenario} under {args.policy}, no traffic (a few seconds) ...")
 
     def interact(pf) -> None:
-        hosts = " ".join(n for n, role in pf.topo.roles.items() if role != "router")
-        routers = " ".join(n for n, role in pf.topo.roles.items() if role == "router")
-        err.print(f"hosts: {hosts}\nrouters: {routers}\n"
+        roles = pf.topo.roles
+        hosts = " ".join(n for n, role in roles.items() if role not in ("router", "nvswitch"))
+        routers = " ".join(n for n, role in roles.items() if role in ("router", "nvswitch"))
+        err.print(f"hosts: {hosts}\nrouters (and NVLink switches): {routers}\n"
                   "try: g1 ping -c 3 g5 · leaf1 tc -s qdisc · exit (or Ctrl-D) to tear down")
         pf.fabric.interact()
 

@@ -264,7 +264,8 @@ def _run_traffic(pf: PolicyFabric, workdir: Path, duration_s: float | None,
                                 sc.control.dcqcn,
                                 # a capture shows packets as the fabric carries them: whole
                                 # packets, so tshark reads each one (and checks its ICRC)
-                                1 if pcap else sc.emulation.gso_packets)
+                                1 if pcap else sc.emulation.gso_packets,
+                                lossless.carries_collectives(sc.fabric, pol.port_layout))
         storage = start_storage(sc, topo, fabric, workdir) if pol.storage else []
         agents = ring + storage
         if pol.storage and sc.commands:  # the user's programs compete as storage does
@@ -400,26 +401,32 @@ def _collect(result: PolicyResult, ring: list[Agent], storage: list[Agent]) -> N
 def run_sweep(sc: Scenario, op: str, algo: str | Mapping[int, str], size_list: list[int],
               iterations: int, registry: Registry, workdir: Path,
               on_row: Callable[[nccltests.Row], None] | None = None,
-              ranks: tuple[str, ...] | None = None) -> list[nccltests.Row]:
+              ranks: tuple[str, ...] | None = None,
+              notes: list[str] | None = None) -> list[nccltests.Row]:
     """A sweep on one fabric built once (FIFO ports, no storage: the ``isolated``
     conditions): for each size, one agent per rank (``ranks``, default the scenario's, in
     that order) runs a warm-up op and ``iterations`` timed ops of ``algo`` (or of
-    ``algo[size]``); ``on_row`` sees each size's row as it is done."""
+    ``algo[size]``); ``on_row`` sees each size's row as it is done; what a lossless
+    fabric's pauser could not do goes to ``notes``."""
     ranks, topo = ranks or sc.ranks, Topology(sc.fabric)
     link = nccltests.link_rate(topo, ranks)
     rng = random.Random(sc.seed)
     rows = []
     with Fabric(topo, registry, pausable=bool(sc.fabric.lossless)) as fabric:
         lossy = loss.attach(topo, fabric, record=registry.add)
-        pauser = (Pauser(fabric, lossless.queues(topo, sc.fabric.lossless, "fifo")).start()
-                  if sc.fabric.lossless else None)
+        pauser = None
         try:
+            if sc.fabric.lossless:
+                pauser = Pauser(fabric, lossless.queues(topo, sc.fabric.lossless, "fifo"))
+                pauser.start()
             for size in size_list:
                 this = algo if isinstance(algo, str) else algo[size]
                 procs = start_collective(fabric, topo, ranks,
                                          collective(op, this, size, sc.fabric.gpus_per_host),
                                          iterations + 1, 0.0, workdir / str(size), rng,
-                                         gso_packets=sc.emulation.gso_packets)
+                                         gso_packets=sc.emulation.gso_packets,
+                                         lossless=lossless.carries_collectives(sc.fabric,
+                                                                               "fifo"))
                 try:
                     ops = run_agents(procs, iterations + 1)
                     resent = sum(a.result()["retransmits"] for a in procs)
@@ -431,6 +438,9 @@ def run_sweep(sc: Scenario, op: str, algo: str | Mapping[int, str], size_list: l
                     on_row(rows[-1])
         finally:
             if pauser:
+                pauser.stop()
+                if notes is not None:
+                    notes += pauser.notes()
                 pauser.close()
             lossy.close()
     return rows

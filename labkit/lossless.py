@@ -7,8 +7,8 @@ pause); :mod:`labkit.pauser` carries the plan out in the kernel.
 
 Thresholds (:func:`thresholds`): a pause takes up to :data:`REACTION_BUDGET_S` to act,
 during which every neighbour that may feed the queue keeps sending at its link rate, and
-each may still let out one frame (:func:`paused_burst`) after it; the queue keeps that
-*headroom* free above ``xoff``. ``xoff`` is also at most :data:`XOFF_MAX_S` of the port's
+each may still let out one (GSO) packet (:func:`paused_burst`) after it; the queue keeps
+that *headroom* free above ``xoff``. ``xoff`` is also at most :data:`XOFF_MAX_S` of the port's
 own drain time: a deeper standing queue would only delay every packet through it, until
 the RDMA transport's retransmission timer fires for packets that were never lost
 (measured: halving-doubling at 4 MiB on leaf-spine with 4 MiB buffers resent 3328
@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from labkit.scenario import FabricSpec
 from labkit.topo import Port, Topology
 
 # A pause acts within this. Measured on a 2-core VM with its fabric at full tilt: 0.2 ms
@@ -31,12 +32,15 @@ from labkit.topo import Port, Topology
 REACTION_BUDGET_S = 0.010
 XOFF_MAX_S = 0.020  # a lossless queue pauses its feeders at most this much of its drain time
 FRAME_OVERHEAD = 64  # bytes a frame may add to the MTU (Ethernet header and then some)
+MAX_GSO_BYTES = 72 << 10  # a GSO packet as a qdisc counts it: 64 KiB and its segments' headers
 
 
 def paused_burst(mtu: int) -> int:
-    """What a paused queue may still let out: one frame. (A TBF refuses a packet longer
-    than its burst, so no less.)"""
-    return mtu + FRAME_OVERHEAD
+    """What a paused queue may still let out: one GSO packet. A TBF cuts a GSO packet
+    longer than its burst into segments as it queues it, and frees the original, which the
+    qdisc_enqueue tracepoint then reports (bpf/pause.bpf.c would read a freed skb): a
+    paused TBF's burst holds the largest, so it never cuts one."""
+    return max(mtu + FRAME_OVERHEAD, MAX_GSO_BYTES)
 
 
 class LosslessError(ValueError):
@@ -67,7 +71,7 @@ def upstream(topo: Topology, ingress: Port) -> Port:
 def thresholds(topo: Topology, port: Port) -> tuple[int, int]:
     """(xoff, xon) in bytes for a lossless queue of ``port``; LosslessError when its
     buffer cannot hold the headroom a pause needs."""
-    frame = paused_burst(port.link.mtu)
+    frame = port.link.mtu + FRAME_OVERHEAD
     senders = feeders(topo, port)
     headroom = frame + sum(f.link.rate_mbps * 1e6 / 8 * REACTION_BUDGET_S
                            + paused_burst(f.link.mtu) for f in senders)
@@ -81,6 +85,15 @@ def thresholds(topo: Topology, port: Port) -> tuple[int, int]:
             f"while {len(senders)} neighbours keep sending), it has {port.link.buffer_kb}")
     xoff = min(xoff, max(int(port.link.rate_mbps * 1e6 / 8 * XOFF_MAX_S), 4 * frame))
     return xoff, xoff // 2
+
+
+def carries_collectives(fabric: FabricSpec, router_layout: str) -> bool:
+    """Whether the collectives' packets are never dropped on purpose or by a full queue:
+    their lane (vip) is lossless, or every lane is (one queue per port), and no link
+    loses packets on purpose. Only then may their transport wait long to resend."""
+    if not fabric.lossless or any(link.loss_percent for link in fabric.links):
+        return False
+    return router_layout == "fifo" or "vip" in fabric.lossless
 
 
 def queues(topo: Topology, lanes: tuple[str, ...], router_layout: str) -> list[Queue]:

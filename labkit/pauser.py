@@ -24,7 +24,9 @@ neighbour's queues.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import errno
 import gc
 import json
 import os
@@ -42,6 +44,7 @@ from labkit.scenario import LANES
 from labkit.topo import Port
 
 POLL_MS = 100  # the pauser wakes on each event; this only bounds how long stop() waits
+STOP_WAIT_S = 10.0  # how long stop() waits for the pauser's report
 RT_PRIORITY = 10  # SCHED_FIFO: above every ordinary task, far below the kernel's own
 PR_SET_PDEATHSIG = 1
 KICK_ETHERTYPE = 0x88B5  # IEEE 802 local experimental: no stack on the fabric takes it
@@ -97,8 +100,9 @@ class _Switch:
 
     def __init__(self, fabric, port: Port, shape: tc.PortShape):
         handle = fabric.handle(port)
-        self.key = handle.key
+        self.port, self.key = port, handle.key
         self.held: dict[int, set[int]] = {}  # class -> the queues (plan indices) pausing it
+        self.paused: set[int] = set()  # classes paused, or whose resume failed
         self.rtnl, self.kick = handle.ns.run(self._open, handle.ifindex)
         self.requests = {
             (classid, paused): tc.tbf_request(handle.ifindex, classid, shape, paused)
@@ -110,12 +114,21 @@ class _Switch:
     def _open(ifindex: int):
         kick = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)
         kick.bind((socket.if_indextoname(ifindex), 0))
+        kick.setblocking(False)
         return tc.Rtnl(), kick
 
     def set(self, classid: int, paused: bool) -> None:
+        """Pause or resume leaf ``classid``; OSError if the kernel refuses."""
         self.rtnl.call(self.requests[classid, paused])
-        if not paused:  # a TBF change does not wake its qdisc: a frame through it does
+        if paused:
+            self.paused.add(classid)
+            return
+        self.paused.discard(classid)
+        try:  # a TBF change does not wake its qdisc: a frame through it does
             self.kick.send(self.frame)
+        except OSError as exc:  # a full queue refused the frame, but trying ran the qdisc
+            if exc.errno not in (errno.ENOBUFS, errno.EAGAIN):
+                raise
 
     def close(self) -> None:
         self.rtnl.close()
@@ -178,39 +191,58 @@ class Pauser:
         """Fork the pauser process; it acts until :meth:`stop`."""
         stop_r, stop_w = os.pipe()
         result_r, result_w = os.pipe()
+        parent = os.getpid()
         pid = os.fork()
         if pid == 0:  # the pauser: acts, then reports and leaves without cleaning up
-            code = 1
             try:
                 os.close(stop_w)
                 os.close(result_r)
-                self._act(stop_r, result_w)
-                code = 0
+                self._act(parent, stop_r, result_w)
             finally:
-                os._exit(code)
+                os._exit(0)
         os.close(stop_r)
         os.close(result_w)
         self.child, self._stop_fd, self._result_fd = pid, stop_w, result_r
         self.fabric.registry.add_process(pid, "pauser", signal.SIGKILL)
         return self
 
-    def _act(self, stop_fd: int, result_fd: int) -> None:
+    def _act(self, parent: int, stop_fd: int, result_fd: int) -> None:
         """The pauser process's life: real-time priority, events until the run closes
-        ``stop_fd``, every queue resumed, then its rows and errors to ``result_fd``."""
-        ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # the run died: go too
+        ``stop_fd``, then every queue it paused resumed whatever happened, and its rows
+        and errors to ``result_fd``. It ignores the run's interrupts (the run stops it)
+        and dies with the run."""
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR2):
+            signal.signal(sig, signal.SIG_IGN)
+        ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != parent:  # the run died before prctl took effect
+            return
         gc.disable()  # a collection would walk the whole heap inherited from the run: ms
         try:
             os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(RT_PRIORITY))
         except OSError as exc:
             self.errors.append(f"no real-time priority ({exc.strerror}): pauses may be late")
-        while not select.select([stop_fd], [], [], 0)[0]:
-            self.ring.poll(POLL_MS)
-        self.ring.consume()
-        for switch, classid in [k for keys in self.holding.values() for k in keys]:
-            self._release_quietly(switch, classid)
+        try:
+            while not select.select([stop_fd], [], [], 0)[0]:
+                self.ring.poll(POLL_MS)
+            self.ring.consume()
+        except Exception as exc:  # noqa: BLE001 - reported; the queues are resumed below
+            self.errors.append(f"the pauser stopped early: {type(exc).__name__}: {exc}")
+        finally:
+            self._resume_everything()
+            with os.fdopen(result_fd, "w") as out:
+                json.dump({"rows": self.rows, "errors": self.errors}, out)
+
+    def _resume_everything(self) -> None:
+        """Resume every class paused, or whose resume failed (the end of the run)."""
         self.holding.clear()
-        with os.fdopen(result_fd, "w") as out:
-            json.dump({"rows": self.rows, "errors": self.errors}, out)
+        for switch in self.switches.values():
+            for holders in switch.held.values():
+                holders.clear()
+            for classid in sorted(switch.paused):
+                try:
+                    self._release(switch, classid, time.monotonic_ns())
+                except OSError as exc:
+                    self.errors.append(f"{switch.key} {tc.classid_str(classid)}: {exc}")
 
     def _on_event(self, raw: bytes) -> None:
         woke_ns = time.monotonic_ns()
@@ -221,7 +253,7 @@ class Pauser:
                 self._pause(q, slot, iif, t_ns, woke_ns)
             else:
                 self._resume(slot, t_ns)
-        except OSError as exc:  # a namespace going away at the end of the run
+        except OSError as exc:
             self.errors.append(f"{q.port.node}/{q.port.ifname}: {exc}")
 
     def _pause(self, q: Queue, slot: int, iif: int, t_ns: int, woke_ns: int) -> None:
@@ -231,35 +263,36 @@ class Pauser:
         switch = self.switches[f"{up.node}/{up.ifname}"]
         for classid in classes_to_pause(q.lane, self.fabric.shape_of(up).layout):
             holders = switch.held.setdefault(classid, set())
-            holders.add(slot)
-            self.holding.setdefault(slot, set()).add((switch, classid))
-            if len(holders) == 1:
-                switch.set(classid, paused=True)
+            if not holders:
+                try:
+                    switch.set(classid, paused=True)
+                except OSError as exc:
+                    self.errors.append(f"{switch.key} {tc.classid_str(classid)}: {exc}")
+                    continue
                 self.open[switch.key, classid] = _Open(
                     t_ns, woke_ns, time.monotonic_ns(), q.lane, f"{q.port.node}/{q.port.ifname}")
+            holders.add(slot)
+            self.holding.setdefault(slot, set()).add((switch, classid))
 
     def _resume(self, slot: int, t_ns: int) -> None:
         for switch, classid in self.holding.pop(slot, ()):
             holders = switch.held[classid]
             holders.discard(slot)
-            if not holders:
-                self._release(switch, classid, t_ns)
-
-    def _release_quietly(self, switch: _Switch, classid: int) -> None:
-        if switch.held.get(classid):
-            switch.held[classid].clear()
+            if holders:
+                continue
             try:
-                self._release(switch, classid, time.monotonic_ns())
-            except OSError as exc:
-                self.errors.append(f"{switch.key}: {exc}")
+                self._release(switch, classid, t_ns)
+            except OSError as exc:  # stays in switch.paused: resumed again at the end
+                self.errors.append(f"{switch.key} {tc.classid_str(classid)}: {exc}")
 
     def _release(self, switch: _Switch, classid: int, t_ns: int) -> None:
         switch.set(classid, paused=False)
         now = time.monotonic_ns()
-        o = self.open.pop((switch.key, classid))
-        self.rows.append(PauseRow(o.t_ns, switch.key, tc.classid_str(classid), o.lane, o.cause,
-                                  o.applied_ns - o.t_ns, o.woke_ns - o.t_ns,
-                                  now - o.applied_ns, now - t_ns))
+        o = self.open.pop((switch.key, classid), None)
+        if o is not None:
+            self.rows.append(PauseRow(o.t_ns, switch.key, tc.classid_str(classid), o.lane,
+                                      o.cause, o.applied_ns - o.t_ns, o.woke_ns - o.t_ns,
+                                      now - o.applied_ns, now - t_ns))
 
     def lost(self) -> int:
         """Events the kernel could not deliver (a full ring)."""
@@ -276,16 +309,26 @@ class Pauser:
 
     def stop(self) -> list[PauseRow]:
         """End the pauser process (it resumes every queue it paused first) and return
-        its pauses; what it could not do is in :meth:`notes`."""
+        its pauses; what it could not do is in :meth:`notes`. A pauser that does not
+        report within :data:`STOP_WAIT_S` is killed, and every queue resumed from here."""
         if self.child is None:
             return self.rows
         os.close(self._stop_fd)
+        text = ""
         with os.fdopen(self._result_fd) as results:
-            text = results.read()
+            if select.select([results], [], [], STOP_WAIT_S)[0]:
+                text = results.read()
+        if not text:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.child, signal.SIGKILL)
         _, status = os.waitpid(self.child, 0)
         self.child = None
         if not text:
-            self.errors.append(f"the pauser process failed (wait status {status})")
+            self.errors.append(f"the pauser process failed (wait status {status}): every "
+                               "queue was resumed after it")
+            for switch in self.switches.values():
+                switch.paused.update(tc.leaf_classes(self.fabric.shape_of(switch.port).layout))
+            self._resume_everything()
             return self.rows
         report = json.loads(text)
         self.rows = [PauseRow(*row) for row in report["rows"]]

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import gc
 import hashlib
+import json
 import os
 import shutil
 import tempfile
@@ -209,6 +210,8 @@ def shell(scenario: str | Path | Scenario, policy: str = "fifo",
                 controllers={**CONTROLLERS, **users}, classifier_object=program) as pf:
             if pf.control:
                 pf.control.start()
+            if pf.pauser:  # a lossless fabric pauses in the shell too
+                pf.pauser.start()
             try:
                 (interact or (lambda pf: pf.fabric.interact()))(pf)
             finally:
@@ -231,7 +234,7 @@ def sweep(scenario: str | Path | Scenario, op: str = "all_reduce", algo: str = "
     if algo == AUTO:
         model, path = _model_of(sc, source)
         ranks = autotune.ring_order(Topology(sc.fabric), sc.ranks)
-        choices = {size: model.choose(size) for size in sizes}
+        choices = {size: model.choose(size, runnable(sc, model, sizes)) for size in sizes}
         algos = {size: c.algo for size, c in choices.items()}
         auto = {"model": str(path), "ranks": list(ranks),
                 "choices": {str(size): {"algo": c.algo, "reason": c.reason}
@@ -244,10 +247,13 @@ def sweep(scenario: str | Path | Scenario, op: str = "all_reduce", algo: str = "
                           scenario_sha256=sc.sha256, op=op, algo=algo, sizes=list(sizes),
                           iters=iters, start_time=rundir.now_iso(), auto=auto,
                           argv=list(argv) if argv else None, **rundir.provenance())
+    notes: list[str] = []
     with _recorded(writer), _caller_objects_frozen(), RunLock(run_id), \
             tempfile.TemporaryDirectory(prefix="labkit-sweep-") as work:
         rows = experiment.run_sweep(sc, op, algos, list(sizes), iters, Registry(run_id),
-                                    Path(work), on_row=on_row, ranks=ranks)
+                                    Path(work), on_row=on_row, ranks=ranks, notes=notes)
+        if notes:
+            writer.write_manifest(notes=notes)
     path = rundir.finish_sweep(writer, [asdict(r) for r in rows])
     return Sweep(path, rows, pl.read_parquet(path / "sweep.parquet").drop("run_id"))
 
@@ -292,14 +298,24 @@ def tune(scenario: str | Path | Scenario, sizes: Sequence[int] = TUNE_SIZES, ite
                           iters=iters, ranks=list(ranks), start_time=rundir.now_iso(),
                           argv=list(argv) if argv else None, **rundir.provenance())
     sweeps: dict[str, list[dict]] = {}
+    notes: list[str] = []
     with _recorded(writer), _caller_objects_frozen(), RunLock(run_id), \
             tempfile.TemporaryDirectory(prefix="labkit-tune-") as work:
         for algo in algos:
             rows = experiment.run_sweep(
                 sc, "all_reduce", algo, list(sizes), iters, Registry(run_id), Path(work) / algo,
-                on_row=(lambda row, a=algo: on_row(a, row)) if on_row else None, ranks=ranks)
+                on_row=(lambda row, a=algo: on_row(a, row)) if on_row else None, ranks=ranks,
+                notes=notes)
             sweeps[algo] = [asdict(r) for r in rows]
-    model = autotune.Model.fit(sweeps, autotune.fabric_key(sc.fabric))
+        (writer.tmp / "tune.json").write_text(json.dumps(sweeps, indent=1) + "\n")
+        # an algorithm with wrong values at all but one size cannot be fitted: left out
+        fitted = {a: rows for a, rows in sweeps.items()
+                  if sum(1 for r in rows if not r["wrong"]) >= 2}
+        if not fitted:
+            raise RuntimeError("no algorithm ran without wrong values at two sizes: nothing "
+                               "to fit (every row is kept in tune.json)")
+        writer.write_manifest(not_fitted=sorted(set(sweeps) - set(fitted)), notes=notes)
+        model = autotune.Model.fit(fitted, model_key(sc))
     path = rundir.finish_tune(writer, sweeps, model)
     return Tuning(path, sweeps, model, rundir.save_model(model, run_id, models))
 
@@ -317,12 +333,23 @@ def _runs(sc: Scenario, algo: str, sizes: Sequence[int]) -> bool:
     return algo != "hierarchical" or not scenario_mod.server_problem(sc.fabric, sc.ranks)
 
 
+def model_key(sc: Scenario) -> str:
+    """The key a tuning of ``sc`` keeps its model under: its fabric, rank count and GSO."""
+    return autotune.model_key(sc.fabric, len(sc.ranks), sc.emulation.gso_packets)
+
+
+def runnable(sc: Scenario, model: autotune.Model, sizes: Sequence[int]) -> list[str]:
+    """The model's algorithms that ``sc``'s ranks can run."""
+    return [a for a in model.algos if _runs(sc, a, sizes)]
+
+
 def _model_of(sc: Scenario, source: str) -> tuple[autotune.Model, Path]:
-    found = rundir.newest_model(autotune.fabric_key(sc.fabric))
+    found = rundir.newest_model(model_key(sc))
     if found is None:
-        raise ScenarioError(source, "algo", "auto chooses from a model of this fabric, and "
-                            "there is none yet: run `labkit tune` on this scenario first (it "
-                            "sweeps every algorithm here, a few minutes)")
+        raise ScenarioError(source, "algo", f"auto chooses from a model of this fabric with "
+                            f"{len(sc.ranks)} ranks, and there is none yet: run `labkit tune` "
+                            "on this scenario first (it sweeps every algorithm here, a few "
+                            "minutes)")
     return found
 
 
@@ -334,7 +361,7 @@ def resolve_auto(sc: Scenario, source: str) -> tuple[Scenario, dict | None]:
     if ar is None or ar.algo != AUTO:
         return sc, None
     model, path = _model_of(sc, source)
-    choice = model.choose(ar.size_bytes)
+    choice = model.choose(ar.size_bytes, runnable(sc, model, [ar.size_bytes]))
     ranks = autotune.ring_order(Topology(sc.fabric), ar.ranks)
     return (replace(sc, allreduce=replace(ar, algo=choice.algo, ranks=ranks)),
             {"algo": choice.algo, "reason": choice.reason, "model": str(path),
@@ -482,7 +509,8 @@ def check_sweep(sc: Scenario, op: str, algo: str, sizes: Sequence[int], iters: i
         if op != "all_reduce":
             raise ScenarioError(source, "algo", f"auto chooses All-Reduce algorithms, not {op}")
         model, _ = _model_of(sc, source)
-        for each in sorted({model.choose(size).algo for size in sizes}):
+        allowed = runnable(sc, model, sizes)
+        for each in sorted({model.choose(size, allowed).algo for size in sizes}):
             check_sweep(sc, op, each, sizes, iters)
         return
     try:

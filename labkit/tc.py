@@ -17,7 +17,8 @@ holding the port's buffer:
   Unclassified packets land in normal (the HTB default).
 
 A port of a lossless fabric (:mod:`labkit.lossless`) holds each leaf's bfifo inside a
-TBF, so that the leaf can be paused and resumed on its own (:class:`PauseSwitch`).
+TBF, so that the leaf can be paused and resumed on its own (:mod:`labkit.pauser`, with
+:func:`tbf_request`).
 Resumed, the TBF's rate is :data:`RESUMED_RATE_FACTOR` times the link and its burst
 holds a GSO packet, so HTB alone shapes the port.
 
@@ -73,7 +74,7 @@ class PortShape:
     buffer_bytes: int
     mtu: int
     layout: str  # "fifo", "lanes" or "held"
-    pausable: bool = False  # each leaf a TBF that PauseSwitch can stop (lossless fabrics)
+    pausable: bool = False  # each leaf a TBF the pauser can stop (lossless)
 
 
 def bytes_per_s(rate_mbps: float) -> int:

@@ -42,8 +42,10 @@ def flows(sc: scenario.Scenario) -> list[tuple[str, str, str, float]]:
     if work is not None:
         n = len(sc.ranks)
         for r, host in enumerate(sc.ranks):
-            plan = (schedules.collective_plan("all_reduce", sc.allreduce.algo, n, r,
-                                              sc.allreduce.size_bytes)
+            algo = sc.allreduce.algo if sc.allreduce else None  # auto: the ring's, as a guess
+            plan = (schedules.collective_plan("all_reduce", "ring" if algo == "auto" else algo,
+                                              n, r, sc.allreduce.size_bytes,
+                                              sc.fabric.gpus_per_host)
                     if sc.allreduce else jobs.plan(sc.job.as_dict(), n, r))
             peers = sorted({m.peer for s in plan.steps for m in s.send})
             nic = topo.ports[host][0].link.rate_mbps

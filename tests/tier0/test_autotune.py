@@ -266,7 +266,7 @@ def test_auto_runs_what_the_newest_model_of_the_fabric_chooses(tmp_path, monkeyp
     doc = yaml.safe_load((REPO / "topologies/leaf-spine.yaml").read_text())
     doc["traffic"][0].update(algo="auto", ranks=["g5", "g1", "g6", "g2"])
     sc = scenario.parse(doc, "ls.yaml")
-    key = autotune.fabric_key(sc.fabric)
+    key = runner.model_key(sc)
     model = autotune.Model.fit(SWEEPS, key)
     old = rundir.save_model(model, "20260101-000000-x-tune")
     new = rundir.save_model(model, "20260102-000000-x-tune")
@@ -277,3 +277,19 @@ def test_auto_runs_what_the_newest_model_of_the_fabric_chooses(tmp_path, monkeyp
     assert resolved.allreduce.ranks == ("g5", "g6", "g1", "g2")  # each leaf's ranks together
     assert auto["reason"].startswith(auto["algo"]) and auto["model"] == str(new)
     runner.check_sweep(sc, "all_reduce", "auto", [65536, 4 << 20], 1)  # a model: fine
+
+
+def test_auto_chooses_only_what_the_ranks_can_run(tmp_path, monkeypatch):
+    from labkit import runner
+
+    monkeypatch.setattr(rundir, "MODELS_DIR", tmp_path)
+    doc = yaml.safe_load((REPO / "topologies/leaf-spine.yaml").read_text())
+    doc["traffic"][0].update(algo="auto", ranks=["g1", "g2", "g3", "g5", "g6", "g7"])
+    sc = scenario.parse(doc, "ls.yaml")
+    fits = {a: [{"size": s, "time_us": t, "wrong": 0} for s, t in ((1 << 16, 1e3), (1 << 22, 1e4))]
+            for a in ("halving_doubling",)}
+    fits["ring"] = [{"size": 1 << 16, "time_us": 5e3, "wrong": 0},
+                    {"size": 1 << 22, "time_us": 9e4, "wrong": 0}]
+    rundir.save_model(autotune.Model.fit(fits, runner.model_key(sc)), "20260101-000000-x")
+    resolved, auto = runner.resolve_auto(sc, "ls.yaml")  # 6 ranks: no halving-doubling
+    assert resolved.allreduce.algo == "ring" and auto["algo"] == "ring"

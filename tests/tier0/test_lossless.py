@@ -70,12 +70,12 @@ def test_feeders_are_the_other_neighbours_by_their_own_ports(doc):
 def test_thresholds_leave_headroom_for_every_feeder_at_its_rate(doc):
     t = topology(doc)
     port = t.port_towards("spine1", "leaf1")  # fed by two 200 Mbit/s uplinks
-    frame = lossless.paused_burst(9000)
-    in_flight = 2 * (200e6 / 8 * lossless.REACTION_BUDGET_S + frame) + frame
-    doc["defaults"]["link"]["buffer_kb"] = 700  # the headroom decides
-    small = topology(doc)
+    frame, leak = 9000 + lossless.FRAME_OVERHEAD, lossless.paused_burst(9000)
+    in_flight = 2 * (200e6 / 8 * lossless.REACTION_BUDGET_S + leak) + frame
+    doc["fabric"]["links"][0] = {"between": ["leaf1", "spine1"], "buffer_kb": 880}
+    small = topology(doc)  # there the headroom decides
     xoff, xon = lossless.thresholds(small, small.port_towards("spine1", "leaf1"))
-    assert xoff == int(700 * 1024 - in_flight) and xon == xoff // 2
+    assert xoff == int(880 * 1024 - in_flight) and xon == xoff // 2
     # a deep buffer: xoff is at most XOFF_MAX_S of the port's drain time
     xoff, _ = lossless.thresholds(t, port)
     assert xoff == int(100e6 / 8 * lossless.XOFF_MAX_S)
@@ -109,6 +109,7 @@ def test_pause_requests_stop_and_restart_a_leaf():
     assert int.from_bytes(resumed[rate_at:rate_at + 4], "little") == (
         tc.bytes_per_s(100) * tc.RESUMED_RATE_FACTOR)
     assert paused[-4:] == lossless.paused_burst(9000).to_bytes(4, "little")
+    assert lossless.paused_burst(9000) >= 64 << 10  # a paused TBF never cuts a GSO packet
 
 
 def test_the_lossless_scenario_keeps_its_victim_away_from_the_funnel(doc):
@@ -118,3 +119,71 @@ def test_the_lossless_scenario_keeps_its_victim_away_from_the_funnel(doc):
     path = t.path(victim.clients[0], victim.server)
     assert "leaf1" not in path  # it never crosses the bottleneck link
     assert t.path("g8", "g1")[1:3] == path[1:3]  # but shares leaf2's uplink with the ring
+
+
+class FakeSwitch:
+    """A neighbour's port whose netlink requests are remembered, and may fail."""
+
+    def __init__(self, key, fail=()):
+        self.key, self.fail, self.calls = key, set(fail), []
+        self.held, self.paused = {}, set()
+
+    def set(self, classid, paused):
+        self.calls.append((classid, paused))
+        if (classid, paused) in self.fail:
+            raise OSError(105, "No buffer space available")
+        (self.paused.add if paused else self.paused.discard)(classid)
+
+
+def bookkeeper(doc, switches):
+    """A Pauser without the kernel: its plan, ingress map and fake switches."""
+    from labkit import pauser
+    from labkit.fabric import Fabric
+
+    t = topology(doc)
+    p = object.__new__(pauser.Pauser)
+    p.fabric = Fabric(t, registry=None)
+    p.plan = lossless.queues(t, ("vip",), "fifo")
+    p.switches = switches
+    p.ingress = {("spine1", 2): t.port_towards("leaf2", "spine1"),
+                 ("spine1", 3): t.port_towards("leaf3", "spine1")}
+    p.rows, p.open, p.holding, p.errors = [], {}, {}, []
+    slot = next(i for i, q in enumerate(p.plan) if q.port == t.port_towards("spine1", "leaf1"))
+    return p, slot
+
+
+def test_a_failed_resume_is_retried_at_the_end_and_nothing_stays_paused(doc):
+    leaf2 = FakeSwitch("leaf2/leaf2-eth4", fail={(tc.FIFO_CLASS, False)})
+    leaf3 = FakeSwitch("leaf3/leaf3-eth1")
+    p, slot = bookkeeper(doc, {"leaf2/leaf2-eth4": leaf2, "leaf3/leaf3-eth1": leaf3})
+    p._pause(p.plan[slot], slot, 2, 100, 150)
+    p._pause(p.plan[slot], slot, 3, 100, 150)
+    p._pause(p.plan[slot], slot, 2, 110, 160)  # paused already: no second request
+    assert leaf2.calls == [(tc.FIFO_CLASS, True)] and leaf2.paused == {tc.FIFO_CLASS}
+    p._resume(slot, 200)
+    assert leaf3.paused == set() and len(p.rows) == 1 and p.rows[0].port == leaf3.key
+    assert leaf2.paused == {tc.FIFO_CLASS} and "No buffer space" in p.errors[0]
+    leaf2.fail.clear()
+    p._resume_everything()
+    assert leaf2.paused == set() and len(p.rows) == 2
+
+
+def test_a_refused_pause_holds_nothing(doc):
+    leaf2 = FakeSwitch("leaf2/leaf2-eth4", fail={(tc.FIFO_CLASS, True)})
+    p, slot = bookkeeper(doc, {"leaf2/leaf2-eth4": leaf2})
+    p._pause(p.plan[slot], slot, 2, 100, 150)
+    assert not leaf2.held.get(tc.FIFO_CLASS) and not p.holding and len(p.errors) == 1
+    p._resume(slot, 200)  # nothing to resume, and no error about it
+    assert leaf2.calls == [(tc.FIFO_CLASS, True)] and len(p.errors) == 1
+
+
+def test_the_transport_waits_long_only_when_its_lane_never_drops(doc):
+    fabric = scenario.parse(doc).fabric
+    assert lossless.carries_collectives(fabric, "fifo")
+    assert lossless.carries_collectives(fabric, "lanes")
+    doc["fabric"]["lossless"] = ["low"]
+    low = scenario.parse(doc).fabric
+    assert lossless.carries_collectives(low, "fifo") and not lossless.carries_collectives(
+        low, "lanes")  # under priority the vip lane still drops
+    doc["defaults"]["link"]["loss_percent"] = 0.1
+    assert not lossless.carries_collectives(scenario.parse(doc).fabric, "fifo")

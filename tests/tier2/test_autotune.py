@@ -23,7 +23,7 @@ def test_tune_then_auto(fabric_ready, tmp_path, monkeypatch):
     sc = scenario.parse(DOC)
     tuning = runner.tune(sc, SIZES, iters=2, out=tmp_path / "tune")
     assert set(tuning.sweeps) == {"ring", "tree", "halving_doubling"}
-    assert tuning.model_path.parent.name == autotune.fabric_key(sc.fabric)
+    assert tuning.model_path.parent.name == runner.model_key(sc)
     manifest = rundir.read_documents(tuning.path, ("manifest.json",))["manifest.json"]
     assert manifest["kind"] == "tune" and manifest["ranks"] == ["g1", "g2", "g3", "g4"]
     rows = pl.read_parquet(tuning.path / "tune.parquet")
