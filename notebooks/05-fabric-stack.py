@@ -97,8 +97,8 @@ lossless_frame({name: run.summary for name, run in runs.items()}, digits=2)
 # %% [markdown]
 # Who paused whom (the `pauses` table: one row per pause of a neighbour's queue). spine1's
 # port to leaf1 pauses the two uplinks that fill it, leaf2's (the ring) and leaf3's
-# (storage); leaf3's uplink, paused, fills and pauses st1 in turn. A pause acts within a
-# fraction of one 9000-byte frame's wire time (720 us at 100 Mbit/s):
+# (storage); paused, leaf3's uplink fills and pauses st1, and leaf2's pauses g5 and g8. A
+# pause acts within a fraction of one 9000-byte frame's wire time (720 us at 100 Mbit/s):
 
 # %%
 window = runs["lossless"].summary["policies"]["fifo"]["window_s"]
@@ -106,7 +106,7 @@ pause_frame(runs["lossless"]["pauses"], "fifo", window)
 
 # %% [markdown]
 # And the victim: its writes wait behind the ring's packets in leaf2's paused uplink. On a
-# path with no congestion of its own, its I/Os take two to three times as long: congestion
+# path with no congestion of its own, its I/Os take three to four times as long: congestion
 # spreading, the reason PFC fabrics also need congestion control (DCQCN) to keep pauses
 # rare.
 
