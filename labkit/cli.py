@@ -39,6 +39,21 @@ SET_HELP = ("change one key of the scenario (repeatable): a key path as in a gri
             "defaults.link.buffer_kb=2048")
 
 
+def _size_arguments(parser, maxbytes: str, factor: int, iters: int, what: str) -> None:
+    """The message sizes (-b, -e, -f), iterations (-n) and --set of a sweep-like command."""
+    parser.add_argument("-b", "--minbytes", default="64K",
+                        help="smallest message size, e.g. 64K (default 64K)")
+    parser.add_argument("-e", "--maxbytes", default=maxbytes,
+                        help=f"largest message size, e.g. 8M (default {maxbytes})")
+    parser.add_argument("-f", "--stepfactor", type=int, default=factor,
+                        help=f"multiply the size by this between steps (default {factor}), "
+                             f"e.g. -f {2 if factor != 2 else 4}")
+    parser.add_argument("-n", "--iters", type=int, default=iters,
+                        help=f"{what} (default {iters}), e.g. -n {2 * iters}")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help=SET_HELP)
+
+
 def _version() -> str:
     from importlib.metadata import PackageNotFoundError, version
 
@@ -113,16 +128,7 @@ def main(argv: list[str] | None = None) -> int:
                        help="ring, tree, halving_doubling, hierarchical, pairwise (by op), or "
                             "auto (All-Reduce: the algorithm `labkit tune`'s model of this "
                             "fabric chooses at each size), e.g. --algo tree")
-    sweep.add_argument("-b", "--minbytes", default="64K",
-                       help="smallest message size, e.g. 64K (default 64K)")
-    sweep.add_argument("-e", "--maxbytes", default="8M",
-                       help="largest message size, e.g. 8M (default 8M)")
-    sweep.add_argument("-f", "--stepfactor", type=int, default=2,
-                       help="multiply the size by this between steps (default 2), e.g. -f 4")
-    sweep.add_argument("-n", "--iters", type=int, default=10,
-                       help="timed iterations per size (default 10), e.g. -n 20")
-    sweep.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                       help=SET_HELP)
+    _size_arguments(sweep, "8M", 2, 10, "timed iterations per size")
     sweep.add_argument("--units", choices=("emulated", "real"), default="emulated",
                        help="real: also print algbw and busbw in GB/s of the fabric the "
                             "scenario's scale factor says the links stand for")
@@ -135,16 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     tune.add_argument("scenario", type=Path,
                       help="a scenario file whose fabric and ranks to use, e.g. "
                            "topologies/leaf-spine.yaml")
-    tune.add_argument("-b", "--minbytes", default="64K",
-                      help="smallest message size, e.g. 64K (default 64K)")
-    tune.add_argument("-e", "--maxbytes", default="4M",
-                      help="largest message size, e.g. 8M (default 4M)")
-    tune.add_argument("-f", "--stepfactor", type=int, default=4,
-                      help="multiply the size by this between steps (default 4), e.g. -f 2")
-    tune.add_argument("-n", "--iters", type=int, default=5,
-                      help="timed iterations per size and algorithm (default 5), e.g. -n 10")
-    tune.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                      help=SET_HELP)
+    _size_arguments(tune, "4M", 4, 5, "timed iterations per size and algorithm")
     tune.add_argument("--out", type=Path,
                       help="record the tuning in this new directory (default: "
                            "data/runs/<run-id>); the model is kept in data/models/<fabric>/")

@@ -234,7 +234,8 @@ def sweep(scenario: str | Path | Scenario, op: str = "all_reduce", algo: str = "
     if algo == AUTO:
         model, path = _model_of(sc, source)
         ranks = autotune.ring_order(Topology(sc.fabric), sc.ranks)
-        choices = {size: model.choose(size, runnable(sc, model, sizes)) for size in sizes}
+        allowed = runnable(sc, model, sizes)
+        choices = {size: model.choose(size, allowed) for size in sizes}
         algos = {size: c.algo for size, c in choices.items()}
         auto = {"model": str(path), "ranks": list(ranks),
                 "choices": {str(size): {"algo": c.algo, "reason": c.reason}
