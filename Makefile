@@ -8,15 +8,16 @@ SYSTEM_PYTHON := /usr/bin/python3
 LOCK := requirements.lock
 PIP := $(PY) -m pip install -q --disable-pip-version-check
 DEB_PACKAGES := mininet clang llvm libbpf-dev bpftool iperf3 tcpdump tshark iputils-ping \
-	iproute2 ethtool python3-venv procps chromium slurm-wlm munge
+	iproute2 ethtool python3-venv procps chromium slurm-wlm munge zlib1g-dev
 BPF_SOURCES := $(wildcard bpf/*.bpf.c)
 BPF_OBJECTS := $(patsubst bpf/%.bpf.c,bpf/build/%.bpf.o,$(BPF_SOURCES))
 BPF_HEADERS := $(wildcard bpf/include/*.h)
 BPF_CFLAGS := -target bpf -O2 -g -Wall -Werror -Ibpf/build -Ibpf/include
+HOTPATH := labkit/traffic/_hotpath.so
 
-.PHONY: setup system mounts bpf user-bpf demo test bench soak lint lock clean-build
+.PHONY: setup system mounts bpf hotpath user-bpf demo test bench soak lint lock clean-build
 
-setup: system mounts $(VENV)/.installed bpf
+setup: system mounts $(VENV)/.installed bpf hotpath
 
 # Debian packages: installed only when one is missing.
 system:
@@ -72,6 +73,12 @@ bpf/build/vmlinux.h:
 bpf/build/%.bpf.o: bpf/%.bpf.c $(BPF_HEADERS) bpf/build/vmlinux.h
 	clang $(BPF_CFLAGS) -c $< -o $@
 
+# The rank agents' per-packet work in C (labkit/traffic/hotpath.py says why), loaded with ctypes.
+hotpath: $(HOTPATH)
+
+$(HOTPATH): labkit/traffic/hotpath.c
+	clang -O2 -g -Wall -Werror -fPIC -shared -o $@ $< -lz
+
 # A scenario's own classifier (lanes.program), compiled by labkit at run time with the
 # flags and headers of labkit's own programs: make user-bpf SRC=mine.bpf.c OUT=mine.bpf.o
 user-bpf: bpf/build/vmlinux.h
@@ -95,4 +102,4 @@ lint: setup
 	$(VENV)/bin/ruff check labkit tests benchmarks
 
 clean-build:
-	rm -rf bpf/build
+	rm -rf bpf/build $(HOTPATH)

@@ -5,8 +5,9 @@ far above what two cores forward); packets/s is what h2's interface received, so
 a sender is credited only for packets that made it. scapy builds each packet (a
 PSN sequence needs a new packet per send, which is how scapy is used to send one);
 scapy gets its best use: one sendp call over a generator, so one socket for all.
-labkit patches the PSN into a template built once by scapy and sends batches with
-sendmmsg; iperf3 -u is the C reference.
+labkit sends as a rank does (labkit.traffic.hotpath: packets built in C from templates
+scapy made once, PSN, stamp and ICRC patched, batches sent with sendmmsg); iperf3 -u
+is the C reference.
 """
 
 import json
@@ -20,7 +21,6 @@ from benchmarks.path import two_hosts
 from labkit import topo
 from labkit.fabric import Fabric, mac_for
 from labkit.registry import Registry
-from labkit.traffic import roce
 
 PAYLOAD = 1024
 SECONDS = 3
@@ -52,7 +52,6 @@ def run() -> list[dict]:
     t = topo.Topology(two_hosts(40000, 9000, 4096).fabric)
     dst, rx_if = t.host_ip("h2"), t.ports["h2"][0].ifname
     h1 = t.ports["h1"][0]
-    template = roce.data_templates(0x101, PAYLOAD)["middle"]
     with Fabric(t, Registry("bench-sender")) as f:
         f.popen("h2", ["iperf3", "-s"], "iperf3 server", stdout=subprocess.DEVNULL)
         f.popen("h2", [sys.executable, "-c", SINK], "udp sink")
@@ -70,8 +69,8 @@ def run() -> list[dict]:
         got, _, out = measured([sys.executable, "-c", SCAPY, dst, mac_for(h1.peer_ip),
                                 h1.ifname, str(SCAPY_PACKETS)], "scapy sendp")
         scapy_pps = got / float(out)
-        got, _, out = measured([sys.executable, "-m", "labkit.traffic.sender", dst,
-                                str(SECONDS), template.hex()], "labkit sender")
+        got, _, out = measured([sys.executable, "-m", "labkit.traffic.hotpath", dst,
+                                str(SECONDS)], "labkit sender")
         labkit_pps = got / SECONDS
         got, _, out = measured(["iperf3", "-c", dst, "-u", "-b", "0", "-l", str(PAYLOAD),
                                 "-t", str(SECONDS), "-J"], "iperf3 -u")

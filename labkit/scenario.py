@@ -94,7 +94,7 @@ class ControlSpec:
 @dataclass(frozen=True)
 class EmulationSpec:
     """How labkit emulates, not what: ``gso_packets`` RoCE packets of a rank's message
-    travel the fabric as one GSO run (labkit.traffic.sender). 1 keeps every packet on its
+    travel the fabric as one GSO run (labkit.traffic.hotpath). 1 keeps every packet on its
     own; more costs the machine less per packet (a bigger fabric fits) but a full FIFO
     then drops a run whole (docs/scenarios.md has the measurements)."""
 

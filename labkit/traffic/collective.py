@@ -21,7 +21,7 @@ communication) and waiting for a peer that had not sent yet (bubbles); every op 
 reports those phases as spans, when each began and ended (``phases`` in the results:
 ``[op, phase, start_ns, end_ns]``), a few per step of its plan.
 
-Standard library only (plus ``wire``, ``sender``, ``rc``, ``schedules``, ``jobs``):
+Standard library only (plus ``wire``, ``hotpath``, ``rc``, ``schedules``, ``jobs``):
 agents start fast.
 """
 
@@ -37,13 +37,11 @@ import sys
 import time
 
 from labkit import abi
-from labkit.traffic import configs, jobs, rc, schedules, wire
-from labkit.traffic.sender import BatchSender
+from labkit.traffic import configs, hotpath, jobs, rc, schedules, wire
 
 NICE = -10  # ranks stand in for GPUs and their NICs: storage agents must not delay them
 SO_RCVBUFFORCE = 33
 SOL_UDP, UDP_GRO = 17, 104  # <linux/udp.h>
-RECV_CMSG_BYTES = 64  # room for IP_TOS and UDP_GRO control messages (CMSG_SPACE 24 each)
 IP_MTU_DISCOVER, IP_PMTUDISC_DO = 10, 2  # <linux/in.h>; not exported by Python 3.11
 RCVBUF_BYTES = 16 << 20
 SNDBUF_BYTES = 128 << 10
@@ -202,7 +200,7 @@ class PhaseBoard:
 
 def _udp_socket() -> socket.socket:
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    # DF set and unconnected: the kernel writes IP ID 0, as RoCE NICs do (wire.Icrc)
+    # DF set and unconnected: the kernel writes IP ID 0, as RoCE NICs do (see wire.py's ICRC)
     s.setsockopt(socket.IPPROTO_IP, IP_MTU_DISCOVER, IP_PMTUDISC_DO)
     s.setblocking(False)
     return s
@@ -220,6 +218,7 @@ def run(cfg: configs.Collective, stdin, stdout) -> dict:
     delivered = [0]  # whole messages so far: a new one may let the next step start
 
     def deliver(peer: int, chunk: int, value: int, sent_ns: int) -> None:
+        """A whole message from ``peer`` (rank)."""
         delivered[0] += 1
         if not (op_state and op_state[0].arrived(peer, chunk, value, sent_ns)):
             early.append((peer, chunk, value, sent_ns))
@@ -231,28 +230,28 @@ def run(cfg: configs.Collective, stdin, stdout) -> dict:
         rx.setsockopt(socket.IPPROTO_IP, socket.IP_RECVTOS, 1)
     rx.setsockopt(SOL_UDP, UDP_GRO, 1)  # a peer's GSO run arrives as it was sent
     rx.bind(("0.0.0.0", wire.ROCEV2_PORT))
-    senders, receivers, tx = {}, {}, {}
+    receiver = hotpath.Rx(rx, cfg.ip)
+    senders, tx = {}, {}
+    by_index = {}  # the receiver's peer index -> rank
     for p in partners:
         s = tx[p] = _udp_socket()
         s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SNDBUF_BYTES)
         if dcqcn:  # ECN-capable: the fabric may mark it CE instead of queueing it long
             s.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, wire.ECT0)
         s.bind(("0.0.0.0", cfg.sport_base + p))
-        templates = {k: rc.with_dqpn(v, QPN_BASE + p) for k, v in data.items()}
-        out = BatchSender(s, (peers[p], wire.ROCEV2_PORT), batch=SEND_BURST,
-                          slot_bytes=max(len(t) for t in templates.values()),
-                          gso=cfg.gso_segments)
-        senders[p] = rc.Sender(out, wire.Icrc(cfg.ip, peers[p], cfg.sport_base + p),
-                               templates, cfg.payload_bytes, abi.seq_base(rank),
+        qpn = QPN_BASE + p
+        out = hotpath.Tx(s, cfg.ip, cfg.sport_base + p, (peers[p], wire.ROCEV2_PORT),
+                         {k: rc.with_dqpn(v, qpn) for k, v in data.items()},
+                         cfg.payload_bytes, abi.seq_base(rank), batch=SEND_BURST,
+                         gso=cfg.gso_segments)
+        senders[p] = rc.Sender(out, cfg.payload_bytes,
                                rc.Dcqcn(dcqcn * 1e6 / 8) if dcqcn else None,
                                rc.LOSSLESS_MIN_RTO_NS if cfg.lossless else rc.MIN_RTO_NS)
-        receivers[p] = rc.Receiver(
-            rx, (peers[p], wire.ROCEV2_PORT), wire.Icrc(cfg.ip, peers[p], wire.ROCEV2_PORT),
-            rc.with_dqpn(cfg.ack_template, QPN_BASE + p),
-            rc.with_dqpn(cfg.nak_template, QPN_BASE + p),
-            deliver=lambda chunk, value, sent, p=p: deliver(p, chunk, value, sent),
-            cnp=rc.with_dqpn(cfg.cnp_template, QPN_BASE + p) if dcqcn else None)
-    by_ip = {peers[p]: p for p in partners}
+        index = receiver.add_peer(peers[p], wire.ROCEV2_PORT,
+                                  rc.with_dqpn(cfg.ack_template, qpn),
+                                  rc.with_dqpn(cfg.nak_template, qpn),
+                                  rc.with_dqpn(cfg.cnp_template, qpn) if dcqcn else None)
+        by_index[index] = p
 
     print("READY", file=stdout, flush=True)
     line = stdin.readline().split()
@@ -265,38 +264,18 @@ def run(cfg: configs.Collective, stdin, stdout) -> dict:
     poller = select.poll()
     poller.register(rx, select.POLLIN)
     watching: set[int] = set()  # tx sockets polled for room
-    rbuf = bytearray(65536)
-    rview = memoryview(rbuf)
 
     def drain() -> None:
-        """Handle every packet waiting at the receive socket. A run a peer sent as one GSO
-        send comes as one read (UDP_GRO) and is split here at its segment size."""
-        while True:
-            try:
-                nbytes, anc, _, (addr, _) = rx.recvmsg_into([rbuf], RECV_CMSG_BYTES)
-            except BlockingIOError:
-                return
-            p = by_ip.get(addr)
-            if p is None:
-                continue
-            segment, ce = nbytes, False
-            for level, kind, data in anc:
-                if level == SOL_UDP and kind == UDP_GRO:
-                    segment = int.from_bytes(data[:4], sys.byteorder)
-                elif level == socket.IPPROTO_IP and kind == socket.IP_TOS:
-                    ce = data[0] & wire.ECN_MASK == wire.CE
-            for at in range(0, nbytes, segment):
-                handle(p, rview[at:at + min(segment, nbytes - at)], ce)
-
-    def handle(p: int, pkt: memoryview, ce: bool) -> None:
-        opcode = pkt[wire.OPCODE]
-        if opcode == wire.ACKNOWLEDGE:
-            senders[p].on_ack(int.from_bytes(pkt[wire.PSN:wire.PSN + 3], "big"),
-                              pkt[wire.BTH_LEN], time.monotonic_ns())
-        elif opcode in wire.DATA_OPCODES:
-            receivers[p].on_data(pkt, len(pkt), ce)
-        elif opcode == wire.CNP:
-            senders[p].on_cnp(time.monotonic_ns())
+        """Handle every packet waiting at the receive socket (in C: hotpath.Rx): whole
+        messages go to the op, ACKs and CNPs to their queue pair's sender."""
+        for kind, index, a, b, c in receiver.drain():
+            p = by_index[index]
+            if kind == hotpath.DELIVER:
+                deliver(p, a, b, c)
+            elif kind == hotpath.ACK:
+                senders[p].on_ack(a, b, time.monotonic_ns())
+            else:
+                senders[p].on_cnp(time.monotonic_ns())
 
     ops: list[dict] = []
     phases: list[tuple[int, str, int, int]] = []  # (op, phase, start_ns, end_ns)
@@ -371,6 +350,7 @@ def run(cfg: configs.Collective, stdin, stdout) -> dict:
             break
         drain()
     usage = resource.getrusage(resource.RUSAGE_SELF)
+    received = [receiver.stats(i) for i in by_index]
     return {
         "cpu_user_s": usage.ru_utime, "cpu_sys_s": usage.ru_stime,
         "rank": rank, "ops": ops, "phases": phases,
@@ -379,8 +359,8 @@ def run(cfg: configs.Collective, stdin, stdout) -> dict:
         "timeouts": sum(s.timeouts for s in senders.values()),
         "naks": sum(s.naks for s in senders.values()),
         "cnps": sum(s.cnps for s in senders.values()),  # received, each a rate cut
-        "out_of_order": sum(r.dropped_out_of_order for r in receivers.values()),
-        "bytes_received": sum(r.bytes for r in receivers.values()),
+        "out_of_order": sum(st["out_of_order"] for st in received),
+        "bytes_received": sum(st["bytes"] for st in received),
         "packets_sent": sum(s.high for s in senders.values()),
     }
 

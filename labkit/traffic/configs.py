@@ -33,7 +33,7 @@ class Collective:
     cnp_template: bytes
     phase_map_fd: int | None = None  # the host's lk_phase, inherited (state-aware control)
     dcqcn_line_mbps: float | None = None  # set: ECN-capable packets, rate cuts on CNPs
-    gso_segments: int = 1  # packets of equal size sent as one UDP GSO run (traffic.sender)
+    gso_segments: int = 1  # packets of equal size sent as one UDP GSO run (traffic.hotpath)
     lossless: bool = False  # the fabric pauses instead of dropping: long transport timeouts
     out: str = ""  # where the agent writes its result
 

@@ -1,28 +1,26 @@
 """RoCE reliable connection (RC) semantics for one queue pair, over UDP sockets.
 
 :class:`Sender` segments messages into RDMA WRITE FIRST/MIDDLE/LAST (or ONLY)
-packets with consecutive PSNs, batches them into ``sendmmsg`` calls, and goes
-back N on a NAK or a retransmission timeout (RFC 6298-style RTO). Each message
-carries its chunk id in the RETH virtual address and the chunk's value (see
-:mod:`labkit.traffic.schedules`) after the stamp in its first packet.
-:class:`Receiver` accepts only the next expected PSN, ACKs each message end,
-NAKs the first packet of a gap once, and reports whole messages. With DCQCN on, a
-receiver answers packets that arrive marked CE with a CNP (at most one per
-``CNP_GAP_NS``) and the sender's :class:`Dcqcn` paces it below line rate.
+packets with consecutive PSNs, sends them in batches, and goes back N on a NAK or a
+retransmission timeout (RFC 6298-style RTO). Each message carries its chunk id in the
+RETH virtual address and the chunk's value (see :mod:`labkit.traffic.schedules`)
+after the stamp in its first packet. The receiver (:class:`labkit.traffic.hotpath.Rx`)
+accepts only the next expected PSN, ACKs each message end, NAKs the first packet of a
+gap once, and reports whole messages. With DCQCN on, a receiver answers packets that
+arrive marked CE with a CNP (at most one per 2 ms and queue pair) and the sender's
+:class:`Dcqcn` paces it below line rate.
 
 Every data packet carries a stamp for one-way latency (``bpf/latency.bpf.c``) and
-a valid ICRC. Standard library only (plus ``wire`` and ``sender``).
+a valid ICRC. The per-packet work (building, stamping, the ICRC, receiving) is C
+(:mod:`labkit.traffic.hotpath`); what takes a message, an ACK or a timer is here.
+Standard library only.
 """
 
 from __future__ import annotations
 
-import socket
-import time
-from collections.abc import Callable
-
 from labkit import abi
 from labkit.traffic import wire
-from labkit.traffic.sender import BatchSender
+from labkit.traffic.hotpath import Tx
 
 # An ACK's round trip is mostly the sender's own NIC queue (~12 ms at 100 Mbit/s), and a
 # busy 2-core machine can hold a rank off its socket for ~10 ms more: a 20 ms floor fired
@@ -33,15 +31,9 @@ MAX_RTO_NS = 1_000_000_000
 # queues' drain times to a round trip: there, the timer waits this long at least (an RDMA
 # fabric with PFC is run with long transport timeouts for the same reason).
 LOSSLESS_MIN_RTO_NS = MAX_RTO_NS
-PSN_AT = slice(wire.PSN, wire.PSN + 3)
 DQPN_AT = slice(wire.DQPN, wire.DQPN + 3)
-RETH_VA = wire.BTH_LEN  # RETH: virtual address (8), R_Key (4), DMA length (4)
-RETH_DLEN = wire.BTH_LEN + 12
-VALUE_AT = abi.STAMP.size  # the chunk value follows the stamp in a message's first packet
-MIN_MESSAGE = VALUE_AT + 8
+MIN_MESSAGE = abi.STAMP.size + 8  # the stamp, then the chunk value
 
-
-CNP_GAP_NS = 2_000_000  # a receiver sends at most one CNP per queue pair this often
 
 
 class Dcqcn:
@@ -129,20 +121,17 @@ def with_dqpn(template: bytes, dqpn: int) -> bytearray:
 
 
 class Sender:
-    """The send side of a queue pair towards one peer."""
+    """The send side of a queue pair towards one peer: what ``out`` has queued, sent and
+    had acknowledged."""
 
-    def __init__(self, out: BatchSender, icrc: wire.Icrc, templates: dict[str, bytes],
-                 payload_bytes: int, seq_base: int, dcqcn: Dcqcn | None = None,
+    def __init__(self, out: Tx, payload_bytes: int, dcqcn: Dcqcn | None = None,
                  min_rto_ns: int = MIN_RTO_NS):
         self.out = out
         self.dcqcn = dcqcn
         self.min_rto = min_rto_ns
         self.cnps = 0
-        self.icrc = icrc
-        self.templates = templates
         self.mtu = payload_bytes
-        self.seq_base = seq_base
-        self.packets: list[tuple[bytearray, int]] = []  # (buffer, stamp offset or -1) per PSN
+        self.total = 0  # packets queued
         self.base = 0  # oldest unacknowledged PSN
         self.next = 0  # next PSN to (re)send
         self.high = 0  # one past the highest PSN ever sent
@@ -158,36 +147,15 @@ class Sender:
         self.naks = 0
 
     def enqueue(self, nbytes: int, chunk: int = 0, value: int = 0) -> None:
-        """Queue one message of ``nbytes`` (at least MIN_MESSAGE) as RDMA WRITE packets.
-
-        Full-size middle packets share their template buffer (patched in the batch
-        slot just before sending); a message's first packet and a short last packet
-        get copies of their own.
-        """
-        nbytes = max(nbytes, MIN_MESSAGE)
-        count = -(-nbytes // self.mtu)
-        for i in range(count):
-            kind = ("only" if count == 1 else "first" if i == 0
-                    else "last" if i == count - 1 else "middle")
-            buf = self.templates[kind]
-            size = min(self.mtu, nbytes - i * self.mtu)
-            if size < self.mtu:
-                head = len(buf) - self.mtu - wire.ICRC_LEN
-                buf = buf[:head + size] + bytes(wire.ICRC_LEN)
-            data_at = wire.DATA_OFFSET[buf[wire.OPCODE]]
-            if i == 0:  # the RETH names the chunk and the message length; the value follows
-                buf = bytearray(buf)
-                buf[RETH_VA:RETH_VA + 8] = chunk.to_bytes(8, "big")
-                buf[RETH_DLEN:RETH_DLEN + 4] = nbytes.to_bytes(4, "big")
-                buf[data_at + VALUE_AT:data_at + VALUE_AT + 8] = value.to_bytes(8, "little")
-            self.packets.append((buf, data_at if size >= abi.STAMP.size else -1))
-        self.ends.add(len(self.packets))
+        """Queue one message of ``nbytes`` (at least MIN_MESSAGE) as RDMA WRITE packets."""
+        self.total += self.out.enqueue(max(nbytes, MIN_MESSAGE), chunk, value)
+        self.ends.add(self.total)
 
     def pending(self) -> bool:
-        return self.next < len(self.packets)
+        return self.next < self.total
 
     def idle(self) -> bool:
-        return self.base >= len(self.packets)
+        return self.base >= self.total
 
     def ready(self, now: int) -> bool:
         """Packets are waiting and may leave now (DCQCN's pace allowing)."""
@@ -205,22 +173,13 @@ class Sender:
     def send_some(self, now: int) -> bool:
         """Send the next batch in one sendmmsg; False when the socket took less than all
         of it (it is full: wait until it drains)."""
-        packets, out = self.packets, self.out
         first = self.next
-        stop = min(len(packets), first + out.batch)
+        stop = min(self.total, first + self.out.batch)
         if self.dcqcn:
             stop = min(stop, first + self.dcqcn.allowed(now, self.mtu))
             if stop == first:
                 return True  # paced: not the socket's fault
-        stamp, seq_base, clock = abi.STAMP.pack_into, self.seq_base, time.monotonic_ns
-        for psn in range(first, stop):
-            buf, stamp_at = packets[psn]
-            slot = out.slot(buf)
-            slot[PSN_AT] = (psn & wire.PSN_MASK).to_bytes(3, "big")
-            if stamp_at >= 0:  # for one-way latency at the receiver (bpf/latency.bpf.c)
-                stamp(slot, stamp_at, abi.STAMP_MAGIC, seq_base | psn & wire.PSN_MASK, clock())
-            self.icrc.put(slot)
-        psn = first + out.flush()
+        psn = first + self.out.send(first, stop)
         if self.dcqcn:
             self.dcqcn.spent((psn - first) * self.mtu)
         for end in range(first + 1, psn + 1):
@@ -277,67 +236,3 @@ class Sender:
         """Map a 24-bit PSN onto the nearest absolute PSN at or below ``high``."""
         diff = (self.high - psn24) & wire.PSN_MASK
         return self.high - diff
-
-
-class Receiver:
-    """The receive side of a queue pair from one peer; whole messages go to ``deliver``."""
-
-    def __init__(self, sock: socket.socket, dest: tuple[str, int], icrc: wire.Icrc,
-                 ack: bytearray, nak: bytearray,
-                 deliver: Callable[[int, int, int], None], cnp: bytearray | None = None):
-        self.sock = sock
-        self.cnp = cnp  # with DCQCN on: the reply to packets marked CE
-        self.cnps = 0
-        self.last_cnp = -CNP_GAP_NS
-        self.dest = dest
-        self.icrc = icrc
-        self.ack, self.nak = ack, nak
-        self.deliver = deliver
-        self.expected = 0
-        self.messages = 0
-        self.bytes = 0
-        self.nak_sent_for = -1
-        self.dropped_out_of_order = 0
-        self.chunk = self.value = self.sent_ns = 0  # of the message being received
-        self.in_message = False  # between a message's first and last packet
-
-    def on_data(self, pkt: memoryview, nbytes: int, ce: bool = False) -> None:
-        if ce and self.cnp is not None:
-            now = time.monotonic_ns()
-            if now - self.last_cnp >= CNP_GAP_NS:
-                self.last_cnp = now
-                self.cnps += 1
-                self._reply(self.cnp, 0)
-        psn24 = int.from_bytes(pkt[PSN_AT], "big")
-        diff = (psn24 - self.expected) & wire.PSN_MASK
-        opcode = pkt[wire.OPCODE]
-        if diff == 0:
-            self.expected += 1
-            self.bytes += nbytes
-            if opcode in wire.MESSAGE_START:
-                self.in_message = True
-                data_at = wire.DATA_OFFSET[opcode]
-                self.chunk = int.from_bytes(pkt[RETH_VA:RETH_VA + 8], "big")
-                self.value = int.from_bytes(pkt[data_at + VALUE_AT:data_at + VALUE_AT + 8],
-                                            "little")
-                self.sent_ns = abi.STAMP.unpack_from(pkt, data_at)[2]  # when it left
-            if opcode in wire.MESSAGE_END:
-                self.in_message = False
-                self.messages += 1
-                self._reply(self.ack, self.expected - 1)
-                self.deliver(self.chunk, self.value, self.sent_ns)
-        elif diff < 0x800000:  # ahead: a gap, NAK once per expected PSN
-            self.dropped_out_of_order += 1
-            if self.nak_sent_for != self.expected:
-                self.nak_sent_for = self.expected
-                self._reply(self.nak, self.expected)
-        elif opcode in wire.MESSAGE_END:  # a duplicate message end: ACK again
-            self._reply(self.ack, self.expected - 1)
-
-    def _reply(self, template: bytearray, psn: int) -> None:
-        template[PSN_AT] = (psn & wire.PSN_MASK).to_bytes(3, "big")
-        self.icrc.put(template)
-        try:
-            self.sock.sendto(template, self.dest)
-        except BlockingIOError:
-            pass  # lost like any packet: the sender's timer recovers

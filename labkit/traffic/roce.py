@@ -6,7 +6,7 @@ per queue pair, as bytes of the UDP payload (BTH onwards, ICRC field last);
 agents patch the PSN in place and never build packets on the hot path.
 
 The ICRC field is left zero here; senders compute it per packet, over the headers
-the kernel writes (:class:`labkit.traffic.wire.Icrc`).
+the kernel writes (:mod:`labkit.traffic.hotpath`).
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Wire constants shared by the scapy templates and the agents' hot path.
+"""Wire constants shared by the scapy templates and the agents (the C hot path,
+``hotpath.c``, keeps its own copies of the RoCEv2 ones).
 
 Kept free of scapy so that traffic agents start fast: they patch and read fields
 at these offsets in packets whose templates :mod:`labkit.traffic.roce` (RoCEv2;
@@ -6,9 +7,7 @@ offsets within the UDP payload, BTH first) and :mod:`labkit.traffic.nvme`
 (NVMe/TCP; offsets within a PDU) built once with scapy.
 """
 
-import socket
 import struct
-import zlib
 
 ROCEV2_PORT = 4791
 BTH_LEN = 12
@@ -41,42 +40,15 @@ ECN_MASK = 0x03
 ECT0 = 0x02
 CE = 0x03
 
+# The ICRC (hotpath.c writes it, scapy's BTH checks it in the tests) covers 8 bytes of
+# 0xff, the IPv4 and UDP headers with their variant fields (TOS, TTL, checksums) set to
+# ones, the BTH with its FECN/BECN/reserved byte set to ones, and the payload; it is
+# stored little-endian in the last 4 bytes. The IPv4 header is the kernel's: DF set and
+# ID 0, as an unconnected socket with path-MTU discovery sends it.
+
 # AETH syndromes
 SYNDROME_ACK = 0x00  # ACK, credit field unused
 SYNDROME_NAK_PSN = 0x60  # NAK: PSN sequence error
-
-
-class Icrc:
-    """The invariant CRC of RoCEv2 packets from one UDP socket to one destination.
-
-    The ICRC covers 8 bytes of 0xff, the IPv4 and UDP headers with their variant
-    fields (TOS, TTL, checksums) set to ones, the BTH with its FECN/BECN/reserved
-    byte set to ones, and the payload; it is stored little-endian in the last 4
-    bytes. The IPv4 header is the kernel's: DF set and ID 0, as an unconnected
-    socket with path-MTU discovery sends it. The headers' CRC state is computed
-    once per packet length; per packet only the BTH and payload are added.
-    """
-
-    def __init__(self, src_ip: str, dst_ip: str, sport: int, dport: int = ROCEV2_PORT):
-        self.addrs = socket.inet_aton(src_ip) + socket.inet_aton(dst_ip)
-        self.ports = (sport, dport)
-        self._prefix: dict[int, int] = {}
-
-    def _start(self, udp_payload: int) -> int:
-        ip = struct.pack("!BBHHHBBH", 0x45, 0xFF, 28 + udp_payload, 0, 0x4000, 0xFF, 17, 0xFFFF)
-        udp = struct.pack("!HHHH", *self.ports, 8 + udp_payload, 0xFFFF)
-        return zlib.crc32(b"\xff" * 8 + ip + self.addrs + udp)
-
-    def put(self, pkt) -> None:
-        """Write the ICRC into the last 4 bytes of ``pkt`` (a UDP payload, BTH first)."""
-        n = len(pkt)
-        start = self._prefix.get(n)
-        if start is None:
-            start = self._prefix[n] = self._start(n)
-        crc = zlib.crc32(pkt[:4], start)
-        crc = zlib.crc32(b"\xff", crc)
-        crc = zlib.crc32(pkt[5:n - 4], crc)
-        pkt[n - 4:n] = crc.to_bytes(4, "little")
 
 
 # --- NVMe/TCP (NVM Express over TCP transport, rev 1.0): little-endian fields ---------

@@ -13,7 +13,7 @@ LAYERS = [  # bottom to top
     ("kernel", {"netns", "bpf", "tc", "registry", "fabric", "lanes", "telemetry", "capture",
                 "loss", "pauser", "pcap", "control.valve", "control.gates",
                 "control.feed"}),
-    ("traffic", {"agents", "traffic.sender", "traffic.rc", "traffic.collective",
+    ("traffic", {"agents", "traffic.hotpath", "traffic.rc", "traffic.collective",
                  "traffic.storage", "traffic.commands"}),
     ("control", {"control", "control.base", "control.reactive", "control.proactive",
                  "control.state_aware", "control.session"}),

@@ -19,7 +19,6 @@ from labkit.abi import EV_GAP, EV_SOJOURN
 from labkit.fabric import Fabric
 from labkit.registry import Registry
 from labkit.telemetry import EventReader, QueueProbe
-from labkit.traffic import roce
 from tests.conftest import require
 from tests.leaks import assert_no_leaks
 from tests.tier2.test_telemetry import SMALL
@@ -60,11 +59,10 @@ def flood_and_measure(f: Fabric, t: topo.Topology, traced: bool = False):
     ``traced``) record 2 s of its dequeues. Returns (labkit's gaps frame, its sojourns in
     ns, ftrace's event times or None)."""
     port = f.handle(t.port_towards("r1", "h3"))
-    template = roce.data_templates(0x101, 1024)["middle"]  # every packet the same size
     probe = QueueProbe(sample_every=1)
     try:
-        senders = [f.popen(h, [sys.executable, "-m", "labkit.traffic.sender",
-                               t.host_ip("h3"), "6", template.hex()], "sender",
+        senders = [f.popen(h, [sys.executable, "-m", "labkit.traffic.hotpath",
+                               t.host_ip("h3"), "6"], "sender",
                            stdout=subprocess.DEVNULL) for h in ("h1", "h2")]
         time.sleep(1)  # the queue fills and stays full (the senders go on 6 s in all)
         with ftrace_dequeues(port.ifindex) if traced else nullcontext() as stop_trace:
