@@ -21,15 +21,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 
-from labkit.scenario import JOB_PARAMS, Scenario
+from labkit.scenario import JOB_PARAMS, MAX_RATE_FACTOR, MIN_RATE_FACTOR, Scenario
 
-MIN_FACTOR, MAX_FACTOR = 1 / 16, 16.0
+MIN_FACTOR, MAX_FACTOR = MIN_RATE_FACTOR, MAX_RATE_FACTOR
 TRIAL_SECONDS = 8.0  # traffic per policy in each trial
 BUSY_BEFORE_LIMIT = 0.15  # other work on the machine that makes a calibration pessimistic
 
 
 def scaled(sc: Scenario, factor: float) -> Scenario:
-    """``sc`` with its rates times ``factor`` and its compute times divided by it."""
+    """``sc`` with its rates times ``factor`` and its compute times divided by it (its own
+    ``emulation.rate_factor`` is not applied: :func:`as_written`)."""
     if factor == 1:
         return sc
     fabric = replace(sc.fabric, links=tuple(replace(link, rate_mbps=link.rate_mbps * factor)
@@ -46,6 +47,11 @@ def scaled(sc: Scenario, factor: float) -> Scenario:
     return replace(sc, name=f"{sc.name}-x{factor:g}".replace(".", "p"),
                    scale_factor=sc.scale_factor / factor, fabric=fabric, allreduce=allreduce,
                    job=job, sha256="")
+
+
+def as_written(sc: Scenario) -> Scenario:
+    """``sc`` at the rates its file writes, whatever its ``emulation.rate_factor`` says."""
+    return replace(sc, emulation=replace(sc.emulation, rate_factor=1.0))
 
 
 def faults(summary: dict) -> list[str]:

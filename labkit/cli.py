@@ -275,13 +275,14 @@ def _sizes(args) -> list[int] | None:
 def cmd_tune(args) -> int:
     from labkit import nccltests, runner
 
-    sc = _scenario(args)
+    sc, rates = runner.resolve_rates(_scenario(args), str(args.scenario))
     size_list = _sizes(args)
     if size_list is None:
         return 2
     _catch_interrupts()
     print(f"# labkit tune: every All-Reduce algorithm over {len(sc.ranks)} ranks of {sc.name}, "
-          f"{args.iters} timed ops per size", "#", *nccltests.header(), sep="\n", flush=True)
+          f"{args.iters} timed ops per size", *([f"# {_rates_line(rates)}"] if rates else []),
+          "#", *nccltests.header(), sep="\n", flush=True)
     try:
         done = runner.tune(sc, size_list, args.iters, out=args.out, argv=sys.argv,
                            on_row=lambda algo, row: print(f"{row.line()}  {algo}", flush=True))
@@ -329,11 +330,22 @@ def cmd_run(args) -> int:
         _print_json("report", {"run_dir": str(run.path), "status": "complete",
                                "summary": run.summary})
         return 0
+    if rates := run.manifest.get("rates"):
+        console.print(_rates_line(rates), highlight=False)
     if auto := run.manifest.get("auto"):
         console.print(f"algo auto: {auto['reason']}", highlight=False)
     _print_summary(run.summary)
     console.print(f"\nrun recorded in [bold]{run.path}[/]")
     return 0
+
+
+def _rates_line(rates: dict) -> str:
+    """What ``emulation.rate_factor`` did to a run, in a sentence."""
+    where = (f"the newest calibration, {rates['calibration']}" if rates["calibration"]
+             else "emulation.rate_factor")
+    return (f"rates x{rates['factor']:g} ({where}): the bottleneck at "
+            f"{rates['bottleneck_rate_mbps']:g} Mbit/s, 1 emulated Mbit/s stands for "
+            f"{rates['scale_factor']:g} real")
 
 
 def cmd_calibrate(args) -> int:
@@ -511,7 +523,7 @@ def cmd_shell(args) -> int:
 def cmd_sweep(args) -> int:
     from labkit import nccltests, runner
 
-    sc = _scenario(args)
+    sc, rates = runner.resolve_rates(_scenario(args), str(args.scenario))
     size_list = _sizes(args)
     if size_list is None:
         return 2
@@ -525,7 +537,8 @@ def cmd_sweep(args) -> int:
           f"{sc.name}, {args.iters} timed ops per size; " +
           (f"time and rates of the fabric the links stand for (scale factor "
            f"{sc.scale_factor:g}), emulated Mbit/s after #wrong" if scale
-           else "rates in Mbit/s of the emulated links"), "#", *nccltests.header(scale),
+           else "rates in Mbit/s of the emulated links"),
+          *([f"# {_rates_line(rates)}"] if rates else []), "#", *nccltests.header(scale),
           sep="\n", flush=True)
     def show(row) -> None:
         print(row.line(scale), flush=True)

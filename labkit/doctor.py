@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from labkit import bpf
+from labkit.traffic import hotpath
 
 REQUIRED_QDISCS = ("htb", "bfifo", "clsact")
 OPTIONAL_QDISCS = ("fq", "netem", "prio", "red", "fq_codel", "tbf")
@@ -74,6 +75,9 @@ def checks() -> list[Check]:
                              "make setup   (creates .venv with Debian's Mininet visible)"))
     for name in bpf.object_names():
         out.append(_bpf_object_check(name))
+    problem = hotpath.stale()
+    out.append(Check("the rank agents' hot path (labkit/traffic/_hotpath.so)", problem is None,
+                     problem or "built", "make hotpath   (make setup does this)"))
     chromium = shutil.which("chromium")
     out.append(Check("Chromium for figure export (labkit figures, optional)", chromium is not None,
                      chromium or "not installed: HTML figures only",

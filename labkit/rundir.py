@@ -31,6 +31,7 @@ import polars as pl
 
 from labkit import bpf, fabric, tc
 from labkit.autotune import Model
+from labkit.traffic.hotpath import LIBRARY as HOTPATH
 
 if TYPE_CHECKING:
     from labkit.experiment import PolicyResult
@@ -98,8 +99,14 @@ def new_run_id(scenario: str) -> str:
     """``<date>-<time>-<host>-<scenario>``: unique across machines that record into one
     place (a batch's runs on a cluster), since one machine runs one run at a time. Runs
     recorded before the host was added have ``<date>-<time>-<scenario>``; nothing reads a
-    run id apart, so both load alike."""
-    return datetime.now().strftime("%Y%m%d-%H%M%S-") + f"{host_label()}-{scenario}"
+    run id apart, so both load alike. An id already taken under RUNS_DIR (two runs of one
+    scenario in one second: a calibration's short trials) gets ``-2``, ``-3``, ..."""
+    base = datetime.now().strftime("%Y%m%d-%H%M%S-") + f"{host_label()}-{scenario}"
+    run_id, n = base, 1
+    while (RUNS_DIR / run_id).exists() or (RUNS_DIR / f".{run_id}.incomplete").exists():
+        n += 1
+        run_id = f"{base}-{n}"
+    return run_id
 
 
 def tables_from(results: list[PolicyResult]) -> dict[str, pl.DataFrame]:
@@ -162,6 +169,8 @@ def provenance() -> dict:
         "requirements_lock": sha256_file(lock) if lock.exists() else None,
         "tools": _tool_versions(),
         "cpus": os.cpu_count(),
+        "host": socket.gethostname(),
+        "hotpath": sha256_file(HOTPATH) if HOTPATH.exists() else None,
     }
 
 
@@ -387,6 +396,35 @@ def list_runs(root: Path = RUNS_DIR) -> list[dict]:
                                               time.localtime(d.stat().st_mtime))})
     return out
 
+
+def newest_calibration(scenario: dict, root: Path | None = None) -> tuple[Path, dict] | None:
+    """The newest complete calibration of ``scenario`` (a ``Scenario.to_dict()``; its rate
+    factor, path and seed aside) recorded on this machine under ``root`` (default
+    RUNS_DIR): its directory and summary."""
+    root = RUNS_DIR if root is None else root
+    want, newest = _as_calibrated(scenario), None
+    for d in sorted(root.iterdir()) if root.is_dir() else ():
+        if d.name.startswith(".") or not (d / "summary.json").is_file():
+            continue  # an interrupted calibration, or not a run
+        try:
+            manifest = json.loads((d / "manifest.json").read_text())
+        except (OSError, ValueError):
+            continue
+        if (manifest.get("kind") == "calibration" and manifest.get("host") == socket.gethostname()
+                and _as_calibrated(manifest.get("scenario") or {}) == want
+                and (newest is None or manifest.get("start_time", "") >= newest[0])):
+            newest = (manifest.get("start_time", ""), d)
+    return newest and (newest[1], json.loads((newest[1] / "summary.json").read_text()))
+
+
+def _as_calibrated(scenario: dict) -> str:
+    """A scenario as a calibration compares it: what it emulates, whatever rate factor it
+    says, wherever its file is, whatever its seed (the machine's capacity does not depend
+    on them)."""
+    doc = {k: v for k, v in scenario.items() if k not in ("sha256", "path", "seed",
+                                                         "description")}
+    doc["emulation"] = {**(doc.get("emulation") or {}), "rate_factor": 1.0}
+    return json.dumps(doc, sort_keys=True)
 
 
 def load_sweeps(root: str | Path) -> dict[str, list[dict]]:

@@ -41,6 +41,7 @@ from labkit.registry import Registry, RunLock, RunLockedError
 from labkit.rundir import Run, RunWriter
 from labkit.scenario import Scenario, ScenarioError
 from labkit.topo import Topology
+from labkit.traffic import hotpath
 
 WITHOUT_ROOT = ("Without root you can still analyse recorded runs: `labkit report DIR`, "
                 "`labkit runs` and the notebooks.")
@@ -93,13 +94,57 @@ def not_ready(euid: int | None = None) -> str | None:
     if missing:
         return (f"the eBPF objects {', '.join(missing)} are not built: run `make bpf` "
                 "(see `labkit doctor`)")
+    if problem := hotpath.stale():
+        return problem
     return None
 
 
-def _scenario(scenario: str | Path | Scenario, seed: int | None) -> tuple[Scenario, str]:
+def _scenario(scenario: str | Path | Scenario,
+              seed: int | None) -> tuple[Scenario, str, dict | None]:
+    """The scenario at the rates its ``emulation.rate_factor`` asks for, its name for
+    errors, and where the factor came from (:func:`resolve_rates`)."""
+    sc, source = _loaded(scenario)
+    sc, rates = resolve_rates(sc if seed is None else replace(sc, seed=seed), source)
+    return sc, source, rates
+
+
+def _loaded(scenario: str | Path | Scenario) -> tuple[Scenario, str]:
+    """The scenario as written, and its name for errors."""
     sc = scenario if isinstance(scenario, Scenario) else scenario_mod.load(scenario)
-    source = str(scenario) if not isinstance(scenario, Scenario) else f"scenario {sc.name}"
-    return (sc if seed is None else replace(sc, seed=seed)), source
+    return sc, str(scenario) if not isinstance(scenario, Scenario) else f"scenario {sc.name}"
+
+
+def resolve_rates(sc: Scenario, source: str) -> tuple[Scenario, dict | None]:
+    """``sc`` at the rates its ``emulation.rate_factor`` asks for, and where the factor
+    came from (None: the rates as written). ``auto`` takes the best factor of the newest
+    calibration of this scenario (its rate factor aside) recorded on this machine."""
+    from labkit import calibration as cal
+
+    factor = sc.emulation.rate_factor
+    written = cal.as_written(sc)
+    if factor == 1:
+        return written, None
+    found = None
+    if factor == AUTO:
+        key = "emulation.rate_factor"
+        found = rundir.newest_calibration(written.to_dict())
+        if found is None:
+            raise ScenarioError(
+                source, key, f"auto takes the rate `labkit calibrate` found for this scenario "
+                f"on this machine, and {rundir.RUNS_DIR} holds no such calibration (one of "
+                "this scenario, its path, seed and rate factor aside, recorded by this host; "
+                "calibrations recorded before 2026-11-30 or with --out do not count): run "
+                "`labkit calibrate` on it first (a few 8-second trials), or write a number")
+        factor = found[1]["best_factor"]
+        if factor is None:
+            raise ScenarioError(source, key, f"the newest calibration ({found[0]}) found no "
+                                f"rate this machine holds: {found[1]['advice']}; a number "
+                                "below 1 still runs it, slower than written")
+    # the file's hash stays: the manifest's `rates` says how its rates were changed
+    return replace(cal.scaled(written, factor), sha256=sc.sha256), {
+        "factor": factor, "calibration": str(found[0]) if found else None,
+        "bottleneck_rate_mbps": cal.bottleneck_rate(written) * factor,
+        "scale_factor": written.scale_factor / factor}
 
 
 def _writer_for(out: str | Path | None, run_id: str) -> RunWriter:
@@ -128,7 +173,7 @@ def run(scenario: str | Path | Scenario, policies: Sequence[str] | None = None, 
     from labkit.control import CONTROLLERS
     from labkit.pcap import PcapRequest, check_links
 
-    sc, source = _scenario(scenario, seed)
+    sc, source, rates = _scenario(scenario, seed)
     sc, auto = resolve_auto(sc, source)
     users = _user_controllers(sc, source, controllers or {})
     policies = [policies] if isinstance(policies, str) else policies
@@ -163,7 +208,7 @@ def run(scenario: str | Path | Scenario, policies: Sequence[str] | None = None, 
                           kinds=_keep_sources(writer.tmp, "kinds", kinds),
                           classifier=kept and {"object": str(kept.relative_to(writer.tmp)),
                                                "sha256": rundir.sha256_file(kept)},
-                          auto=auto, **rundir.provenance())
+                          auto=auto, rates=rates, **rundir.provenance())
     tell = on_progress or (lambda _: None)
     request = PcapRequest(tuple(pcap), pcap_snaplen) if pcap else None
     results = []
@@ -197,7 +242,7 @@ def shell(scenario: str | Path | Scenario, policy: str = "fifo",
     from labkit import experiment, topo
     from labkit.control import CONTROLLERS
 
-    sc, source = _scenario(scenario, None)
+    sc, source, _ = _scenario(scenario, None)
     users = _user_controllers(sc, source, controllers or {})
     (policy,) = scenario_mod.check_policies([policy], source, list(users))
     if problem := not_ready():
@@ -228,7 +273,7 @@ def sweep(scenario: str | Path | Scenario, op: str = "all_reduce", algo: str = "
     record the sweep in ``out`` (default data/runs/<run-id>)."""
     from labkit import experiment
 
-    sc, source = _scenario(scenario, None)
+    sc, source, rates = _scenario(scenario, None)
     check_sweep(sc, op, algo, sizes, iters)
     ranks, algos, auto = sc.ranks, algo, None
     if algo == AUTO:
@@ -246,7 +291,7 @@ def sweep(scenario: str | Path | Scenario, op: str = "all_reduce", algo: str = "
     writer = _writer_for(out, run_id)
     writer.write_manifest(run_id=run_id, kind="sweep", scenario=sc.to_dict(),
                           scenario_sha256=sc.sha256, op=op, algo=algo, sizes=list(sizes),
-                          iters=iters, start_time=rundir.now_iso(), auto=auto,
+                          iters=iters, start_time=rundir.now_iso(), auto=auto, rates=rates,
                           argv=list(argv) if argv else None, **rundir.provenance())
     notes: list[str] = []
     with _recorded(writer), _caller_objects_frozen(), RunLock(run_id), \
@@ -259,7 +304,7 @@ def sweep(scenario: str | Path | Scenario, op: str = "all_reduce", algo: str = "
     return Sweep(path, rows, pl.read_parquet(path / "sweep.parquet").drop("run_id"))
 
 
-AUTO = "auto"  # the algorithm a model chooses by size (labkit.autotune)
+AUTO = scenario_mod.AUTO  # the algorithm a model chooses by size (labkit.autotune)
 TUNE_SIZES = (64 << 10, 256 << 10, 1 << 20, 4 << 20)
 
 
@@ -285,7 +330,7 @@ def tune(scenario: str | Path | Scenario, sizes: Sequence[int] = TUNE_SIZES, ite
     rows) and ``model.json``."""
     from labkit import experiment
 
-    sc, _ = _scenario(scenario, None)
+    sc, _, rates = _scenario(scenario, None)
     algos = [a for a in autotune.ALGOS if _runs(sc, a, sizes)]
     for algo in algos:
         check_sweep(sc, "all_reduce", algo, sizes, iters)
@@ -297,7 +342,8 @@ def tune(scenario: str | Path | Scenario, sizes: Sequence[int] = TUNE_SIZES, ite
     writer.write_manifest(run_id=run_id, kind="tune", scenario=sc.to_dict(),
                           scenario_sha256=sc.sha256, algos=algos, sizes=list(sizes),
                           iters=iters, ranks=list(ranks), start_time=rundir.now_iso(),
-                          argv=list(argv) if argv else None, **rundir.provenance())
+                          rates=rates, argv=list(argv) if argv else None,
+                          **rundir.provenance())
     sweeps: dict[str, list[dict]] = {}
     notes: list[str] = []
     with _recorded(writer), _caller_objects_frozen(), RunLock(run_id), \
@@ -384,7 +430,8 @@ def calibrate(scenario: str | Path | Scenario, policies: Sequence[str] | None = 
     from labkit import calibration as cal
     from labkit.capture import CpuSampler
 
-    sc, source = _scenario(scenario, None)
+    sc, source = _loaded(scenario)
+    sc = cal.as_written(sc)  # its own rate factor is what a calibration finds
     if seconds <= 0:
         raise ScenarioError(source, "seconds", f"must be > 0, got {seconds}")
     if policies:  # checked here, not by the first trial, which would be recorded as failed

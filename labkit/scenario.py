@@ -96,12 +96,18 @@ class EmulationSpec:
     """How labkit emulates, not what: ``gso_packets`` RoCE packets of a rank's message
     travel the fabric as one GSO run (labkit.traffic.hotpath). 1 keeps every packet on its
     own; more costs the machine less per packet (a bigger fabric fits) but a full FIFO
-    then drops a run whole (docs/scenarios.md has the measurements)."""
+    then drops a run whole (docs/scenarios.md has the measurements). ``rate_factor`` runs
+    every link at its rate times the factor, compute times and the scale factor divided by
+    it: the same experiment, faster or slower (labkit.calibration.scaled); ``auto`` takes
+    the factor the newest ``labkit calibrate`` of this scenario on this machine found."""
 
     gso_packets: int = 1
+    rate_factor: float | str = 1.0
 
 
 MAX_GSO_PACKETS = 16
+MIN_RATE_FACTOR, MAX_RATE_FACTOR = 1 / 16, 16.0
+AUTO = "auto"  # a value labkit chooses: algo (labkit tune), rate_factor (labkit calibrate)
 
 
 class ScenarioError(ValueError):
@@ -490,7 +496,15 @@ def parse(doc: Any, file: str = "<scenario>") -> Scenario:
 def _emulation(c: _Checker, doc, key: str) -> EmulationSpec:
     c.mapping(doc, key, set(EmulationSpec.__dataclass_fields__))
     gso = c.integer(doc.get("gso_packets", 1), f"{key}.gso_packets", 1, MAX_GSO_PACKETS)
-    return EmulationSpec(gso_packets=gso)
+    factor = doc.get("rate_factor", 1.0)
+    if factor != AUTO:
+        if (isinstance(factor, bool) or not isinstance(factor, (int, float))
+                or not MIN_RATE_FACTOR <= factor <= MAX_RATE_FACTOR):
+            c.fail(f"{key}.rate_factor", f"must be `auto` (the rate `labkit calibrate` found) "
+                   f"or a number from {MIN_RATE_FACTOR:g} to {MAX_RATE_FACTOR:g}, got "
+                   f"{factor!r}")
+        factor = float(factor)
+    return EmulationSpec(gso_packets=gso, rate_factor=factor)
 
 
 def _control(c: _Checker, doc, key: str) -> ControlSpec:
@@ -969,7 +983,7 @@ def _traffic(c: _Checker, traffic, fabric: FabricSpec, kinds: dict[str, str]):
         elif t["kind"] == "allreduce":
             c.mapping(t, key, {"kind", "algo", "ranks", "size_bytes", "iterations", "compute_ms"},
                       {"ranks", "size_bytes", "iterations"})
-            algos = (*ALLREDUCE_ALGOS, "auto")  # auto: chosen by labkit.autotune's model
+            algos = (*ALLREDUCE_ALGOS, AUTO)  # chosen by labkit.autotune's model
             if t.get("algo", "ring") not in algos:
                 c.fail(f"{key}.algo", f"unknown algorithm {t['algo']!r} "
                                       f"(known: {', '.join(algos)})")

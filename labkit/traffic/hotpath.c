@@ -535,6 +535,9 @@ int lk_rx_drain(struct lk_rx *rx, struct lk_event *ev, int max)
 {
 	int nev = 0;
 
+	if (max < 2 * MAX_READ_PACKETS)
+		return -EINVAL; /* the caller tells a full buffer from an empty socket by this */
+
 	while (max - nev >= MAX_READ_PACKETS) {
 		struct sockaddr_in from;
 		union {

@@ -19,12 +19,15 @@ import ctypes
 import os
 import socket
 import struct
+import sys
 from pathlib import Path
 
 LIBRARY = Path(__file__).with_name("_hotpath.so")
+SOURCE = Path(__file__).with_name("hotpath.c")
 KINDS = ("first", "middle", "last", "only")  # enum order in hotpath.c
 DELIVER, ACK, CNP = 1, 2, 3  # enum lk_event kinds
 EVENT = struct.Struct("=IIQQQ")  # struct lk_event
+MIN_MESSAGE, MAX_MESSAGE = 24, 0xFFFFFFFF  # a stamp and a chunk value; RETH's DMA length
 READ_EVENTS = 4096  # the most events one read can cause (hotpath.c: MAX_READ_PACKETS)
 MAX_EVENTS = 2 * READ_EVENTS  # a drain stops reading once fewer than READ_EVENTS are left
 
@@ -33,9 +36,20 @@ class HotpathMissing(RuntimeError):
     pass
 
 
-def _load() -> ctypes.CDLL:
+def stale() -> str | None:
+    """Why the compiled hot path cannot be used as it is, with the fix (None: it can). A
+    library older than its source may not match these bindings."""
     if not LIBRARY.exists():
-        raise HotpathMissing(f"{LIBRARY} is not built: run `make setup` in the labkit checkout")
+        return (f"the rank agents' compiled hot path ({LIBRARY}) is not built: run "
+                "`make setup` (see `labkit doctor`)")
+    if SOURCE.exists() and SOURCE.stat().st_mtime > LIBRARY.stat().st_mtime:
+        return f"{LIBRARY} is older than {SOURCE.name}: run `make hotpath` (or `make setup`)"
+    return None
+
+
+def _load() -> ctypes.CDLL:
+    if problem := stale():
+        raise HotpathMissing(problem)
     lib = ctypes.CDLL(str(LIBRARY), use_errno=True)
     u8p, u32, u64, c_int, vp = (ctypes.c_char_p, ctypes.c_uint32, ctypes.c_uint64,
                                 ctypes.c_int, ctypes.c_void_p)
@@ -66,7 +80,7 @@ def lib() -> ctypes.CDLL:
 
 def _addr(ip: str) -> int:
     """An IPv4 address as the C side keeps it: network byte order in a u32."""
-    return int.from_bytes(socket.inet_aton(ip), "little")
+    return int.from_bytes(socket.inet_aton(ip), sys.byteorder)
 
 
 def _checked(result: int, what: str) -> int:
@@ -83,6 +97,8 @@ class Tx:
     def __init__(self, sock: socket.socket, src_ip: str, sport: int, dest: tuple[str, int],
                  templates: dict[str, bytes], mtu: int, seq_base: int, batch: int = 32,
                  gso: int = 1):
+        if not 0 <= seq_base < 1 << 32:
+            raise ValueError(f"a stamp's seq base is 32 bits, not {seq_base:#x}")
         self.sock, self.batch, self.packets = sock, batch, 0
         data = [bytes(templates[k]) for k in KINDS]
         handle = lib().lk_tx_new(sock.fileno(), _addr(src_ip), _addr(dest[0]), sport, dest[1],
@@ -95,7 +111,10 @@ class Tx:
         self._h = handle
 
     def enqueue(self, nbytes: int, chunk: int, value: int) -> int:
-        """Queue one message (at least 24 bytes): how many packets it takes."""
+        """Queue one message (24 bytes to 4 GiB - 1, RETH's DMA length): how many packets
+        it takes."""
+        if not MIN_MESSAGE <= nbytes <= MAX_MESSAGE:
+            raise ValueError(f"a RoCE message is {MIN_MESSAGE} bytes to 4 GiB - 1, not {nbytes}")
         count = _checked(_lib.lk_tx_enqueue(self._h, nbytes, chunk, value), "enqueue")
         self.packets += count
         return count

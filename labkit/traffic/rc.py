@@ -18,9 +18,8 @@ Standard library only.
 
 from __future__ import annotations
 
-from labkit import abi
 from labkit.traffic import wire
-from labkit.traffic.hotpath import Tx
+from labkit.traffic.hotpath import MIN_MESSAGE, Tx
 
 # An ACK's round trip is mostly the sender's own NIC queue (~12 ms at 100 Mbit/s), and a
 # busy 2-core machine can hold a rank off its socket for ~10 ms more: a 20 ms floor fired
@@ -32,7 +31,6 @@ MAX_RTO_NS = 1_000_000_000
 # fabric with PFC is run with long transport timeouts for the same reason).
 LOSSLESS_MIN_RTO_NS = MAX_RTO_NS
 DQPN_AT = slice(wire.DQPN, wire.DQPN + 3)
-MIN_MESSAGE = abi.STAMP.size + 8  # the stamp, then the chunk value
 
 
 

@@ -9,6 +9,7 @@ import signal
 import sys
 import time
 from dataclasses import replace
+from datetime import datetime
 from pathlib import Path
 
 import polars as pl
@@ -251,6 +252,27 @@ def test_run_ids_carry_the_host_name(monkeypatch):
     assert run_id[15:] == "-gpu-node7-bottleneck" and run_id[:8].isdigit()
     assert rundir.host_label("..") == "host"
     assert len(rundir.host_label("x" * 80)) == 32
+
+
+def test_a_run_id_taken_in_the_same_second_gets_a_suffix(tmp_path, monkeypatch):
+    monkeypatch.setattr(rundir, "RUNS_DIR", tmp_path)
+    first = rundir.new_run_id("calibrate-x16")
+    (tmp_path / first).mkdir()  # a finished run
+    monkeypatch.setattr(rundir, "datetime", FrozenClock)
+    FrozenClock.at = first[:16]
+    assert rundir.new_run_id("calibrate-x16") == first + "-2"
+    (tmp_path / f".{first}-2.incomplete").mkdir()  # a run still being written
+    assert rundir.new_run_id("calibrate-x16") == first + "-3"
+
+
+class FrozenClock:
+    """``datetime.now()`` at the second a run id was made (``at``: its first 16 chars)."""
+
+    at = ""
+
+    @classmethod
+    def now(cls):
+        return datetime.strptime(cls.at, "%Y%m%d-%H%M%S-")
 
 
 def test_slurm_jobs_ask_for_a_whole_node(tmp_path):

@@ -1,0 +1,81 @@
+"""``emulation.rate_factor``: a number runs the scenario at its rates times the factor;
+``auto`` takes the factor of the newest calibration of the scenario on this machine."""
+
+import json
+import socket
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import yaml
+
+from labkit import calibration, rundir, runner, scenario
+from labkit.scenario import ScenarioError
+
+REPO = Path(__file__).resolve().parents[2]
+SOURCE = str(REPO / "topologies/bottleneck.yaml")
+
+
+def bottleneck(**emulation) -> scenario.Scenario:
+    doc = yaml.safe_load(Path(SOURCE).read_text())
+    doc["emulation"] = emulation
+    return scenario.parse(doc, SOURCE)
+
+
+@pytest.mark.parametrize("value", ["fast", 0, 32, True, [2], float("nan")])
+def test_a_bad_factor_is_refused_with_its_key_and_what_it_may_be(value):
+    with pytest.raises(ScenarioError, match=r"emulation\.rate_factor.*must be `auto` .* or a "
+                                            r"number from 0.0625 to 16"):
+        bottleneck(rate_factor=value)
+
+
+def test_a_number_scales_rates_compute_times_and_the_scale_factor():
+    written = bottleneck()
+    assert runner.resolve_rates(written, SOURCE) == (written, None)
+    sc, rates = runner.resolve_rates(bottleneck(rate_factor=2), SOURCE)
+    assert calibration.bottleneck_rate(sc) == 2 * calibration.bottleneck_rate(written)
+    assert sc.scale_factor == written.scale_factor / 2
+    assert sc.allreduce.compute_ms == written.allreduce.compute_ms / 2
+    assert sc.emulation.rate_factor == 1.0  # applied once
+    assert rates == {"factor": 2.0, "calibration": None,
+                     "bottleneck_rate_mbps": 2 * calibration.bottleneck_rate(written),
+                     "scale_factor": written.scale_factor / 2}
+
+
+def record_calibration(root: Path, sc: scenario.Scenario, best: float | None, start: str,
+                       host: str | None = None) -> Path:
+    """A calibration's record as labkit.calibrate leaves it (the parts auto reads)."""
+    d = root / f"{start}-{host or 'here'}-calibrate-{sc.name}"
+    d.mkdir()
+    (d / "manifest.json").write_text(json.dumps({
+        "kind": "calibration", "host": host or socket.gethostname(), "start_time": start,
+        "scenario": calibration.as_written(sc).to_dict()}))
+    (d / "summary.json").write_text(json.dumps({
+        "kind": "calibration", "best_factor": best,
+        "advice": "no rate down to x0.0625 held on this machine" if best is None else ""}))
+    return d
+
+
+def test_auto_takes_the_newest_calibration_of_this_scenario_on_this_machine(tmp_path,
+                                                                             monkeypatch):
+    monkeypatch.setattr(rundir, "RUNS_DIR", tmp_path)
+    auto = bottleneck(rate_factor="auto")
+    with pytest.raises(ScenarioError, match=r"emulation\.rate_factor.*run `labkit calibrate`"):
+        runner.resolve_rates(auto, SOURCE)
+    record_calibration(tmp_path, auto, 0.5, "2026-11-30T09:00:00")  # older
+    elsewhere = replace(bottleneck(), path="/elsewhere/bottleneck.yaml", seed=7)
+    chosen = record_calibration(tmp_path, elsewhere, 2.0, "2026-11-30T10:00:00")
+    record_calibration(tmp_path, auto, 4.0, "2026-11-30T11:00:00", host="elsewhere")
+    record_calibration(tmp_path, replace(auto, name="other"), 8.0, "2026-11-30T12:00:00")
+    interrupted = record_calibration(tmp_path, auto, 8.0, "2026-11-30T13:00:00")
+    (interrupted / "summary.json").unlink()
+    sc, rates = runner.resolve_rates(auto, SOURCE)
+    assert rates["factor"] == 2.0 and rates["calibration"] == str(chosen)
+    assert calibration.bottleneck_rate(sc) == 2 * calibration.bottleneck_rate(bottleneck())
+
+
+def test_auto_says_so_when_no_rate_held(tmp_path, monkeypatch):
+    monkeypatch.setattr(rundir, "RUNS_DIR", tmp_path)
+    record_calibration(tmp_path, bottleneck(), None, "2026-11-30T10:00:00")
+    with pytest.raises(ScenarioError, match="found no rate this machine holds: no rate down"):
+        runner.resolve_rates(bottleneck(rate_factor="auto"), SOURCE)

@@ -1,0 +1,35 @@
+"""`labkit calibrate` for real on a tiny fabric, then a run that says
+`emulation.rate_factor: auto` runs at the rates the calibration found and says so."""
+
+from dataclasses import replace
+
+from labkit import calibration, rundir, runner, scenario
+from tests.leaks import assert_no_leaks
+
+DOC = {"name": "calibrate-test", "scale_factor": 4000,
+       "defaults": {"link": {"rate_mbps": 100, "mtu": 9000, "buffer_kb": 512}},
+       "fabric": {"routers": ["r1"], "hosts": {"gpu": {"r1": ["g1", "g2"]}},
+                  "links": [], "bottlenecks": [["r1", "g1"]]},
+       "traffic": [{"kind": "allreduce", "ranks": "gpu", "size_bytes": "256KiB",
+                    "iterations": 200}],
+       "policies": ["isolated"]}
+
+
+def test_calibrate_then_run_at_the_rate_it_found(fabric_ready, tmp_path, monkeypatch):
+    monkeypatch.setattr(rundir, "RUNS_DIR", tmp_path / "runs")
+    sc = scenario.parse(DOC)
+    found = runner.calibrate(sc, seconds=2)
+    assert found.best is not None, found.to_dict()
+    assert all(t.held == (t.factor <= found.best.factor) for t in found.trials)
+
+    auto = replace(sc, emulation=replace(sc.emulation, rate_factor="auto"))
+    done = runner.run(auto, duration=2)
+    rates = done.manifest["rates"]
+    assert rates["factor"] == found.best.factor
+    assert rates["calibration"].startswith(str(tmp_path / "runs"))
+    assert "calibrate-" in rates["calibration"]
+    assert done.summary["scale_factor"] == 4000 / found.best.factor
+    bottleneck = done.summary["policies"]["isolated"]["bottleneck"]["rate_mbps"]
+    assert bottleneck == 100 * found.best.factor == calibration.bottleneck_rate(
+        calibration.scaled(sc, found.best.factor))
+    assert_no_leaks()
