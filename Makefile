@@ -14,14 +14,19 @@ BPF_OBJECTS := $(patsubst bpf/%.bpf.c,bpf/build/%.bpf.o,$(BPF_SOURCES))
 BPF_HEADERS := $(wildcard bpf/include/*.h)
 BPF_CFLAGS := -target bpf -O2 -g -Wall -Werror -Ibpf/build -Ibpf/include
 HOTPATH := labkit/traffic/_hotpath.so
+# Your own PyTorch job as a workload (topologies/pytorch-ddp.yaml, the tests): Debian's CPU
+# build of PyTorch, for Debian's /usr/bin/python3 (1.13 on Debian 12, 2.6 on Debian 13);
+# PyPI's torch is a CUDA build of several GB. A job may name any interpreter of its own.
+TORCH_PACKAGES := python3-torch
 
-.PHONY: setup system mounts bpf hotpath user-bpf demo test bench soak lint lock clean-build
+.PHONY: setup system torch mounts bpf hotpath user-bpf demo test bench soak lint lock clean-build
 
 setup: system mounts $(VENV)/.installed bpf hotpath
 
 # Debian packages: installed only when one is missing.
-system:
-	@missing=$$(for p in $(DEB_PACKAGES); do \
+system torch: PACKAGES = $(if $(filter torch,$@),$(TORCH_PACKAGES),$(DEB_PACKAGES))
+system torch:
+	@missing=$$(for p in $(PACKAGES); do \
 	    dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed' || echo $$p; \
 	  done); \
 	if [ -n "$$missing" ]; then \
@@ -88,7 +93,7 @@ user-bpf: bpf/build/vmlinux.h
 demo: setup
 	$(VENV)/bin/labkit run topologies/bottleneck.yaml
 
-test: setup
+test: setup torch
 	$(VENV)/bin/pytest -q
 
 # --- more --------------------------------------------------------------------------------

@@ -27,5 +27,7 @@ struct lk_pause_port *lk_abi_pause_port;
 struct lk_pause_queue *lk_abi_pause_queue;
 struct lk_pause_hold *lk_abi_pause_hold;
 struct lk_pause_event *lk_abi_pause_event;
+struct lk_jobmark_config *lk_abi_jobmark_config;
+struct lk_burst *lk_abi_burst;
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";

@@ -97,7 +97,10 @@ class ValveConfig(ctypes.Structure):
 
 class JobPhase(ctypes.Structure):
     _fields_ = [("busy_from_ns", u64), ("busy_until_ns", u64), ("bytes_left", u64),
-                ("phase", u32), ("pad", u32)]
+                ("phase", u32), ("flags", u32), ("cross_start_ns", u64), ("crossed_ns", u64)]
+
+
+PHASE_CROSSES = 1  # LK_PHASE_CROSSES: the job's packets from this host cross a bottleneck
 
 
 class ValveCounters(ctypes.Structure):
@@ -122,6 +125,24 @@ class PauseEvent(ctypes.Structure):
                 ("backlog", u32), ("kind", u32), ("pad", u32)]
 
 
+class JobmarkConfig(ctypes.Structure):
+    _fields_ = [("cgroup_id", u64), ("quiet_ns", u64), ("hold_ns", u64), ("level", u32),
+                ("dscp", u32)]
+
+
+class Burst(ctypes.Structure):
+    _fields_ = [("start_ns", u64), ("end_ns", u64), ("bytes", u64), ("packets", u64)]
+
+
+class JobState(ctypes.Structure):
+    """``struct lk_job_state`` of bpf/jobmark.bpf.c (read, never written, here): its
+    ``bpf_spin_lock``, the bursts ended so far, the burst under way."""
+
+    _fields_ = [("lock", u32), ("ended", u32), ("open", Burst)]
+
+
+MAX_BURSTS = 4096  # LK_MAX_BURSTS
+
 MIRRORS: dict[str, type[ctypes.Structure]] = {
     "lk_rule": Rule, "lk_classifier_config": ClassifierConfig,
     "lk_lane_counters": LaneCounters, "lk_port_key": PortKey, "lk_hist": Hist,
@@ -130,7 +151,8 @@ MIRRORS: dict[str, type[ctypes.Structure]] = {
     "lk_valve_lane": ValveLane, "lk_valve_config": ValveConfig, "lk_job_phase": JobPhase,
     "lk_valve_counters": ValveCounters, "lk_pause_port": PausePort,
     "lk_pause_queue": PauseQueue, "lk_pause_hold": PauseHold,
-    "lk_pause_event": PauseEvent,
+    "lk_pause_event": PauseEvent, "lk_jobmark_config": JobmarkConfig, "lk_burst": Burst,
+    "lk_job_state": JobState,
 }
 
 _CODES = {u8: "B", u16: "H", u32: "I", u64: "Q"}
@@ -150,3 +172,4 @@ EVENT = packer(Event)
 LANE_COUNTERS = packer(LaneCounters)
 JOB_PHASE = packer(JobPhase)
 PAUSE_EVENT = packer(PauseEvent)
+BURST = packer(Burst)

@@ -93,6 +93,75 @@ def job(ops: pl.DataFrame, collectives: pl.DataFrame, meta: dict, port: str) -> 
     }
 
 
+WORKLOADS = ("allreduce", "job", "program")  # a policy summary's workload section
+
+
+def workload_of(p: dict) -> tuple[str, dict]:
+    """A policy summary's collective workload: its kind and its section."""
+    kind = next(k for k in WORKLOADS if p.get(k))
+    return kind, p[kind]
+
+
+def op_instances(program_ops: pl.DataFrame) -> pl.DataFrame:
+    """One row per collective op of a program across its ranks (``op``, ``iteration``,
+    ``n``, ``start_ns``, ``end_ns``, ``ranks``, ``bytes``, ``ms``): each rank's ops of one
+    name are matched in their order within the iteration they name (or, without one, in
+    the order of the whole run); an op runs from its first rank's start to its last
+    rank's end."""
+    numbered = program_ops.sort("start_ns").with_columns(
+        pl.col("start_ns").cum_count().over("rank", "op", "iteration").alias("n"))
+    return (numbered.group_by("op", "iteration", "n")
+            .agg(pl.col("start_ns").min(), pl.col("end_ns").max(), pl.len().alias("ranks"),
+                 pl.col("bytes").max())
+            .with_columns(((pl.col("end_ns") - pl.col("start_ns")) / 1e6).alias("ms"))
+            .sort("start_ns"))
+
+
+def program(ops: pl.DataFrame, collectives: pl.DataFrame, program_ops: pl.DataFrame,
+            info: dict, ranks: int, vip_bytes: float) -> dict:
+    """The user's program (``kind: program``): its iterations (as ``ops``: one row per
+    iteration, first rank's start to last rank's end), compute and exposed communication
+    per rank, and each collective it reported, or that its traffic showed (``info``:
+    what the run recorded of it; ``vip_bytes``: what the bottleneck's vip lane carried
+    over the window). Times in ms."""
+    ms = ops["ms"]
+    per_rank = collectives.with_columns((pl.col("end_ns") - pl.col("start_ns")).alias("t"))
+    by_op = {}
+    instances = op_instances(program_ops) if program_ops.height else program_ops
+    for name in sorted(set(instances["op"])) if instances.height else ():
+        mine = instances.filter(pl.col("op") == name)
+        t = mine["ms"]
+        nbytes = mine["bytes"].drop_nulls()
+        entry = {"count": mine.height, "p50_ms": _quantile(t, 0.5),
+                 "p99_ms": _quantile(t, 0.99), "mean_ms": float(t.mean()),
+                 "bytes": int(nbytes.median()) if nbytes.len() else None}
+        alone = mine.group_by("iteration").len()["len"].max() == 1  # not overlapping others
+        if name == "all_reduce" and entry["bytes"] and alone:
+            algbw = entry["bytes"] * 8 / (entry["mean_ms"] / 1e3) / 1e6
+            entry["busbw_mbps"] = algbw * 2 * (ranks - 1) / ranks
+        by_op[name] = entry
+    seen = info["ranks"]
+    return {
+        "name": info["name"], "source": info["source"], "iterations": ops.height,
+        "warmup": info.get("warmup", 0),
+        "p50_ms": _quantile(ms, 0.5) if ops.height else None,
+        "p99_ms": _quantile(ms, 0.99) if ops.height else None,
+        "mean_ms": float(ms.mean()) if ops.height else None,
+        "compute_ms": float(per_rank["compute_ns"].mean()) / 1e6 if ops.height else None,
+        "exposed_comm_ms": float(per_rank["exposed_ns"].mean()) / 1e6 if ops.height else None,
+        "exposed_comm_fraction": float((per_rank["exposed_ns"] / per_rank["t"]).mean())
+        if ops.height else None,
+        "ops": by_op,
+        "bottleneck_bytes_per_iteration": vip_bytes / ops.height if ops.height else None,
+        "traffic": {"packets": sum(r["packets"] for r in seen),
+                    "bytes": sum(r["bytes"] for r in seen),
+                    "bursts_lost": info["bursts_lost"]},
+        "cpu_s": sum(r["cpu_s"] for r in seen),
+        "bad_lines": info["bad_lines"],
+        "ranks": seen,
+    }
+
+
 def goodput_mbps(flows: pl.DataFrame, start: int, end: int) -> float:
     if flows.is_empty():
         return 0.0
@@ -379,8 +448,15 @@ def _policy(tables: dict, meta: dict, policy: str, ops: pl.DataFrame, start: int
                            if control else 0)
     busy = cpu_busy(of("cpu"), start, end)
     fid = fidelity(tables, policy, meta, start, end, busy)
-    workload = ({"job": job(ops, of("collectives"), meta, port)} if meta.get("job") else
-                {"allreduce": allreduce(ops, meta["size_bytes"], meta["ranks"])})
+    kind = meta.get("workload") or ("job" if meta.get("job") else "allreduce")
+    if kind == "program":
+        workload = {"program": program(ops, of("collectives"), of("program_ops"),
+                                       meta["program"][policy], meta["ranks"],
+                                       lanes["vip"]["mbps"] * 1e6 / 8 * seconds)}
+    elif kind == "job":
+        workload = {"job": job(ops, of("collectives"), meta, port)}
+    else:
+        workload = {"allreduce": allreduce(ops, meta["size_bytes"], meta["ranks"])}
     return {
         **workload,
         "storage": storage(of("flows"), of("ios"), start, end),
@@ -400,8 +476,14 @@ def summarize(tables: dict[str, pl.DataFrame], meta: dict) -> dict:
 
     ``meta`` carries what the tables do not: scenario name, run id, scale factor,
     All-Reduce size and ranks, the ring's slowest link, and per watched port its
-    link name, rate and the ranks whose ring hop crosses it.
+    link name, rate and the ranks whose ring hop crosses it. A program's first
+    ``meta["warmup"]`` iterations are left out of every figure.
     """
+    if warmup := meta.get("warmup"):
+        tables = {**tables,
+                  "collectives": tables["collectives"].filter(pl.col("op") >= warmup),
+                  "program_ops": tables["program_ops"].filter(
+                      pl.col("iteration").is_null() | (pl.col("iteration") >= warmup))}
     ops = op_times(tables["collectives"])
     spans = windows(ops)
     policies = {p: _policy(tables, meta, p, ops.filter(pl.col("policy") == p), *spans[p])
@@ -416,18 +498,21 @@ def summarize(tables: dict[str, pl.DataFrame], meta: dict) -> dict:
         summary["telemetry"] = meta.get("telemetry", {}).get(p)
         summary["lossy_links"] = meta.get("loss_drops", {}).get(p, {})  # drops on purpose
         summary["commands"] = meta.get("commands", {}).get(p, [])
+        summary["fidelity"]["notes"] += program_notes(summary.get("program"))
         for c in summary["commands"]:
             if not c["stopped_by_labkit"] and c["exit"] != 0:
                 summary["fidelity"]["notes"].append(
                     f"command {c['name']} ({c['role']}) on {c['host']} exited with "
                     f"{c['exit']} before the run ended: see agents/{p}/commands/{c['name']}"
                     f"{'' if c['role'] == 'run' else '.serve'}.err")
-    kind = "job" if meta.get("job") else "allreduce"
+    kind = meta.get("workload") or ("job" if meta.get("job") else "allreduce")
     base = policies.get("isolated", {}).get(kind)
     for p in policies.values():
         w = p[kind]
-        for q in ("p50", "p99"):
-            w[f"slowdown_{q}"] = w[f"{q}_ms"] / base[f"{q}_ms"] if base else None
+        _slowdowns(w, base)
+        if kind == "program":  # its own collectives too
+            for name, op in w["ops"].items():
+                _slowdowns(op, (base or {}).get("ops", {}).get(name))
     if kind == "allreduce" and base and base["busbw_mbps"] < 0.8 * meta["ring_link_mbps"]:
         policies["isolated"]["fidelity"]["generator_limited"] = True
         policies["isolated"]["fidelity"]["notes"].append(
@@ -436,6 +521,41 @@ def summarize(tables: dict[str, pl.DataFrame], meta: dict) -> dict:
             "network, was the limit")
     return {"scenario": meta["scenario"], "run_id": meta["run_id"],
             "scale_factor": meta["scale_factor"], "policies": policies}
+
+
+def _slowdowns(w: dict, base: dict | None) -> None:
+    for q in ("p50", "p99"):
+        w[f"slowdown_{q}"] = (w[f"{q}_ms"] / base[f"{q}_ms"]
+                              if base and base.get(f"{q}_ms") and w.get(f"{q}_ms") is not None
+                              else None)
+
+
+def program_notes(p: dict | None) -> list[str]:
+    """What a reader of a program's results should know: where its times came from, and
+    what labkit could not record."""
+    if not p:
+        return []
+    notes = []
+    if p["source"] == "traffic":
+        notes.append(f"{p['name']} reported no times of its own (docs/programs.md): its "
+                     "iterations and ops are the bursts of its traffic, as its hosts' NICs "
+                     "sent them")
+    if p["bad_lines"]:
+        notes.append(f"{p['bad_lines']} line(s) of {p['name']}'s output looked like "
+                     "labkit's line protocol but were not valid: they were left out")
+    if p["traffic"]["bursts_lost"]:
+        notes.append(f"{p['traffic']['bursts_lost']} burst(s) of {p['name']}'s traffic "
+                     "were not kept (more than the kernel's table holds per host)")
+    lingered = [str(r["rank"]) for r in p["ranks"] if r.get("lingered")]
+    stopped = [str(r["rank"]) for r in p["ranks"] if r["stopped_by_labkit"]
+               and not r.get("lingered")]
+    if lingered:
+        notes.append(f"rank(s) {', '.join(lingered)} of {p['name']} had reported every "
+                     "iteration but had not exited 15 s later: labkit stopped them")
+    if stopped:
+        notes.append(f"rank(s) {', '.join(stopped)} of {p['name']} were still running at "
+                     "the end of the run's duration: labkit stopped them")
+    return notes
 
 
 # --- frames for figures (labkit.plots) -----------------------------------------------------
@@ -565,16 +685,17 @@ def summary_frame(summary: dict, digits: int | None = None) -> pl.DataFrame:
     notebooks show (``digits``: floats rounded for display)."""
     rows = []
     for policy, p in summary["policies"].items():
-        job, w, b = p.get("job"), p.get("job") or p["allreduce"], p["bottleneck"]
+        kind, w = workload_of(p)
+        b, job = p["bottleneck"], kind != "allreduce"
+        per_iter = w.get("bottleneck_bytes_per_iteration")
         rows.append({
             "policy": policy, "ops": w["iterations"] if job else w["ops"],
             "p50_ms": w["p50_ms"], "p99_ms": w["p99_ms"],
             "slowdown_p50": w["slowdown_p50"], "slowdown_p99": w["slowdown_p99"],
             "busbw_mbps": None if job else w["busbw_mbps"],
-            "exposed_comm": job["exposed_comm_fraction"] if job else None,
-            "bubbles": job["bubble_fraction"] if job else None,
-            "bottleneck_mb_per_iter": job["bottleneck_bytes_per_iteration"] / 1e6 if job
-            else None,
+            "exposed_comm": w["exposed_comm_fraction"] if job else None,
+            "bubbles": w.get("bubble_fraction"),
+            "bottleneck_mb_per_iter": per_iter / 1e6 if per_iter is not None else None,
             "storage_mbps": p["storage"]["goodput_mbps"], "bottleneck_used": b["utilization"],
             "vip_drops": b["lanes"]["vip"]["drops"], "low_drops": b["lanes"]["low"]["drops"],
             "cpu_bound": bool(p["cpu_bound"])})
@@ -798,7 +919,7 @@ def lossless_frame(summaries: dict[str, dict], digits: int | None = None) -> pl.
     rows = []
     for name, summary in summaries.items():
         for policy, p in summary["policies"].items():
-            w, ll = p.get("job") or p["allreduce"], p.get("lossless") or {}
+            (_, w), ll = workload_of(p), p.get("lossless") or {}
             rows.append({"run": name, "policy": policy, "lossless": bool(ll),
                          "vip_drops": p["bottleneck"]["lanes"]["vip"]["drops"],
                          "resends": p["transport"]["retransmits"],

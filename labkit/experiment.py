@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
-from labkit import bpf, loss, lossless, nccltests, tc
+from labkit import bpf, cgroups, loss, lossless, nccltests, tc
 from labkit.abi import EV_GAP, EV_SOJOURN
 from labkit.agents import (
     Agent,
@@ -49,6 +49,7 @@ from labkit.control import CONTROLLERS, Controller
 from labkit.control.session import ControlSession
 from labkit.control.valve import Decision
 from labkit.fabric import Fabric
+from labkit.jobmark import BurstRow, JobMarks
 from labkit.lanes import Classifier
 from labkit.pauser import Pauser, PauseRow
 from labkit.pcap import PacketCapture, PcapRequest
@@ -65,6 +66,7 @@ from labkit.topo import Topology
 from labkit.traffic.collective import plan_for
 from labkit.traffic.commands import Commands
 from labkit.traffic.jobs import sent_bytes
+from labkit.traffic.programs import OpRow, Programs, iterations_from_ops, ops_from_bursts
 
 STORAGE_WARMUP_S = 1.0
 
@@ -154,6 +156,9 @@ class PolicyResult:
     commands: list[dict] = field(default_factory=list)  # the command entries, as they ended
     pauses: list[PauseRow] = field(default_factory=list)  # a lossless fabric's pauses
     pause_notes: list[str] = field(default_factory=list)  # what the pauser could not do
+    program_ops: list[OpRow] = field(default_factory=list)  # a program's collectives
+    bursts: list[BurstRow] = field(default_factory=list)  # a program's traffic, per host
+    program: dict | None = None  # a program's ranks as they ended, its traffic, its source
     aborted: bool = False
 
 
@@ -180,6 +185,8 @@ class PolicyFabric:
         self.classifier = self.queues = self.latency = self.lossy = self.control = None
         self.pauser: Pauser | None = None
         self.watched: list[WatchedPort] = []
+        self.marks: JobMarks | None = None  # a program's job markers, one per rank host
+        self.groups: dict[str, cgroups.Cgroup] = {}  # a program's cgroups, one per rank
 
     def __enter__(self) -> PolicyFabric:
         try:
@@ -214,13 +221,31 @@ class PolicyFabric:
                                           self.controllers[self.pol.controller],
                                           self.classifier.shared.maps["lk_config"],
                                           registry.add)
+        if sc.program:
+            self._mark_program()
+
+    def _mark_program(self) -> None:
+        """A cgroup per rank of the user's program, and on each rank host's NIC the job
+        marker that knows the cgroup (writing the host's valve's phase, when held)."""
+        spec = self.sc.program
+        base = cgroups.run_dir(self.registry.run_id) / self.pol.name
+        self.marks = JobMarks(self.registry.add)
+        for host in spec.ranks:
+            group = self.groups[host] = cgroups.make(base / host, self.registry.add)
+            nic = self.fabric.nic(host)
+            phase = self.control.valves.valves[host].obj.maps["lk_phase"] if self.control \
+                else None
+            far = [self.topo.host_ip(peer) for peer in spec.ranks
+                   if peer != host and self.topo.crosses_bottleneck(host, peer)]
+            self.marks.attach(host, nic.ns, nic.ifname, nic.ifindex, group, spec.dscp,
+                              spec.quiet_ms, spec.quiet_ms, far, phase)
 
     def __exit__(self, *exc) -> None:
         self.close()
 
     def close(self) -> None:
-        for held in (self.pauser, self.control, self.latency, self.classifier, self.queues,
-                     self.lossy):
+        for held in (self.marks, self.pauser, self.control, self.latency, self.classifier,
+                     self.queues, self.lossy):
             if held is not None:
                 held.close()
         self.fabric.stop()
@@ -253,19 +278,24 @@ def _run_traffic(pf: PolicyFabric, workdir: Path, duration_s: float | None,
     """The scenario's traffic on a built policy fabric, recorded."""
     sc, topo, fabric, pol, control = pf.sc, pf.topo, pf.fabric, pf.pol, pf.control
     result = PolicyResult(pol.name, pol.port_layout)
-    commands = None
+    commands = programs = None
     agents: list[Agent] = []
     pauser = pf.pauser.start() if pf.pauser else None
     try:
         rng = random.Random(f"{sc.seed}/{pol.name}")
-        work, gap_ms = workload(sc)
-        ring = start_collective(fabric, topo, sc.ranks, work, sc.iterations, gap_ms, workdir,
-                                rng, duration_s, control.phase_maps if control else None,
-                                sc.control.dcqcn,
-                                # a capture shows packets as the fabric carries them: whole
-                                # packets, so tshark reads each one (and checks its ICRC)
-                                1 if pcap else sc.emulation.gso_packets,
-                                lossless.carries_collectives(sc.fabric, pol.port_layout))
+        if sc.program:  # the user's program is the collective workload: no labkit ranks
+            ring = []
+            programs = Programs(sc.program, topo, fabric, pf.groups, workdir / "program",
+                                control.phase_maps if control else None).launch()
+        else:
+            work, gap_ms = workload(sc)
+            ring = start_collective(
+                fabric, topo, sc.ranks, work, sc.iterations, gap_ms, workdir, rng, duration_s,
+                control.phase_maps if control else None, sc.control.dcqcn,
+                # a capture shows packets as the fabric carries them: whole packets, so
+                # tshark reads each one (and checks its ICRC)
+                1 if pcap else sc.emulation.gso_packets,
+                lossless.carries_collectives(sc.fabric, pol.port_layout))
         storage = start_storage(sc, topo, fabric, workdir) if pol.storage else []
         agents = ring + storage
         if pol.storage and sc.commands:  # the user's programs compete as storage does
@@ -275,19 +305,23 @@ def _run_traffic(pf: PolicyFabric, workdir: Path, duration_s: float | None,
         events = EventReader(pf.queues).start() if pf.queues else None
         try:
             _drive(result, ring, storage, pf.watched, duration_s, sc.iterations, progress,
-                   control, commands)
+                   control, commands, programs)
         finally:
             if events:
                 _collect_telemetry(result, events.stop(), pf.queues, pf.latency)
             if capture:
                 capture.stop()
         _collect(result, ring, storage)
+        if programs:
+            _collect_program(result, programs, pf.marks)
         result.loss_drops = pf.lossy.drops()
         if control:
             result.decisions = control.valves.decisions
             result.control = control.summary_counters()
         return result
     finally:
+        if programs:  # after a failure or an interrupt too: nothing of it outlives the run
+            programs.stop()
         if commands:  # still running after a failure: stop them too
             result.commands += commands.stop()
         for a in agents:
@@ -334,11 +368,12 @@ def _collect_telemetry(result: PolicyResult, events: list[tuple], queues: QueueP
 
 
 def _drive(result: PolicyResult, ring: list[Agent], storage: list[Agent],
-           watched: list[WatchedPort], duration_s: float | None, iterations: int,
+           watched: list[WatchedPort], duration_s: float | None, iterations: int | None,
            progress: Callable[[int], None] | None, control: ControlSession | None,
-           commands: Commands | None = None) -> None:
-    """Start storage (and the user's commands), let it warm up, run the ring to the end,
-    stop storage; record telemetry meanwhile (and let the controller, if any, act on it)."""
+           commands: Commands | None = None, programs: Programs | None = None) -> None:
+    """Start storage (and the user's commands), let it warm up, run the collective
+    workload to the end (labkit's ranks, or the user's program), stop storage; record
+    telemetry meanwhile (and let the controller, if any, act on it)."""
     poller = QueuePoller(watched, listener=control.feed.push if control else None).start()
     cpu = CpuSampler().start()
     try:
@@ -349,14 +384,19 @@ def _drive(result: PolicyResult, ring: list[Agent], storage: list[Agent],
         go(storage, t_go)
         if commands:
             commands.start()
-        go(ring, t_go + (int(STORAGE_WARMUP_S * 1e9) if storage or commands else 0))
+        t_ranks = t_go + (int(STORAGE_WARMUP_S * 1e9) if storage or commands else 0)
+        if programs:
+            programs.release(t_ranks)
+            programs.wait(duration_s or programs.spec.duration_s, progress)
+        else:
+            go(ring, t_ranks)
 
-        def on_line(agent: Agent, line: str) -> None:
-            if progress and agent is ring[0] and line.startswith("OP "):
-                progress(int(line.split()[1]) + 1)
+            def on_line(agent: Agent, line: str) -> None:
+                if progress and agent is ring[0] and line.startswith("OP "):
+                    progress(int(line.split()[1]) + 1)
 
-        limit_s = duration_s + 30 if duration_s else max(120, 5 * iterations)
-        finish_together(ring, limit_s, on_line)
+            limit_s = duration_s + 30 if duration_s else max(120, 5 * iterations)
+            finish_together(ring, limit_s, on_line)
         result.orchestrator_cpu_share = ((_own_cpu_s() - before[0])
                                          / max(time.monotonic() - before[1], 1e-3))
         result.storage_stopped_ns = time.monotonic_ns()  # connections close from here on
@@ -396,6 +436,33 @@ def _collect(result: PolicyResult, ring: list[Agent], storage: list[Agent]) -> N
                         "bytes": size} for entry, t_ns, ns, size in r["ios"]]
         result.storage_errors += [f"{a.node}: {e}" for t_ns, e in r["errors"]
                                   if t_ns < result.storage_stopped_ns]
+
+
+def _collect_program(result: PolicyResult, programs: Programs, marks: JobMarks) -> None:
+    """The program's iterations and ops as it reported them (:mod:`labkit.traffic.lines`)
+    or, when it reported none, as its traffic showed them; its ranks and traffic."""
+    spec = programs.spec
+    programs.stop()  # nothing is left running; the cgroups' CPU is read
+    reported, ops, bad = programs.reported()
+    per_host, result.bursts, lost = marks.traffic()
+    result.program_ops = [OpRow(rank, host, o.i, o.op, o.bytes, o.start_ns, o.end_ns)
+                          for rank, host, o in ops]
+    source = "lines" if reported or ops else "traffic"
+    if source == "traffic":
+        result.program_ops = ops_from_bursts(result.bursts,
+                                             {h: r for r, h in enumerate(spec.ranks)},
+                                             int(spec.quiet_ms * 1e6))
+    iterations = reported or iterations_from_ops(result.program_ops)
+    result.ops = [{"op": it.i, "rank": rank, "host": host, "start_ns": it.start_ns,
+                   "end_ns": it.end_ns, "wrong": 0, "bubble_ns": 0,
+                   "exposed_ns": it.exposed_ns or 0,
+                   "compute_ns": it.end_ns - it.start_ns - (it.exposed_ns or 0)}
+                  for rank, host, it in iterations]
+    result.program = {
+        "name": spec.name, "source": source, "warmup": spec.warmup, "bad_lines": bad,
+        "bursts_lost": lost,
+        "ranks": [{**row, "packets": per_host[row["host"]][0],
+                   "bytes": per_host[row["host"]][1]} for row in programs.rows()]}
 
 
 def run_sweep(sc: Scenario, op: str, algo: str | Mapping[int, str], size_list: list[int],
@@ -458,10 +525,12 @@ def workload(sc: Scenario) -> tuple[dict, float]:
 def bytes_per_iteration(sc: Scenario, topo: Topology) -> tuple[dict[str, int], dict[str, set]]:
     """Bytes every hop ("a->b") carries in one op or iteration, from the ranks' plans and
     the routes (one shortest path per pair), and which ranks send across each hop."""
-    work, _ = workload(sc)
-    ranks = sc.ranks
     per_hop: dict[str, int] = {}
     senders: dict[str, set] = {}
+    if sc.program:  # the user's program: what it sends is measured, not planned
+        return per_hop, senders
+    work, _ = workload(sc)
+    ranks = sc.ranks
     for r in range(len(ranks)):
         plan = plan_for(work, len(ranks), r)
         for peer, nbytes in sent_bytes(plan):
@@ -495,7 +564,7 @@ def summary_meta(sc: Scenario, topo: Topology, run_id: str, results: list[Policy
                     for link in topo.links_on_path(a, b))
     return {"scenario": sc.name, "run_id": run_id, "scale_factor": sc.scale_factor,
             "policies": [r.policy for r in results],
-            "workload": "job" if sc.job else "allreduce",
+            "workload": sc.workload.kind,
             "job": sc.job.as_dict() if sc.job else None,
             "size_bytes": sc.allreduce.size_bytes if sc.allreduce else None,
             "bytes_per_iteration": per_hop,
@@ -510,6 +579,8 @@ def summary_meta(sc: Scenario, topo: Topology, run_id: str, results: list[Policy
             "loss_drops": {r.policy: r.loss_drops for r in results},
             "commands": {r.policy: r.commands for r in results if r.commands},
             "storage_errors": {r.policy: r.storage_errors for r in results},
+            "program": {r.policy: r.program for r in results} if sc.program else None,
+            "warmup": sc.program.warmup if sc.program else 0,
             "control": {r.policy: r.control for r in results if r.control},
             "lossless": {"lanes": list(sc.fabric.lossless),
                          "budget_us": lossless.REACTION_BUDGET_S * 1e6,

@@ -8,6 +8,9 @@ can follow. What teardown does per kind:
   identified by pid *and* kernel start time so a recycled pid is never touched:
   sent its stop signal, then SIGKILL;
 * ``pin_dir`` — a directory of BPF pins under ``/sys/fs/bpf/labkit``: unpinned;
+* ``cgroup`` — a cgroup v2 directory labkit made (:mod:`labkit.cgroups`): every process
+  in it is killed first (``cgroup.kill``: a user's program and whatever it started),
+  and once the processes are gone it is removed, deepest first;
 * ``netns`` (a node's namespace, by inode), ``veth``, ``qdisc``, ``tc_filter`` —
   objects inside a node's namespace: they vanish with its shell, and teardown
   checks that no process still holds the namespace;
@@ -131,7 +134,13 @@ class Registry:
 
     def teardown(self) -> list[str]:
         """Remove everything recorded, newest first; returns what was removed."""
+        from labkit import bpf, cgroups
+
         removed = []
+        groups = [Path(e["path"]) for e in reversed(self.entries) if e["kind"] == "cgroup"]
+        for path in groups:
+            if path.exists() and (pids := cgroups.kill(path)):
+                removed.append(f"killed {len(pids)} process(es) in cgroup {path}")
         procs = [e for e in reversed(self.entries)
                  if e["kind"] == "process" and alive(e["pid"], e["start_time"])]
         for e in procs:
@@ -147,8 +156,10 @@ class Registry:
             removed.append(f"stopped {e['what']} (pid {e['pid']})")
         removed += [f"stopped pid {pid}, started by a command entry"
                     for pid in stop_marked(self.run_id)]
-        from labkit import bpf
-
+        for path in groups:
+            if path.exists():
+                left = cgroups.remove(path)
+                removed.append(f"still present: {left}" if left else f"removed cgroup {path}")
         for e in self.entries:
             if e["kind"] == "pin_dir" and Path(e["path"]).exists():
                 bpf.unpin_dir(Path(e["path"]))

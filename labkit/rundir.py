@@ -74,13 +74,17 @@ SCHEMAS: dict[str, dict[str, pl.DataType]] = {
     "controller": {"policy": STR, "t_ns": I64, "valve": STR, "lane": STR, "old_mbps": F64,
                    "new_mbps": F64, "old_busy_mbps": F64, "new_busy_mbps": F64,
                    "busy_from_ns": I64, "busy_until_ns": I64, "reason": STR},
+    "program_ops": {"policy": STR, "rank": I64, "host": STR, "iteration": I64, "op": STR,
+                    "bytes": I64, "start_ns": I64, "end_ns": I64},
+    "bursts": {"policy": STR, "host": STR, "start_ns": I64, "end_ns": I64, "bytes": I64,
+               "packets": I64},
 }
 
 
 ROWS_OF = {"controller": "decisions"}  # PolicyResult attributes named otherwise
 # tables newer than the first runs: a manifest without a "tables" list predates them,
 # and such a run loads with them empty (as does one whose list lacks them)
-ADDED_LATER = {"ios", "controller", "gaps", "phases", "pauses"}
+ADDED_LATER = {"ios", "controller", "gaps", "phases", "pauses", "program_ops", "bursts"}
 COLUMNS_ADDED_LATER = {("transport", "cnps"): 0}  # what older runs lack, and its value there
 
 
@@ -121,7 +125,7 @@ def tables_from(results: list[PolicyResult]) -> dict[str, pl.DataFrame]:
         rows["queue"] += [{"policy": p, **q._asdict(), "classid": tc.classid_str(q.classid),
                            "lane": tc.lane_of_class(q.classid, layout)} for q in r.queue]
         for name in ("lanes", "sojourn", "latency", "histograms", "controller", "cpu", "gaps",
-                     "phases", "pauses"):
+                     "phases", "pauses", "program_ops", "bursts"):
             rows[name] += [{"policy": p, **row._asdict()}
                            for row in getattr(r, ROWS_OF.get(name, name))]
         rows["flows"] += [{"policy": p, **f} for f in r.flows]

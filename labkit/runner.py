@@ -64,12 +64,13 @@ class RunFailed(RuntimeError):
 @dataclass(frozen=True)
 class Progress:
     """Where a run is: ``stage`` is "building" (the policy's fabric), "running" (``done``
-    of ``total`` ops or iterations finished on the first rank) or "done"."""
+    of ``total`` ops or iterations finished on the first rank; ``total`` None: a program
+    that does not say how many it will run) or "done"."""
 
     policy: str
     stage: str
     done: int
-    total: int
+    total: int | None
 
 
 @dataclass(frozen=True)
@@ -172,6 +173,7 @@ def run(scenario: str | Path | Scenario, policies: Sequence[str] | None = None, 
     from labkit import analysis, experiment, topo
     from labkit.control import CONTROLLERS
     from labkit.pcap import PcapRequest, check_links
+    from labkit.traffic import programs
 
     sc, source, rates = _scenario(scenario, seed)
     sc, auto = resolve_auto(sc, source)
@@ -183,11 +185,13 @@ def run(scenario: str | Path | Scenario, policies: Sequence[str] | None = None, 
     if duration is not None and duration <= 0:
         raise ScenarioError(source, "duration", f"must be > 0 seconds, got {duration}")
     scenario_mod.check_programs(sc)
+    topology = topo.Topology(sc.fabric)
+    if sc.program:
+        programs.check(sc.program, topology, source)
     steered = [p for p in policies if scenario_mod.policy(p, list(users)).controller]
     if not telemetry and steered:
         raise ScenarioError(source, "telemetry", f"policy {steered[0]} steers its valves from "
                             "telemetry; leave the policy out or keep telemetry on")
-    topology = topo.Topology(sc.fabric)
     try:
         check_links(topology, list(pcap))
     except KeyError as exc:
@@ -432,6 +436,10 @@ def calibrate(scenario: str | Path | Scenario, policies: Sequence[str] | None = 
 
     sc, source = _loaded(scenario)
     sc = cal.as_written(sc)  # its own rate factor is what a calibration finds
+    if sc.program:
+        raise ScenarioError(source, sc.program.key, "a calibration scales compute times with "
+                            "the links, and a program's compute is its own: calibrate a "
+                            "scenario with labkit's All-Reduce or job on the same fabric")
     if seconds <= 0:
         raise ScenarioError(source, "seconds", f"must be > 0, got {seconds}")
     if policies:  # checked here, not by the first trial, which would be recorded as failed

@@ -29,8 +29,9 @@ NAME_RE = re.compile(r"^[a-z][a-z0-9]{0,8}$")  # fits Linux's 15-byte "<node>-et
 LABEL_RE = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")  # names that only label data
 SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMG]?)(i?B?)\s*$", re.IGNORECASE)
 ROCEV2_PORT = 4791
+MAX_LANE_RULES = 32  # LK_MAX_RULES
 ALLREDUCE_ALGOS = ("ring", "tree", "halving_doubling", "hierarchical")  # traffic.schedules
-BUILT_IN_KINDS = ("allreduce", "job", "storage", "command")
+BUILT_IN_KINDS = ("allreduce", "job", "program", "storage", "command")
 
 
 @dataclass(frozen=True)
@@ -196,6 +197,8 @@ class JobSpec:
     iterations: int
     params: tuple[tuple[str, Any], ...]  # sorted (key, value) pairs, frozen
 
+    kind = "job"  # a class attribute, not a field: the scenario's record stays as it was
+
     def as_dict(self) -> dict:
         return {"parallelism": self.parallelism, **dict(self.params)}
 
@@ -284,6 +287,42 @@ class CommandSpec:
         return tuple(dict.fromkeys(r for arg in self.run for r in HOST_REF.findall(arg)))
 
 
+# a program's per-rank templates in ``run`` (besides {host} addresses), as torchrun's
+# environment names them (docs/programs.md)
+RANK_TEMPLATES = ("python", "rank", "world_size", "local_rank", "local_world_size",
+                  "master_addr", "master_port", "ifname", "iterations")
+DEFAULT_PYTHON = "/usr/bin/python3"  # Debian's: `make torch` installs python3-torch for it
+JOB_DSCP = 26  # the DSCP a program's packets carry (AF31, a common RoCE traffic class)
+MAX_PROGRAM_S = 3600.0
+
+
+@dataclass(frozen=True)
+class ProgramSpec:
+    """The user's own program as the collective workload (``kind: program``): one process
+    per rank, each in its rank's host with the environment torchrun gives (RANK,
+    WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, GLOO_SOCKET_IFNAME, ...; labkit.traffic.programs).
+    ``run`` is an argv whose {host} and per-rank references (:data:`RANK_TEMPLATES`) are
+    filled in per rank; it runs in ``cwd`` (the scenario's directory). Every packet its
+    processes send carries ``dscp``, which the vip lane's first rule matches; its traffic
+    falls into bursts separated by ``quiet_ms`` without a packet."""
+
+    name: str
+    ranks: tuple[str, ...]
+    run: tuple[str, ...]
+    cwd: str
+    python: str = DEFAULT_PYTHON  # what {python} in run becomes: a path, or a venv's directory
+    iterations: int | None = None  # what the program will report (progress, {iterations})
+    warmup: int = 1  # first iterations left out of the statistics (connections, buckets)
+    env: tuple[tuple[str, str], ...] = ()  # added to (and over) the ranks' environment
+    master_port: int = 29500
+    dscp: int = JOB_DSCP
+    quiet_ms: float = 10.0
+    duration_s: float | None = None  # stop the ranks after this long (None: when they exit)
+    imports: tuple[str, ...] = ()  # modules the interpreter must import (checked first)
+    kind: str = "program"
+    key: str = field(default="", compare=False)  # where in the file: "traffic[0]"
+
+
 @dataclass(frozen=True)
 class Scenario:
     name: str
@@ -307,18 +346,25 @@ class Scenario:
     # the user's own classifier (lanes.program: a .bpf.c or .bpf.o, absolute path) in
     # place of bpf/classifier.bpf.c; None: the built-in one
     classifier: str | None = None
+    program: ProgramSpec | None = None  # the user's own program as the collective workload
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     @property
-    def ranks(self) -> tuple[str, ...]:
-        """The GPU hosts of the collective workload (All-Reduce or job)."""
-        return (self.allreduce or self.job).ranks
+    def workload(self) -> AllReduceSpec | JobSpec | ProgramSpec:
+        """The collective workload: labkit's All-Reduce or job, or the user's program."""
+        return self.allreduce or self.job or self.program
 
     @property
-    def iterations(self) -> int:
-        return (self.allreduce or self.job).iterations
+    def ranks(self) -> tuple[str, ...]:
+        """The GPU hosts of the collective workload."""
+        return self.workload.ranks
+
+    @property
+    def iterations(self) -> int | None:
+        """Ops or iterations of the workload (None: a program that does not say)."""
+        return self.workload.iterations
 
 
 # --- the checker ------------------------------------------------------------------------------
@@ -483,14 +529,38 @@ def parse(doc: Any, file: str = "<scenario>") -> Scenario:
     classifier = _program(c, lanes_doc["program"], "lanes.program") \
         if isinstance(lanes_doc, dict) and "program" in lanes_doc else None
     kinds = class_files(c, top.get("kinds", {}), "kinds", BUILT_IN_KINDS)
-    allreduce, job, storage, commands = _traffic(c, top["traffic"], fabric, dict(kinds))
+    allreduce, job, program, storage, commands = _traffic(c, top["traffic"], fabric,
+                                                          dict(kinds))
+    if program:
+        lanes = _with_program_rule(c, lanes, program)
     control = _control(c, top.get("control", {}), "control")
     emulation = _emulation(c, top.get("emulation", {}), "emulation")
     policies = _policies(c, top.get("policies", list(LAYOUTS)), "policies",
                          [name for name, _ in control.controllers])
+    if program and emulation.rate_factor != 1:
+        c.fail("emulation.rate_factor", "a program's compute time is its own, which labkit "
+               "cannot scale with the links: leave the rate factor at 1")
     return Scenario(name, file, float(scale), seed, fabric, lanes, allreduce, storage, policies,
                     description, job=job, control=control, commands=commands,
-                    kinds=kinds, classifier=classifier, emulation=emulation)
+                    kinds=kinds, classifier=classifier, emulation=emulation, program=program)
+
+
+def _with_program_rule(c: _Checker, lanes: tuple[LaneRule, ...], program: ProgramSpec
+                       ) -> tuple[LaneRule, ...]:
+    """The lane rules with the program's DSCP first in the vip lane: every packet the job
+    sends is marked with it (labkit.jobmark), so it is a collective's wherever rules apply."""
+    rule = LaneRule("vip", dscp=program.dscp)
+    for r in lanes:
+        if r.dscp == program.dscp and r.lane != "vip":
+            j = [x for x in lanes if x.lane == r.lane].index(r)
+            c.fail(f"lanes.{r.lane}[{j}]", f"puts DSCP {program.dscp} in the {r.lane} lane, "
+                   f"but {program.key}'s packets carry it to be a collective's: drop the rule, "
+                   f"or give {program.key}.dscp another value")
+    out = (rule, *(r for r in lanes if r != rule))
+    if len(out) > MAX_LANE_RULES:
+        c.fail("lanes", f"at most {MAX_LANE_RULES - 1} rules beside the program's DSCP rule "
+                        "fit the classifier")
+    return out
 
 
 def _emulation(c: _Checker, doc, key: str) -> EmulationSpec:
@@ -742,8 +812,8 @@ def _lanes(c: _Checker, lanes) -> tuple[LaneRule, ...]:
             continue
         for i, rule in enumerate(c.seq(entries, f"lanes.{lane}")):
             rules.append(_rule(c, rule, f"lanes.{lane}[{i}]", lane))
-    if len(rules) > 32:
-        c.fail("lanes", f"at most 32 rules fit the classifier, got {len(rules)}")
+    if len(rules) > MAX_LANE_RULES:
+        c.fail("lanes", f"at most {MAX_LANE_RULES} rules fit the classifier, got {len(rules)}")
     return tuple(rules)
 
 
@@ -896,10 +966,11 @@ def _arrival(c: _Checker, a, key: str) -> Arrival:
                    float(c.number(a.get("phase_ms", 0), f"{key}.phase_ms", 0, True)))
 
 
-def _argv(c: _Checker, value, key: str, fabric: FabricSpec) -> tuple[str, ...]:
+def _argv(c: _Checker, value, key: str, fabric: FabricSpec,
+          templates: Sequence[str] = ()) -> tuple[str, ...]:
     """A command line (a string, split as a shell would, or a list of arguments) whose
-    {host} references name hosts of the fabric (whether its program is installed is
-    :func:`check_programs`'s question)."""
+    {host} references name hosts of the fabric, or ``templates`` (whether its program is
+    installed is :func:`check_programs`'s question)."""
     if isinstance(value, str):
         try:
             argv = shlex.split(value)
@@ -912,9 +983,10 @@ def _argv(c: _Checker, value, key: str, fabric: FabricSpec) -> tuple[str, ...]:
     hosts = {h.name for h in fabric.hosts}
     for arg in argv:
         for ref in HOST_REF.findall(arg):
-            if ref not in hosts:
+            if ref not in hosts and ref not in templates:
+                also = f"; or {', '.join('{' + t + '}' for t in templates)}" if templates else ""
                 c.fail(key, f"{{{ref}}} is not a host of this fabric (hosts: "
-                            f"{', '.join(sorted(hosts))})")
+                            f"{', '.join(sorted(hosts))}{also})")
     return tuple(argv)
 
 
@@ -949,6 +1021,58 @@ def _command(c: _Checker, t: dict, key: str, fabric: FabricSpec) -> CommandSpec:
                        _argv(c, serve["run"], f"{key}.serve.run", fabric), key=key)
 
 
+def _program_entry(c: _Checker, t: dict, key: str, fabric: FabricSpec) -> ProgramSpec:
+    c.mapping(t, key, {"kind", "name", "ranks", "run", "python", "iterations", "warmup", "env",
+                       "master_port", "dscp", "quiet_ms", "duration_s", "imports"},
+              {"ranks", "run"})
+    name = t.get("name", "program")
+    if not isinstance(name, str) or not LABEL_RE.match(name):
+        c.fail(f"{key}.name", f"must be a label like 'ddp' or 'train-1' (a-z, then "
+                              f"a-z0-9_-, at most 32), got {name!r}")
+    ranks = _selection(c, t["ranks"], f"{key}.ranks", fabric)
+    if len(ranks) < 2:
+        c.fail(f"{key}.ranks", "a program's collectives need at least 2 ranks")
+    if clash := sorted({h.name for h in fabric.hosts} & set(RANK_TEMPLATES)):
+        c.fail(f"{key}.run", f"host {clash[0]!r} has the name of a template of a program's "
+                             f"run ({{{clash[0]}}}): rename the host")
+    run = _argv(c, t["run"], f"{key}.run", fabric, RANK_TEMPLATES)
+    python = c.string(t.get("python", DEFAULT_PYTHON), f"{key}.python")
+    if "/" in python and not python.startswith("/"):  # relative: to the scenario's directory
+        python = str((Path(c.file).parent / python).resolve())
+    env = c.mapping(t.get("env", {}), f"{key}.env", None)
+    for k, v in env.items():
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", k):
+            c.fail(f"{key}.env.{k}", "is not an environment variable's name")
+        if isinstance(v, bool) or not isinstance(v, (str, int, float)):
+            c.fail(f"{key}.env.{k}", f"must be a string or a number, got {kind_of(v)}")
+    imports = [c.string(m, f"{key}.imports[{j}]")
+               for j, m in enumerate(c.seq(t.get("imports", []), f"{key}.imports"))]
+    for j, m in enumerate(imports):
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*", m):
+            c.fail(f"{key}.imports[{j}]", f"{m!r} is not a Python module name")
+    duration = t.get("duration_s")
+    if duration is not None:
+        duration = float(c.number(duration, f"{key}.duration_s"))
+        if duration > MAX_PROGRAM_S:
+            c.fail(f"{key}.duration_s", f"must be at most {MAX_PROGRAM_S:g}, got {duration:g}")
+    iterations = (c.integer(t["iterations"], f"{key}.iterations", 1, 100000)
+                  if "iterations" in t else None)
+    warmup = c.integer(t.get("warmup", 1), f"{key}.warmup", 0, 1000)
+    if iterations is not None and warmup >= iterations:
+        c.fail(f"{key}.warmup", f"leaves no iteration to measure: must be below iterations "
+                                f"({iterations}), got {warmup}")
+    quiet = float(c.number(t.get("quiet_ms", 10.0), f"{key}.quiet_ms"))
+    if not 0.1 <= quiet <= 1000:
+        c.fail(f"{key}.quiet_ms", f"must be from 0.1 to 1000, got {quiet:g}")
+    return ProgramSpec(
+        name=name, ranks=ranks, run=run, cwd=str(Path(c.file).parent.resolve()),
+        python=python, iterations=iterations, warmup=warmup,
+        env=tuple(sorted((k, str(v)) for k, v in env.items())),
+        master_port=c.integer(t.get("master_port", 29500), f"{key}.master_port", 1024, 65535),
+        dscp=c.integer(t.get("dscp", JOB_DSCP), f"{key}.dscp", 1, 63),
+        quiet_ms=quiet, duration_s=duration, imports=tuple(imports), key=key)
+
+
 def _one_host(c: _Checker, value, key: str, fabric: FabricSpec) -> str:
     hosts = _selection(c, value, key, fabric)
     if len(hosts) != 1:
@@ -967,8 +1091,11 @@ def _add_named(c: _Checker, entries: list, entry, key: str, most: int) -> None:
     entries.append(entry)
 
 
+WORKLOADS = ("allreduce", "job", "program")  # the kinds that are a collective workload
+
+
 def _traffic(c: _Checker, traffic, fabric: FabricSpec, kinds: dict[str, str]):
-    allreduce, job, storage, commands = None, None, [], []
+    allreduce, job, program, storage, commands = None, None, None, [], []
     known = ", ".join((*BUILT_IN_KINDS, *kinds))
     for i, t in enumerate(c.seq(traffic, "traffic")):
         key = f"traffic[{i}]"
@@ -976,9 +1103,12 @@ def _traffic(c: _Checker, traffic, fabric: FabricSpec, kinds: dict[str, str]):
             c.fail(key, f"must be a mapping with a kind ({known})")
         if not isinstance(t["kind"], str):
             c.fail(f"{key}.kind", f"must be one of {known}, got {kind_of(t['kind'])}")
-        if t["kind"] in ("allreduce", "job") and (allreduce or job):
-            c.fail(key, "only one collective workload per scenario (an allreduce or a job)")
-        if t["kind"] == "job":
+        if t["kind"] in WORKLOADS and (allreduce or job or program):
+            c.fail(key, "only one collective workload per scenario (an allreduce, a job or "
+                        "a program)")
+        if t["kind"] == "program":
+            program = _program_entry(c, t, key, fabric)
+        elif t["kind"] == "job":
             job = _job(c, t, key, fabric)
         elif t["kind"] == "allreduce":
             c.mapping(t, key, {"kind", "algo", "ranks", "size_bytes", "iterations", "compute_ms"},
@@ -1010,9 +1140,9 @@ def _traffic(c: _Checker, traffic, fabric: FabricSpec, kinds: dict[str, str]):
                            at, MAX_COMMANDS)
         else:
             c.fail(f"{key}.kind", f"unknown traffic kind {t['kind']!r} (known: {known})")
-    if allreduce is None and job is None:
-        c.fail("traffic", "needs a collective workload (kind: allreduce, or kind: job)")
-    return allreduce, job, tuple(storage), tuple(commands)
+    if allreduce is None and job is None and program is None:
+        c.fail("traffic", "needs a collective workload (kind: allreduce, job or program)")
+    return allreduce, job, program, tuple(storage), tuple(commands)
 
 
 def _expand(c: _Checker, t: dict, key: str, fabric: FabricSpec, spec: str) -> list[dict]:

@@ -47,9 +47,9 @@ LANE_CLASS = {"vip": 0x10010, "normal": 0x10020, "low": 0x10030}
 FIFO_CLASS = 0x10010
 HELD_CLASS = 0x10020  # a held port's class for every non-vip packet
 # tc filter priorities on a port's clsact hooks (lower runs first). Egress: a lossy link's
-# dropper, a host's valve, then the lane classifier. Ingress: the latency probe alone
-# (0: the kernel picks one).
-PRIO_DROPPER, PRIO_VALVE, PRIO_CLASSIFIER, PRIO_LATENCY = 1, 5, 10, 0
+# dropper, a rank host's job marker (it writes the DSCP the valve then reads), a host's
+# valve, then the lane classifier. Ingress: the latency probe alone (0: the kernel picks).
+PRIO_DROPPER, PRIO_MARK, PRIO_VALVE, PRIO_CLASSIFIER, PRIO_LATENCY = 1, 3, 5, 10, 0
 TOKEN_RATE_FRACTION = 0.01  # the lower lanes' guaranteed share of the link
 QUANTUM_BYTES = 65536  # >= one GSO packet, so HTB's round-robin never starves a class
 

@@ -158,6 +158,28 @@ class Topology:
                              and dist[p.peer][b] == dist[here][b] - 1))
         return path + [dst]
 
+    def hops(self, src: str, dst: str) -> set[tuple[str, str]]:
+        """Every hop ``(node, next node)`` of every shortest path from host ``src`` to host
+        ``dst`` (ECMP may take any of them): the ports a flow between them may leave by."""
+        server = self.server_of.get(src)
+        if server is not None and dst in server.gpus:
+            return {(src, server.switch), (server.switch, dst)}
+        dist = self._router_distances()
+        a, b = self.ports[src][0].peer, self.ports[dst][0].peer
+        out, todo = {(src, a)}, [a]
+        while todo:
+            here = todo.pop()
+            for p in self.ports[here]:
+                if self.roles[p.peer] == "router" and dist[p.peer][b] == dist[here][b] - 1 \
+                        and (here, p.peer) not in out:
+                    out.add((here, p.peer))
+                    todo.append(p.peer)
+        return out | {(b, dst)}
+
+    def crosses_bottleneck(self, src: str, dst: str) -> bool:
+        """Whether traffic from host ``src`` to host ``dst`` may leave by a bottleneck port."""
+        return any((p.node, p.peer) in self.hops(src, dst) for p in self.bottleneck_ports())
+
     def link_port(self, name: str) -> Port:
         """The port of the first-named node of the link called ``name`` ("a-b" or "b-a")."""
         for pa, pb in self.links:

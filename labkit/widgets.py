@@ -280,7 +280,7 @@ def _live_run(base, policies, load, size, hosts, bar, status, figures, button,
         part = 0.0
         if p.stage == "running":
             since = running_since.setdefault(p.policy, time.monotonic())
-            part = 0.1 + 0.9 * min(1.0, max(p.done / p.total,
+            part = 0.1 + 0.9 * min(1.0, max(p.done / p.total if p.total else 0.0,
                                             (time.monotonic() - since) / LIVE_SECONDS))
         elif p.stage == "done":
             part = 1.0

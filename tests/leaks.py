@@ -5,7 +5,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from labkit import bpf, registry
+from labkit import bpf, cgroups, registry
 from labkit.registry import marked
 
 
@@ -26,7 +26,13 @@ def labkit_objects() -> dict[str, list[str]]:
         if "labkit.traffic." in text or " -is mininet:" in text or \
                 int(cmdline.parent.name) in commands:
             procs.append(f"{cmdline.parent.name}: {text.strip()}")
-    return {"bpf_programs": progs, "pins": pins, "registries": registries, "processes": procs}
+    root = cgroups.cgroup2_root()
+    top = root / cgroups.TOP if root else None
+    groups = [str(p) for p in top.rglob("*") if p.is_dir()] if top and top.exists() else []
+    if top and top.exists():
+        groups.append(str(top))
+    return {"bpf_programs": progs, "pins": pins, "registries": registries, "processes": procs,
+            "cgroups": groups}
 
 
 def assert_no_leaks(timeout_s: float = 5.0) -> None:

@@ -148,8 +148,13 @@ struct lk_job_phase {
 	__u64 busy_until_ns;
 	__u64 bytes_left;  /* of the collective under way, for the record */
 	__u32 phase;       /* enum lk_phase */
-	__u32 pad;
+	__u32 flags;       /* LK_PHASE_CROSSES */
+	/* the job marker's record of the job's data across a bottleneck from this host: */
+	__u64 cross_start_ns; /* the first packet of its latest burst */
+	__u64 crossed_ns;     /* its latest packet */
 };
+/* The job marker has seen the job's packets from this host cross a bottleneck port. */
+#define LK_PHASE_CROSSES 1
 enum lk_phase {
 	LK_PHASE_COMPUTE = 0,
 	LK_PHASE_SOON = 1,        /* about to communicate */
@@ -201,5 +206,30 @@ struct lk_pause_event {
 	__u32 kind;        /* enum lk_pause_kind */
 	__u32 pad;
 };
+
+/*
+ * The job marker (jobmark.bpf.c): a tc egress program on a rank host's NIC that knows
+ * the processes of the user's own program (kind: program) by their cgroup v2, whatever
+ * ports they use, and writes the collectives' DSCP into every IPv4 packet they send.
+ * It also cuts the job's traffic into bursts (a quiet gap ends one) and, while the job
+ * sends across a bottleneck (to an address in lk_jobmark_far), keeps the host's
+ * lk_job_phase "communicating" (state-aware control).
+ */
+struct lk_jobmark_config {
+	__u64 cgroup_id; /* the rank's cgroup: its directory's inode in the cgroup2 tree */
+	__u64 quiet_ns;  /* a burst ends when the job sends nothing for this long */
+	__u64 hold_ns;   /* the phase stays "communicating" this long after a packet */
+	__u32 level;     /* the cgroup's depth below the cgroup2 root (the root is 0) */
+	__u32 dscp;      /* written into every IPv4 packet of the job; ECN bits are kept */
+};
+
+/* One burst of the job's traffic out of a host's NIC: its first and last packet. */
+struct lk_burst {
+	__u64 start_ns;
+	__u64 end_ns;
+	__u64 bytes;
+	__u64 packets;
+};
+#define LK_MAX_BURSTS 4096 /* per host and policy; more are counted, not kept */
 
 #endif /* __LABKIT_H */

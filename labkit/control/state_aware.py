@@ -11,7 +11,10 @@ them: it reads the GPU hosts' phase maps every 5 ms and writes the merged window
 ``relay_delay_ms`` later, emulating the message's trip across the fabric's control
 network. While a window is open each low lane
 runs at ``busy_share`` of its fair share (:func:`labkit.control.session.storage_senders`);
-otherwise at ``idle_share`` of it.
+otherwise at ``idle_share`` of it. A user's program (``kind: program``) writes its
+phase through :mod:`labkit.torch`, or not at all: the job marker in the kernel keeps
+the window open while the job's packets cross a bottleneck; an open window is relayed
+one poll longer than it reads, so the storage hosts stay held until the next look.
 """
 
 from __future__ import annotations
@@ -56,6 +59,10 @@ class StateAware(Controller):
 
     def step(self, now_ns: int) -> None:
         window = self._merged(now_ns)
+        if 0 < window[0] <= now_ns:  # open: it holds until the next relay at least, since
+            # the kernel keeps a window open past the job's latest packet (a program's
+            # traffic, bpf/jobmark.bpf.c) without knowing when this relay looks again
+            window = (window[0], window[1] + int(RELAY_POLL_MS * 1e6))
         if window != self.window:
             self.window = window
             self.in_flight.append((now_ns + int(self.plant.spec.relay_delay_ms * 1e6), window))

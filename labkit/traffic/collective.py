@@ -181,7 +181,7 @@ class PhaseBoard:
 
     def _write(self, start: int, end: int, bytes_left: int, phase: int) -> None:
         if self.map:
-            self.map.update(0, abi.JOB_PHASE.pack(start, end, bytes_left, phase, 0))
+            self.map.update(0, abi.JOB_PHASE.pack(start, end, bytes_left, phase, 0, 0, 0))
 
     def next_op_at(self, t_ns: int, nbytes: int) -> None:
         self._write(t_ns, t_ns + 2 * self.last_op_ns, nbytes, self.SOON)

@@ -1,0 +1,182 @@
+"""Time a PyTorch job's steps and collectives for labkit, and tell its host when it
+communicates.
+
+In a rank of a scenario's ``kind: program`` (:mod:`labkit.traffic.programs` starts it
+with torchrun's environment, ``labkit`` importable)::
+
+    import torch.distributed as dist
+    from labkit.torch import Steps
+
+    dist.init_process_group("gloo")           # env:// from labkit's environment
+    steps = Steps()
+    model = steps.watch(DDP(model))           # times each gradient bucket's all_reduce
+    for batch in data:
+        with steps.step():                    # one iteration: its time, its exposed comm
+            model(batch).sum().backward()
+            optimizer.step()
+
+``with steps.comm("all_reduce", nbytes): dist.all_reduce(t)`` times a blocking
+collective of the job's own. Each iteration and each op is one JSON line on stdout
+(:mod:`labkit.traffic.lines`); outside labkit those lines are all that changes.
+
+*Exposed communication* of a step: the blocking collectives' whole time, and for DDP
+the time from the last gradient bucket becoming ready (backward is then done
+computing) to the last bucket's all_reduce ending, which the step waits for.
+
+*The job's phase.* Under a controller labkit passes the rank its host's phase map
+(``LABKIT_PHASE_FD``, ``struct lk_job_phase``). The job marker in the kernel
+(``bpf/jobmark.bpf.c``) keeps the host's window open while the job's packets cross a
+bottleneck port, and records when each such burst began. As a step ends (and the next
+begins) this helper announces when the next step's traffic will cross, learned from
+the steps before (the median time from a step's start to its first packet across the
+bottleneck), so the host's gate and the state-aware relay hold storage from then
+(``control.lead_ms`` earlier) and the bottleneck is clear when the job's packets come.
+A rank whose last step sent nothing across a bottleneck announces nothing: it never
+holds storage back. The announced window is short (:data:`WINDOW_NS`); the kernel
+holds it open for as long as the job's packets flow.
+
+Imports only the standard library and torch, each when first needed.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import statistics
+import struct
+import sys
+import threading
+import time
+from contextlib import contextmanager
+
+from labkit.traffic.lines import iteration_line, op_line
+
+PHASE = struct.Struct("=QQQIIQQ")  # struct lk_job_phase (labkit.abi.JobPhase)
+SOON = 1  # enum lk_phase
+HISTORY = 8  # steps learned from
+WINDOW_NS = 30_000_000  # an announced window; the job's traffic keeps it open after that
+
+
+class PhaseMap:
+    """The host's ``lk_phase`` map, by the descriptor labkit passed (None: no controller,
+    or no libbpf here: then it reads nothing and announces nothing)."""
+
+    def __init__(self, fd: int | None):
+        self.fd, self.update = fd, None
+        if fd is None:
+            return
+        try:
+            lib = ctypes.CDLL("libbpf.so.1", use_errno=True)
+        except OSError:
+            print("labkit.torch: libbpf.so.1 not found: the job's phase is not announced "
+                  "(the kernel still sees its traffic)", file=sys.stderr)
+            return
+        self.update, self.lookup = lib.bpf_map_update_elem, lib.bpf_map_lookup_elem
+        self.update.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p,
+                                ctypes.c_uint64]
+        self.lookup.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p]
+        self._key = ctypes.c_uint32(0)
+        self._value = ctypes.create_string_buffer(PHASE.size)
+
+    def read(self) -> tuple | None:
+        """(busy_from, busy_until, bytes_left, phase, flags, cross_start, crossed), or None."""
+        if self.update is None or self.lookup(self.fd, ctypes.byref(self._key), self._value):
+            return None
+        return PHASE.unpack(self._value.raw)
+
+    def announce(self, start_ns: int, end_ns: int, phase: int) -> None:
+        """Write a window, keeping what the kernel recorded of the job's traffic."""
+        now = self.read()
+        if now is None:
+            return
+        value = ctypes.create_string_buffer(PHASE.pack(start_ns, end_ns, 0, phase, *now[4:]))
+        self.update(self.fd, ctypes.byref(self._key), value, 0)
+
+
+class Steps:
+    """The job's steps and collectives, as labkit reads them (see the module docstring)."""
+
+    def __init__(self, out=None, phase_fd: int | None = None):
+        self.out = out or sys.stdout
+        fd = os.environ.get("LABKIT_PHASE_FD") if phase_fd is None else phase_fd
+        self.phase = PhaseMap(int(fd) if fd not in (None, "") else None)
+        self.index = 0
+        self._lock = threading.Lock()
+        self._ops: list[tuple[str, int | None, int, int]] = []  # this step's, as they end
+        self._blocking_ns = 0
+        self._ready_ns = 0  # the last DDP bucket's, this step
+        self.offsets: list[int] = []  # step start -> first packet across a bottleneck, ns
+
+    # --- what the job tells ------------------------------------------------------------
+
+    @contextmanager
+    def step(self):
+        """One iteration: printed as an ``iteration`` line with its exposed communication,
+        after ``op`` lines for its collectives."""
+        start = time.monotonic_ns()
+        with self._lock:
+            self._ops, self._blocking_ns, self._ready_ns = [], 0, 0
+        yield self
+        end = time.monotonic_ns()
+        with self._lock:
+            ops, blocking, ready = list(self._ops), self._blocking_ns, self._ready_ns
+        tail = max((o[3] for o in ops), default=0) - ready if ready else 0
+        exposed = min(end - start, blocking + max(tail, 0))
+        for name, nbytes, t0, t1 in ops:
+            print(op_line(name, t0, t1, nbytes, self.index), file=self.out)
+        print(iteration_line(self.index, start, end, exposed), file=self.out, flush=True)
+        self.index += 1
+        self._learn_and_announce(start, end)
+
+    @contextmanager
+    def comm(self, name: str = "all_reduce", nbytes: int | None = None):
+        """A blocking collective of the job's own (its whole time is exposed)."""
+        t0 = time.monotonic_ns()
+        yield
+        t1 = time.monotonic_ns()
+        with self._lock:
+            self._ops.append((name, nbytes, t0, t1))
+            self._blocking_ns += t1 - t0
+
+    def watch(self, ddp):
+        """Time every gradient bucket's all_reduce of a ``DistributedDataParallel``
+        model (a communication hook around DDP's default one); returns the model."""
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+        def hook(state, bucket):
+            t0 = time.monotonic_ns()
+            buffer = bucket.buffer()
+            nbytes = buffer.numel() * buffer.element_size()
+            with self._lock:
+                self._ready_ns = t0
+
+            def ended(fut):
+                with self._lock:
+                    self._ops.append(("all_reduce", nbytes, t0, time.monotonic_ns()))
+                return fut.value()
+
+            return default_hooks.allreduce_hook(state, bucket).then(ended)
+
+        ddp.register_comm_hook(None, hook)
+        return ddp
+
+    # --- the phase ------------------------------------------------------------------------
+
+    def _learn_and_announce(self, start: int, end: int) -> None:
+        """After a step: when its traffic first crossed a bottleneck (as the kernel saw
+        it), and from that the next step's window; none if this step did not cross."""
+        seen = self.phase.read()
+        if seen is None:
+            return
+        cross_start, crossed = seen[5], seen[6]
+        if crossed < start:  # nothing across a bottleneck from here in this step
+            return
+        if cross_start >= start:
+            self.offsets = (self.offsets + [cross_start - start])[-HISTORY:]
+        if self.offsets:
+            at = end + int(statistics.median(self.offsets))
+            self.phase.announce(at, at + WINDOW_NS, SOON)
+
+    def close(self) -> None:
+        """Say the job communicates no more."""
+        self.phase.announce(0, 0, 0)

@@ -1,0 +1,390 @@
+"""The user's own program as the collective workload (``kind: program``), run for real.
+
+One process per rank, in its rank's host, with the environment ``torchrun`` gives each
+worker: ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``, ``GROUP_RANK``
+(the rank's server, with ``fabric.gpus_per_host``), ``MASTER_ADDR`` (rank 0's address),
+``MASTER_PORT``, and the host's NIC for the socket transports (``GLOO_SOCKET_IFNAME``,
+``NCCL_SOCKET_IFNAME``); ``OMP_NUM_THREADS=1`` and ``PYTHONUNBUFFERED=1`` unless the
+entry's ``env`` says otherwise; ``PYTHONPATH`` leads with labkit's checkout, so the job
+can ``import labkit.torch``. Everything else is labkit's own environment (root's).
+Under a controller, ``LABKIT_PHASE_FD`` names the inherited descriptor of the host's
+phase map (state-aware control, :mod:`labkit.torch`).
+
+Each rank starts held: a shell that waits for one line on its stdin. labkit moves it
+into the rank's cgroup (:mod:`labkit.cgroups`) from outside the node, then releases
+every rank at once; the shell then becomes the program (``exec``), so the program and
+everything it starts live in that cgroup, where the job marker knows their packets and
+teardown finds them. stdout and stderr are kept per rank
+(``program/rank<N>.out``, ``.err`` in the policy's agent directory); the stdout's
+JSON lines (:mod:`labkit.traffic.lines`) are the job's own times.
+
+The run lasts until every rank exits, or until ``duration_s``. A rank that exits with
+an error ends it: the others are stopped and :class:`ProgramError` names the rank, its
+host and the tail of its stderr.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import NamedTuple
+
+from labkit import bpf, cgroups
+from labkit.cgroups import Cgroup
+from labkit.fabric import Fabric
+from labkit.registry import MARKER
+from labkit.scenario import HOST_REF, ProgramSpec, ScenarioError
+from labkit.topo import Topology
+from labkit.traffic import lines
+
+# sh -c SCRIPT NAME CWD ARGV...: wait for the release, then become the program
+HELD = 'cd -- "$1" && shift && read -r go && exec "$@" < /dev/null'
+STOP_GRACE_S = 3.0
+POLL_S = 0.05
+TAIL_LINES = 12
+LIMIT_S = 1800.0  # a program that never ends is stopped, and the run fails, after this
+EXIT_GRACE_S = 15.0  # ranks still there this long after rank 0 reported its last iteration
+IMPORT_CHECK_S = 120.0
+
+
+class ProgramError(RuntimeError):
+    """A rank of the user's program failed, or the program outlived its limit."""
+
+
+def interpreter(spec: ProgramSpec) -> str:
+    """What ``{python}`` in ``run`` stands for: the entry's ``python``, a venv's
+    ``bin/python`` when it names a directory, looked up on PATH when it is a bare name."""
+    path = Path(spec.python)
+    if path.is_dir():
+        return str(path / "bin" / "python")
+    if "/" not in spec.python:
+        return shutil.which(spec.python) or spec.python
+    return spec.python
+
+
+def placement(spec: ProgramSpec, topo: Topology) -> list[tuple[int, int, int]]:
+    """Per rank, as torchrun counts them: (local rank, local world size, group rank). A
+    group is one server's GPUs (``fabric.gpus_per_host``); a GPU host outside any server
+    is a group of its own. Groups and local ranks follow the order of the ranks."""
+    server_of = {g: s.switch for s in topo.fabric.servers for g in s.gpus}
+    group = [server_of.get(h, h) for h in spec.ranks]
+    order = list(dict.fromkeys(group))
+    return [(group[:r].count(g), group.count(g), order.index(g)) for r, g in enumerate(group)]
+
+
+def rank_env(spec: ProgramSpec, topo: Topology, r: int, ifname: str,
+             base: dict[str, str] | None = None) -> dict[str, str]:
+    """Rank ``r``'s environment (see the module docstring)."""
+    local, local_n, group = placement(spec, topo)[r]
+    env = dict(os.environ if base is None else base)
+    env.update({"OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"})
+    env.update(dict(spec.env))
+    root = str(bpf.REPO_ROOT)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+    env.update({"RANK": str(r), "WORLD_SIZE": str(len(spec.ranks)), "LOCAL_RANK": str(local),
+                "LOCAL_WORLD_SIZE": str(local_n), "GROUP_RANK": str(group),
+                "MASTER_ADDR": topo.host_ip(spec.ranks[0]), "MASTER_PORT": str(spec.master_port),
+                "GLOO_SOCKET_IFNAME": ifname, "NCCL_SOCKET_IFNAME": ifname})
+    return env
+
+
+def rank_argv(spec: ProgramSpec, topo: Topology, r: int, ifname: str) -> list[str]:
+    """``run`` with its {host} and per-rank references filled in for rank ``r``."""
+    local, local_n, _ = placement(spec, topo)[r]
+    values = {"python": interpreter(spec), "rank": str(r), "world_size": str(len(spec.ranks)),
+              "local_rank": str(local), "local_world_size": str(local_n),
+              "master_addr": topo.host_ip(spec.ranks[0]), "master_port": str(spec.master_port),
+              "ifname": ifname, "iterations": str(spec.iterations or "")}
+    return [HOST_REF.sub(lambda m: values.get(m.group(1)) or topo.host_ip(m.group(1)), arg)
+            for arg in spec.run]
+
+
+def check(spec: ProgramSpec, topo: Topology, source: str) -> None:
+    """ScenarioError unless this machine can start the program: its interpreter and
+    program exist, a script it names is there, and the interpreter imports ``imports``
+    (a check of the machine, run before anything touches the kernel)."""
+    argv = rank_argv(spec, topo, 0, "eth0")
+    key = spec.key
+    uses_python = "{python}" in spec.run[0] or spec.imports
+    python = interpreter(spec)
+    if uses_python and not (os.path.isfile(python) and os.access(python, os.X_OK)):
+        raise ScenarioError(source, f"{key}.python", f"{python} is not an interpreter here: name "
+                            "one that is (a path, or a virtual environment's directory)")
+    program = argv[0] if "/" in argv[0] else shutil.which(argv[0])
+    if program is None or not os.path.isfile(Path(spec.cwd, program)):
+        raise ScenarioError(source, f"{key}.run", f"program {argv[0]!r} is not installed here "
+                            f"(run in {spec.cwd})")
+    if argv[0] == python and len(argv) > 1 and argv[1].endswith(".py") \
+            and not Path(spec.cwd, argv[1]).is_file():
+        raise ScenarioError(source, f"{key}.run", f"{Path(spec.cwd, argv[1])} does not exist "
+                            "(a script's path is relative to the scenario's directory)")
+    if spec.imports:
+        env = rank_env(spec, topo, 0, "eth0")
+        try:
+            done = subprocess.run([python, "-c", f"import {', '.join(spec.imports)}"],
+                                  capture_output=True, text=True, env=env,
+                                  timeout=IMPORT_CHECK_S, stdin=subprocess.DEVNULL)
+        except subprocess.TimeoutExpired:
+            raise ScenarioError(source, f"{key}.imports", f"{python} took over "
+                                f"{IMPORT_CHECK_S:.0f} s to import them") from None
+        if done.returncode:
+            why = (done.stderr.strip().splitlines() or ["failed"])[-1]
+            hint = (" (Debian's python3-torch: `make torch`)" if python == "/usr/bin/python3"
+                    and "torch" in spec.imports else "")
+            raise ScenarioError(source, f"{key}.imports", f"{python} cannot import "
+                                f"{', '.join(spec.imports)}: {why}; install them for it"
+                                f"{hint}, or name an interpreter that has them in "
+                                f"{key}.python")
+
+
+@dataclass
+class Rank:
+    """One rank's process, as started and as it ended."""
+
+    rank: int
+    host: str
+    argv: list[str]
+    proc: subprocess.Popen
+    group: Cgroup
+    out: Path
+    err: Path
+    exit: int | None = None
+    stopped_by_labkit: bool = False
+    lingered: bool = False  # had done its iterations, but had not exited: stopped
+    cpu_s: float = 0.0
+
+    def tail(self) -> str:
+        try:
+            text = self.err.read_text(errors="replace").strip().splitlines()
+        except OSError:
+            text = []
+        return "\n".join(text[-TAIL_LINES:]) or "(nothing on stderr)"
+
+
+class Programs:
+    """The ranks of a program entry in one policy's run: started held, released together,
+    waited for, stopped; their lines read back."""
+
+    def __init__(self, spec: ProgramSpec, topo: Topology, fabric: Fabric,
+                 groups: dict[str, Cgroup], workdir: Path,
+                 phase_fds: dict[str, int] | None = None):
+        self.spec, self.topo, self.fabric, self.groups = spec, topo, fabric, groups
+        self.workdir = workdir
+        self.phase_fds = phase_fds or {}
+        self.ranks: list[Rank] = []
+        self.released_ns = 0
+        self._read = 0  # bytes of rank 0's stdout read for progress
+        self._done = 0
+
+    def launch(self) -> Programs:
+        """Start every rank, held, each in its cgroup."""
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        for r, host in enumerate(self.spec.ranks):
+            ifname = self.fabric.nic(host).ifname
+            env = rank_env(self.spec, self.topo, r, ifname)
+            env[MARKER] = f"{self.fabric.registry.run_id}/{self.spec.name}-rank{r}"
+            fds: tuple[int, ...] = ()
+            if host in self.phase_fds:
+                env["LABKIT_PHASE_FD"] = str(self.phase_fds[host])
+                fds = (self.phase_fds[host],)
+            argv = rank_argv(self.spec, self.topo, r, ifname)
+            out, err = self.workdir / f"rank{r}.out", self.workdir / f"rank{r}.err"
+            with open(out, "wb") as o, open(err, "wb") as e:
+                proc = self.fabric.popen(
+                    host, ["/bin/sh", "-c", HELD, f"{self.spec.name}-rank{r}", self.spec.cwd,
+                           *argv], f"program {self.spec.name} rank {r}", stdin=subprocess.PIPE,
+                    stdout=o, stderr=e, env=env, pass_fds=fds)
+            rank = Rank(r, host, argv, proc, self.groups[host], out, err)
+            self.ranks.append(rank)
+            rank.group.add(proc.pid)
+        return self
+
+    def release(self, at_ns: int) -> None:
+        """Let every rank start at ``at_ns`` (CLOCK_MONOTONIC), all within a few ms."""
+        while (wait := at_ns - time.monotonic_ns()) > 0:
+            time.sleep(min(wait / 1e9, 0.05))
+        self.released_ns = time.monotonic_ns()
+        for rank in self.ranks:
+            try:
+                rank.proc.stdin.write(b"go\n")
+                rank.proc.stdin.close()
+            except OSError:
+                pass  # it is gone already: wait() reports it
+
+    def progress(self) -> int:
+        """Iterations (or, without iteration lines, ops) rank 0 reported so far."""
+        try:
+            with open(self.ranks[0].out, "rb") as f:
+                f.seek(self._read)
+                chunk = f.read()
+        except OSError:
+            return self._done
+        whole = chunk.rfind(b"\n") + 1
+        self._read += whole
+        its, ops, _ = lines.parse(chunk[:whole].decode(errors="replace"))
+        self._done += len(its) or len(ops)
+        return self._done
+
+    def wait(self, duration_s: float | None, on_progress: Callable[[int], None] | None = None
+             ) -> None:
+        """Until every rank has exited, or ``duration_s`` after the release, or
+        :data:`EXIT_GRACE_S` after rank 0 reported the entry's ``iterations`` (then the
+        ranks left are stopped: a job hung on its way out is done). ProgramError when a
+        rank fails or the program outlives :data:`LIMIT_S`."""
+        stop_at = self.released_ns + int((duration_s or LIMIT_S) * 1e9)
+        shown, all_done_ns = -1, None
+        while True:
+            for rank in self.ranks:
+                if rank.exit is None and (code := rank.proc.poll()) is not None:
+                    rank.exit = code
+                    if code != 0:
+                        self.stop()
+                        raise ProgramError(
+                            f"rank {rank.rank} of {self.spec.name} (on {rank.host}) exited with "
+                            f"{code} after {(time.monotonic_ns() - self.released_ns) / 1e9:.1f}"
+                            f" s; its stderr ends:\n{rank.tail()}\n(all of it: "
+                            f"{rank.err})")
+            done = self.progress()
+            if on_progress and done != shown:
+                on_progress(done)
+                shown = done
+            if all(r.exit is not None for r in self.ranks):
+                return
+            now = time.monotonic_ns()
+            if self.spec.iterations and done >= self.spec.iterations and all_done_ns is None:
+                all_done_ns = now
+            if all_done_ns and now - all_done_ns > EXIT_GRACE_S * 1e9:
+                for rank in self.ranks:  # done, but hung on the way out: not a failure
+                    rank.lingered = rank.proc.poll() is None
+                self.stop()
+                return
+            if time.monotonic_ns() >= stop_at:
+                self.stop()
+                if duration_s is None:
+                    raise ProgramError(f"{self.spec.name} was still running after "
+                                       f"{LIMIT_S:.0f} s: stopped (give it duration_s, or "
+                                       "the run a --duration)")
+                return
+            time.sleep(POLL_S)
+
+    def stop(self) -> list[dict]:
+        """End every rank still running (SIGTERM, then the cgroup's kill after
+        :data:`STOP_GRACE_S`), reap them; one row per rank: its host, argv, exit code,
+        whether labkit stopped it and the CPU its cgroup used."""
+        running = [r for r in self.ranks if r.proc.poll() is None]
+        for rank in running:
+            rank.stopped_by_labkit = True
+            rank.proc.terminate()
+        deadline = time.monotonic() + STOP_GRACE_S
+        for rank in running:
+            try:
+                rank.proc.wait(timeout=max(deadline - time.monotonic(), 0.01))
+            except subprocess.TimeoutExpired:
+                pass
+        for rank in self.ranks:
+            rank.cpu_s = rank.group.cpu_s()
+            cgroups.kill(rank.group.path)  # stragglers and whatever the rank started
+            if rank.proc.poll() is None:
+                rank.proc.kill()
+            rank.proc.wait()
+            if rank.exit is None:
+                rank.exit = rank.proc.returncode
+            if rank.proc.stdin and not rank.proc.stdin.closed:
+                rank.proc.stdin.close()
+        return self.rows()
+
+    def rows(self) -> list[dict]:
+        return [{"rank": r.rank, "host": r.host, "argv": r.argv, "exit": r.exit,
+                 "stopped_by_labkit": r.stopped_by_labkit, "lingered": r.lingered,
+                 "cpu_s": r.cpu_s} for r in self.ranks]
+
+    def reported(self) -> tuple[list[tuple[int, str, lines.Iteration]],
+                                list[tuple[int, str, lines.Op]], int]:
+        """Every rank's iterations and ops, as (rank, host, line), and the bad lines."""
+        iterations, ops, bad = [], [], 0
+        for rank in self.ranks:
+            try:
+                text = rank.out.read_text(errors="replace")
+            except OSError:
+                continue
+            its, found, wrong = lines.parse(text)
+            iterations += [(rank.rank, rank.host, it) for it in its]
+            ops += [(rank.rank, rank.host, op) for op in found]
+            bad += wrong
+        return iterations, ops, bad
+
+
+# --- what the program did, from what it reported or from its traffic ----------------------
+
+SIGNIFICANT = 0.10  # of a host's largest burst: smaller ones are chatter, not collectives
+
+
+class OpRow(NamedTuple):
+    """One collective op of one rank (``program_ops`` table): reported by the program, or
+    seen as a burst of its traffic (op ``burst``); ``iteration`` as the program numbered
+    it (None: not said)."""
+
+    rank: int
+    host: str
+    iteration: int | None
+    op: str
+    bytes: int | None
+    start_ns: int
+    end_ns: int
+
+
+def ops_from_bursts(bursts: list, ranks: dict[str, int], quiet_ns: int) -> list[OpRow]:
+    """The collectives a program's traffic shows: each host's bursts of at least
+    :data:`SIGNIFICANT` of its largest, pooled across hosts; bursts that overlap or lie
+    within ``quiet_ns`` of each other are one op, numbered in time order. ``bursts`` are
+    :class:`labkit.jobmark.BurstRow`; ``ranks`` maps hosts to ranks."""
+    largest: dict[str, int] = {}
+    for b in bursts:
+        largest[b.host] = max(largest.get(b.host, 0), b.bytes)
+    kept = sorted((b for b in bursts if b.host in ranks
+                   and b.bytes >= SIGNIFICANT * largest[b.host]), key=lambda b: b.start_ns)
+    clusters: list[list] = []
+    end = 0
+    for b in kept:
+        if not clusters or b.start_ns > end + quiet_ns:
+            clusters.append([])
+            end = 0
+        clusters[-1].append(b)
+        end = max(end, b.end_ns)
+    out = []
+    for k, members in enumerate(clusters):
+        for host in dict.fromkeys(b.host for b in members):
+            mine = [b for b in members if b.host == host]
+            out.append(OpRow(ranks[host], host, k, "burst", sum(b.bytes for b in mine),
+                             min(b.start_ns for b in mine), max(b.end_ns for b in mine)))
+    return out
+
+
+def iterations_from_ops(ops: list[OpRow]) -> list[tuple[int, str, lines.Iteration]]:
+    """Iterations for a program that reported only its ops (or nothing: its traffic's
+    ops): per rank, iteration k runs from the end of the communication of iteration k-1
+    (the first: from its own start) to the end of its own; its ops' time is exposed
+    communication, the rest compute. Ops share an iteration when they carry its number;
+    without one, each op is an iteration."""
+    out = []
+    for rank in sorted({o.rank for o in ops}):
+        mine = sorted((o for o in ops if o.rank == rank), key=lambda o: o.start_ns)
+        groups: dict[object, list[OpRow]] = {}
+        for n, o in enumerate(mine):
+            groups.setdefault(("i", o.iteration) if o.iteration is not None else ("n", n),
+                              []).append(o)
+        previous_end = None
+        for k, members in enumerate(sorted(groups.values(), key=lambda m: m[0].start_ns)):
+            first = min(o.start_ns for o in members)
+            last = max(o.end_ns for o in members)
+            start = first if previous_end is None else min(previous_end, first)
+            busy = sum(o.end_ns - o.start_ns for o in members)
+            out.append((rank, members[0].host,
+                        lines.Iteration(k, start, last, min(busy, last - start))))
+            previous_end = last
+    return out

@@ -1,0 +1,322 @@
+"""A user's own program as the workload (kind: program): the entry, the ranks' environment
+and command lines, the line protocol, and what is derived from lines or traffic."""
+
+import io
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import polars as pl
+import pytest
+import yaml
+
+from labkit import analysis, cgroups, scenario, topo
+from labkit.jobmark import BurstRow
+from labkit.scenario import ScenarioError
+from labkit.traffic import lines, programs
+
+REPO = Path(__file__).resolve().parents[2]
+TOPOLOGIES = REPO / "topologies"
+
+
+@pytest.fixture
+def doc():
+    return yaml.safe_load((TOPOLOGIES / "pytorch-ddp.yaml").read_text())
+
+
+def parse(doc, file=str(TOPOLOGIES / "x.yaml")):
+    return scenario.parse(doc, file)
+
+
+def test_the_shipped_job_is_the_workload(doc):
+    sc = parse(doc)
+    assert sc.allreduce is None and sc.job is None and sc.workload is sc.program
+    p = sc.program
+    assert p.ranks == tuple(f"g{i}" for i in range(1, 9)) and p.iterations == 40
+    assert p.cwd == str(TOPOLOGIES) and p.python == scenario.DEFAULT_PYTHON
+    assert p.imports == ("torch",) and p.warmup == 1
+    assert sc.ranks == p.ranks and sc.iterations == 40
+    first = sc.lanes[0]  # the program's DSCP leads the vip lane, once
+    assert first.lane == "vip" and first.dscp == scenario.JOB_DSCP
+    assert sum(r.dscp == scenario.JOB_DSCP for r in sc.lanes) == 1
+
+
+def test_a_program_needs_no_labkit_collective_and_runs_alone(doc):
+    doc["traffic"] = [doc["traffic"][0]]
+    assert parse(doc).program and not parse(doc).storage
+
+
+def _error(doc) -> ScenarioError:
+    with pytest.raises(ScenarioError) as info:
+        parse(doc)
+    return info.value
+
+
+@pytest.mark.parametrize("change, key, reason", [
+    ({"run": "{python} t.py {gpu9}"}, "traffic[0].run", "not a host of this fabric"),
+    ({"ranks": ["g1"]}, "traffic[0].ranks", "at least 2 ranks"),
+    ({"name": "Big Job"}, "traffic[0].name", "must be a label"),
+    ({"iterations": 0}, "traffic[0].iterations", "between 1 and"),
+    ({"warmup": 40}, "traffic[0].warmup", "leaves no iteration"),
+    ({"dscp": 64}, "traffic[0].dscp", "between 1 and 63"),
+    ({"quiet_ms": 0.01}, "traffic[0].quiet_ms", "from 0.1 to 1000"),
+    ({"duration_s": 1e9}, "traffic[0].duration_s", "at most"),
+    ({"env": {"1BAD": "x"}}, "traffic[0].env.1BAD", "environment variable"),
+    ({"env": {"A": [1]}}, "traffic[0].env.A", "string or a number"),
+    ({"imports": ["torch;rm"]}, "traffic[0].imports[0]", "not a Python module"),
+    ({"master_port": 80}, "traffic[0].master_port", "between 1024"),
+    ({"colour": "red"}, "traffic[0].colour", "unknown key"),
+])
+def test_bad_program_entries_name_key_and_reason(doc, change, key, reason):
+    doc["traffic"][0].update(change)
+    err = _error(doc)
+    assert err.key == key and reason in err.reason, err
+
+
+def test_only_one_collective_workload(doc):
+    doc["traffic"].append({"kind": "allreduce", "ranks": "gpu", "size_bytes": "1MiB",
+                           "iterations": 5})
+    err = _error(doc)
+    assert err.key == "traffic[3]" and "only one collective workload" in err.reason
+
+
+def test_a_rule_that_puts_the_jobs_dscp_elsewhere_is_refused(doc):
+    doc["lanes"]["low"].append({"dscp": 26})
+    err = _error(doc)
+    assert err.key == "lanes.low[1]" and "DSCP 26" in err.reason
+
+
+def test_a_program_cannot_be_rate_scaled(doc):
+    doc["emulation"] = {"rate_factor": 2}
+    assert _error(doc).key == "emulation.rate_factor"
+
+
+def test_a_host_named_like_a_template_is_refused(doc):
+    doc["fabric"]["hosts"]["gpu"]["leaf1"][0] = "rank"
+    doc["traffic"][0]["ranks"] = ["rank", "g2"]
+    doc["traffic"][1]["clients"] = ["g2"]
+    doc["traffic"][2]["serve"]["host"] = "g2"
+    doc["traffic"][2]["run"] = "iperf3 -c {g2}"
+    assert "template" in _error(doc).reason
+
+
+def test_relative_interpreters_are_the_scenarios(doc):
+    doc["traffic"][0]["python"] = "../venv/bin/python"
+    assert parse(doc).program.python == str(REPO / "venv/bin/python")
+
+
+def test_each_rank_gets_torchruns_environment(doc):
+    doc["fabric"]["gpus_per_host"] = 2  # servers of two GPUs: local ranks 0, 1
+    sc = parse(doc)
+    t = topo.Topology(sc.fabric)
+    env = programs.rank_env(sc.program, t, 3, "g4-eth0", base={"PATH": "/bin"})
+    assert env["RANK"] == "3" and env["WORLD_SIZE"] == "8"
+    assert env["LOCAL_RANK"] == "1" and env["LOCAL_WORLD_SIZE"] == "2"
+    assert env["GROUP_RANK"] == "1" and env["MASTER_ADDR"] == t.host_ip("g1")
+    assert env["MASTER_PORT"] == "29500" and env["GLOO_SOCKET_IFNAME"] == "g4-eth0"
+    assert env["NCCL_SOCKET_IFNAME"] == "g4-eth0" and env["OMP_NUM_THREADS"] == "1"
+    assert env["PYTHONPATH"].split(":")[0] == str(REPO) and env["PATH"] == "/bin"
+
+
+def test_the_entrys_env_wins_over_the_defaults_not_over_the_ranks(doc):
+    doc["traffic"][0]["env"] = {"OMP_NUM_THREADS": 2, "RANK": "99"}
+    sc = parse(doc)
+    env = programs.rank_env(sc.program, topo.Topology(sc.fabric), 5, "g6-eth0", base={})
+    assert env["OMP_NUM_THREADS"] == "2" and env["RANK"] == "5"
+
+
+def test_run_is_filled_in_per_rank(doc):
+    doc["traffic"][0]["run"] = ("{python} t.py --rank {rank} --of {world_size} --peer {g5} "
+                                "--at {master_addr}:{master_port} --steps {iterations}")
+    sc = parse(doc)
+    t = topo.Topology(sc.fabric)
+    argv = programs.rank_argv(sc.program, t, 2, "g3-eth0")
+    assert argv == ["/usr/bin/python3", "t.py", "--rank", "2", "--of", "8", "--peer",
+                    t.host_ip("g5"), "--at", f"{t.host_ip('g1')}:29500", "--steps", "40"]
+
+
+def test_a_missing_script_is_found_before_the_run(doc, tmp_path):
+    doc["traffic"][0]["run"] = "{python} nowhere.py"
+    sc = parse(doc, str(tmp_path / "s.yaml"))
+    with pytest.raises(ScenarioError) as info:
+        programs.check(sc.program, topo.Topology(sc.fabric), "s.yaml")
+    assert info.value.key == "traffic[0].run" and "nowhere.py does not exist" in info.value.reason
+
+
+def test_a_missing_interpreter_is_found_before_the_run(doc):
+    doc["traffic"][0]["python"] = "/nonexistent/python"
+    sc = parse(doc)
+    with pytest.raises(ScenarioError) as info:
+        programs.check(sc.program, topo.Topology(sc.fabric), "s.yaml")
+    assert info.value.key == "traffic[0].python"
+
+
+def test_a_module_the_interpreter_lacks_is_found_before_the_run(doc, tmp_path):
+    script = tmp_path / "job.py"
+    script.write_text("")
+    doc["traffic"][0].update(run="{python} job.py", python=sys.executable,
+                             imports=["no_such_module_here"])
+    sc = parse(doc, str(tmp_path / "s.yaml"))
+    with pytest.raises(ScenarioError) as info:
+        programs.check(sc.program, topo.Topology(sc.fabric), "s.yaml")
+    assert info.value.key == "traffic[0].imports"
+    assert "cannot import no_such_module_here" in info.value.reason
+
+
+# --- the line protocol --------------------------------------------------------------------
+
+
+def test_lines_round_trip_among_other_output():
+    text = "\n".join([
+        "epoch 1 starting", lines.op_line("all_reduce", 100, 180, 2048, 0),
+        lines.iteration_line(0, 50, 200, 80), '{"labkit": "iteration", "start_ns": 300}',
+        '{"labkit": "nonsense"', lines.iteration_line(1, 210, 400), "done"])
+    iterations, ops, bad = lines.parse(text)
+    assert iterations == [lines.Iteration(0, 50, 200, 80), lines.Iteration(1, 210, 400, None)]
+    assert ops == [lines.Op(0, "all_reduce", 2048, 100, 180)]
+    assert bad == 2
+
+
+@pytest.mark.parametrize("line", [
+    '{"labkit": "iteration", "start_ns": 5, "end_ns": 4}',
+    '{"labkit": "iteration", "start_ns": 5, "end_ns": 9, "exposed_ns": 10}',
+    '{"labkit": "op", "start_ns": true, "end_ns": 9}',
+    '{"labkit": "step", "start_ns": 1, "end_ns": 9}',
+    '{"labkit": ["iteration"], "start_ns": 1, "end_ns": 9}'])
+def test_bad_lines_are_counted_not_kept(line):
+    assert lines.parse(line)[2] == 1
+
+
+def test_the_torch_helper_prints_the_protocol_without_torch():
+    from labkit.torch import Steps
+
+    out = io.StringIO()
+    steps = Steps(out=out, phase_fd=-1)
+    steps.phase.update = None  # no map here: it announces nothing
+    for _ in range(2):
+        with steps.step():
+            with steps.comm("all_reduce", 1024):
+                pass
+    iterations, ops, bad = lines.parse(out.getvalue())
+    assert [it.i for it in iterations] == [0, 1] and not bad
+    assert [(o.i, o.op, o.bytes) for o in ops] == [(i, "all_reduce", 1024) for i in (0, 1)]
+    assert all(it.exposed_ns >= o.end_ns - o.start_ns
+               for it, o in zip(iterations, ops, strict=True))
+
+
+# --- what is derived -----------------------------------------------------------------------
+
+
+def burst(host, start_ms, end_ms, nbytes=1_000_000):
+    return BurstRow(host, int(start_ms * 1e6), int(end_ms * 1e6), nbytes, nbytes // 9000)
+
+
+def test_bursts_make_ops_across_hosts_and_chatter_is_left_out():
+    bursts = [burst("g1", 0, 300), burst("g2", 5, 305), burst("g1", 330, 330.1, 66),
+              burst("g1", 400, 700), burst("g2", 402, 701)]
+    ops = programs.ops_from_bursts(bursts, {"g1": 0, "g2": 1}, 10_000_000)
+    assert [(o.iteration, o.host) for o in ops] == [(0, "g1"), (0, "g2"), (1, "g1"), (1, "g2")]
+    assert {o.op for o in ops} == {"burst"} and ops[0].end_ns == 300_000_000
+
+
+def test_iterations_from_ops_run_end_to_end():
+    ops = [programs.OpRow(0, "g1", None, "burst", 10, s, e)
+           for s, e in ((100, 300), (400, 600), (700, 900))]
+    its = programs.iterations_from_ops(ops)
+    assert [(it.start_ns, it.end_ns, it.exposed_ns) for _, _, it in its] == [
+        (100, 300, 200), (300, 600, 200), (600, 900, 200)]
+
+
+def test_ops_of_one_iteration_share_it():
+    ops = [programs.OpRow(0, "g1", 0, "all_reduce", 10, 100, 200),
+           programs.OpRow(0, "g1", 0, "all_reduce", 10, 110, 260),
+           programs.OpRow(0, "g1", 1, "all_reduce", 10, 400, 500)]
+    its = programs.iterations_from_ops(ops)
+    assert [(it.i, it.start_ns, it.end_ns) for _, _, it in its] == [(0, 100, 260), (1, 260, 500)]
+
+
+def test_op_instances_match_ranks_in_order_within_iterations():
+    frame = pl.DataFrame(
+        [(0, "g1", 0, "all_reduce", 10, 100, 300), (1, "g2", 0, "all_reduce", 10, 120, 320),
+         (0, "g1", 0, "all_reduce", 10, 110, 330), (1, "g2", 0, "all_reduce", 10, 125, 340)],
+        schema=["rank", "host", "iteration", "op", "bytes", "start_ns", "end_ns"], orient="row")
+    inst = analysis.op_instances(frame)
+    assert inst.height == 2 and inst["ranks"].to_list() == [2, 2]
+    assert inst.sort("n")["start_ns"].to_list() == [100, 110]
+
+
+def test_a_program_summary_and_its_slowdown():
+    def frames(scale):
+        coll = pl.DataFrame([{"policy": "p", "op": i, "rank": r, "host": f"g{r + 1}",
+                              "start_ns": i * 1000, "end_ns": i * 1000 + int(500 * scale),
+                              "wrong": 0, "compute_ns": 300, "exposed_ns": int(500 * scale) - 300,
+                              "bubble_ns": 0} for i in range(4) for r in range(2)])
+        ops = pl.DataFrame([{"rank": r, "host": f"g{r + 1}", "iteration": i, "op": "all_reduce",
+                             "bytes": 2 << 20, "start_ns": i * 1000 + 300,
+                             "end_ns": i * 1000 + int(500 * scale)}
+                            for i in range(4) for r in range(2)])
+        return analysis.op_times(coll), coll, ops
+
+    info = {"name": "job", "source": "lines", "warmup": 0, "bad_lines": 0, "bursts_lost": 0,
+            "ranks": [{"rank": 0, "host": "g1", "exit": 0, "stopped_by_labkit": False,
+                       "lingered": False, "cpu_s": 1.5, "packets": 10, "bytes": 1000}]}
+    base = analysis.program(*frames(1.0), info, 2, 4e6)
+    slow = analysis.program(*frames(2.0), info, 2, 4e6)
+    assert base["iterations"] == 4 and base["p50_ms"] == pytest.approx(500 / 1e6)
+    assert base["exposed_comm_fraction"] == pytest.approx(0.4)
+    assert base["bottleneck_bytes_per_iteration"] == 1e6
+    assert "busbw_mbps" in base["ops"]["all_reduce"]
+    analysis._slowdowns(slow, base)
+    analysis._slowdowns(slow["ops"]["all_reduce"], base["ops"]["all_reduce"])
+    assert slow["slowdown_p50"] == pytest.approx(2.0)
+    assert slow["ops"]["all_reduce"]["slowdown_p50"] == pytest.approx(3.5)
+    p = {"program": slow, "bottleneck": {"utilization": 0.5, "lanes": {
+        lane: {"drops": 0} for lane in scenario.LANES}}, "storage": {"goodput_mbps": 0.0},
+        "cpu_bound": False}
+    row = analysis.summary_frame({"policies": {"x": p}}).row(0, named=True)
+    assert row["ops"] == 4 and row["busbw_mbps"] is None and row["exposed_comm"] > 0
+
+
+def test_notes_say_where_times_came_from():
+    p = {"name": "job", "source": "traffic", "bad_lines": 2, "traffic": {"bursts_lost": 0},
+         "ranks": [{"rank": 3, "stopped_by_labkit": True, "lingered": True}]}
+    notes = analysis.program_notes(p)
+    assert any("bursts of its traffic" in n for n in notes)
+    assert any("2 line(s)" in n for n in notes)
+    assert any("rank(s) 3" in n and "had reported every iteration" in n for n in notes)
+
+
+# --- where the fabric meets the job --------------------------------------------------------
+
+
+def test_which_paths_cross_the_bottleneck(doc):
+    t = topo.Topology(parse(doc).fabric)
+    assert t.crosses_bottleneck("g8", "g1") and t.crosses_bottleneck("g4", "g5")
+    assert not t.crosses_bottleneck("g1", "g2") and not t.crosses_bottleneck("g5", "g8")
+    assert ("spine1", "leaf1") in t.hops("g8", "g1")
+
+
+def test_ecmp_paths_are_all_counted():
+    sc = scenario.load(TOPOLOGIES / "leaf-spine.yaml")
+    t = topo.Topology(sc.fabric)
+    a, b = sc.ranks[0], sc.ranks[-1]
+    spines = {hop[1] for hop in t.hops(a, b) if hop[1].startswith("spine")}
+    assert len(spines) == len([r for r in sc.fabric.routers if r.startswith("spine")])
+
+
+def test_the_cgroup2_mount_is_found_where_the_machine_has_it():
+    hybrid = ("31 23 0:28 / /sys/fs/cgroup rw - tmpfs tmpfs rw\n"
+              "32 31 0:29 / /sys/fs/cgroup/cpu rw - cgroup cgroup rw,cpu\n"
+              "41 31 0:38 / /sys/fs/cgroup/unified rw - cgroup2 cgroup2 rw\n")
+    pure = "26 21 0:23 / /sys/fs/cgroup rw,nosuid - cgroup2 cgroup2 rw,nsdelegate\n"
+    assert cgroups.cgroup2_root(hybrid) == Path("/sys/fs/cgroup/unified")
+    assert cgroups.cgroup2_root(pure) == Path("/sys/fs/cgroup")
+    assert cgroups.cgroup2_root("31 23 0:28 / /sys/fs/cgroup rw - tmpfs tmpfs rw\n") is None
+
+
+def test_a_rank_that_fails_is_named_with_its_stderr(tmp_path):
+    err = tmp_path / "rank1.err"
+    err.write_text("\n".join(f"line {i}" for i in range(30)) + "\nValueError: boom\n")
+    rank = programs.Rank(1, "g2", [], SimpleNamespace(), None, tmp_path / "o", err)
+    tail = rank.tail()
+    assert tail.endswith("ValueError: boom") and "line 18" not in tail

@@ -1,0 +1,92 @@
+"""The job marker (bpf/jobmark.bpf.c) on real sockets: a process in a cgroup sends UDP
+over loopback in a network namespace of its own, with the marker on lo's egress. Its
+packets arrive with the job's DSCP (ECN bits kept, header checksum right: the receiving
+stack drops a bad one), a socket made before the process joined the cgroup is left
+alone, bursts and counters are kept, and packets to a destination across a bottleneck
+open the host's phase window."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from labkit import cgroups
+from tests.conftest import require
+
+CHILD = r'''
+import json, socket, sys, time
+from pathlib import Path
+from labkit import bpf, cgroups, netns
+from labkit.abi import JobPhase
+from labkit.jobmark import JobMark
+
+path, level, cgid = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+subprocess = __import__("subprocess")
+subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
+rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+rx.bind(("127.0.0.1", 0))
+rx.setsockopt(socket.IPPROTO_IP, socket.IP_RECVTOS, 1)
+rx.settimeout(2)
+before = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)  # made outside the cgroup
+before.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, 0x02)
+(path / "cgroup.procs").write_text(f"{__import__('os').getpid()}\n")
+after = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)  # made inside it
+after.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, 0x02)  # ECT(0)
+mark = JobMark("h", cgroups.Cgroup(path, cgid, level), dscp=26, quiet_ms=20, hold_ms=20,
+               far=["127.0.0.1"])
+lo = socket.if_nametoindex("lo")
+attachment = bpf.tc_attach(mark.obj.programs["lk_jobmark"], lo, True, 3)
+
+def send(sock, n):
+    tos = []
+    for _ in range(n):
+        sock.sendto(b"x" * 1000, rx.getsockname())
+        _, anc, _, _ = rx.recvmsg(2048, 64)
+        tos.append(anc[0][2][0])
+    return tos
+
+out = {"before": send(before, 3), "after": send(after, 5)}
+time.sleep(0.05)  # > quiet: the next packets are a new burst
+out["after"] += send(after, 2)
+phase = JobPhase.from_buffer_copy(mark.obj.maps["lk_phase"].lookup(0))
+out["phase"] = [phase.busy_from_ns, phase.busy_until_ns, phase.flags, phase.cross_start_ns,
+                phase.crossed_ns, time.monotonic_ns()]
+out["counters"] = list(mark.counters())
+rows, lost = mark.bursts()
+out["bursts"] = [[b.start_ns, b.end_ns, b.bytes, b.packets] for b in rows]
+attachment.detach()
+mark.close()
+print(json.dumps(out))
+'''
+
+
+@pytest.fixture
+def group(bpf_ready, tmp_path):
+    require(cgroups.cgroup2_root() is not None, "needs a cgroup v2 hierarchy")
+    require(Path("/usr/bin/unshare").exists(), "needs unshare (util-linux)")
+    made = []
+    group = cgroups.make(cgroups.require_root() / "labkit" / f"test-{os.getpid()}" / "rank0",
+                         lambda kind, path: made.append(Path(path)))
+    yield group
+    for path in reversed(made):
+        assert cgroups.remove(path) is None
+
+
+def test_the_jobs_packets_carry_its_dscp_and_nothing_else_does(group):
+    done = subprocess.run(["unshare", "--net", sys.executable, "-c", CHILD, str(group.path),
+                           str(group.level), str(group.id)], capture_output=True, text=True,
+                          timeout=60, cwd=Path(__file__).resolve().parents[2])
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert out["before"] == [0x02] * 3  # a socket of another cgroup: untouched
+    assert out["after"] == [26 << 2 | 0x02] * 7  # DSCP 26, ECT(0) kept, checksum right
+    packets, nbytes = out["counters"]
+    assert packets == 7 and nbytes == 7 * (1000 + 8 + 20 + 14)
+    assert [b[3] for b in out["bursts"]] == [5, 2]  # a 50 ms gap ended the first burst
+    assert out["bursts"][0][1] < out["bursts"][1][0]
+    busy_from, busy_until, flags, cross_start, crossed, now = out["phase"]
+    assert flags == 1 and cross_start == out["bursts"][1][0] and crossed == out["bursts"][1][1]
+    assert busy_from <= cross_start and busy_until == crossed + 20_000_000 and busy_until > 0

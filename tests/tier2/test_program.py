@@ -1,0 +1,165 @@
+"""A real PyTorch job (gloo, CPU) as a scenario's workload, on a real fabric.
+
+Four ranks, two behind each leaf, the leaf1 uplink the bottleneck; storage reads cross it.
+docs/examples/allreduce.py all-reduces 2 MiB after a 50 ms compute, over and over:
+
+* alone, its all_reduce takes what labkit's own ring of the same size takes on the same
+  fabric (gloo adds its own reduction and threads: within 15 %);
+* with no labkit line at all (--silent), its packets are the vip lane's at the bottleneck,
+  the sojourn probe times them in that queue, the gates never hold them, and its
+  iterations are read from its traffic;
+* a rank that fails ends the run, naming the rank and its error;
+* Ctrl-C, and kill -9 followed by `labkit clean`, leave no process and no cgroup.
+"""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import polars as pl
+import pytest
+import yaml
+
+import labkit
+from labkit import analysis
+from tests.leaks import assert_no_leaks, labkit_objects
+
+REPO = Path(__file__).resolve().parents[2]
+JOB = REPO / "docs/examples/allreduce.py"
+STEPS = 10
+
+
+def scenario(tmp: Path, args: str = "", workload: str = "program", name: str = "job") -> Path:
+    doc = {
+        "name": name, "scale_factor": 4000, "seed": 3,
+        "defaults": {"link": {"rate_mbps": 100, "mtu": 9000, "buffer_kb": 1024}},
+        "fabric": {"routers": ["leaf1", "leaf2", "spine1"],
+                   "hosts": {"gpu": {"leaf1": ["g1", "g2"], "leaf2": ["g3", "g4"]},
+                             "storage": {"leaf2": ["st1"]}},
+                   "links": [["leaf1", "spine1"],
+                             {"between": ["leaf2", "spine1"], "rate_mbps": 1000},
+                             {"between": ["st1", "leaf2"], "rate_mbps": 1000}],
+                   "bottlenecks": [["leaf1", "spine1"]]},
+        "lanes": {"vip": [{"roce": True}], "low": [{"tcp_port": 4420}]},
+        "traffic": [
+            {"kind": "program", "ranks": "gpu", "iterations": STEPS, "imports": ["torch"],
+             "run": f"{{python}} {JOB} --steps {{iterations}} --size 2MiB --compute-ms 50 "
+                    f"{args}"}
+            if workload == "program" else
+            {"kind": "allreduce", "ranks": "gpu", "size_bytes": "2MiB", "iterations": STEPS,
+             "compute_ms": 50},
+            {"kind": "storage", "server": "st1", "clients": ["g1", "g2"], "offered_load": 1.2,
+             "queues": 2}],
+        "control": {"lead_ms": 25},
+        "policies": ["isolated"]}
+    path = tmp / f"{name}-{workload}.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+@pytest.fixture(scope="module")
+def alone(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("alone")
+    job = labkit.run(scenario(tmp), out=tmp / "job")
+    ring = labkit.run(scenario(tmp, workload="allreduce"), out=tmp / "ring")
+    return job, ring
+
+
+@pytest.fixture(scope="module")
+def silent(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("silent")
+    return labkit.run(scenario(tmp, "--silent"), ["fifo", "state-aware"], out=tmp / "run")
+
+
+def test_the_jobs_all_reduce_alone_agrees_with_labkits_ring(fabric_ready, alone):
+    job, ring = alone
+    p = job.summary["policies"]["isolated"]["program"]
+    assert p["source"] == "lines" and p["iterations"] == STEPS - p["warmup"]
+    assert all(r["exit"] == 0 for r in p["ranks"])
+    theirs = p["ops"]["all_reduce"]["p50_ms"]
+    ours = ring.summary["policies"]["isolated"]["allreduce"]["p50_ms"]
+    assert abs(theirs / ours - 1) < 0.15, (theirs, ours)
+    assert (job.path / "agents/isolated/program/rank3.out").stat().st_size > 0
+
+
+def test_an_unmodified_jobs_packets_are_vip_at_the_bottleneck(fabric_ready, silent):
+    p = silent.summary["policies"]["fifo"]
+    assert p["program"]["source"] == "traffic" and p["program"]["iterations"] >= STEPS - 2
+    last = silent["lanes"].filter(pl.col("policy") == "fifo").sort("t_ns").group_by(
+        "port", "lane").last()
+    at = {r["lane"]: r["offered_packets"] for r in
+          last.filter(pl.col("port") == "spine1-eth0").iter_rows(named=True)}
+    marked = sum(r["packets"] for r in p["program"]["ranks"])
+    assert at["vip"] > 1000 and marked > at["vip"]
+    # what carries no full socket (a listener's SYN-ACK) is not marked: a few packets
+    assert at["normal"] <= 20, at
+    vip = silent["sojourn"].filter((pl.col("policy") == "fifo") & (pl.col("lane") == "vip")
+                                   & (pl.col("port") == "spine1-eth0"))
+    assert vip.height > 50 and (vip["stamp_ns"] == 0).all()  # timed; no labkit stamp
+
+
+def test_the_gates_never_hold_the_jobs_packets(fabric_ready, silent):
+    p = silent.summary["policies"]["state-aware"]
+    held = p["controller"]["marks_and_drops"]
+    for host in ("g1", "g2", "g3", "g4"):
+        assert "vip" not in held.get(host, {}), held
+    assert p["controller"]["mean_rate_mbps"]["vip"] > 0
+    assert p["bottleneck"]["lanes"]["vip"]["drops"] == 0
+
+
+def test_the_jobs_phase_comes_from_its_traffic(fabric_ready, silent):
+    """With no helper, the kernel's view of the job's packets across the bottleneck is
+    the phase the state-aware relay carries to the storage host."""
+    relayed = silent["controller"].filter((pl.col("policy") == "state-aware")
+                                          & pl.col("busy_from_ns").is_not_null())
+    ops = analysis.op_times(silent["collectives"].filter(pl.col("policy") == "state-aware"))
+    assert relayed.height >= ops.height  # at least a window per iteration reached st1
+
+
+def test_a_failing_rank_ends_the_run_with_its_error(fabric_ready, tmp_path):
+    with pytest.raises(labkit.RunFailed) as info:
+        labkit.run(scenario(tmp_path, "--fail-at 2"), out=tmp_path / "run")
+    message = str(info.value)
+    assert "rank 1 of program (on g2) exited with 1" in message
+    assert "failing at step 2, as asked" in message
+    assert_no_leaks()  # processes, programs, pins and cgroups
+
+
+def cli_run(path: Path, out: Path) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "labkit.cli", "run", str(path), "--policy",
+                             "fifo", "--duration", "60", "--out", str(out)], cwd=REPO,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+
+def wait_for_ranks(proc: subprocess.Popen) -> None:
+    deadline = time.monotonic() + 90
+    while sum("allreduce.py" in p for p in labkit_objects()["processes"]) < 4:
+        assert time.monotonic() < deadline and proc.poll() is None, \
+            f"the ranks never started: {proc.poll() is not None and proc.stderr.read()}"
+        time.sleep(0.2)
+    time.sleep(2)  # well into their collectives
+
+
+def test_ctrl_c_leaves_no_process_and_no_cgroup(fabric_ready, tmp_path):
+    proc = cli_run(scenario(tmp_path), tmp_path / "run")
+    wait_for_ranks(proc)
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=60) == 130, proc.stderr.read()
+    assert_no_leaks()
+
+
+def test_kill_9_then_clean_leaves_no_process_and_no_cgroup(fabric_ready, tmp_path):
+    proc = cli_run(scenario(tmp_path), tmp_path / "run")
+    wait_for_ranks(proc)
+    proc.kill()
+    proc.wait()
+    assert labkit_objects()["cgroups"]  # the ranks' cgroups outlived labkit, and so did
+    assert any("allreduce.py" in p for p in labkit_objects()["processes"])  # the ranks
+    clean = subprocess.run([sys.executable, "-m", "labkit.cli", "clean"], cwd=REPO,
+                           capture_output=True, text=True, env={**os.environ})
+    assert clean.returncode == 0, clean.stderr
+    assert "in cgroup" in clean.stdout and "removed cgroup" in clean.stdout, clean.stdout
+    assert_no_leaks()
