@@ -19,8 +19,9 @@
  * - the host's job phase (lk_phase, the valve's map when the host is held): while the
  *   job sends to a destination whose path crosses a bottleneck port (lk_jobmark_far,
  *   filled from the topology), its window is open until hold_ns after its latest such
- *   packet, and the phase says when the latest such burst began and last sent
- *   (cross_start_ns, crossed_ns: what labkit/torch.py learns its announcements from);
+ *   packet, and the phase says when the first such burst since the job cleared
+ *   cross_start_ns began (labkit/torch.py clears it as each step starts) and when
+ *   the latest such packet left (crossed_ns): what the job's forecasts are learned from;
  *   so the host's gate and the state-aware relay see the job contend as it happens,
  *   and only then. A window the job announced for later (labkit/torch.py, as a step
  *   ends) opens when the job said, or at the first packet of a new burst if that comes
@@ -34,11 +35,11 @@
 #include <bpf/bpf_endian.h>
 #include "labkit.h"
 #include "parse.h"
+#include "phase.h" /* the valve's lk_phase when the host is held (a reused map) */
 
 #define TC_ACT_UNSPEC (-1)
 #define IP_TOS_OFF (ETH_HLEN + 1)
 #define IP_CSUM_OFF (ETH_HLEN + 10)
-#define LK_PARSE_BYTES 128 /* Ethernet + IPv4 with options + TCP with options */
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -82,14 +83,6 @@ struct {
 	__type(key, __u32);
 	__type(value, __u8);
 } lk_jobmark_far SEC(".maps");
-
-/* the host's job phase: the valve's lk_phase when the host is held (reused map) */
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct lk_job_phase);
-} lk_phase SEC(".maps");
 
 /* Write dscp into an IPv4 packet's TOS byte, ECN bits kept, and fix its checksum
  * (data, data_end: the packet's, as last read). */
@@ -147,9 +140,9 @@ static __always_inline void lk_burst(const struct lk_jobmark_config *cfg, __u64 
 }
 
 /* The job sends data across a bottleneck now: its window is open now, until hold_ns
- * from now at least. A window the job announced for later stays as announced while the
- * burst under way goes on (a step's last sends, after the job announced the next step);
- * a new burst opens it at once: the traffic knows better than the forecast. */
+ * from now at least. A window the job announced for later stays as announced while the burst
+ * under way goes on (a step's last sends, after the job announced the next step); a new
+ * burst opens it at once: the traffic knows better than the forecast. */
 static __always_inline void lk_communicating(const struct lk_jobmark_config *cfg, __u64 now)
 {
 	struct lk_job_phase *p;
@@ -160,8 +153,8 @@ static __always_inline void lk_communicating(const struct lk_jobmark_config *cfg
 	if (!p)
 		return;
 	new_burst = now > p->crossed_ns + cfg->quiet_ns;
-	if (new_burst)
-		p->cross_start_ns = now;
+	if (new_burst && !p->cross_start_ns)
+		p->cross_start_ns = now; /* the first burst since the job last cleared it */
 	if (now > p->crossed_ns)
 		p->crossed_ns = now;
 	p->flags |= LK_PHASE_CROSSES;
@@ -207,18 +200,7 @@ int lk_jobmark(struct __sk_buff *skb)
 		stats->packets += segs;
 		stats->bytes += skb->len;
 	}
-	/* the headers in the linear area, for the two looks below */
-	data = (void *)(long)skb->data;
-	data_end = (void *)(long)skb->data_end;
-	if (data + LK_PARSE_BYTES > data_end) {
-		__u32 want = skb->len < LK_PARSE_BYTES ? skb->len : LK_PARSE_BYTES;
-
-		if (data + want > data_end) {
-			bpf_skb_pull_data(skb, want);
-			data = (void *)(long)skb->data;
-			data_end = (void *)(long)skb->data_end;
-		}
-	}
+	LK_PULL_HEADERS(skb, data, data_end);
 	if (!lk_bare_tcp(data, data_end, skb->len)) {
 		now = bpf_ktime_get_ns();
 		lk_burst(cfg, now, skb->len, segs);

@@ -33,6 +33,7 @@
 #include "labkit.h"
 #include "parse.h"
 #include "lanes.h"
+#include "phase.h"
 
 #define TC_ACT_UNSPEC (-1)
 #define NSEC_PER_SEC 1000000000ULL
@@ -43,13 +44,6 @@ struct {
 	__type(key, __u32);
 	__type(value, struct lk_valve_config);
 } lk_valve SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct lk_job_phase);
-} lk_phase SEC(".maps");
 
 struct lk_valve_clock {
 	struct bpf_spin_lock lock;

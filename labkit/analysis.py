@@ -97,9 +97,11 @@ WORKLOADS = ("allreduce", "job", "program")  # a policy summary's workload secti
 
 
 def workload_of(p: dict) -> tuple[str, dict]:
-    """A policy summary's collective workload: its kind and its section."""
-    kind = next(k for k in WORKLOADS if p.get(k))
-    return kind, p[kind]
+    """A policy summary's collective workload: its kind and its section (empty when the
+    policy recorded none)."""
+    kind = next((k for k in WORKLOADS if p.get(k)), next((k for k in WORKLOADS if k in p),
+                                                        WORKLOADS[0]))
+    return kind, p.get(kind) or {}
 
 
 def op_instances(program_ops: pl.DataFrame) -> pl.DataFrame:
@@ -748,21 +750,40 @@ def latency_cdfs(latency: pl.DataFrame, spans: dict[str, tuple[int, int]],
 
 
 def job_breakdown(summary: dict) -> pl.DataFrame:
-    """Per policy with a training job: mean iteration split into compute, wire waits and
-    bubbles (ms), and bytes per iteration across the bottleneck."""
+    """Per policy with a training job (labkit's, or the user's program): mean iteration
+    split into compute, waits for data on the wire (a program's exposed communication)
+    and bubbles (ms), and bytes per iteration across the bottleneck."""
     rows = []
     for policy, p in summary["policies"].items():
-        job = p.get("job")
-        if not job:
+        kind, w = workload_of(p)
+        if kind == "allreduce" or w.get("mean_ms") is None:
             continue
-        mean = job["mean_ms"]
-        rows.append({"policy": policy, "compute_ms": job["compute_ms"],
-                     "wire_wait_ms": job["wire_wait_fraction"] * mean,
-                     "bubble_ms": job["bubble_fraction"] * mean,
-                     "bottleneck_mb": job["bottleneck_bytes_per_iteration"] / 1e6})
+        per_iter = w["bottleneck_bytes_per_iteration"]
+        rows.append({"policy": policy, "compute_ms": w["compute_ms"],
+                     "wire_wait_ms": (w["wire_wait_fraction"] * w["mean_ms"] if kind == "job"
+                                      else w["exposed_comm_ms"]),
+                     "bubble_ms": w["bubble_fraction"] * w["mean_ms"] if kind == "job" else 0.0,
+                     "bottleneck_mb": per_iter / 1e6 if per_iter is not None else None})
     return pl.DataFrame(rows, schema={"policy": pl.Utf8, "compute_ms": pl.Float64,
                                       "wire_wait_ms": pl.Float64, "bubble_ms": pl.Float64,
                                       "bottleneck_mb": pl.Float64})
+
+
+PROGRAM_OP_COLUMNS = {"policy": pl.Utf8, "op": pl.Utf8, "count": pl.Int64,
+                      "bytes": pl.Int64, "p50_ms": pl.Float64, "p99_ms": pl.Float64,
+                      "slowdown_p50": pl.Float64, "slowdown_p99": pl.Float64,
+                      "busbw_mbps": pl.Float64}
+
+
+def program_ops_frame(summary: dict, digits: int | None = None) -> pl.DataFrame:
+    """One row per policy and collective of a user's program (as it reported them, or the
+    bursts of its traffic): how many, their size, times, slowdowns and, for a blocking
+    All-Reduce, its bus bandwidth."""
+    rows = [{"policy": policy, "op": name, **{c: o.get(c) for c in list(PROGRAM_OP_COLUMNS)[2:]}}
+            for policy, p in summary["policies"].items() if p.get("program")
+            for name, o in p["program"]["ops"].items()]
+    frame = pl.DataFrame(rows, schema=PROGRAM_OP_COLUMNS)
+    return frame if digits is None else frame.with_columns(pl.col(pl.Float64).round(digits))
 
 
 def port_senders(sojourn: pl.DataFrame, collectives: pl.DataFrame, policy: str, port: str,

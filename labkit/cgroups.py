@@ -52,6 +52,19 @@ def cgroup2_root(mountinfo: str | None = None) -> Path | None:
     return None
 
 
+def problem() -> str | None:
+    """Why this machine cannot give a program's ranks their cgroups, with the fix (None:
+    it can)."""
+    root = cgroup2_root()
+    if root is None:
+        return ("no cgroup v2 hierarchy is mounted: a program's ranks need one (mount it, "
+                "e.g. `mount -t cgroup2 none /sys/fs/cgroup/unified`)")
+    if not os.access(root, os.W_OK):
+        return (f"the cgroup v2 hierarchy at {root} is not writable here: a program's ranks "
+                "need cgroups of their own (run as root, outside a read-only container mount)")
+    return None
+
+
 def require_root() -> Path:
     """The cgroup v2 mount, or CgroupError with the fix."""
     root = cgroup2_root()

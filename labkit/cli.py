@@ -312,7 +312,7 @@ def cmd_run(args) -> int:
         def show(p: runner.Progress) -> None:
             if p.policy not in tasks:
                 tasks[p.policy] = progress.add_task("", total=p.total)
-            what = {"building": "building fabric", "running": "all-reduce"}.get(p.stage, p.stage)
+            what = {"building": "building fabric", "running": "running"}.get(p.stage, p.stage)
             progress.update(tasks[p.policy], completed=p.done,
                             description=f"{p.policy:<11} {what}")
 
@@ -617,6 +617,7 @@ def _print_summary(summary: dict) -> None:
                   _fmt(r["bottleneck_used"], ".0%"), f"{r['vip_drops']} / {r['low_drops']}",
                   "yes" if r["cpu_bound"] else "no")
     console.print(t)
+    _print_program(summary)
     d = Table(title="at the bottleneck port, p99 in microseconds", title_justify="left")
     for col in ("policy", "port", "vip sojourn", "low sojourn", "vip one-way latency",
                 "max backlog KiB"):
@@ -658,6 +659,33 @@ def _print_summary(summary: dict) -> None:
                       _fmt(reaction["max"], ".0f"), _fmt(ll["packet_us"], ".0f"),
                       str(p["transport"]["retransmits"]))
         console.print(x)
+
+
+def _print_program(summary: dict) -> None:
+    """A user's program: where its times came from, its collectives per policy, its CPU."""
+    from labkit import analysis
+
+    programs = {k: p["program"] for k, p in summary["policies"].items() if p.get("program")}
+    if not programs:
+        return
+    first = next(iter(programs.values()))
+    source = {"lines": "as it reported them (labkit's line protocol)",
+              "traffic": "from its traffic as the kernel saw it (it reported none)"}
+    t = Table(title=f"your program {first['name']}: its collectives, {source[first['source']]}"
+                    f"; the first {first.get('warmup', 0)} iteration(s) left out",
+              title_justify="left", caption="compute and exposed: mean per iteration and "
+              "rank; CPU: what its ranks' cgroups used", caption_justify="left")
+    for col in ("policy", "op", "count", "p50", "p99", "slowdown\np50 / p99", "busbw",
+                "compute", "exposed", "CPU s"):
+        t.add_column(col, justify="left" if col in ("policy", "op") else "right", no_wrap=True)
+    for r in analysis.program_ops_frame(summary).iter_rows(named=True):
+        p = programs[r["policy"]]
+        t.add_row(r["policy"], r["op"], str(r["count"]), _fmt(r["p50_ms"], ".0f"),
+                  _fmt(r["p99_ms"], ".0f"),
+                  f"{_fmt(r['slowdown_p50'])} / {_fmt(r['slowdown_p99'])}",
+                  _fmt(r["busbw_mbps"], ".1f"), _fmt(p["compute_ms"], ".0f"),
+                  _fmt(p["exposed_comm_ms"], ".0f"), _fmt(p["cpu_s"], ".1f"))
+    console.print(t)
 
 
 def _load(path: Path):

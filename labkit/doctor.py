@@ -18,7 +18,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from labkit import bpf
+from labkit import bpf, cgroups
+from labkit.scenario import DEFAULT_PYTHON
 from labkit.traffic import hotpath
 
 REQUIRED_QDISCS = ("htb", "bfifo", "clsact")
@@ -78,6 +79,18 @@ def checks() -> list[Check]:
     problem = hotpath.stale()
     out.append(Check("the rank agents' hot path (labkit/traffic/_hotpath.so)", problem is None,
                      problem or "built", "make hotpath   (make setup does this)"))
+    cgroup = cgroups.problem()
+    out.append(Check("cgroup v2 for your own program's ranks (kind: program, optional)",
+                     cgroup is None, str(cgroups.cgroup2_root() or "") if cgroup is None
+                     else cgroup, "mount -t cgroup2 none /sys/fs/cgroup/unified", required=False))
+    torch = subprocess.run([DEFAULT_PYTHON, "-c", "import torch.distributed"],
+                           capture_output=True, text=True, timeout=120) \
+        if os.path.exists(DEFAULT_PYTHON) else None
+    out.append(Check(f"PyTorch for {DEFAULT_PYTHON} (topologies/pytorch-ddp.yaml, optional)",
+                     torch is not None and torch.returncode == 0,
+                     "importable" if torch is not None and torch.returncode == 0
+                     else "not installed", "make torch   (Debian's python3-torch)",
+                     required=False))
     chromium = shutil.which("chromium")
     out.append(Check("Chromium for figure export (labkit figures, optional)", chromium is not None,
                      chromium or "not installed: HTML figures only",

@@ -5,8 +5,9 @@ queue timeline, the completion-time CDFs and the per-lane sojourns; a run with `
 adds the funnel into its bottleneck port, and with ``fifo`` and a later stage (``priority``
 or a controller) the three stages side by side; a run with an adaptive policy adds each
 one's valve timeline; a training job adds where its iterations' time went and each
-rank's timeline. SVG and PNG are rendered by kaleido with the system's
-Chromium, all in one browser session. plotly gives every rendering and every trace
+rank's timeline, a user's program (``kind: program``) where its iterations' time went.
+SVG and PNG are rendered by kaleido with the system's Chromium, all in one browser
+session. plotly gives every rendering and every trace
 a random id; traces get ids from their order and the rendering's id is replaced by
 one derived from the figure's name, so the same run gives byte-identical SVG files.
 """
@@ -41,8 +42,9 @@ def figure_set(run: Run) -> Iterator[tuple[str, Callable[[], go.Figure]]]:
         if p.get("controller"):
             yield f"valves-{policy.replace('+', '-')}", lambda policy=policy: \
                 plots.valve_timeline(run, policy)
-    if any(p.get("job") for p in run.summary["policies"].values()):
+    if any(p.get("job") or p.get("program") for p in run.summary["policies"].values()):
         yield "parallelism", lambda: plots.parallelism(run)
+    if any(p.get("job") for p in run.summary["policies"].values()):
         yield "job-timeline", lambda: plots.job_timeline(run)
 
 

@@ -58,15 +58,25 @@ def _layout(fig: go.Figure, run: Run, title: str, x: str, y: str) -> go.Figure:
 
 
 def op_time_cdf(run: Run) -> go.Figure:
-    """Distribution of All-Reduce completion times, one line per policy."""
+    """Distribution of the workload's completion times (All-Reduce ops, or a job's
+    iterations), one line per policy."""
     ops = analysis.op_times(run["collectives"])
+    warmup = _warmup(run)
     fig = go.Figure()
     for policy in run.summary["policies"]:
-        x, y = analysis.cdf(ops.filter(pl.col("policy") == policy)["ms"])
+        x, y = analysis.cdf(ops.filter((pl.col("policy") == policy) & (pl.col("op") >= warmup))
+                            ["ms"])
         fig.add_scatter(x=x, y=y, mode="lines", name=policy,
                         line={"shape": "hv", "color": policy_color(policy)})
-    return _layout(fig, run, "All-Reduce completion time", "completion time (ms)",
-                   "fraction of ops")
+    unit = "ops" if _workload(run) == "All-Reduce" else "iterations"
+    return _layout(fig, run, f"{_workload(run)} completion time", "completion time (ms)",
+                   f"fraction of {unit}")
+
+
+def _warmup(run: Run) -> int:
+    """The first iterations a program's summary leaves out (0: none)."""
+    return next((p["program"].get("warmup", 0) for p in run.summary["policies"].values()
+                 if p.get("program")), 0)
 
 
 def queue_timeline(run: Run, ports: list[str] | None = None, policies: list[str] | None = None,
@@ -220,9 +230,11 @@ def _rgba(color: str, alpha: float) -> str:
 
 
 def _workload(run: Run) -> str:
-    """What the collective lanes carry in this run: a training job or the All-Reduce."""
-    job = next((p["job"] for p in run.summary["policies"].values() if p.get("job")), None)
-    return f"{job['parallelism']}-parallel job" if job else "All-Reduce"
+    """What the collective lanes carry in this run: a training job, the user's program or
+    the All-Reduce."""
+    kind, w = analysis.workload_of(next(iter(run.summary["policies"].values())))
+    return {"job": f"{w.get('parallelism')}-parallel job",
+            "program": f"your program {w.get('name')}"}.get(kind, "All-Reduce")
 
 
 def _policy_of(run: Run, policy: str) -> dict:

@@ -170,7 +170,7 @@ def run(scenario: str | Path | Scenario, policies: Sequence[str] | None = None, 
     the command line recorded in the manifest (the CLI passes its own); ``batch`` (the
     batch's id, the point's index and parameters) is recorded in it too, for
     :func:`labkit.load_runs`. Returns the recorded run."""
-    from labkit import analysis, experiment, topo
+    from labkit import analysis, cgroups, experiment, topo
     from labkit.control import CONTROLLERS
     from labkit.pcap import PcapRequest, check_links
     from labkit.traffic import programs
@@ -196,7 +196,7 @@ def run(scenario: str | Path | Scenario, policies: Sequence[str] | None = None, 
         check_links(topology, list(pcap))
     except KeyError as exc:
         raise ScenarioError(source, "pcap", exc.args[0]) from None
-    if problem := not_ready():
+    if problem := not_ready() or (sc.program and cgroups.problem()):
         raise NotReady(problem)
     kinds = _user_kinds(sc)
     with tempfile.TemporaryDirectory(prefix="labkit-program-") as build:

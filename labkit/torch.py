@@ -26,14 +26,15 @@ computing) to the last bucket's all_reduce ending, which the step waits for.
 *The job's phase.* Under a controller labkit passes the rank its host's phase map
 (``LABKIT_PHASE_FD``, ``struct lk_job_phase``). The job marker in the kernel
 (``bpf/jobmark.bpf.c``) keeps the host's window open while the job's packets cross a
-bottleneck port, and records when each such burst began. As a step ends (and the next
-begins) this helper announces when the next step's traffic will cross, learned from
-the steps before (the median time from a step's start to its first packet across the
-bottleneck), so the host's gate and the state-aware relay hold storage from then
+bottleneck port, and notes the first such burst since this helper cleared the note, as
+each step starts. As a step ends (and the next begins) this helper announces when the
+next step's traffic will cross, learned from the steps before (the median time from a
+step's start to its first burst across the bottleneck), so the host's gate and the
+state-aware relay hold storage from then
 (``control.lead_ms`` earlier) and the bottleneck is clear when the job's packets come.
 A rank whose last step sent nothing across a bottleneck announces nothing: it never
-holds storage back. The announced window is short (:data:`WINDOW_NS`); the kernel
-holds it open for as long as the job's packets flow.
+holds storage back. The announced window is short (:data:`WINDOW_NS`): the kernel holds
+it open for as long as the job's packets cross, and no longer.
 
 Imports only the standard library and torch, each when first needed.
 """
@@ -54,7 +55,7 @@ from labkit.traffic.lines import iteration_line, op_line
 PHASE = struct.Struct("=QQQIIQQ")  # struct lk_job_phase (labkit.abi.JobPhase)
 SOON = 1  # enum lk_phase
 HISTORY = 8  # steps learned from
-WINDOW_NS = 30_000_000  # an announced window; the job's traffic keeps it open after that
+WINDOW_NS = 30_000_000  # an announced window; the kernel holds it open while the job sends
 
 
 class PhaseMap:
@@ -87,9 +88,19 @@ class PhaseMap:
     def announce(self, start_ns: int, end_ns: int, phase: int) -> None:
         """Write a window, keeping what the kernel recorded of the job's traffic."""
         now = self.read()
-        if now is None:
-            return
-        value = ctypes.create_string_buffer(PHASE.pack(start_ns, end_ns, 0, phase, *now[4:]))
+        if now is not None:
+            self._write(start_ns, end_ns, phase, *now[4:])
+
+    def clear_crossing(self) -> None:
+        """Have the kernel note the first burst across a bottleneck from now on."""
+        now = self.read()
+        if now is not None:
+            self._write(now[0], now[1], now[3], now[4], 0, now[6])
+
+    def _write(self, start_ns: int, end_ns: int, phase: int, flags: int, cross_start: int,
+               crossed: int) -> None:
+        value = ctypes.create_string_buffer(
+            PHASE.pack(start_ns, end_ns, 0, phase, flags, cross_start, crossed))
         self.update(self.fd, ctypes.byref(self._key), value, 0)
 
 
@@ -105,7 +116,7 @@ class Steps:
         self._ops: list[tuple[str, int | None, int, int]] = []  # this step's, as they end
         self._blocking_ns = 0
         self._ready_ns = 0  # the last DDP bucket's, this step
-        self.offsets: list[int] = []  # step start -> first packet across a bottleneck, ns
+        self.offsets: list[int] = []  # step start -> first burst across a bottleneck, ns
 
     # --- what the job tells ------------------------------------------------------------
 
@@ -114,6 +125,7 @@ class Steps:
         """One iteration: printed as an ``iteration`` line with its exposed communication,
         after ``op`` lines for its collectives."""
         start = time.monotonic_ns()
+        self.phase.clear_crossing()
         with self._lock:
             self._ops, self._blocking_ns, self._ready_ns = [], 0, 0
         yield self
@@ -164,18 +176,17 @@ class Steps:
 
     def _learn_and_announce(self, start: int, end: int) -> None:
         """After a step: when its traffic first crossed a bottleneck (as the kernel saw
-        it), and from that the next step's window; none if this step did not cross."""
+        it), and from that the next step's window; none if this step did not cross (a
+        rank whose traffic stays on its side never holds storage back)."""
         seen = self.phase.read()
         if seen is None:
             return
         cross_start, crossed = seen[5], seen[6]
-        if crossed < start:  # nothing across a bottleneck from here in this step
+        if crossed < start or cross_start < start:  # nothing across from here this step
             return
-        if cross_start >= start:
-            self.offsets = (self.offsets + [cross_start - start])[-HISTORY:]
-        if self.offsets:
-            at = end + int(statistics.median(self.offsets))
-            self.phase.announce(at, at + WINDOW_NS, SOON)
+        self.offsets = (self.offsets + [cross_start - start])[-HISTORY:]
+        at = end + int(statistics.median(self.offsets))
+        self.phase.announce(at, at + WINDOW_NS, SOON)
 
     def close(self) -> None:
         """Say the job communicates no more."""

@@ -27,7 +27,7 @@ from pathlib import Path
 import polars as pl
 
 from labkit import plots, widgets
-from labkit.analysis import summary_frame
+from labkit.analysis import program_ops_frame, summary_frame
 from labkit.rundir import load_run
 
 SAMPLES = Path("..") / "data" / "sample"
@@ -62,6 +62,42 @@ plots.parallelism(runs["pipeline"])
 
 # %%
 widgets.explorer({f"{kind} parallel": run for kind, run in runs.items()})
+
+# %% [markdown]
+# ## Your own training job
+#
+# The same fabric with a real PyTorch job as the workload: `docs/examples/ddp.py` trains a
+# small model with DistributedDataParallel over gloo, on the CPU, eight ranks, 2 MiB of
+# gradients all-reduced every step, against the dataset reads and an unmodified iperf3
+# stream (`topologies/pytorch-ddp.yaml`, recorded in `data/sample/pytorch-ddp`). labkit
+# started each rank as torchrun would, each in a cgroup of its own; an eBPF program on
+# every rank's NIC marked the job's packets as the collective's, on whatever ports gloo
+# chose, and `labkit.torch` timed its steps (docs/programs.md). Its iterations per policy:
+
+# %%
+ddp = load_run(SAMPLES / "pytorch-ddp")
+summary_frame(ddp.summary, digits=2).select(
+    "policy", "ops", "p50_ms", "p99_ms", "slowdown_p50", "slowdown_p99", "exposed_comm",
+    "storage_mbps", "bottleneck_used", "vip_drops")
+
+# %% [markdown]
+# Storage under `fifo` makes every iteration several times slower; the vip lane
+# (`priority`) gives the job the isolated run's times, and the controllers hold storage
+# back at its senders while the job's packets cross the bottleneck, which the kernel sees
+# without the job's help.
+
+# %%
+plots.op_time_cdf(ddp)
+
+# %% [markdown]
+# Where its iterations' time goes (compute includes the emulated GPU time, a sleep), and
+# its gradient all-reduces as the comm hook timed them: two buckets a step, side by side.
+
+# %%
+plots.parallelism(ddp)
+
+# %%
+program_ops_frame(ddp.summary, digits=1)
 
 # %% [markdown]
 # ## Try it live

@@ -150,7 +150,7 @@ struct lk_job_phase {
 	__u32 phase;       /* enum lk_phase */
 	__u32 flags;       /* LK_PHASE_CROSSES */
 	/* the job marker's record of the job's data across a bottleneck from this host: */
-	__u64 cross_start_ns; /* the first packet of its latest burst */
+	__u64 cross_start_ns; /* the first packet of the first burst since the job set it 0 */
 	__u64 crossed_ns;     /* its latest packet */
 };
 /* The job marker has seen the job's packets from this host cross a bottleneck port. */

@@ -35,26 +35,13 @@ static __always_inline __u32 lk_match(const struct lk_classifier_config *cfg, __
 	return cfg->default_lane;
 }
 
-/* Headers we may need to look at: Ethernet + VLAN + IPv6 + TCP + BTH. */
-#define LK_PARSE_BYTES 128
-
-/* The lane of an egress skb. Headers of a non-linear skb may sit outside the linear
- * area: they are pulled in first, and only then (a pull costs a helper call). */
+/* The lane of an egress skb (its headers pulled into the linear area first). */
 static __always_inline __u32 lk_skb_lane(struct __sk_buff *skb,
 					 const struct lk_classifier_config *cfg)
 {
-	void *data = (void *)(long)skb->data;
-	void *data_end = (void *)(long)skb->data_end;
+	void *data, *data_end;
 
-	if (data + LK_PARSE_BYTES > data_end) {
-		__u32 want = skb->len < LK_PARSE_BYTES ? skb->len : LK_PARSE_BYTES;
-
-		if (data + want > data_end) {
-			bpf_skb_pull_data(skb, want);
-			data = (void *)(long)skb->data;
-			data_end = (void *)(long)skb->data_end;
-		}
-	}
+	LK_PULL_HEADERS(skb, data, data_end);
 	return lk_match(cfg, lk_parse(data, data_end));
 }
 

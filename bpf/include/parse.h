@@ -110,6 +110,27 @@ static __always_inline __u64 lk_parse(void *data, void *data_end)
 	return 0;
 }
 
+/* Headers we may need to look at: Ethernet + VLAN + IPv6 + TCP + BTH. */
+#define LK_PARSE_BYTES 128
+
+/* Point data and data_end at an egress skb's headers. A non-linear skb may hold them
+ * outside its linear area: they are pulled in first, and only then (a pull costs a
+ * helper call). A macro, not a function: clang would otherwise fold the reloads of
+ * skb->data into offsets from skb, which the verifier refuses. */
+#define LK_PULL_HEADERS(skb, data, data_end)                                            \
+	do {                                                                            \
+		data = (void *)(long)(skb)->data;                                       \
+		data_end = (void *)(long)(skb)->data_end;                               \
+		if (data + LK_PARSE_BYTES > data_end) {                                 \
+			__u32 want = (skb)->len < LK_PARSE_BYTES ? (skb)->len : LK_PARSE_BYTES; \
+			if (data + want > data_end) {                                   \
+				bpf_skb_pull_data(skb, want);                           \
+				data = (void *)(long)(skb)->data;                       \
+				data_end = (void *)(long)(skb)->data_end;               \
+			}                                                               \
+		}                                                                       \
+	} while (0)
+
 /* Whether an Ethernet frame of len bytes is a TCP segment without data (an
  * acknowledgement, a SYN, a FIN): untagged, IPv4 (not a fragment) or IPv6 without
  * extension headers. */

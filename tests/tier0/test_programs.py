@@ -2,6 +2,8 @@
 and command lines, the line protocol, and what is derived from lines or traffic."""
 
 import io
+import os
+import subprocess
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -320,3 +322,27 @@ def test_a_rank_that_fails_is_named_with_its_stderr(tmp_path):
     rank = programs.Rank(1, "g2", [], SimpleNamespace(), None, tmp_path / "o", err)
     tail = rank.tail()
     assert tail.endswith("ValueError: boom") and "line 18" not in tail
+
+
+def test_the_ddp_example_reports_its_steps_through_the_comm_hook(tmp_path):
+    """docs/examples/ddp.py with two ranks over loopback, in Debian's Python with Debian's
+    torch (`make torch`): every step is an iteration line with the gradient buckets'
+    all_reduce lines before it, and both ranks exit."""
+    from tests.conftest import free_port, require
+
+    python = scenario.DEFAULT_PYTHON
+    found = subprocess.run([python, "-c", "import torch.distributed"], capture_output=True)
+    require(found.returncode == 0, f"needs torch for {python} (make torch)")
+    env = {**os.environ, "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1",
+           "MASTER_PORT": str(free_port()), "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    ranks = [subprocess.Popen([python, str(REPO / "docs/examples/ddp.py"), "--steps", "3",
+                               "--compute-ms", "5"], env={**env, "RANK": str(r)},
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for r in range(2)]
+    outs = [r.communicate(timeout=120) for r in ranks]
+    assert [r.returncode for r in ranks] == [0, 0], outs[0][1][-2000:]
+    iterations, ops, bad = lines.parse(outs[0][0])
+    assert [it.i for it in iterations] == [0, 1, 2] and not bad
+    assert {o.op for o in ops} == {"all_reduce"} and {o.i for o in ops} == {0, 1, 2}
+    assert sum(o.bytes for o in ops if o.i == 2) == 2 * 256 * 1024 * 4  # 2 MiB of gradients
+    assert all(0 < it.exposed_ns <= it.end_ns - it.start_ns for it in iterations)
