@@ -1,9 +1,10 @@
 """labkit: emulate, measure and relieve the network bottleneck of AI training.
 
-Commands: doctor, run, shell, sweep, calibrate, batch, report, figures, runs, clean.
+Commands: doctor, validate, schema, run, shell, sweep, calibrate, batch, report, figures,
+runs, clean.
 Exit codes: 0 success; 1 a run or check failed; 2 bad input (scenario file, arguments);
 130 interrupted.
-``--json`` (report, runs, doctor) prints one JSON document on stdout whose
+``--json`` (report, runs, doctor, validate) prints one JSON document on stdout whose
 ``"schema"`` names its shape and version (docs/data-model.md).
 """
 
@@ -73,6 +74,17 @@ def main(argv: list[str] | None = None) -> int:
     doctor = sub.add_parser("doctor", help="check that this machine can run labkit")
     doctor.add_argument("--json", action="store_true",
                         help="print the checks as JSON (schema labkit.doctor)")
+    validate = sub.add_parser(
+        "validate", help="check a scenario or grid file as a run would, without root and "
+                         "without running any code of yours")
+    validate.add_argument("file", type=Path,
+                          help="a scenario file, or a grid file (it has a `scenario:` key), "
+                               "e.g. topologies/bottleneck.yaml")
+    validate.add_argument("--json", action="store_true",
+                          help="print the verdict as JSON (schema labkit.validate): ok, file, "
+                               "key, reason")
+    sub.add_parser("schema", help="print the JSON Schema of scenario files, for editors "
+                                  "(docs/scenarios.md)")
     run = sub.add_parser("run", help="run a scenario under one or more policies")
     run.add_argument("scenario", type=Path,
                      help="a scenario file, e.g. topologies/bottleneck.yaml")
@@ -196,7 +208,8 @@ def main(argv: list[str] | None = None) -> int:
                        help="say what each leftover run recorded, remove nothing")
     args = parser.parse_args(argv)
     try:
-        return {"doctor": cmd_doctor, "run": cmd_run, "shell": cmd_shell, "sweep": cmd_sweep,
+        return {"doctor": cmd_doctor, "validate": cmd_validate, "schema": cmd_schema,
+                "run": cmd_run, "shell": cmd_shell, "sweep": cmd_sweep,
                 "tune": cmd_tune, "calibrate": cmd_calibrate, "batch": cmd_batch,
                 "report": cmd_report, "figures": cmd_figures, "runs": cmd_runs,
                 "clean": cmd_clean}[args.command](args)
@@ -204,6 +217,8 @@ def main(argv: list[str] | None = None) -> int:
         err.print(f"[red]error:[/] {escape(str(exc))}", highlight=False)
         return 2
     except KeyboardInterrupt:
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # more Ctrl-C as we leave
+            signal.signal(sig, signal.SIG_IGN)
         err.print("[yellow]interrupted[/]: everything labkit created was torn down")
         return 130
 
@@ -211,6 +226,49 @@ def main(argv: list[str] | None = None) -> int:
 def _print_json(kind: str, body: dict) -> None:
     """One JSON document on stdout: {"schema": "labkit.<kind>", "version": N, ...}."""
     print(json.dumps({"schema": f"labkit.{kind}", "version": JSON_SCHEMA, **body}, indent=2))
+
+
+def cmd_validate(args) -> int:
+    """Parse a scenario or grid file as a run would (every point of a grid), with none of
+    the checks that need root or the machine, and without importing the user's files."""
+    from labkit import grid
+
+    file = str(args.file)
+    try:
+        with scenario_mod.without_user_code():
+            text, doc = scenario_mod.read_yaml(file)
+            is_grid = isinstance(doc, dict) and "scenario" in doc  # no scenario key has it
+            found = grid.parse(doc, file, text) if is_grid else scenario_mod.parse(doc, file)
+    except scenario_mod.ScenarioError as exc:
+        if not args.json:
+            raise  # main() prints it, one line, and exits 2
+        _print_json("validate", {"ok": False, "file": exc.file, "key": exc.key,
+                                 "reason": exc.reason})
+        return 2
+    sc = found.base if is_grid else found
+    if args.json:
+        _print_json("validate", {"ok": True, "file": file, "key": None, "reason": None,
+                                 "kind": "grid" if is_grid else "scenario"})
+        return 0
+    fabric = sc.fabric
+    console.print(f"{escape(file)}: ok, " + (
+        f"grid {found.name}: {found.size} runs of {escape(found.scenario_path)}, each a valid "
+        "scenario" if is_grid else
+        f"scenario {sc.name}: {len(fabric.routers)} routers, {len(fabric.hosts)} hosts, "
+        f"{len(fabric.links) + len(fabric.nvlinks)} links; policies {', '.join(sc.policies)}"),
+        highlight=False, soft_wrap=True)
+    if sc.kinds:
+        console.print(f"note: entries of your own traffic kinds "
+                      f"({', '.join(name for name, _ in sc.kinds)}) are checked by their "
+                      "classes when a run starts", highlight=False)
+    return 0
+
+
+def cmd_schema(_args) -> int:
+    from labkit.schema import scenario_schema
+
+    print(json.dumps(scenario_schema(), indent=2))
+    return 0
 
 
 def cmd_doctor(args) -> int:
@@ -240,9 +298,15 @@ def cmd_doctor(args) -> int:
     return 1 if failed else 0
 
 
-def _catch_interrupts() -> None:
-    for sig in (signal.SIGINT, signal.SIGTERM):
+def _before_building() -> None:
+    """Before a command builds fabrics: SIGINT, SIGTERM and SIGHUP (a closed terminal)
+    stop it, and a note if a killed run left objects behind."""
+    from labkit import interrupts, registry
+
+    for sig in interrupts.ENDING:
         signal.signal(sig, _raise_interrupt)
+    if note := registry.leftovers_line():
+        err.print(f"[yellow]note:[/] {escape(note)}", highlight=False)
 
 
 def _failed(exc: Exception) -> int:
@@ -279,7 +343,7 @@ def cmd_tune(args) -> int:
     size_list = _sizes(args)
     if size_list is None:
         return 2
-    _catch_interrupts()
+    _before_building()
     print(f"# labkit tune: every All-Reduce algorithm over {len(sc.ranks)} ranks of {sc.name}, "
           f"{args.iters} timed ops per size", *([f"# {_rates_line(rates)}"] if rates else []),
           "#", *nccltests.header(), sep="\n", flush=True)
@@ -305,7 +369,7 @@ def _scenario(args):
 def cmd_run(args) -> int:
     from labkit import runner
 
-    _catch_interrupts()
+    _before_building()
     with _progress(to_stderr=args.json) as progress:
         tasks: dict[str, int] = {}
 
@@ -351,7 +415,7 @@ def _rates_line(rates: dict) -> str:
 def cmd_calibrate(args) -> int:
     from labkit import runner
 
-    _catch_interrupts()
+    _before_building()
     with _progress("ops") as progress:
         tasks: dict[tuple[float, str], int] = {}
         current = [1.0]
@@ -401,7 +465,7 @@ def cmd_batch(args) -> int:
     if args.dry_run:
         _print_points(g)
         return 0
-    _catch_interrupts()
+    _before_building()
     ended = {"complete": "green", "failed": "red", "interrupted": "yellow",
              "cancelled": "yellow"}
     with _progress("") as progress:
@@ -495,11 +559,15 @@ def _named_controllers(given: list[str]) -> dict[str, str]:
 
 
 def cmd_shell(args) -> int:
-    from labkit import runner
+    from labkit import registry, runner
 
-    # Ctrl-C stays Mininet's (it stops the command running in a node); SIGTERM ends the
-    # shell, which Mininet's command line would take for a Ctrl-C and ignore
-    signal.signal(signal.SIGTERM, _exit_on_signal)
+    # Ctrl-C stays Mininet's (it stops the command running in a node); SIGTERM and SIGHUP
+    # (the terminal closed) end the shell, which Mininet's command line would take for a
+    # Ctrl-C and ignore
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _exit_on_signal)
+    if note := registry.leftovers_line():
+        err.print(f"[yellow]note:[/] {escape(note)}", highlight=False)
     # a plain line, not a rich spinner: rich replaces stdout while one spins, and Mininet,
     # imported meanwhile, would keep writing to the replacement
     err.print(f"building {args.scenario} under {args.policy}, no traffic (a few seconds) ...")
@@ -530,7 +598,7 @@ def cmd_sweep(args) -> int:
     runner.check_sweep(sc, args.op, args.algo, size_list, args.iters)
     if problem := runner.not_ready():
         return _failed(runner.NotReady(problem))
-    _catch_interrupts()
+    _before_building()
     scale = sc.scale_factor if args.units == "real" else None
     # nccl-tests' format is plain text, one record per line: printed as is, never wrapped
     print(f"# labkit sweep: {args.op} ({args.algo}) over {len(sc.ranks)} ranks of "
@@ -559,8 +627,8 @@ _stopping = []
 
 
 def _raise_interrupt(signum, _frame):
-    """First SIGINT/SIGTERM: stop the run (teardown runs in ``finally``). Later ones only
-    say so, so that a second Ctrl-C cannot cut the teardown short."""
+    """First SIGINT, SIGTERM or SIGHUP: stop the run (teardown runs in ``finally``, with
+    signals held, :mod:`labkit.interrupts`). Later ones only say so."""
     if _stopping:
         err.print("[yellow]still tearing down; one moment[/]")
         return
@@ -570,7 +638,7 @@ def _raise_interrupt(signum, _frame):
 
 
 def _exit_on_signal(signum, _frame):
-    """SIGTERM in `labkit shell`: leave (teardown runs on the way out), once."""
+    """SIGTERM or SIGHUP in `labkit shell`: leave (teardown runs on the way out), once."""
     signal.signal(signum, signal.SIG_IGN)
     raise SystemExit(128 + signum)
 
@@ -765,17 +833,31 @@ def cmd_clean(args) -> int:
         err.print("[red]error:[/] labkit clean needs root: it removes what a killed run left "
                   f"in the kernel. {WITHOUT_ROOT}")
         return 1
-    leftovers = registry.leftover_registries()
+    try:
+        with registry.RunLock(registry.CLEANING):
+            return _clean(registry.leftover_registries(), args.dry_run)
+    except registry.RunLockedError as exc:
+        err.print(f"[red]error:[/] {escape(str(exc))}", highlight=False)
+        return 1
+
+
+def _clean(leftovers: list, dry_run: bool) -> int:
+    from labkit import registry
+
     if not leftovers:
         console.print("nothing to clean: no labkit run left objects behind")
         return 0
     for reg in leftovers:
-        if args.dry_run:
+        if dry_run:
             kinds = Counter(e["kind"] for e in reg.entries)
             console.print(f"run {reg.run_id}: recorded " +
                           ", ".join(f"{n} {kind}" for kind, n in sorted(kinds.items())))
             continue
-        removed = reg.teardown()
+        try:
+            removed = reg.teardown()
+        except registry.TeardownIncomplete as exc:
+            err.print(f"[red]error:[/] {escape(str(exc))}", highlight=False)
+            return 1
         console.print(f"run {reg.run_id}: " + ("; ".join(removed) or "nothing was left"))
     return 0
 

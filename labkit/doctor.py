@@ -18,7 +18,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from labkit import bpf, cgroups
+from labkit import bpf, cgroups, registry
 from labkit.scenario import DEFAULT_PYTHON
 from labkit.traffic import hotpath
 
@@ -91,6 +91,9 @@ def checks() -> list[Check]:
                      "importable" if torch is not None and torch.returncode == 0
                      else "not installed", "make torch   (Debian's python3-torch)",
                      required=False))
+    leftovers = registry.leftovers_line()
+    out.append(Check("no objects left by a killed run (optional)", leftovers is None,
+                     leftovers or "", "sudo labkit clean", required=False))
     chromium = shutil.which("chromium")
     out.append(Check("Chromium for figure export (labkit figures, optional)", chromium is not None,
                      chromium or "not installed: HTML figures only",

@@ -26,11 +26,12 @@ import random
 import resource
 import time
 from collections.abc import Callable, Mapping
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
-from labkit import bpf, cgroups, loss, lossless, nccltests, tc
+from labkit import bpf, cgroups, interrupts, loss, lossless, nccltests, tc
 from labkit.abi import EV_GAP, EV_SOJOURN
 from labkit.agents import (
     Agent,
@@ -189,8 +190,9 @@ class PolicyFabric:
         self.groups: dict[str, cgroups.Cgroup] = {}  # a program's cgroups, one per rank
 
     def __enter__(self) -> PolicyFabric:
-        try:
-            self._build()
+        try:  # a signal held during the build arrives as the block ends: torn down too
+            with interrupts.deferred("building the fabric"):
+                self._build()
         except BaseException:
             self.close()
             raise
@@ -244,11 +246,14 @@ class PolicyFabric:
         self.close()
 
     def close(self) -> None:
-        for held in (self.marks, self.pauser, self.control, self.latency, self.classifier,
-                     self.queues, self.lossy):
-            if held is not None:
-                held.close()
-        self.fabric.stop()
+        """Close what the fabric holds, newest first, then tear it down by the registry:
+        every step runs whichever of them raised, and the error is raised after."""
+        with interrupts.deferred("tearing the fabric down"), ExitStack() as steps:
+            steps.callback(self.fabric.stop)
+            for held in (self.lossy, self.queues, self.classifier, self.latency, self.control,
+                         self.pauser, self.marks):
+                if held is not None:
+                    steps.callback(held.close)
 
 
 def run_policy(sc: Scenario, topo: Topology, policy: str, registry: Registry, workdir: Path,

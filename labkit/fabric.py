@@ -209,12 +209,14 @@ class Fabric:
         for ns in self.ns.values():
             ns.close()
         self.ns.clear()
-        self.registry.teardown()
-        for node in self.nodes.values():
-            with suppress(Exception):
-                node.cleanup()  # closes the pty Mininet kept for the (now dead) shell
-        self.nodes.clear()
-        self.net = None
+        try:
+            self.registry.teardown()
+        finally:
+            for node in self.nodes.values():
+                with suppress(Exception):
+                    node.cleanup()  # closes the pty Mininet kept for the (now dead) shell
+            self.nodes.clear()
+            self.net = None
 
     def __enter__(self) -> Fabric:
         return self.start()

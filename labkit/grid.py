@@ -42,7 +42,7 @@ from typing import Any
 import yaml
 
 from labkit import scenario as scenario_mod
-from labkit.scenario import SCENARIO_NAME_RE, Scenario, ScenarioError, kind_of
+from labkit.scenario import LIMITS, SCENARIO_NAME_RE, Scenario, ScenarioError, kind_of
 
 GRID_KEYS = {"scenario", "name", "description", "axes", "policies", "seeds", "duration",
              "slurm"}
@@ -381,9 +381,8 @@ def _seeds(file: str, given: Any, base: Scenario) -> tuple[int, ...]:
         raise GridError(file, "seeds", f"must be a non-empty list of integers, got "
                                        f"{kind_of(given)}")
     for i, s in enumerate(given):
-        if isinstance(s, bool) or not isinstance(s, int) or not 0 <= s <= 2**31 - 1:
-            raise GridError(file, f"seeds[{i}]", f"must be an integer from 0 to {2**31 - 1}, "
-                                                 f"got {s!r}")
+        if problem := LIMITS["seed"].problem(s):
+            raise GridError(file, f"seeds[{i}]", problem)
     if len(set(given)) != len(given):
         raise GridError(file, "seeds", "a seed is given twice")
     return tuple(given)
@@ -392,8 +391,9 @@ def _seeds(file: str, given: Any, base: Scenario) -> tuple[int, ...]:
 def _duration(file: str, given: Any) -> float | None:
     if given is None:
         return None
-    if isinstance(given, bool) or not isinstance(given, int | float) or not given > 0:
-        raise GridError(file, "duration", f"must be a number of seconds > 0, got {given!r}")
+    if LIMITS["duration_s"].problem(given):
+        raise GridError(file, "duration", f"must be a number of seconds "
+                                          f"{LIMITS['duration_s'].range}, got {given!r}")
     return float(given)
 
 

@@ -133,7 +133,26 @@ class Registry:
         self._save()
 
     def teardown(self) -> list[str]:
-        """Remove everything recorded, newest first; returns what was removed."""
+        """Remove everything recorded, newest first, and once more what the first pass
+        left; returns what was removed. Signals wait until it is done
+        (:mod:`labkit.interrupts`). What is still there after the second pass stays
+        recorded, registry and all, and :class:`TeardownIncomplete` names it."""
+        from labkit import interrupts
+
+        with interrupts.deferred("tearing the fabric down"):
+            removed = self._remove()
+            if left := self._left():
+                removed += self._remove()
+                left = self._left()
+            if left:
+                raise TeardownIncomplete(self.run_id, left)
+            self.entries = []
+            with suppress(FileNotFoundError):
+                self.path.unlink()
+        return removed
+
+    def _remove(self) -> list[str]:
+        """One pass over the record: what it removed."""
         from labkit import bpf, cgroups
 
         removed = []
@@ -157,18 +176,22 @@ class Registry:
         removed += [f"stopped pid {pid}, started by a command entry"
                     for pid in stop_marked(self.run_id)]
         for path in groups:
-            if path.exists():
-                left = cgroups.remove(path)
-                removed.append(f"still present: {left}" if left else f"removed cgroup {path}")
+            if path.exists() and not cgroups.remove(path):
+                removed.append(f"removed cgroup {path}")
         for e in self.entries:
             if e["kind"] == "pin_dir" and Path(e["path"]).exists():
                 bpf.unpin_dir(Path(e["path"]))
                 removed.append(f"unpinned {e['path']}")
-        removed += [f"still present: {what}" for what in self._survivors()]
-        self.entries = []
-        with suppress(FileNotFoundError):
-            self.path.unlink()
         return removed
+
+    def _left(self) -> list[str]:
+        """What the record names that is still there."""
+        out = [f"{e['what']} (pid {e['pid']})" for e in self.entries
+               if e["kind"] == "process" and alive(e["pid"], e["start_time"])]
+        out += [f"pid {pid}, started by a command entry" for pid in marked(self.run_id)]
+        out += [f"{e['kind'].replace('_', ' ')} {e['path']}" for e in self.entries
+                if e["kind"] in ("cgroup", "pin_dir") and Path(e["path"]).exists()]
+        return out + self._survivors()
 
     def _survivors(self) -> list[str]:
         """Recorded namespaces still held by a process, recorded programs still loaded."""
@@ -215,6 +238,19 @@ def leftover_registries() -> list[Registry]:
     return out
 
 
+def leftovers_line() -> str | None:
+    """One line about runs that left objects behind (killed), or None: for ``labkit run``,
+    ``shell`` and ``doctor``."""
+    try:
+        left = leftover_registries()
+    except OSError:  # not root: the registries are root's
+        return None
+    if not left:
+        return None
+    return (f"{len(left)} earlier run(s) left objects behind "
+            f"({', '.join(r.run_id for r in left)}): `sudo labkit clean` removes them")
+
+
 @dataclass
 class LockInfo:
     pid: int
@@ -225,8 +261,22 @@ class RunLockedError(RuntimeError):
     pass
 
 
+class TeardownIncomplete(RuntimeError):
+    """Objects a run recorded that two teardowns could not remove (still recorded)."""
+
+    def __init__(self, run_id: str, left: list[str]):
+        self.run_id, self.left = run_id, left
+        super().__init__(f"run {run_id} could not remove, after two tries: {'; '.join(left)}."
+                         " They stay in its registry: `sudo labkit clean` tries again once "
+                         "whatever holds them has gone")
+
+
+CLEANING = "labkit-clean"  # the lock's holder while `labkit clean` removes leftovers
+
+
 class RunLock:
-    """An exclusive lock for one ``labkit run`` at a time on this machine."""
+    """An exclusive lock for one ``labkit run`` at a time on this machine (``labkit clean``
+    holds it too, as :data:`CLEANING`, so it never removes a run that is starting)."""
 
     path = STATE_DIR / "run.lock"
 
@@ -259,7 +309,9 @@ class RunLock:
             info = self.holder()
             os.close(self.fd)
             self.fd = -1
-            who = f"run {info.run_id} (pid {info.pid})" if info else "another run"
+            who = ("`labkit clean`" if info and info.run_id == CLEANING else
+                   f"run {info.run_id}" if info else "another run")
+            who += f" (pid {info.pid})" if info else ""
             raise RunLockedError(
                 f"{who} is in progress; labkit runs one experiment at a time on a machine. "
                 "Wait for it to finish, or stop it with Ctrl-C (then `labkit clean`)."

@@ -82,9 +82,11 @@ summary_frame(ddp.summary, digits=2).select(
 
 # %% [markdown]
 # Storage under `fifo` makes every iteration several times slower; the vip lane
-# (`priority`) gives the job the isolated run's times, and the controllers hold storage
-# back at its senders while the job's packets cross the bottleneck, which the kernel sees
-# without the job's help.
+# (`priority`) gives the job the isolated run's times. The controllers hold storage back
+# at its senders while the job's packets cross the bottleneck, which the kernel sees
+# without the job's help: at the median they come close to `priority`, but over a single
+# FIFO port `state-aware` still lets a few iterations meet a full queue (vip drops, TCP
+# retransmission timeouts: the p99), and every controller gives up some of the port.
 
 # %%
 plots.op_time_cdf(ddp)

@@ -2,10 +2,14 @@
 
 Malformed scenarios are made from the shipped bottleneck.yaml by mutations that are
 invalid by construction: an unknown key in any mapping, a value of the wrong kind or
-an impossible number at any leaf, an unknown node where a node is referenced, a
-required key removed, a host placed twice, a key written twice at any depth, or text
-that is not a scenario at all.
-Each mutation knows the key its error must name.
+an impossible number at any leaf, a number past its range (too large, infinite, not a
+number, below its least), a name with a trailing newline, an unknown node where a node is
+referenced, a required key removed, a host placed twice, a key written twice at any depth,
+a fabric too large for the address plan or for Linux's interface names, or text that is
+not a scenario at all.
+Each mutation knows the key its error must name. Those a JSON Schema can express are
+refused by labkit's schema too; and any hostile value at any place of any shipped scenario
+is refused with one line or accepted, never anything else.
 """
 
 import contextlib
@@ -14,11 +18,12 @@ import io
 import os
 from pathlib import Path
 
+import jsonschema
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from labkit import cli, scenario
+from labkit import cli, scenario, schema
 from labkit.scenario import ScenarioError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -47,6 +52,8 @@ SCALARS = [p for p, v in PLACES if p and not isinstance(v, (dict, list))]
 NUMBERS = [p for p, v in PLACES if isinstance(v, (int, float)) and not isinstance(v, bool)
            or p.endswith("size_bytes")]
 REFS = [p for p, v in PLACES if isinstance(v, str) and p.startswith(REFERENCES)]
+NAMES = [p for p, v in PLACES if isinstance(v, str) and p != "description"
+         and not p.endswith("size_bytes")]  # every other string is a name or a choice
 
 
 def locate(doc, path):
@@ -85,6 +92,57 @@ wrong_kind = st.builds(lambda p, v: (mutated(p, v), p), st.sampled_from(SCALARS)
                        st.sampled_from([None, {"x": 1}, [[1, 2]]]))
 impossible_number = st.builds(lambda p, v: (mutated(p, v), p), st.sampled_from(NUMBERS),
                               st.one_of(st.integers(max_value=-1), st.floats(max_value=-1e-3)))
+
+
+def _limit(path):
+    """The limit of the number at ``path`` (named by its key; a rule's ports by "port")."""
+    name = path.rsplit(".", 1)[-1]
+    return scenario.LIMITS["port" if name.endswith("_port") else name]
+
+
+def _past(path):
+    """Values past the range of the number at ``path``: above it, infinite, not a number,
+    and below its least (a size: past the hot path's largest message, with a unit too)."""
+    if path.endswith("size_bytes"):
+        return st.sampled_from(["1024G", "4GiB", "4097M", 2**32, 2**40])
+    limit = _limit(path)
+    least = (limit.lo if limit.above else limit.lo - 1 if limit.integer
+             else limit.lo / 2 if limit.lo else -1e-9)
+    return st.sampled_from([limit.hi + (1 if limit.integer else limit.hi), 10**30, least,
+                            float("inf"), float("-inf"), float("nan"), 1e308])
+
+
+out_of_range = st.sampled_from(NUMBERS).flatmap(
+    lambda p: _past(p).map(lambda v: (mutated(p, v), p)))
+trailing_newline = st.sampled_from(NAMES).map(
+    lambda p: (mutated(p, locate(BASE, p)[0][locate(BASE, p)[1]] + "\n"), p))
+
+
+def _grown(hosts=0, router_links=0, router: str | None = None, bottlenecks=0):
+    """BASE with more: storage hosts on leaf2 (or on a new ``router`` beside spine1),
+    parallel links leaf2-spine1, and bottleneck routers r1, r2, ... beside spine1."""
+    doc = copy.deepcopy(BASE)
+    fab = doc["fabric"]
+    if router:
+        fab["routers"].append(router)
+        fab["links"].append([router, "spine1"])
+    fab["hosts"]["storage"].setdefault(router or "leaf2", []).extend(
+        f"s{i}" for i in range(hosts))
+    fab["links"] += [["leaf2", "spine1"]] * router_links
+    for i in range(1, bottlenecks + 1):
+        fab["routers"].append(f"r{i}")
+        fab["links"].append([f"r{i}", "spine1"])
+        fab["bottlenecks"].append([f"r{i}", "spine1"])
+    return doc
+
+
+too_large = st.one_of(
+    st.integers(256 - 9, 400).map(lambda n: (_grown(hosts=n), "fabric.hosts")),
+    st.integers(256 - 2, 300).map(lambda n: (_grown(router_links=n), "fabric.links")),
+    st.tuples(st.from_regex(r"[a-z0-9]{4}", fullmatch=True), st.integers(100, 200)).map(
+        lambda rn: (_grown(hosts=rn[1], router=f"leafx{rn[0]}"), "fabric.routers[3]")),
+    st.integers(scenario.MAX_BOTTLENECKS, 12).map(
+        lambda n: (_grown(bottlenecks=n), "fabric.bottlenecks")))
 unknown_node = st.builds(lambda p, n: (mutated(p, f"zz{n}"), p), st.sampled_from(REFS),
                          st.integers(0, 99))
 missing = st.sampled_from([(m, k) for m, keys in REQUIRED.items() for k in keys]).map(
@@ -137,11 +195,20 @@ def _written_twice(place):
 
 
 key_twice = st.sampled_from(KEY_LINES).map(lambda place: (_written_twice(place), place[0]))
-MALFORMED = st.one_of(unknown_key, wrong_kind, impossible_number, unknown_node, missing,
-                      placed_twice, not_a_scenario, key_twice)
+MALFORMED = st.one_of(unknown_key, wrong_kind, impossible_number, out_of_range,
+                      trailing_newline, unknown_node, missing, placed_twice, too_large,
+                      not_a_scenario, key_twice)
+# what a JSON Schema can say: keys, kinds, ranges (not NaN, not a size with a unit), names
+EXPRESSIBLE = st.one_of(unknown_key, wrong_kind, impossible_number, missing, trailing_newline,
+                        out_of_range.filter(lambda case: _schema_sees(*case)))
 
 
-@settings(max_examples=500, deadline=None, derandomize=True, database=None,
+def _schema_sees(doc, path):
+    value = locate(doc, path)[0][locate(doc, path)[1]]
+    return not isinstance(value, str) and value == value
+
+
+@settings(max_examples=800, deadline=None, derandomize=True, database=None,
           suppress_health_check=[HealthCheck.too_slow])
 @given(case=MALFORMED)
 def test_malformed_scenario_is_one_clear_line_and_exit_2(tmp_path_factory, case):
@@ -174,3 +241,34 @@ def test_nothing_reaches_the_kernel(tmp_path):
         assert cli.main(["run", str(bad)]) == 2
     if before is not None:
         assert labkit_objects() == before
+
+
+VALIDATOR = jsonschema.Draft7Validator(schema.scenario_schema())
+
+
+@settings(max_examples=300, deadline=None, derandomize=True, database=None)
+@given(case=EXPRESSIBLE)
+def test_the_schema_refuses_what_it_can_express(case):
+    doc, key = case
+    assert VALIDATOR.is_valid(BASE)
+    assert not VALIDATOR.is_valid(doc), f"the schema accepts a mutation at {key!r}"
+
+
+SHIPPED = {p.name: (p, yaml.safe_load(p.read_text()))
+           for p in sorted((REPO / "topologies").glob("*.yaml"))}
+HOSTILE = [None, True, "", "x\n", {"x\ny": 1}, [[1, 2]], -1, 0, 10**30, 1e308,
+           float("inf"), float("-inf"), float("nan")]
+
+
+@settings(max_examples=500, deadline=None, derandomize=True, database=None)
+@given(data=st.data())
+def test_a_hostile_value_anywhere_is_refused_in_one_line_or_accepted(data):
+    path, base = SHIPPED[data.draw(st.sampled_from(sorted(SHIPPED)))]
+    place = data.draw(st.sampled_from([p for p, _ in walk(base) if p]))
+    doc = copy.deepcopy(base)
+    parent, key = locate(doc, place)
+    parent[key] = copy.deepcopy(data.draw(st.sampled_from(HOSTILE)))
+    try:
+        scenario.parse(doc, str(path))
+    except ScenarioError as exc:
+        assert "\n" not in str(exc) and exc.reason, exc

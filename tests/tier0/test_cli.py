@@ -5,16 +5,26 @@ import argparse
 import contextlib
 import io
 import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
 from pathlib import Path
 
 import pytest
+import yaml
 
 from labkit import cli
 
-SAMPLE = Path(__file__).resolve().parents[2] / "data/sample/bottleneck"
-COMMANDS = ("doctor", "run", "shell", "sweep", "tune", "calibrate", "batch", "report", "figures",
-            "runs", "clean")
-GRID = Path(__file__).resolve().parents[2] / "topologies/grids/bottleneck-sizes.yaml"
+REPO = Path(__file__).resolve().parents[2]
+SAMPLE = REPO / "data/sample/bottleneck"
+COMMANDS = ("doctor", "validate", "schema", "run", "shell", "sweep", "tune", "calibrate",
+            "batch", "report", "figures", "runs", "clean")
+GRID = REPO / "topologies/grids/bottleneck-sizes.yaml"
+BOTTLENECK = REPO / "topologies/bottleneck.yaml"
+INFINITE = BOTTLENECK.read_text().replace("compute_ms: 100", "compute_ms: .inf")
+REFUSED = "traffic[0].compute_ms: must be between 0 and 60000, got inf"
 
 
 def run_cli(*argv) -> tuple[int, str, str]:
@@ -82,3 +92,62 @@ def test_batch_dry_run_lists_the_points_and_a_bad_grid_is_one_line(tmp_path):
     code, out, err = run_cli("batch", str(bad))
     assert code == 2 and not out and err.count("\n") == 1
     assert f"{bad}: axes.traffic[kind=allreduce].size_bytes: value 4XiB (item 1)" in err
+
+
+@pytest.mark.parametrize("path", [BOTTLENECK, GRID], ids=["scenario", "grid"])
+def test_validate_says_ok_with_exit_0(path):
+    code, out, err = run_cli("validate", str(path))
+    assert code == 0 and out.startswith(f"{path}: ok, ") and not err
+    code, out, _ = run_cli("validate", str(path), "--json")
+    doc = json.loads(out)
+    assert code == 0 and doc["schema"] == "labkit.validate" and doc["version"] == cli.JSON_SCHEMA
+    assert (doc["ok"], doc["file"], doc["key"], doc["reason"]) == (True, str(path), None, None)
+
+
+def test_validate_refuses_with_one_line_and_exit_2(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(INFINITE)
+    code, out, err = run_cli("validate", str(bad))
+    assert code == 2 and not out and err.splitlines() == [f"error: {bad}: {REFUSED}"]
+    code, out, err = run_cli("validate", str(bad), "--json")
+    doc = json.loads(out)
+    assert code == 2 and not err and doc["ok"] is False and doc["file"] == str(bad)
+    assert f"{doc['key']}: {doc['reason']}" == REFUSED
+
+
+def test_validate_runs_no_code_of_yours(tmp_path):
+    (tmp_path / "kind.py").write_text("import pathlib\n"
+                                      "pathlib.Path(__file__).with_name('ran').touch()\n")
+    doc = yaml.safe_load(BOTTLENECK.read_text())
+    doc["kinds"] = {"incast": "kind.py:Incast"}
+    doc["traffic"].append({"kind": "incast", "senders": "gpu"})
+    (tmp_path / "lab.yaml").write_text(yaml.safe_dump(doc))
+    code, out, err = run_cli("validate", str(tmp_path / "lab.yaml"))
+    assert code == 0 and "incast" in out and not (tmp_path / "ran").exists(), err
+
+
+def test_validate_works_as_an_unprivileged_user():
+    """As nobody when the tests run as root (else as the unprivileged user running them),
+    on files in a directory anyone can read."""
+    as_nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "env",
+                 "HOME=/tmp"] if os.geteuid() == 0 else []
+    if as_nobody and not shutil.which("setpriv"):
+        pytest.fail("setpriv (util-linux) is needed to drop root")
+    with tempfile.TemporaryDirectory() as tmp:
+        os.chmod(tmp, 0o755)
+        good, bad = Path(tmp, "lab.yaml"), Path(tmp, "bad.yaml")
+        good.write_text(BOTTLENECK.read_text())
+        bad.write_text(INFINITE)
+        ok, refused = (subprocess.run([*as_nobody, sys.executable, "-m", "labkit.cli",
+                                       "validate", str(path)], cwd=REPO, capture_output=True,
+                                      text=True, timeout=60) for path in (good, bad))
+    assert ok.returncode == 0 and ok.stdout.startswith(f"{good}: ok, "), ok.stderr
+    assert refused.returncode == 2 and refused.stderr.splitlines() == [
+        f"error: {bad}: {REFUSED}"], refused.stderr
+
+
+def test_schema_prints_the_json_schema():
+    from labkit.schema import scenario_schema
+
+    code, out, _ = run_cli("schema")
+    assert code == 0 and json.loads(out) == scenario_schema()

@@ -152,7 +152,7 @@ def _many_rules(port: int) -> list[dict]:
     ({"axes": {"traffic[0].size_bytes": ["1MiB", "4XiB"]}}, "axes.traffic[0].size_bytes",
      "value 4XiB (item 1) makes the scenario invalid"),
     ({"axes": {"defaults.link.rate_mbps": [50, -5]}}, "axes.defaults.link.rate_mbps",
-     "must be > 0, got -5"),
+     "must be between 1 and 10000 (Mbit/s, before rate_factor's x1/16 to x16), got -5"),
     ({"axes": {"traffic[0].size_bytes": ["1MiB", "1MiB"]}}, "axes.traffic[0].size_bytes",
      "value 1MiB is given twice (items 0 and 1)"),
     ({"axes": {"seed": [1, 2]}}, "axes.seed", "give the seeds as the grid's `seeds`"),

@@ -17,7 +17,7 @@ def test_sample_runs_load():
     assert run.manifest["status"] == "complete"
     assert set(run.summary["policies"]) == {"isolated", "fifo", "priority"}
     for name in ("checkpoint-burst", "tensor-parallel", "pipeline-parallel", "lossless/lossy",
-                 "lossless/lossless"):
+                 "lossless/lossless", "pytorch-ddp"):
         assert rundir.load_run(REPO / "data/sample" / name).manifest["status"] == "complete"
     assert len(list((REPO / "data/sample/sweeps").glob("*/sweep.json"))) == 6
 

@@ -61,7 +61,7 @@ def _error(doc) -> ScenarioError:
     ({"iterations": 0}, "traffic[0].iterations", "between 1 and"),
     ({"warmup": 40}, "traffic[0].warmup", "leaves no iteration"),
     ({"dscp": 64}, "traffic[0].dscp", "between 1 and 63"),
-    ({"quiet_ms": 0.01}, "traffic[0].quiet_ms", "from 0.1 to 1000"),
+    ({"quiet_ms": 0.01}, "traffic[0].quiet_ms", "between 0.1 and 1000"),
     ({"duration_s": 1e9}, "traffic[0].duration_s", "at most"),
     ({"env": {"1BAD": "x"}}, "traffic[0].env.1BAD", "environment variable"),
     ({"env": {"A": [1]}}, "traffic[0].env.A", "string or a number"),

@@ -46,10 +46,12 @@ def _error(doc) -> ScenarioError:
 
 @pytest.mark.parametrize("mutate, key, reason", [
     (lambda d: d.update(colour="blue"), "colour", "unknown key"),
-    (lambda d: d["defaults"]["link"].update(rate_mbps=0), "defaults.link.rate_mbps", "> 0"),
+    (lambda d: d["defaults"]["link"].update(rate_mbps=0), "defaults.link.rate_mbps",
+     "between 1 and 10000"),
     (lambda d: d["defaults"]["link"].update(rate_mbps="fast"), "defaults.link.rate_mbps",
      "must be a number"),
-    (lambda d: d["fabric"]["links"][1].update(rate_mbps=-5), "fabric.links[1].rate_mbps", "> 0"),
+    (lambda d: d["fabric"]["links"][1].update(rate_mbps=-5), "fabric.links[1].rate_mbps",
+     "between 1"),
     (lambda d: d["fabric"]["hosts"]["storage"].update(leaf1=["g2"]),
      "fabric.hosts.storage.leaf1[0]", "placed twice"),
     (lambda d: d.update(policies=["fifo", "magic"]), "policies[1]", "unknown policy"),
@@ -99,6 +101,51 @@ def test_bad_input_names_file_key_and_reason(doc, mutate, key, reason):
     assert reason in exc.reason
     assert str(exc).startswith(f"lab.yaml: {key}: ")
     assert "\n" not in str(exc)
+
+
+def _hosts_on(router: str, n: int):
+    """A mutation: ``n`` more storage hosts on ``router`` (a new one beside spine1 if need
+    be)."""
+    def mutate(d):
+        if router not in d["fabric"]["routers"]:
+            d["fabric"]["routers"].append(router)
+            d["fabric"]["links"].append([router, "spine1"])
+        d["fabric"]["hosts"]["storage"].setdefault(router, []).extend(f"s{i}" for i in range(n))
+    return mutate
+
+
+# issue 31: each was accepted, and failed later in the kernel or an agent
+@pytest.mark.parametrize("mutate, key, reason", [
+    (lambda d: d["fabric"]["hosts"]["gpu"]["leaf1"].__setitem__(0, "g1\n"),
+     "fabric.hosts.gpu.leaf1[0]", "not a node name"),
+    (_hosts_on("leaf2", 300), "fabric.hosts", "the address plan has room for 255"),
+    (lambda d: d["fabric"]["links"].extend([["leaf2", "spine1"]] * 254), "fabric.links",
+     "256 links between routers; the address plan has room for 255"),
+    (_hosts_on("leafaaaa1", 100), "fabric.routers[3]",
+     "leafaaaa1 has 101 links, and its port leafaaaa1-eth100 is 16 characters"),
+    (lambda d: d["defaults"]["link"].update(rate_mbps=float("inf")), "defaults.link.rate_mbps",
+     "got inf"),
+    (lambda d: d["defaults"]["link"].update(rate_mbps=1e-9), "defaults.link.rate_mbps",
+     "between 1 and 10000"),
+    (lambda d: d["traffic"][0].update(compute_ms=float("inf")), "traffic[0].compute_ms",
+     "between 0 and 60000, got inf"),
+    (lambda d: d.update(control={"interval_ms": 1e-6}), "control.interval_ms", "between 1"),
+    (lambda d: d["traffic"][1].update(offered_load=1e12), "traffic[1].offered_load",
+     "> 0 and at most 100"),
+    (lambda d: d["traffic"][0].update(size_bytes="1024G"), "traffic[0].size_bytes",
+     "the hot path's largest message"),
+    (lambda d: d.update(control={"horizon_ms": 1e12}), "control.horizon_ms", "64 bits"),
+    (lambda d: d.update(scale_factor=float("nan")), "scale_factor", "got nan"),
+    (lambda d: d["fabric"]["bottlenecks"].append(["spine1", "leaf1"]), "fabric.bottlenecks[1]",
+     "listed twice"),
+    (lambda d: d["traffic"].append({"kind": "command", "name": "x", "host": "st1",
+                                    "run": ["iperf3", "-c\0"]}), "traffic[2].run[1]", "NUL"),
+])
+def test_what_would_fail_in_the_kernel_is_refused_first(doc, mutate, key, reason):
+    mutate(doc)
+    exc = _error(doc)
+    assert (exc.key, "\n" in str(exc)) == (key, False)
+    assert reason in exc.reason, exc.reason
 
 
 def test_storage_mixes_take_their_defaults_and_overrides(doc):

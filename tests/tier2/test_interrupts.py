@@ -1,6 +1,7 @@
 """Interrupted runs: Ctrl-C tears down and marks the run; `labkit clean` after kill -9."""
 
 import json
+import os
 import random
 import signal
 import subprocess
@@ -64,4 +65,102 @@ def test_clean_after_kill_9_then_the_next_run_succeeds(fabric_ready, tmp_path, t
                             str(tmp_path / "next")], capture_output=True, text=True, cwd=REPO,
                            timeout=120)
     assert after.returncode == 0, after.stderr
+    assert_no_leaks()
+
+
+def _wait_for(what, seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while not what() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert what(), "the run never got that far"
+
+
+def _ended_interrupted(proc: subprocess.Popen, tmp_path: Path) -> str:
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr
+    assert "torn down" in stderr
+    manifest = json.loads((tmp_path / ".run.incomplete" / "manifest.json").read_text())
+    assert manifest["status"] == "interrupted"
+    assert_no_leaks()
+    return stderr
+
+
+def test_sigint_during_the_build_waits_for_it_then_tears_down(fabric_ready, tmp_path):
+    before = set(labkit_objects()["registries"])
+    proc = start_run(tmp_path / "run", POLICIES[1])
+    _wait_for(lambda: set(labkit_objects()["registries"]) - before, 30)  # being built
+    proc.send_signal(signal.SIGINT)
+    _ended_interrupted(proc, tmp_path)
+
+
+def test_sigint_twice_and_during_the_teardown(fabric_ready, tmp_path):
+    proc = start_run(tmp_path / "run", POLICIES[1])
+    _wait_for(lambda: any("labkit.traffic." in p for p in labkit_objects()["processes"]), 60)
+    deadline = time.monotonic() + 20
+    while proc.poll() is None and time.monotonic() < deadline:  # the first stops the run,
+        proc.send_signal(signal.SIGINT)  # the others land in its teardown
+        time.sleep(0.05)
+    stderr = _ended_interrupted(proc, tmp_path)
+    assert "it finishes first" in stderr or "still tearing down" in stderr
+
+
+def test_a_closed_terminal_tears_the_run_down(fabric_ready, tmp_path):
+    """SIGHUP: `labkit run` with a pseudo-terminal as its controlling terminal (setsid
+    --ctty), whose other end then closes, as when an SSH session drops."""
+    primary, secondary = os.openpty()
+    proc = subprocess.Popen(["setsid", "--ctty", *LABKIT, "run",
+                             str(REPO / "topologies/bottleneck.yaml"), "--policy", "fifo",
+                             "--out", str(tmp_path / "run")], cwd=REPO,
+                            stdin=secondary, stdout=secondary, stderr=secondary)
+    os.close(secondary)
+    time.sleep(6)
+    assert proc.poll() is None
+    os.close(primary)
+    proc.wait(timeout=60)
+    assert proc.returncode != 0
+    manifest = json.loads((tmp_path / ".run.incomplete" / "manifest.json").read_text())
+    assert manifest["status"] == "interrupted"
+    assert_no_leaks()
+
+
+def test_a_close_that_raises_stops_nothing_else(fabric_ready, tmp_path, monkeypatch):
+    import labkit
+    from labkit.lanes import Classifier
+
+    original = Classifier.close
+
+    def broken(self):  # as a close that fails on its way out (a truncated report, say)
+        original(self)
+        raise RuntimeError("a close that fails")
+
+    monkeypatch.setattr(Classifier, "close", broken)
+    with pytest.raises(RuntimeError, match="a close that fails"):
+        labkit.run(REPO / "topologies/bottleneck.yaml", ["priority"], duration=1,
+                   out=tmp_path / "run")
+    monkeypatch.undo()
+    assert_no_leaks()
+
+
+def test_clean_racing_a_starting_run_leaves_it_alone(fabric_ready, tmp_path):
+    """`labkit clean` over and over while a run starts, runs and ends: each clean either
+    finds nothing or is refused (the run holds the machine), and the run is not torn down
+    under it. A run that found clean holding the lock says so and is started again."""
+    cleans = []
+    for attempt in range(5):
+        run = subprocess.Popen([*LABKIT, "run", str(REPO / "topologies/bottleneck.yaml"),
+                                "--policy", "fifo", "--duration", "2", "--out",
+                                str(tmp_path / f"r{attempt}")], cwd=REPO,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        while run.poll() is None:
+            cleans.append(subprocess.run([*LABKIT, "clean"], capture_output=True, text=True,
+                                         cwd=REPO))
+        _, stderr = run.communicate()
+        if run.returncode == 0:
+            break
+        assert run.returncode == 1 and "`labkit clean` (pid" in stderr, stderr
+    assert run.returncode == 0, "clean held the lock at every start"
+    assert len(cleans) > 5
+    for c in cleans:
+        assert (c.returncode == 0 and "nothing to clean" in c.stdout) or \
+            (c.returncode == 1 and "is in progress" in c.stderr), c.stdout + c.stderr
     assert_no_leaks()

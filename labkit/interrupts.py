@@ -1,0 +1,46 @@
+"""The signals that end a run, held back while labkit changes the kernel.
+
+SIGINT, SIGTERM and SIGHUP that arrive while a fabric is being built or torn down wait
+until that is done, then reach whatever handler was in place (the CLI's, or Python's
+``KeyboardInterrupt``): a build completes and is then torn down, a teardown always
+finishes, and a second Ctrl-C cannot cut either short. Python runs signal handlers on
+its main thread only, so on any other thread :func:`deferred` changes nothing.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+
+ENDING = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+_holding = threading.Event()  # a deferred block is open: blocks inside it change nothing
+
+
+@contextmanager
+def deferred(what: str = "changing the kernel") -> Iterator[None]:
+    """Hold :data:`ENDING` signals for the block; deliver each one caught, once, after."""
+    if threading.current_thread() is not threading.main_thread() or _holding.is_set():
+        yield
+        return
+    caught: list[int] = []
+
+    def hold(signum, _frame) -> None:
+        if not caught:
+            with suppress(OSError, ValueError):  # a closed terminal (SIGHUP) takes no text
+                print(f"labkit: {what}; it finishes first (a few seconds)", file=sys.stderr,
+                      flush=True)
+        caught.append(signum)
+
+    previous = {s: signal.signal(s, hold) for s in ENDING}
+    _holding.set()
+    try:
+        yield
+    finally:
+        _holding.clear()
+        for s, handler in previous.items():  # None: not Python's; the default then
+            signal.signal(s, signal.SIG_DFL if handler is None else handler)
+        for s in dict.fromkeys(caught):
+            signal.raise_signal(s)
