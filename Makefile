@@ -19,7 +19,7 @@ HOTPATH := labkit/traffic/_hotpath.so
 # PyPI's torch is a CUDA build of several GB. A job may name any interpreter of its own.
 TORCH_PACKAGES := python3-torch
 
-.PHONY: setup system torch mounts bpf hotpath user-bpf demo test bench soak lint lock clean-build
+.PHONY: setup system torch mounts bpf hotpath bpf-flags demo test bench soak lint lock clean-build
 
 setup: system mounts $(VENV)/.installed bpf hotpath
 
@@ -85,9 +85,10 @@ $(HOTPATH): labkit/traffic/hotpath.c
 	clang -O2 -g -Wall -Werror -fPIC -shared -o $@ $< -lz
 
 # A scenario's own classifier (lanes.program), compiled by labkit at run time with the
-# flags and headers of labkit's own programs: make user-bpf SRC=mine.bpf.c OUT=mine.bpf.o
-user-bpf: bpf/build/vmlinux.h
-	clang $(BPF_CFLAGS) -c $(SRC) -o $(OUT)
+# the flags of labkit's own programs, for a user's (labkit.bpf.compile_object runs clang
+# with them from this directory, as an argument list: no path goes through a shell)
+bpf-flags: bpf/build/vmlinux.h
+	@echo $(BPF_CFLAGS)
 
 # --- the two commands the README shows first -------------------------------------------
 demo: setup

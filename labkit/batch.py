@@ -34,6 +34,7 @@ import signal
 import subprocess
 import time
 from collections.abc import Callable, Iterable
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -43,6 +44,7 @@ import polars as pl
 from labkit import analysis, rundir, runner
 from labkit import grid as grid_mod
 from labkit.grid import Grid, Point
+from labkit.registry import RunLock
 from labkit.rundir import RunDataError, RunWriter
 from labkit.scenario import Scenario, ScenarioError
 
@@ -222,20 +224,24 @@ def run_batch(grid: str | Path | Grid, executor: str = "local", *,
         raise runner.NotReady(problem)
     if executor == "slurm":
         _check_slurm(cluster)
-    record = _Record(g, executor, out, list(argv) if argv else None)
-    tell = on_point or (lambda *_: None)
-    try:
-        if executor == "local":
-            _run_local(record, g, tell, on_progress, run_fn or run_point)
-        else:
-            _run_slurm(record, g, tell, run_fn or job_main, cluster, poll_s, gone_grace_s)
-    except KeyboardInterrupt:
-        record.stopped("interrupted")
-        raise
-    except Exception as exc:  # the executor itself failed (not a point): said, then raised
-        record.stopped("incomplete", f"{type(exc).__name__}: {exc}")
-        raise
-    return record.finish()
+    # a local batch of real runs holds the machine from its first point to its last (each
+    # point's run takes the lock again inside), from before anything is recorded
+    held = executor == "local" and run_fn is None
+    with RunLock(f"batch-{g.name}") if held else nullcontext():
+        record = _Record(g, executor, out, list(argv) if argv else None)
+        tell = on_point or (lambda *_: None)
+        try:
+            if executor == "local":
+                _run_local(record, g, tell, on_progress, run_fn or run_point)
+            else:
+                _run_slurm(record, g, tell, run_fn or job_main, cluster, poll_s, gone_grace_s)
+        except KeyboardInterrupt:
+            record.stopped("interrupted")
+            raise
+        except Exception as exc:  # the executor itself failed (not a point): said, raised
+            record.stopped("incomplete", f"{type(exc).__name__}: {exc}")
+            raise
+        return record.finish()
 
 
 def _run_local(record: _Record, g: Grid, tell, on_progress, run_fn) -> None:

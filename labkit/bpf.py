@@ -63,11 +63,14 @@ def object_names() -> list[str]:
 
 def compile_object(source: Path, out: Path) -> Path:
     """Compile a user's ``.bpf.c`` into ``out`` as ``make bpf`` compiles labkit's own (the
-    Makefile's ``user-bpf`` rule: same flags, labkit's headers on the include path).
-    ValueError carries the compiler's message."""
-    done = subprocess.run(["make", "-s", "--no-print-directory", "-C", str(REPO_ROOT),
-                           "user-bpf", f"SRC={source}", f"OUT={out}"],
-                          capture_output=True, text=True)
+    flags of the Makefile's ``bpf-flags``, labkit's headers on the include path), by an
+    argument list: a path with spaces or ``$`` in it is only a path. ValueError carries
+    the compiler's message."""
+    flags = subprocess.run(["make", "-s", "--no-print-directory", "-C", str(REPO_ROOT),
+                            "bpf-flags"], capture_output=True, text=True)
+    done = flags if flags.returncode else subprocess.run(
+        ["clang", *flags.stdout.split(), "-c", str(Path(source).resolve()), "-o",
+         str(Path(out).resolve())], capture_output=True, text=True, cwd=REPO_ROOT)
     if done.returncode != 0:
         raise ValueError(f"{source.name} does not compile:\n{(done.stderr or done.stdout)[-2000:]}")
     return out

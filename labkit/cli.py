@@ -1,10 +1,10 @@
 """labkit: emulate, measure and relieve the network bottleneck of AI training.
 
-Commands: doctor, validate, schema, run, shell, sweep, calibrate, batch, report, figures,
-runs, clean.
+Commands: doctor, validate, inspect, schema, run, shell, sweep, calibrate, batch, report,
+figures, runs, clean.
 Exit codes: 0 success; 1 a run or check failed; 2 bad input (scenario file, arguments);
 130 interrupted.
-``--json`` (report, runs, doctor, validate) prints one JSON document on stdout whose
+``--json`` (report, runs, doctor, validate, inspect) prints one JSON document on stdout whose
 ``"schema"`` names its shape and version (docs/data-model.md).
 """
 
@@ -83,6 +83,16 @@ def main(argv: list[str] | None = None) -> int:
     validate.add_argument("--json", action="store_true",
                           help="print the verdict as JSON (schema labkit.validate): ok, file, "
                                "key, reason")
+    inspect = sub.add_parser(
+        "inspect", help="print the fabric a scenario describes: nodes, ports, addresses, "
+                        "routes, lanes, the bottleneck (no root, none of your code)")
+    inspect.add_argument("scenario", type=Path,
+                         help="a scenario file, e.g. topologies/bottleneck.yaml")
+    inspect.add_argument("--json", action="store_true",
+                         help="print the fabric as JSON (schema labkit.inspect)")
+    inspect.add_argument("--html", type=Path, metavar="FILE",
+                         help="also draw the fabric into this HTML page (plotly.js is "
+                              "written beside it), e.g. --html fabric.html")
     sub.add_parser("schema", help="print the JSON Schema of scenario files, for editors "
                                   "(docs/scenarios.md)")
     run = sub.add_parser("run", help="run a scenario under one or more policies")
@@ -208,8 +218,8 @@ def main(argv: list[str] | None = None) -> int:
                        help="say what each leftover run recorded, remove nothing")
     args = parser.parse_args(argv)
     try:
-        return {"doctor": cmd_doctor, "validate": cmd_validate, "schema": cmd_schema,
-                "run": cmd_run, "shell": cmd_shell, "sweep": cmd_sweep,
+        return {"doctor": cmd_doctor, "validate": cmd_validate, "inspect": cmd_inspect,
+                "schema": cmd_schema, "run": cmd_run, "shell": cmd_shell, "sweep": cmd_sweep,
                 "tune": cmd_tune, "calibrate": cmd_calibrate, "batch": cmd_batch,
                 "report": cmd_report, "figures": cmd_figures, "runs": cmd_runs,
                 "clean": cmd_clean}[args.command](args)
@@ -262,6 +272,108 @@ def cmd_validate(args) -> int:
                       f"({', '.join(name for name, _ in sc.kinds)}) are checked by their "
                       "classes when a run starts", highlight=False)
     return 0
+
+
+def cmd_inspect(args) -> int:
+    """The fabric of a scenario, read without root and without importing the user's files."""
+    from labkit import describe
+
+    with scenario_mod.without_user_code():
+        desc = describe.fabric(scenario_mod.load(args.scenario))
+    if args.html:
+        from labkit import figures, plots
+
+        try:
+            args.html.parent.mkdir(parents=True, exist_ok=True)
+            figures.write_page(plots.fabric_map(desc), args.html, "fabric")
+        except OSError as exc:
+            err.print(f"[red]error:[/] cannot write {escape(str(args.html))}: {exc.strerror}",
+                      highlight=False)
+            return 2
+    if args.json:
+        _print_json("inspect", desc)
+    else:
+        _print_fabric(desc)
+    if args.html:
+        (err if args.json else console).print(f"drew the fabric into {escape(str(args.html))}",
+                                              highlight=False)
+    return 0
+
+
+def _print_fabric(desc: dict) -> None:
+    from labkit.describe import KIND_NAMES, kind_text, rate_text
+
+    scale, nodes, links = desc["scale_factor"], desc["nodes"], desc["links"]
+    factor, mtus = desc["rate_factor"], {k["mtu"] for k in links}
+    count = Counter(n["role"] or n["kind"] for n in nodes)
+    console.print(f"[bold]{desc['scenario']}[/] ({escape(desc['file'])})"
+                  + (f": {escape(desc['description'])}" if desc["description"] else ""),
+                  highlight=False, soft_wrap=True)
+    console.print(", ".join(_plural(k, KIND_NAMES[name]) for name, k in count.items())
+                  + f", {_plural(len(links), 'link')}; 1 emulated Mbit/s stands for {scale:g} "
+                  "real Mbit/s" + ("" if factor == 1 else f"; links run at their rate × "
+                                   f"{factor} (emulation.rate_factor)"), highlight=False)
+    t = Table(title="nodes and their ports", title_justify="left")
+    for col in ("node", "kind", "port", "address", "to", "link: rate, egress buffer"):
+        t.add_column(col, no_wrap=col != "kind")
+    by_name = {k["name"]: k for k in links}
+    for n, after in zip(nodes, [*nodes[1:], None], strict=True):
+        last = len(n["ports"]) > 1 or after is None or after["kind"] != n["kind"]
+        for i, p in enumerate(n["ports"]):
+            k = by_name[p["link"]]
+            link = f"{k['rate_mbps']:g} Mbit/s, {k['buffer_kb']} KiB" + (
+                "" if len(mtus) == 1 else f", MTU {k['mtu']}")
+            t.add_row(n["name"] if i == 0 else "", kind_text(n) if i == 0 else "", p["ifname"],
+                      p["address"], p["peer_port"],
+                      f"[red]{link} · bottleneck[/]" if k["bottleneck"] else link,
+                      end_section=last and i == len(n["ports"]) - 1)
+    console.print(t)
+    if len(mtus) == 1:
+        console.print(f"every link's MTU: {mtus.pop()}", highlight=False)
+    r = Table(title="routes", title_justify="left")
+    for col in ("node", "to", "next hops"):
+        r.add_column(col)
+    for node, routes in desc["routes"].items():
+        groups: dict[tuple, list[str]] = {}
+        for route in routes:
+            if route["dst"] != "default":
+                groups.setdefault(tuple(zip(route["via"], route["nexthops"], strict=True)),
+                                  []).extend(route["hosts"])
+        for i, (via, to) in enumerate(groups.items()):
+            r.add_row(node if i == 0 else "", " ".join(to), ", ".join(
+                f"{v} {ip}" for v, ip in via) + (" (ECMP)" if len(via) > 1 else ""))
+    console.print(r)
+    ways = max((p["ways"] for p in desc["paths"]), default=1)
+    console.print("every host: default via its router, which reaches its own hosts directly; "
+                  "ECMP: a next hop per equal-cost path; "
+                  f"{len(desc['paths'])} host pairs, " + (
+                      "one shortest path each" if ways == 1 else
+                      f"up to {ways} equal-cost paths each"), highlight=False, soft_wrap=True)
+    lanes = desc["lanes"]
+    ll = Table(title="lanes (the first rule that matches decides)", title_justify="left")
+    for col in ("#", "lane", "matches", "added by"):
+        ll.add_column(col, justify="right" if col == "#" else "left")
+    for i, rule in enumerate(lanes["rules"], 1):
+        ll.add_row(str(i), rule["lane"], rule["text"], escape(rule["added_by"] or "the scenario"))
+    ll.add_row("", lanes["default"], "everything else", "labkit")
+    console.print(ll)
+    classifier = lanes["classifier"] or "labkit's own (bpf/classifier.bpf.c)"
+    console.print(f"classifier: {escape(classifier)}; under priority vip goes first, then "
+                  "normal, then low; under isolated and fifo a port has one queue" + (
+                      f"; lossless (paused, not dropped): {', '.join(lanes['lossless'])}"
+                      if lanes["lossless"] else ""), highlight=False, soft_wrap=True)
+    for b in desc["bottlenecks"]:
+        ports = ", ".join(f"{p['ifname']} → {p['towards']}" for p in b["ports"])
+        console.print(f"[red bold]bottleneck[/] {b['link']}: "
+                      f"{rate_text(b['rate_mbps'], scale)}, MTU {b['mtu']}, buffer "
+                      f"{b['buffer_kb']} KiB per egress port ({ports})"
+                      + (f", loses {b['loss_percent']:g} %" if b["loss_percent"] else "")
+                      + f"; on the shortest paths of {b['host_pairs']} of "
+                      f"{len(desc['paths'])} host pairs", highlight=False, soft_wrap=True)
+
+
+def _plural(n: int, what: str) -> str:
+    return f"{n} {what}" + ("" if n == 1 else "es" if what.endswith("ch") else "s")
 
 
 def cmd_schema(_args) -> int:
@@ -559,7 +671,7 @@ def _named_controllers(given: list[str]) -> dict[str, str]:
 
 
 def cmd_shell(args) -> int:
-    from labkit import registry, runner
+    from labkit import interrupts, registry, runner
 
     # Ctrl-C stays Mininet's (it stops the command running in a node); SIGTERM and SIGHUP
     # (the terminal closed) end the shell, which Mininet's command line would take for a
@@ -581,7 +693,9 @@ def cmd_shell(args) -> int:
         pf.fabric.interact()
 
     try:
-        runner.shell(args.scenario, args.policy, _named_controllers(args.controller), interact)
+        with interrupts.reaching_the_main_thread((signal.SIGTERM, signal.SIGHUP)):
+            runner.shell(args.scenario, args.policy, _named_controllers(args.controller),
+                         interact)
     except (FileExistsError, RuntimeError) as exc:
         return _failed(exc)
     err.print("fabric torn down")

@@ -56,6 +56,15 @@ def stable_svg(svg: bytes, name: str) -> bytes:
     return svg.replace(found.group(1), re.sub(rb"[^a-z0-9]", b"", name.encode())[:24])
 
 
+def write_page(fig: go.Figure, path: Path, name: str) -> None:
+    """``fig`` as a standalone HTML page, its traces' ids taken from their order and
+    ``name``. plotly.js goes beside the page (one copy a directory), not from a CDN: figures
+    open in a lab or on a laptop without internet."""
+    for i, trace in enumerate(fig.data):
+        trace.uid = f"{name}-{i}"
+    fig.write_html(path, include_plotlyjs="directory", full_html=True, div_id=name)
+
+
 def write(run: Run, out: Path, on_step: Callable[[str], None] | None = None,
           images: bool = True, only: Collection[str] | None = None) -> list[Path]:
     """Write every figure of ``run`` (those named in ``only``, if given) into ``out`` as
@@ -73,12 +82,7 @@ def write(run: Run, out: Path, on_step: Callable[[str], None] | None = None,
             raise FileExistsError(f"{taken[0]} exists; labkit does not overwrite figures "
                                   "(choose another --out)")
         fig = build()
-        for i, trace in enumerate(fig.data):
-            trace.uid = f"{name}-{i}"
-        # plotly.js beside the pages (one copy for the set), not from a CDN: figures open
-        # in a lab or on a laptop without internet
-        fig.write_html(out / f"{name}.html", include_plotlyjs="directory", full_html=True,
-                       div_id=name)
+        write_page(fig, out / f"{name}.html", name)
         built[name] = fig
         if on_step:
             on_step(f"built {name}")

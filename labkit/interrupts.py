@@ -9,6 +9,7 @@ its main thread only, so on any other thread :func:`deferred` changes nothing.
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import threading
@@ -16,6 +17,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 
 ENDING = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+WAKE = signal.SIGURG  # ignored unless handled: ends the main thread's wait, nothing else
 _holding = threading.Event()  # a deferred block is open: blocks inside it change nothing
 
 
@@ -44,3 +46,34 @@ def deferred(what: str = "changing the kernel") -> Iterator[None]:
             signal.signal(s, signal.SIG_DFL if handler is None else handler)
         for s in dict.fromkeys(caught):
             signal.raise_signal(s)
+
+
+@contextmanager
+def reaching_the_main_thread(signals: tuple[int, ...]) -> Iterator[None]:
+    """While the main thread may wait in a system call with no timeout (``labkit shell``'s
+    prompt), make ``signals`` reach it: the kernel may hand a process's signal to any of
+    its threads (a library's worker, say), and then the main thread sleeps on and its
+    Python handler never runs. Each one that arrives (Python's wakeup fd) is followed by
+    :data:`WAKE`, sent to the main thread itself, whose empty handler only ends that
+    system call so that the handlers run. Main thread only."""
+    r, w = os.pipe()
+    os.set_blocking(w, False)
+    previous = signal.set_wakeup_fd(w, warn_on_full_buffer=False)
+    was = signal.signal(WAKE, lambda *_: None)
+    main = threading.main_thread().ident
+
+    def relay() -> None:
+        while got := os.read(r, 64):
+            if set(got) & set(signals):
+                signal.pthread_kill(main, WAKE)
+
+    relayer = threading.Thread(target=relay, name="labkit-signal-relay", daemon=True)
+    relayer.start()
+    try:
+        yield
+    finally:
+        signal.set_wakeup_fd(previous)
+        signal.signal(WAKE, was)
+        os.close(w)  # the relay reads end of file and ends
+        relayer.join(timeout=1)
+        os.close(r)

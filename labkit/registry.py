@@ -30,6 +30,7 @@ import fcntl
 import json
 import os
 import signal
+import threading
 import time
 from contextlib import suppress
 from dataclasses import dataclass
@@ -276,13 +277,19 @@ CLEANING = "labkit-clean"  # the lock's holder while `labkit clean` removes left
 
 class RunLock:
     """An exclusive lock for one ``labkit run`` at a time on this machine (``labkit clean``
-    holds it too, as :data:`CLEANING`, so it never removes a run that is starting)."""
+    holds it too, as :data:`CLEANING`, so it never removes a run that is starting).
+
+    Re-entrant on the thread that holds it: a calibration or a local batch holds the
+    machine for its whole length, and each of its runs takes the lock again inside; the
+    lock names the innermost run while it lasts."""
 
     path = STATE_DIR / "run.lock"
+    _fd = -1
+    _owner: int | None = None  # the thread that holds it
+    _held: list[str] = []  # run ids, outermost first
 
     def __init__(self, run_id: str):
         self.run_id = run_id
-        self.fd = -1
 
     @classmethod
     def holder(cls) -> LockInfo | None:
@@ -301,14 +308,18 @@ class RunLock:
             os.close(fd)
 
     def __enter__(self) -> RunLock:
+        me = threading.get_ident()
+        if RunLock._held and RunLock._owner == me:
+            RunLock._held.append(self.run_id)
+            self._name(self.run_id)
+            return self
         self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
         try:
-            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             info = self.holder()
-            os.close(self.fd)
-            self.fd = -1
+            os.close(fd)
             who = ("`labkit clean`" if info and info.run_id == CLEANING else
                    f"run {info.run_id}" if info else "another run")
             who += f" (pid {info.pid})" if info else ""
@@ -316,13 +327,21 @@ class RunLock:
                 f"{who} is in progress; labkit runs one experiment at a time on a machine. "
                 "Wait for it to finish, or stop it with Ctrl-C (then `labkit clean`)."
             ) from None
-        os.ftruncate(self.fd, 0)
-        os.write(self.fd, f"{os.getpid()} {self.run_id}\n".encode())
+        RunLock._fd, RunLock._owner, RunLock._held = fd, me, [self.run_id]
+        self._name(self.run_id)
         return self
 
+    @staticmethod
+    def _name(run_id: str) -> None:
+        os.ftruncate(RunLock._fd, 0)
+        os.pwrite(RunLock._fd, f"{os.getpid()} {run_id}\n".encode(), 0)
+
     def __exit__(self, *exc) -> None:
-        if self.fd >= 0:
-            os.ftruncate(self.fd, 0)
-            fcntl.flock(self.fd, fcntl.LOCK_UN)
-            os.close(self.fd)
-            self.fd = -1
+        RunLock._held.pop()
+        if RunLock._held:
+            self._name(RunLock._held[-1])
+            return
+        os.ftruncate(RunLock._fd, 0)
+        fcntl.flock(RunLock._fd, fcntl.LOCK_UN)
+        os.close(RunLock._fd)
+        RunLock._fd, RunLock._owner = -1, None

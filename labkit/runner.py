@@ -43,6 +43,7 @@ from labkit.scenario import Scenario, ScenarioError
 from labkit.topo import Topology
 from labkit.traffic import hotpath
 
+MAX_SNAPLEN = 262144  # tcpdump's largest snapshot length
 WITHOUT_ROOT = ("Without root you can still analyse recorded runs: `labkit report DIR`, "
                 "`labkit runs` and the notebooks.")
 ROOT_HINT = ("running a scenario needs root: it builds network namespaces and loads eBPF "
@@ -182,8 +183,11 @@ def run(scenario: str | Path | Scenario, policies: Sequence[str] | None = None, 
     pcap = [pcap] if isinstance(pcap, str) else pcap
     policies = (scenario_mod.check_policies(list(policies), source, list(users)) if policies
                 else sc.policies)
-    if duration is not None and duration <= 0:
-        raise ScenarioError(source, "duration", f"must be > 0 seconds, got {duration}")
+    if duration is not None and (problem := scenario_mod.LIMITS["duration_s"].problem(duration)):
+        raise ScenarioError(source, "duration", f"{problem} (seconds)")
+    if not 0 <= pcap_snaplen <= MAX_SNAPLEN:
+        raise ScenarioError(source, "pcap_snaplen", f"must be 0 (whole packets) to "
+                            f"{MAX_SNAPLEN} bytes, got {pcap_snaplen}")
     scenario_mod.check_programs(sc)
     topology = topo.Topology(sc.fabric)
     if sc.program:
@@ -468,12 +472,13 @@ def calibrate(scenario: str | Path | Scenario, policies: Sequence[str] | None = 
 
     busy_before = CpuSampler.busy_over(1.0)
     run_id = rundir.new_run_id(f"calibrate-{sc.name}")
-    writer = _writer_for(out, run_id)
-    writer.write_manifest(run_id=run_id, kind="calibration", scenario=sc.to_dict(),
-                          scenario_sha256=sc.sha256, start_time=rundir.now_iso(),
-                          argv=list(argv) if argv else None, **rundir.provenance())
-    with _recorded(writer):
-        cal.factors_to_try(trial)
+    with RunLock(run_id):  # the machine is the calibration's from its first trial to its last
+        writer = _writer_for(out, run_id)
+        writer.write_manifest(run_id=run_id, kind="calibration", scenario=sc.to_dict(),
+                              scenario_sha256=sc.sha256, start_time=rundir.now_iso(),
+                              argv=list(argv) if argv else None, **rundir.provenance())
+        with _recorded(writer):
+            cal.factors_to_try(trial)
     result = cal.Calibration(sc.name, base_rate, sc.scale_factor,
                              tuple(sorted(trials, key=lambda t: t.factor)), busy_before)
     writer.finish({}, result.to_dict())

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
+from functools import cached_property
 
 from labkit.scenario import FabricSpec, LinkSpec
 
@@ -110,7 +111,7 @@ class Topology:
                 Route(f"{self.host_ip(g)}/32", (self.port_towards(node, server.switch).peer_ip,),
                       self.host_ip(node)) for g in server.gpus if g != node]
             return [*via, Route("default", (self.ports[node][0].peer_ip,))]
-        dist = self._router_distances()
+        dist = self._dist
         out = []
         for host in self.fabric.hosts:
             if host.router == node:
@@ -125,9 +126,10 @@ class Topology:
 
     def router_hops(self) -> dict[str, dict[str, int]]:
         """Router-to-router hop counts along shortest paths: ``hops[a][b]``."""
-        return self._router_distances()
+        return self._dist
 
-    def _router_distances(self) -> dict[str, dict[str, int]]:
+    @cached_property
+    def _dist(self) -> dict[str, dict[str, int]]:  # computed once: the graph does not change
         adj = {r: [p.peer for p in self.ports[r] if self.roles[p.peer] == "router"]
                for r in self.routers}
         out = {}
@@ -148,7 +150,7 @@ class Topology:
         server = self.server_of.get(src)
         if server is not None and dst in server.gpus:
             return [src, server.switch, dst]
-        dist = self._router_distances()
+        dist = self._dist
         a, b = self.ports[src][0].peer, self.ports[dst][0].peer
         path = [src, a]
         while path[-1] != b:
@@ -164,7 +166,7 @@ class Topology:
         server = self.server_of.get(src)
         if server is not None and dst in server.gpus:
             return {(src, server.switch), (server.switch, dst)}
-        dist = self._router_distances()
+        dist = self._dist
         a, b = self.ports[src][0].peer, self.ports[dst][0].peer
         out, todo = {(src, a)}, [a]
         while todo:

@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import html
 import threading
 import time
 from collections.abc import Callable
@@ -255,7 +256,7 @@ def live_panel(base: Path, policies: tuple[str, ...] = LIVE_POLICIES,
     def run_it(_):
         reason = cannot_run_live()
         if reason:
-            status.value = f"<b>cannot run here:</b> {reason}"
+            status.value = f"<b>cannot run here:</b> {html.escape(reason)}"
             return
         button.disabled, bar.value, bar.description = True, 0, "running"
         threading.Thread(target=_live_run, daemon=True,
@@ -292,7 +293,7 @@ def _live_run(base, policies, load, size, hosts, bar, status, figures, button,
                          duration=LIVE_SECONDS, on_progress=show,
                          out=runs_dir / new_run_id(f"{base.stem}-live"))
     except Exception as exc:  # shown in the panel: a thread has no one else to tell
-        status.value = f"<b>the run failed:</b> {exc}"
+        status.value = f"<b>the run failed:</b> {html.escape(str(exc))}"  # text, not markup
         bar.description = "failed"
         button.disabled = False
         return
@@ -300,5 +301,5 @@ def _live_run(base, policies, load, size, hosts, bar, status, figures, button,
     figures.outputs = ()
     for fig in (plots.op_time_cdf(run), plots.queue_timeline(run)):
         figures.append_display_data(fig)
-    status.value = f"recorded in {run.path} ({time.monotonic() - started:.0f} s)"
+    status.value = html.escape(f"recorded in {run.path} ({time.monotonic() - started:.0f} s)")
     button.disabled = False

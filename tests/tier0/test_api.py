@@ -21,6 +21,9 @@ def test_the_api_is_importable_from_the_package_without_loading_it():
 @pytest.mark.parametrize(("kwargs", "key", "words"), [
     ({"policies": ["fifo", "nonsense"]}, "policies[1]", "nonsense"),
     ({"duration": 0}, "duration", "must be > 0"),
+    ({"duration": float("nan")}, "duration", "got nan"),
+    ({"duration": float("inf")}, "duration", "at most 3600"),
+    ({"pcap": ["leaf1-spine1"], "pcap_snaplen": -1}, "pcap_snaplen", "got -1"),
     ({"policies": ["reactive"], "telemetry": False}, "telemetry", "steers its valves"),
     ({"pcap": ["leaf1-nowhere"]}, "pcap", "leaf1-nowhere"),
 ])

@@ -6,6 +6,7 @@ import contextlib
 import io
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -16,10 +17,11 @@ import pytest
 import yaml
 
 from labkit import cli
+from labkit import scenario as scenario_mod
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLE = REPO / "data/sample/bottleneck"
-COMMANDS = ("doctor", "validate", "schema", "run", "shell", "sweep", "tune", "calibrate",
+COMMANDS = ("doctor", "validate", "inspect", "schema", "run", "shell", "sweep", "tune", "calibrate",
             "batch", "report", "figures", "runs", "clean")
 GRID = REPO / "topologies/grids/bottleneck-sizes.yaml"
 BOTTLENECK = REPO / "topologies/bottleneck.yaml"
@@ -115,32 +117,40 @@ def test_validate_refuses_with_one_line_and_exit_2(tmp_path):
     assert f"{doc['key']}: {doc['reason']}" == REFUSED
 
 
-def test_validate_runs_no_code_of_yours(tmp_path):
-    (tmp_path / "kind.py").write_text("import pathlib\n"
-                                      "pathlib.Path(__file__).with_name('ran').touch()\n")
+def with_a_kind_of_yours(directory: Path) -> Path:
+    """bottleneck.yaml with an entry of a traffic kind whose file leaves `ran` if imported."""
+    (directory / "kind.py").write_text("import pathlib\n"
+                                       "pathlib.Path(__file__).with_name('ran').touch()\n")
     doc = yaml.safe_load(BOTTLENECK.read_text())
     doc["kinds"] = {"incast": "kind.py:Incast"}
     doc["traffic"].append({"kind": "incast", "senders": "gpu"})
-    (tmp_path / "lab.yaml").write_text(yaml.safe_dump(doc))
-    code, out, err = run_cli("validate", str(tmp_path / "lab.yaml"))
+    (directory / "lab.yaml").write_text(yaml.safe_dump(doc))
+    return directory / "lab.yaml"
+
+
+def test_validate_runs_no_code_of_yours(tmp_path):
+    code, out, err = run_cli("validate", str(with_a_kind_of_yours(tmp_path)))
     assert code == 0 and "incast" in out and not (tmp_path / "ran").exists(), err
 
 
-def test_validate_works_as_an_unprivileged_user():
-    """As nobody when the tests run as root (else as the unprivileged user running them),
-    on files in a directory anyone can read."""
+def run_unprivileged(*argv: str) -> subprocess.CompletedProcess:
+    """``labkit *argv`` as nobody when the tests run as root (else as the unprivileged user
+    running them); its files must be in a directory anyone can read."""
     as_nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "env",
                  "HOME=/tmp"] if os.geteuid() == 0 else []
     if as_nobody and not shutil.which("setpriv"):
         pytest.fail("setpriv (util-linux) is needed to drop root")
+    return subprocess.run([*as_nobody, sys.executable, "-m", "labkit.cli", *argv], cwd=REPO,
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_validate_works_as_an_unprivileged_user():
     with tempfile.TemporaryDirectory() as tmp:
         os.chmod(tmp, 0o755)
         good, bad = Path(tmp, "lab.yaml"), Path(tmp, "bad.yaml")
         good.write_text(BOTTLENECK.read_text())
         bad.write_text(INFINITE)
-        ok, refused = (subprocess.run([*as_nobody, sys.executable, "-m", "labkit.cli",
-                                       "validate", str(path)], cwd=REPO, capture_output=True,
-                                      text=True, timeout=60) for path in (good, bad))
+        ok, refused = (run_unprivileged("validate", str(path)) for path in (good, bad))
     assert ok.returncode == 0 and ok.stdout.startswith(f"{good}: ok, "), ok.stderr
     assert refused.returncode == 2 and refused.stderr.splitlines() == [
         f"error: {bad}: {REFUSED}"], refused.stderr
@@ -151,3 +161,86 @@ def test_schema_prints_the_json_schema():
 
     code, out, _ = run_cli("schema")
     assert code == 0 and json.loads(out) == scenario_schema()
+
+
+def test_inspect_shows_every_host_with_its_address_and_the_bottleneck():
+    from labkit.topo import Topology
+
+    topo = Topology(scenario_mod.load(BOTTLENECK).fabric)
+    code, out, err = run_cli("inspect", str(BOTTLENECK))
+    assert code == 0 and not err
+    for host in topo.hosts:
+        assert re.search(rf"│ {host} .*│ {host}-eth0 +│ {topo.host_ip(host)}/24 ", out), host
+    assert "bottleneck leaf1-spine1: 100 Mbit/s (400 Gbit/s real), MTU 9000, buffer 1024 KiB " \
+           "per egress port (leaf1-eth4 → spine1, spine1-eth0 → leaf1)" in out
+    assert "spine1 │ g1 g2 g3 g4     │ leaf1 10.1.1.1" in out  # a route
+    code, out, _ = run_cli("inspect", str(BOTTLENECK), "--json")
+    doc = json.loads(out)
+    assert code == 0 and doc["schema"] == "labkit.inspect" and doc["version"] == cli.JSON_SCHEMA
+    hosts = {n["name"]: n for n in doc["nodes"] if n["kind"] == "host"}
+    assert {h: n["ports"][0]["address"] for h, n in hosts.items()} == {
+        h: f"{topo.host_ip(h)}/24" for h in topo.hosts}
+    assert (hosts["st1"]["role"], hosts["st1"]["router"]) == ("storage", "leaf2")
+    (b,) = doc["bottlenecks"]
+    assert (b["link"], b["rate_mbps"], b["buffer_kb"]) == ("leaf1-spine1", 100, 1024)
+    assert [p["ifname"] for p in b["ports"]] == ["leaf1-eth4", "spine1-eth0"]
+    g1_g5 = next(p for p in doc["paths"] if (p["src"], p["dst"]) == ("g1", "g5"))
+    assert g1_g5["nodes"] == ["g1", "leaf1", "spine1", "leaf2", "g5"] and g1_g5["ways"] == 1
+
+
+def test_inspect_counts_ecmp_paths():
+    code, out, _ = run_cli("inspect", str(REPO / "topologies/leaf-spine.yaml"), "--json")
+    doc = json.loads(out)
+    g1_g5 = next(p for p in doc["paths"] if (p["src"], p["dst"]) == ("g1", "g5"))
+    assert code == 0 and g1_g5["ways"] == 2
+    (leaf1,) = [r for r in doc["routes"]["leaf1"] if r["hosts"] == ["g5"]]
+    assert leaf1["via"] == ["spine1", "spine2"]
+
+
+def test_inspect_shows_the_dscp_rule_of_a_program(tmp_path):
+    doc = yaml.safe_load((REPO / "topologies/pytorch-ddp.yaml").read_text())
+    doc["lanes"]["vip"] = [{"roce": True}]  # the DSCP rule is then the program's alone
+    (tmp_path / "ddp.yaml").write_text(yaml.safe_dump(doc))
+    code, out, err = run_cli("inspect", str(tmp_path / "ddp.yaml"))
+    assert code == 0 and not err
+    assert "│ 1 │ vip    │ DSCP 26 " in out and "program ddp" in out
+    code, out, _ = run_cli("inspect", str(tmp_path / "ddp.yaml"), "--json")
+    first = json.loads(out)["lanes"]["rules"][0]
+    assert (first["lane"], first["dscp"], first["text"]) == ("vip", 26, "DSCP 26")
+    assert first["added_by"].startswith("traffic[0]: ")
+
+
+def test_inspect_draws_the_fabric_into_a_page(tmp_path):
+    page = tmp_path / "out" / "fabric.html"
+    code, out, err = run_cli("inspect", str(BOTTLENECK), "--html", str(page))
+    html = page.read_text().encode().decode("unicode_escape")  # plotly writes "/" as \u002f
+    assert code == 0 and f"drew the fabric into {page}" in out, err
+    assert '<script charset="utf-8" src="plotly.min.js">' in html and "cdn.plot.ly" not in html
+    assert 'id="fabric"' in html and "Plotly.newPlot" in html
+    assert "leaf1-spine1</b> · bottleneck" in html and "g1-eth0 10.0.1.2/24" in html
+    assert (page.parent / "plotly.min.js").stat().st_size > 1_000_000
+
+
+def test_inspect_runs_no_code_of_yours(tmp_path):
+    code, out, err = run_cli("inspect", str(with_a_kind_of_yours(tmp_path)))
+    assert code == 0 and "bottleneck leaf1-spine1" in out and not (tmp_path / "ran").exists()
+
+
+def test_inspect_refuses_a_bad_scenario_with_one_line_and_exit_2(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(INFINITE)
+    for extra in ((), ("--json",)):
+        code, out, err = run_cli("inspect", str(bad), *extra)
+        assert code == 2 and not out and err.splitlines() == [f"error: {bad}: {REFUSED}"]
+
+
+def test_inspect_works_as_an_unprivileged_user():
+    with tempfile.TemporaryDirectory() as tmp:
+        os.chmod(tmp, 0o777)  # nobody writes the page into it
+        lab, page = Path(tmp, "lab.yaml"), Path(tmp, "fabric.html")
+        lab.write_text(BOTTLENECK.read_text())
+        shown = run_unprivileged("inspect", str(lab), "--html", str(page))
+        doc = run_unprivileged("inspect", str(lab), "--json")
+        assert shown.returncode == 0 and "bottleneck leaf1-spine1" in shown.stdout, shown.stderr
+        assert "10.0.9.2/24" in shown.stdout and page.is_file()
+    assert doc.returncode == 0 and json.loads(doc.stdout)["schema"] == "labkit.inspect"

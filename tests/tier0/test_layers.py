@@ -18,7 +18,7 @@ LAYERS = [  # bottom to top
                  "traffic.storage", "traffic.commands", "traffic.programs", "torch"}),
     ("control", {"control", "control.base", "control.reactive", "control.proactive",
                  "control.state_aware", "control.session"}),
-    ("analysis", {"analysis", "nccltests", "calibration"}),
+    ("analysis", {"analysis", "nccltests", "calibration", "describe"}),
     ("run", {"experiment", "runner", "rundir", "batch"}),
     ("presentation", {"", "plots", "figures", "widgets", "cli", "doctor", "labs",
                       "labs.__main__", "labs.verdict", "labs.notebook", "labs.bottleneck",

@@ -15,6 +15,17 @@ def test_the_example_compiles_and_fits(bpf_ready, tmp_path):
     lanes.check_object(obj)
 
 
+def test_a_path_is_only_a_path(bpf_ready, tmp_path):
+    """Spaces, ``$`` and quotes in the paths reach clang as they are (no shell)."""
+    odd = tmp_path / "my $HOME's classifier"
+    odd.mkdir()
+    source = odd / "c $(touch pwned).bpf.c"
+    source.write_text(EXAMPLE.read_text())
+    obj = bpf.compile_object(source, odd / "out $x.bpf.o")
+    lanes.check_object(obj)
+    assert not (Path.cwd() / "pwned").exists() and not (odd / "pwned").exists()
+
+
 def test_a_compile_error_is_shown(tmp_path):
     bad = tmp_path / "bad.bpf.c"
     bad.write_text('#include "vmlinux.h"\nint oops(void) { return undefined_thing; }\n')

@@ -33,3 +33,42 @@ def test_calibrate_then_run_at_the_rate_it_found(fabric_ready, tmp_path, monkeyp
     assert bottleneck == 100 * found.best.factor == calibration.bottleneck_rate(
         calibration.scaled(sc, found.best.factor))
     assert_no_leaks()
+
+
+def test_no_run_takes_the_machine_between_trials(fabric_ready, tmp_path):
+    """A calibration holds the run lock from its first trial to its last: runs started
+    meanwhile are refused, none of its trials is lost, and its record is complete."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    import yaml
+
+    path = tmp_path / "tiny.yaml"
+    path.write_text(yaml.safe_dump(DOC))
+    env = {**os.environ, "LABKIT_RUNS_DIR": str(tmp_path / "runs")}
+    labkit = [sys.executable, "-m", "labkit.cli"]
+    cal = subprocess.Popen([*labkit, "calibrate", str(path), "--seconds", "1", "--out",
+                            str(tmp_path / "cal")], env=env, text=True,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    from labkit.registry import RunLock
+
+    while cal.poll() is None and not ((h := RunLock.holder()) and h.pid == cal.pid):
+        time.sleep(0.05)  # until the calibration holds the machine
+    refused = 0
+    while cal.poll() is None:
+        other = subprocess.run([*labkit, "run", str(path), "--duration", "1", "--out",
+                                str(tmp_path / f"other{refused}")], env=env,
+                               capture_output=True, text=True)
+        if cal.poll() is not None and other.returncode == 0:
+            break  # it started after the calibration ended
+        assert other.returncode == 1 and "is in progress" in other.stderr, other.stderr
+        assert not (tmp_path / f"other{refused}").exists()
+        refused += 1
+    out, err = cal.communicate()
+    assert cal.returncode == 0, out + err
+    assert refused >= 2
+    record = rundir.read_documents(tmp_path / "cal", ("manifest.json",))["manifest.json"]
+    assert record["status"] == "complete"
+    assert_no_leaks()

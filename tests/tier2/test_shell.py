@@ -77,3 +77,43 @@ def test_a_terminated_shell_tears_its_fabric_down(fabric_ready):
         os.close(fd)
     assert os.waitstatus_to_exitcode(status) == 128 + signal.SIGTERM
     assert_no_leaks()
+
+
+TGKILL = {"x86_64": 234, "aarch64": 131}  # the syscall's number
+
+
+def _blocks(pid: int, tid: int, signum: int) -> bool:
+    status = Path(f"/proc/{pid}/task/{tid}/status").read_text()
+    mask = int(status.split("SigBlk:")[1].split()[0], 16)
+    return bool(mask & (1 << (signum - 1)))
+
+
+def test_a_signal_that_lands_on_another_thread_still_ends_the_shell(fabric_ready):
+    """The kernel may give a process's SIGTERM to any thread (here, forced, to one that a
+    library started); the shell at its prompt must still tear down and leave."""
+    import ctypes
+
+    pid, fd = pty.fork()
+    if pid == 0:
+        os.chdir(REPO)
+        os.execv(sys.executable, [sys.executable, "-m", "labkit.cli", "shell",
+                                  "topologies/bottleneck.yaml"])
+    try:
+        read_until(fd, PROMPT, 90)
+        others = [int(t) for t in os.listdir(f"/proc/{pid}/task") if int(t) != pid
+                  and not _blocks(pid, int(t), signal.SIGTERM)]
+        assert others, "the shell has no other thread that takes SIGTERM"
+        syscall = ctypes.CDLL(None, use_errno=True).syscall
+        assert syscall(TGKILL[os.uname().machine], pid, others[0], signal.SIGTERM) == 0
+        read_until(fd, None, 30)
+    finally:
+        deadline = time.monotonic() + 5
+        while not (done := os.waitpid(pid, os.WNOHANG))[0] and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if not done[0]:  # still at its prompt: end it as a user would, then fail
+            os.kill(pid, signal.SIGTERM)
+            done = os.waitpid(pid, 0)
+        status = done[1]
+        os.close(fd)
+    assert os.waitstatus_to_exitcode(status) == 128 + signal.SIGTERM
+    assert_no_leaks()
