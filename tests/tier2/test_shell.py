@@ -1,5 +1,6 @@
 """`labkit shell` in a real terminal: Mininet's command line on a scenario's fabric."""
 
+import ctypes
 import os
 import pty
 import select
@@ -7,6 +8,8 @@ import signal
 import sys
 import time
 from pathlib import Path
+
+import pytest
 
 from tests.leaks import assert_no_leaks
 
@@ -34,12 +37,19 @@ def read_until(fd: int, marker: bytes | None, timeout_s: float) -> bytes:
                          f"{seen.decode(errors='replace')[-2000:]}")
 
 
-def test_ping_between_hosts_then_exit_leaves_nothing(fabric_ready):
+def _shell(*args: str) -> tuple[int, int]:
+    """`labkit shell` of bottleneck.yaml in a pseudo-terminal, as a user types it: its pid
+    and the terminal's fd."""
     pid, fd = pty.fork()
-    if pid == 0:  # the child: labkit shell, as a user types it
+    if pid == 0:
         os.chdir(REPO)
         os.execv(sys.executable, [sys.executable, "-m", "labkit.cli", "shell",
-                                  "topologies/bottleneck.yaml", "--policy", "priority"])
+                                  "topologies/bottleneck.yaml", *args])
+    return pid, fd
+
+
+def test_ping_between_hosts_then_exit_leaves_nothing(fabric_ready):
+    pid, fd = _shell("--policy", "priority")
     try:
         banner = read_until(fd, PROMPT, 90)
         assert b"hosts: g1" in banner
@@ -62,50 +72,32 @@ def test_ping_between_hosts_then_exit_leaves_nothing(fabric_ready):
     assert_no_leaks()
 
 
-def test_a_terminated_shell_tears_its_fabric_down(fabric_ready):
-    pid, fd = pty.fork()
-    if pid == 0:
-        os.chdir(REPO)
-        os.execv(sys.executable, [sys.executable, "-m", "labkit.cli", "shell",
-                                  "topologies/bottleneck.yaml"])
-    try:
-        read_until(fd, PROMPT, 90)
-        os.kill(pid, signal.SIGTERM)  # Mininet's prompt takes SIGINT; SIGTERM ends the shell
-        read_until(fd, None, 60)
-    finally:
-        _, status = os.waitpid(pid, 0)
-        os.close(fd)
-    assert os.waitstatus_to_exitcode(status) == 128 + signal.SIGTERM
-    assert_no_leaks()
-
-
 TGKILL = {"x86_64": 234, "aarch64": 131}  # the syscall's number
 
 
-def _blocks(pid: int, tid: int, signum: int) -> bool:
-    status = Path(f"/proc/{pid}/task/{tid}/status").read_text()
-    mask = int(status.split("SigBlk:")[1].split()[0], 16)
-    return bool(mask & (1 << (signum - 1)))
+def _another_thread(pid: int, signum: int) -> int:
+    """A thread of ``pid`` other than its main one that does not block ``signum``."""
+    for tid in map(int, os.listdir(f"/proc/{pid}/task")):
+        status = Path(f"/proc/{pid}/task/{tid}/status").read_text()
+        if tid != pid and not int(status.split("SigBlk:")[1].split()[0], 16) >> (signum - 1) & 1:
+            return tid
+    raise AssertionError("the shell has no other thread that takes the signal")
 
 
-def test_a_signal_that_lands_on_another_thread_still_ends_the_shell(fabric_ready):
-    """The kernel may give a process's SIGTERM to any thread (here, forced, to one that a
-    library started); the shell at its prompt must still tear down and leave."""
-    import ctypes
-
-    pid, fd = pty.fork()
-    if pid == 0:
-        os.chdir(REPO)
-        os.execv(sys.executable, [sys.executable, "-m", "labkit.cli", "shell",
-                                  "topologies/bottleneck.yaml"])
+@pytest.mark.parametrize("target", ["the process", "another thread"])
+def test_a_terminated_shell_tears_its_fabric_down(fabric_ready, target):
+    """SIGTERM at the prompt (Mininet's prompt takes SIGINT; SIGTERM ends the shell), sent
+    to the process, or given by the kernel to a thread a library started (forced here)."""
+    pid, fd = _shell()
     try:
         read_until(fd, PROMPT, 90)
-        others = [int(t) for t in os.listdir(f"/proc/{pid}/task") if int(t) != pid
-                  and not _blocks(pid, int(t), signal.SIGTERM)]
-        assert others, "the shell has no other thread that takes SIGTERM"
-        syscall = ctypes.CDLL(None, use_errno=True).syscall
-        assert syscall(TGKILL[os.uname().machine], pid, others[0], signal.SIGTERM) == 0
-        read_until(fd, None, 30)
+        if target == "the process":
+            os.kill(pid, signal.SIGTERM)
+        else:
+            syscall = ctypes.CDLL(None, use_errno=True).syscall
+            tid = _another_thread(pid, signal.SIGTERM)
+            assert syscall(TGKILL[os.uname().machine], pid, tid, signal.SIGTERM) == 0
+        read_until(fd, None, 60)
     finally:
         deadline = time.monotonic() + 5
         while not (done := os.waitpid(pid, os.WNOHANG))[0] and time.monotonic() < deadline:
@@ -113,7 +105,6 @@ def test_a_signal_that_lands_on_another_thread_still_ends_the_shell(fabric_ready
         if not done[0]:  # still at its prompt: end it as a user would, then fail
             os.kill(pid, signal.SIGTERM)
             done = os.waitpid(pid, 0)
-        status = done[1]
         os.close(fd)
-    assert os.waitstatus_to_exitcode(status) == 128 + signal.SIGTERM
+    assert os.waitstatus_to_exitcode(done[1]) == 128 + signal.SIGTERM
     assert_no_leaks()
