@@ -249,34 +249,48 @@ def live_panel(base: Path, policies: tuple[str, ...] = LIVE_POLICIES,
     size = w.SelectionSlider(options=list(SIZES), value="2M", description="message")
     hosts = w.IntSlider(value=8, min=2, max=8, description="GPU hosts")
     button = w.Button(description="run", button_style="primary")
+    stop = w.Button(description="stop", disabled=True,
+                    tooltip="end the run now: its fabric is torn down, what it recorded kept")
     bar = w.IntProgress(value=0, min=0, max=100, description="idle")
     status = w.HTML()
     figures = w.Output()
+    stopping = threading.Event()
 
     def run_it(_):
         reason = cannot_run_live()
         if reason:
             status.value = f"<b>cannot run here:</b> {html.escape(reason)}"
             return
-        button.disabled, bar.value, bar.description = True, 0, "running"
+        stopping.clear()
+        button.disabled, stop.disabled, bar.value, bar.description = True, False, 0, "running"
         threading.Thread(target=_live_run, daemon=True,
                          args=(base, policies, load.value, size.value, hosts.value, bar,
-                               status, figures, button, runs_dir or RUNS_DIR)).start()
+                               status, figures, (button, stop), stopping,
+                               runs_dir or RUNS_DIR)).start()
+
+    def stop_it(_):
+        stopping.set()
+        stop.disabled, bar.description = True, "stopping"
 
     button.on_click(run_it)
-    return w.VBox([w.HBox([load, size, hosts]), w.HBox([button, bar]), status, figures])
+    stop.on_click(stop_it)
+    return w.VBox([w.HBox([load, size, hosts]), w.HBox([button, stop, bar]), status, figures])
 
 
-def _live_run(base, policies, load, size, hosts, bar, status, figures, button,
-              runs_dir: Path) -> None:
+def _live_run(base, policies, load, size, hosts, bar, status, figures, buttons,
+              stopping: threading.Event, runs_dir: Path) -> None:
     """The run, in this kernel (a thread), the bar moved by its real progress: each policy
-    is an equal share, its fabric a tenth of it, its ops (or its seconds) the rest."""
+    is an equal share, its fabric a tenth of it, its ops (or its seconds) the rest. The
+    stop button ends it at its next step, as Ctrl-C would (torn down, marked interrupted)."""
     from labkit import runner
 
     started = time.monotonic()
     running_since: dict[str, float] = {}
+    button, stop = buttons
 
     def show(p: runner.Progress) -> None:
+        if stopping.is_set():
+            raise KeyboardInterrupt  # the run's own path for an interrupt, in this thread
         done = list(policies).index(p.policy)
         part = 0.0
         if p.stage == "running":
@@ -288,15 +302,20 @@ def _live_run(base, policies, load, size, hosts, bar, status, figures, button,
         bar.value = min(99, int((done + part) / len(policies) * 100))
         bar.description = f"{p.policy} {p.stage}"
 
+    out = runs_dir / new_run_id(f"{base.stem}-live")
     try:
         run = runner.run(live_scenario(base, load, size, hosts), policies,
-                         duration=LIVE_SECONDS, on_progress=show,
-                         out=runs_dir / new_run_id(f"{base.stem}-live"))
+                         duration=LIVE_SECONDS, on_progress=show, out=out)
+    except KeyboardInterrupt:
+        status.value = html.escape(f"stopped: everything it built was torn down; what it "
+                                   f"recorded is in {out.parent / f'.{out.name}.incomplete'}")
+        bar.description, button.disabled, stop.disabled = "stopped", False, True
+        return
     except Exception as exc:  # shown in the panel: a thread has no one else to tell
         status.value = f"<b>the run failed:</b> {html.escape(str(exc))}"  # text, not markup
-        bar.description = "failed"
-        button.disabled = False
+        bar.description, button.disabled, stop.disabled = "failed", False, True
         return
+    stop.disabled = True
     bar.value, bar.description = 100, "done"
     figures.outputs = ()
     for fig in (plots.op_time_cdf(run), plots.queue_timeline(run)):
