@@ -175,7 +175,7 @@ class _Record:
         entry.update(fields)
         if entry["status"] in ENDED and entry["status"] != "complete":
             # what the run kept, if it started: its directory under the temporary name
-            kept = self.dir / "runs" / f".{entry['name']}.incomplete"
+            kept = rundir.incomplete_path(self.dir / "runs" / entry["name"])
             entry["run"] = f"runs/{kept.name}" if kept.exists() else None
         self.writer.write_manifest(points=self.points)
         return dict(entry)

@@ -227,7 +227,9 @@ def main(argv: list[str] | None = None) -> int:
         err.print(f"[red]error:[/] {escape(str(exc))}", highlight=False)
         return 2
     except KeyboardInterrupt:
-        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # more Ctrl-C as we leave
+        from labkit.interrupts import ENDING
+
+        for sig in ENDING:  # more Ctrl-C as we leave
             signal.signal(sig, signal.SIG_IGN)
         err.print("[yellow]interrupted[/]: everything labkit created was torn down")
         return 130
@@ -413,10 +415,17 @@ def cmd_doctor(args) -> int:
 def _before_building() -> None:
     """Before a command builds fabrics: SIGINT, SIGTERM and SIGHUP (a closed terminal)
     stop it, and a note if a killed run left objects behind."""
-    from labkit import interrupts, registry
+    from labkit import interrupts
 
     for sig in interrupts.ENDING:
         signal.signal(sig, _raise_interrupt)
+    _note_leftovers()
+
+
+def _note_leftovers() -> None:
+    """A line on stderr if a killed run left objects behind (labkit run, shell)."""
+    from labkit import registry
+
     if note := registry.leftovers_line():
         err.print(f"[yellow]note:[/] {escape(note)}", highlight=False)
 
@@ -671,15 +680,14 @@ def _named_controllers(given: list[str]) -> dict[str, str]:
 
 
 def cmd_shell(args) -> int:
-    from labkit import interrupts, registry, runner
+    from labkit import interrupts, runner
 
     # Ctrl-C stays Mininet's (it stops the command running in a node); SIGTERM and SIGHUP
     # (the terminal closed) end the shell, which Mininet's command line would take for a
     # Ctrl-C and ignore
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, _exit_on_signal)
-    if note := registry.leftovers_line():
-        err.print(f"[yellow]note:[/] {escape(note)}", highlight=False)
+    _note_leftovers()
     # a plain line, not a rich spinner: rich replaces stdout while one spins, and Mininet,
     # imported meanwhile, would keep writing to the replacement
     err.print(f"building {args.scenario} under {args.policy}, no traffic (a few seconds) ...")

@@ -107,7 +107,7 @@ def new_run_id(scenario: str) -> str:
     scenario in one second: a calibration's short trials) gets ``-2``, ``-3``, ..."""
     base = datetime.now().strftime("%Y%m%d-%H%M%S-") + f"{host_label()}-{scenario}"
     run_id, n = base, 1
-    while (RUNS_DIR / run_id).exists() or (RUNS_DIR / f".{run_id}.incomplete").exists():
+    while (RUNS_DIR / run_id).exists() or incomplete_path(RUNS_DIR / run_id).exists():
         n += 1
         run_id = f"{base}-{n}"
     return run_id
@@ -192,6 +192,11 @@ def _tool_versions() -> dict[str, str]:
     return out
 
 
+def incomplete_path(target: Path) -> Path:
+    """Where a run to ``target`` is written until it finishes (and stays if it does not)."""
+    return target.parent / f".{target.name}.incomplete"
+
+
 class RunWriter:
     """Write a run under a temporary name; :meth:`finish` renames it into place."""
 
@@ -200,7 +205,7 @@ class RunWriter:
         if target.exists():
             raise FileExistsError(f"{target} already exists; labkit never overwrites a run "
                                   "(choose another --out)")
-        self.tmp = target.parent / f".{target.name}.incomplete"
+        self.tmp = incomplete_path(target)
         if self.tmp.exists():
             raise FileExistsError(f"{self.tmp} holds an earlier run to {target} that did not "
                                   "finish (its manifest says how it ended); labkit never "

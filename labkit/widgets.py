@@ -22,7 +22,7 @@ import polars as pl
 import yaml
 
 from labkit import analysis, plots, scenario
-from labkit.rundir import RUNS_DIR, Run, new_run_id
+from labkit.rundir import RUNS_DIR, Run, incomplete_path, new_run_id
 from labkit.scenario import Scenario
 
 PERCENTILES = {"p50": 0.5, "p90": 0.9, "p99": 0.99, "p99.9": 0.999}
@@ -308,7 +308,7 @@ def _live_run(base, policies, load, size, hosts, bar, status, figures, buttons,
                          duration=LIVE_SECONDS, on_progress=show, out=out)
     except KeyboardInterrupt:
         status.value = html.escape(f"stopped: everything it built was torn down; what it "
-                                   f"recorded is in {out.parent / f'.{out.name}.incomplete'}")
+                                   f"recorded is in {incomplete_path(out)}")
         bar.description, button.disabled, stop.disabled = "stopped", False, True
         return
     except Exception as exc:  # shown in the panel: a thread has no one else to tell
