@@ -562,18 +562,19 @@ _SAMPLE_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ct
 
 
 class RingBuffer:
-    """A consumer of a BPF_MAP_TYPE_RINGBUF map: each record is handed to ``on_record``
-    as bytes, from the thread that calls :meth:`poll`."""
+    """A consumer of a BPF_MAP_TYPE_RINGBUF map (by its fd: a :class:`Map`'s, or one a
+    process was handed): each record is handed to ``on_record`` as bytes, from the
+    thread that calls :meth:`poll`."""
 
-    def __init__(self, ring: Map, on_record: Callable[[bytes], None]):
+    def __init__(self, ring_fd: int, on_record: Callable[[bytes], None]):
         def sample(_ctx, data, size):
             on_record(ctypes.string_at(data, size))
             return 0
 
         self._callback = _SAMPLE_FN(sample)  # kept alive as long as the ring buffer
-        self._ptr = lib.ring_buffer__new(ring.fd, self._callback, None, None)
+        self._ptr = lib.ring_buffer__new(ring_fd, self._callback, None, None)
         if not self._ptr:
-            raise BpfError(f"ring buffer on map {ring.name}", _errno())
+            raise BpfError(f"ring buffer on map fd {ring_fd}", _errno())
 
     def poll(self, timeout_ms: int) -> int:
         """Consume what is there, waiting up to ``timeout_ms`` for the first record."""

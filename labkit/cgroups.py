@@ -1,6 +1,8 @@
-"""Control groups (cgroup v2) for the processes of a user's own program.
+"""Control groups (cgroup v2) for the processes a run starts.
 
-Each rank of a scenario's ``kind: program`` runs in a cgroup of its own,
+Each fabric's processes (the Mininet node shells, and every process labkit starts in a
+node, with whatever they start in turn) run in ``<cgroup2>/labkit/<run-id>/<policy>/
+labkit.fabric``, and each rank of a scenario's ``kind: program`` in a cgroup of its own,
 ``<cgroup2>/labkit/<run-id>/<policy>/<host>``, where ``<cgroup2>`` is wherever this
 machine mounts the v2 hierarchy (``/sys/fs/cgroup`` on a pure v2 machine,
 ``/sys/fs/cgroup/unified`` on a hybrid one: read from ``/proc/self/mountinfo``). What a
@@ -10,14 +12,18 @@ cgroup gives labkit, for processes it did not write:
   (``bpf/jobmark.bpf.c``) reads on each packet: that is how the job's traffic is told
   apart, on whatever ports it uses;
 * ``cgroup.kill`` ends every process in it at once, children included, however they
-  were started (teardown and ``labkit clean`` use nothing else for them);
+  were started and whatever they did to their environment (teardown and ``labkit
+  clean`` kill a program's ranks so first, and the rest of a fabric's processes so once
+  their polite stop is over);
 * ``cpu.stat`` is the CPU the rank used, whatever threads and children it had.
 
 No controller is enabled: the cgroups only group. Every directory is recorded in the
 run registry as it is made (kind ``cgroup``) and removed, deepest first, once its
 processes are gone; nothing is removed by name pattern. A Mininet node remounts
-``/sys`` in its own mount namespace, so labkit moves a process into its cgroup from
-outside, by pid, before the process runs the user's program (:mod:`labkit.traffic.programs`).
+``/sys`` in its own mount namespace, so a process started in a node joins its cgroup
+(the fabric's, or its rank's) through a descriptor of the cgroup's ``cgroup.procs``
+opened outside, before it runs anything (:func:`joining`); a node's shell is moved in
+by pid as the node is made, before it runs any command.
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ from labkit import bpf
 
 MOUNTINFO = Path("/proc/self/mountinfo")
 TOP = "labkit"  # labkit's cgroups live under <cgroup2>/labkit/
+FABRIC = "labkit.fabric"  # a fabric's processes: a name no host or policy has (no ".")
 KILL_WAIT_S = 5.0
 
 
@@ -108,8 +115,10 @@ class Cgroup:
         return int(stat.get("usage_usec", 0)) / 1e6
 
 
-def make(path: Path, record: bpf.Recorder | None = None) -> Cgroup:
-    """The cgroup at ``path`` (parents made as needed, each recorded when labkit made it)."""
+def make(path: Path, record: bpf.Recorder | None = None, first: bool = False) -> Cgroup:
+    """The cgroup at ``path`` (parents made as needed, each recorded when labkit made it);
+    ``first``: teardown kills what is in it before it stops anything else (a program's
+    rank)."""
     root = require_root()
     rel = path.relative_to(root)
     here = root
@@ -122,13 +131,28 @@ def make(path: Path, record: bpf.Recorder | None = None) -> Cgroup:
         except OSError as exc:
             raise CgroupError(f"cannot make the cgroup {here}: {exc.strerror}") from exc
         if record:
-            record("cgroup", path=str(here))
+            record("cgroup", path=str(here), **({"first": True} if first and here == path
+                                                  else {}))
     return Cgroup(path, path.stat().st_ino, len(rel.parts))
 
 
 def run_dir(run_id: str) -> Path:
     """The directory of a run's cgroups."""
     return require_root() / TOP / run_id
+
+
+def fabric_path(run_id: str, label: str) -> Path | None:
+    """The cgroup of the processes of a run's fabric for ``label`` (its policy), or None
+    where this machine has no writable cgroup v2 (``labkit doctor`` says so)."""
+    return None if problem() else run_dir(run_id) / label / FABRIC
+
+
+def joining(argv: list[str], fd: int) -> list[str]:
+    """``argv`` run so that the process first joins a cgroup through ``fd`` (its
+    ``cgroup.procs`` open for writing, handed to the process), closes it, then execs
+    ``argv``: nothing it starts can run outside the cgroup. Bash, not sh: dash takes no
+    descriptor above 9."""
+    return ["/bin/bash", "-c", f'echo 0 >&{fd} && exec "$@" {fd}>&-', "labkit-join", *argv]
 
 
 def kill(path: Path, wait_s: float = KILL_WAIT_S) -> list[int]:

@@ -247,10 +247,9 @@ def cmd_validate(args) -> int:
 
     file = str(args.file)
     try:
-        with scenario_mod.without_user_code():
-            text, doc = scenario_mod.read_yaml(file)
-            is_grid = isinstance(doc, dict) and "scenario" in doc  # no scenario key has it
-            found = grid.parse(doc, file, text) if is_grid else scenario_mod.parse(doc, file)
+        text, doc = scenario_mod.read_yaml(file)
+        is_grid = isinstance(doc, dict) and "scenario" in doc  # no scenario key has it
+        found = grid.parse(doc, file, text) if is_grid else scenario_mod.parse(doc, file)
     except scenario_mod.ScenarioError as exc:
         if not args.json:
             raise  # main() prints it, one line, and exits 2
@@ -280,8 +279,7 @@ def cmd_inspect(args) -> int:
     """The fabric of a scenario, read without root and without importing the user's files."""
     from labkit import describe
 
-    with scenario_mod.without_user_code():
-        desc = describe.fabric(scenario_mod.load(args.scenario))
+    desc = describe.fabric(scenario_mod.load(args.scenario))
     if args.html:
         from labkit import figures, plots
 
@@ -422,6 +420,14 @@ def _before_building() -> None:
     _note_leftovers()
 
 
+def _note_user_code(sc: scenario_mod.Scenario, controllers: list[str] = ()) -> None:
+    """Say which of the user's own files a run is about to load (they run as root)."""
+    lines = scenario_mod.user_files(sc) + [f"controller {c.replace('=', ': ', 1)}"
+                                           for c in controllers]
+    for line in lines:
+        err.print(f"loading your {line} (it runs as root)", highlight=False, soft_wrap=True)
+
+
 def _note_leftovers() -> None:
     """A line on stderr if a killed run left objects behind (labkit run, shell)."""
     from labkit import registry
@@ -491,6 +497,7 @@ def cmd_run(args) -> int:
     from labkit import runner
 
     _before_building()
+    _note_user_code(_scenario(args), args.controller)
     with _progress(to_stderr=args.json) as progress:
         tasks: dict[str, int] = {}
 
@@ -587,6 +594,7 @@ def cmd_batch(args) -> int:
         _print_points(g)
         return 0
     _before_building()
+    _note_user_code(g.base)
     ended = {"complete": "green", "failed": "red", "interrupted": "yellow",
              "cancelled": "yellow"}
     with _progress("") as progress:
@@ -688,6 +696,7 @@ def cmd_shell(args) -> int:
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, _exit_on_signal)
     _note_leftovers()
+    _note_user_code(scenario_mod.load(args.scenario), args.controller)
     # a plain line, not a rich spinner: rich replaces stdout while one spins, and Mininet,
     # imported meanwhile, would keep writing to the replacement
     err.print(f"building {args.scenario} under {args.policy}, no traffic (a few seconds) ...")
@@ -957,16 +966,17 @@ def cmd_clean(args) -> int:
         return 1
     try:
         with registry.RunLock(registry.CLEANING):
-            return _clean(registry.leftover_registries(), args.dry_run)
+            return _clean(registry.leftover_registries(), registry.leftover_work_dirs(),
+                          args.dry_run)
     except registry.RunLockedError as exc:
         err.print(f"[red]error:[/] {escape(str(exc))}", highlight=False)
         return 1
 
 
-def _clean(leftovers: list, dry_run: bool) -> int:
+def _clean(leftovers: list, work_dirs: list[Path], dry_run: bool) -> int:
     from labkit import registry
 
-    if not leftovers:
+    if not leftovers and not work_dirs:
         console.print("nothing to clean: no labkit run left objects behind")
         return 0
     for reg in leftovers:
@@ -981,6 +991,11 @@ def _clean(leftovers: list, dry_run: bool) -> int:
             err.print(f"[red]error:[/] {escape(str(exc))}", highlight=False)
             return 1
         console.print(f"run {reg.run_id}: " + ("; ".join(removed) or "nothing was left"))
+    for path in work_dirs:  # scratch files of a killed run (none is running: we hold the lock)
+        if not dry_run:
+            shutil.rmtree(path)
+        console.print(f"run {path.name}: {'would remove' if dry_run else 'removed'} its "
+                      f"scratch directory {path}", highlight=False)
     return 0
 
 

@@ -182,7 +182,8 @@ class PolicyFabric:
         self.classifier_object = classifier_object
         self.fabric = Fabric(topo, registry, router_layout=self.pol.port_layout,
                              host_layout="fifo" if self.pol.controller is None else "held",
-                             pausable=bool(sc.fabric.lossless))
+                             pausable=bool(sc.fabric.lossless),
+                             cgroup=cgroups.fabric_path(registry.run_id, self.pol.name))
         self.classifier = self.queues = self.latency = self.lossy = self.control = None
         self.pauser: Pauser | None = None
         self.watched: list[WatchedPort] = []
@@ -233,7 +234,8 @@ class PolicyFabric:
         base = cgroups.run_dir(self.registry.run_id) / self.pol.name
         self.marks = JobMarks(self.registry.add)
         for host in spec.ranks:
-            group = self.groups[host] = cgroups.make(base / host, self.registry.add)
+            group = self.groups[host] = cgroups.make(base / host, self.registry.add,
+                                                     first=True)
             nic = self.fabric.nic(host)
             phase = self.control.valves.valves[host].obj.maps["lk_phase"] if self.control \
                 else None
@@ -484,7 +486,8 @@ def run_sweep(sc: Scenario, op: str, algo: str | Mapping[int, str], size_list: l
     link = nccltests.link_rate(topo, ranks)
     rng = random.Random(sc.seed)
     rows = []
-    with Fabric(topo, registry, pausable=bool(sc.fabric.lossless)) as fabric:
+    with Fabric(topo, registry, pausable=bool(sc.fabric.lossless),
+                cgroup=cgroups.fabric_path(registry.run_id, "sweep")) as fabric:
         lossy = loss.attach(topo, fabric, record=registry.add)
         pauser = None
         try:

@@ -15,6 +15,7 @@ global cleanup are never used: this machine is shared.
 
 from __future__ import annotations
 
+import os
 import signal
 import socket
 from contextlib import suppress
@@ -24,7 +25,7 @@ from pathlib import Path
 from pyroute2 import IPRoute
 from pyroute2.ethtool import Ethtool
 
-from labkit import tc
+from labkit import cgroups, tc
 from labkit.netns import Netns
 from labkit.registry import Registry
 from labkit.topo import Port, Topology
@@ -88,12 +89,15 @@ class Fabric:
     """A running emulated fabric. Use as a context manager, or call :meth:`stop`."""
 
     def __init__(self, topology: Topology, registry: Registry, router_layout: str = "fifo",
-                 host_layout: str = "fifo", pausable: bool = False):
+                 host_layout: str = "fifo", pausable: bool = False,
+                 cgroup: Path | None = None):
         self.topo = topology
         self.registry = registry
         self.router_layout = router_layout
         self.host_layout = host_layout  # "held" where a controller shapes the hosts' NICs
         self.pausable = pausable  # every leaf queue a TBF that can pause (lossless fabrics)
+        self.cgroup_path = cgroup  # where its processes run (None: no cgroup v2 here)
+        self.group: cgroups.Cgroup | None = None
         self.net = None
         self.nodes: dict = {}
         self.ns: dict[str, Netns] = {}
@@ -105,11 +109,15 @@ class Fabric:
 
         Mininet.inited = True  # skip mininet.util.fixLimits(): it changes global sysctls
         try:
+            if self.cgroup_path:
+                self.group = cgroups.make(self.cgroup_path, self.registry.add)
             self.net = Mininet(topo=None, build=False, controller=None, autoSetMacs=False,
                                autoStaticArp=False, waitConnected=False)
             for name in self.topo.roles:
                 node = self.net.addHost(name, cls=Node, ip=None, inNamespace=True)
                 self.registry.add_process(node.pid, f"mininet node {name}", signal.SIGHUP)
+                if self.group:  # what the node's shell runs (its command line's) joins it
+                    self.group.add(node.pid)
                 self.nodes[name] = node
                 self.ns[name] = Netns(node.pid, name)
                 self.registry.add("netns", node=name, pid=node.pid, inode=self.ns[name].inode)
@@ -197,9 +205,20 @@ class Fabric:
         """How ``host``'s NIC is shaped."""
         return self.shape_of(self.topo.ports[host][0])
 
-    def popen(self, node: str, argv: list[str], what: str, **kwargs):
-        """Start ``argv`` inside ``node``'s namespace and record the process."""
-        proc = self.nodes[node].popen(argv, **kwargs)
+    def popen(self, node: str, argv: list[str], what: str,
+              group: cgroups.Cgroup | None = None, **kwargs):
+        """Start ``argv`` inside ``node``'s namespace, in cgroup ``group`` (default: the
+        fabric's), which it joins before it runs anything, and record the process."""
+        group = group or self.group
+        if group is None:
+            proc = self.nodes[node].popen(argv, **kwargs)
+        else:
+            fd = os.open(group.path / "cgroup.procs", os.O_WRONLY | os.O_CLOEXEC)
+            kwargs["pass_fds"] = (*kwargs.get("pass_fds", ()), fd)
+            try:
+                proc = self.nodes[node].popen(cgroups.joining(argv, fd), **kwargs)
+            finally:
+                os.close(fd)
         self.registry.add_process(proc.pid, f"{what} on {node}")
         return proc
 

@@ -11,12 +11,14 @@ a run, carried out from the plan of :mod:`labkit.lossless` with this kernel's pa
   neighbour's own queue fills in turn and pauses its neighbours: congestion spreads hop
   by hop, as it does with PFC.
 
-The pauser acts from a process of its own, forked from the run with everything open
-(the ring buffer, a netlink socket in each neighbour's namespace), at real-time
-priority: a switch pauses its neighbour within a frame's time, and on a busy two-core
-machine an ordinary thread waits milliseconds for a CPU and for Python's GIL (measured:
-a thread of the run reacted in 0.34 ms at the median but 5.2 ms at p99, and the fabric
-dropped where it should have paused).
+The pauser acts from a process of its own at real-time priority: a switch pauses its
+neighbour within a frame's time, and on a busy two-core machine an ordinary thread waits
+milliseconds for a CPU and for Python's GIL (measured: a thread of the run reacted in
+0.34 ms at the median but 5.2 ms at p99, and the fabric dropped where it should have
+paused). The run starts it by exec (``python -m labkit.pauser``), never by fork: the run
+has threads, and a forked child can inherit a lock one of them held. It is handed what
+it acts with as file descriptors (the ring buffer, a netlink and a raw socket opened in
+each neighbour's namespace) and a brief on its stdin; it reports on its stdout.
 
 A pause from a one-queue (``fifo``) port, or to a one-queue neighbour, stops all of the
 neighbour's queues.
@@ -24,7 +26,6 @@ neighbour's queues.
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import errno
 import gc
@@ -33,6 +34,8 @@ import os
 import select
 import signal
 import socket
+import subprocess
+import sys
 import time
 from typing import NamedTuple
 
@@ -45,6 +48,7 @@ from labkit.topo import Port
 
 POLL_MS = 100  # the pauser wakes on each event; this only bounds how long stop() waits
 STOP_WAIT_S = 10.0  # how long stop() waits for the pauser's report
+READY_WAIT_S = 30.0  # how long start() waits for the pauser to be ready (a busy machine)
 RT_PRIORITY = 10  # SCHED_FIFO: above every ordinary task, far below the kernel's own
 PR_SET_PDEATHSIG = 1
 KICK_ETHERTYPE = 0x88B5  # IEEE 802 local experimental: no stack on the fabric takes it
@@ -89,6 +93,11 @@ class _Open(NamedTuple):
     cause: str
 
 
+def _nonblocking(sock: socket.socket) -> socket.socket:
+    sock.setblocking(False)
+    return sock
+
+
 def _mac(ip: str) -> bytes:
     """The MAC labkit gives the port with address ``ip`` (labkit.fabric.mac_for)."""
     return bytes.fromhex(mac_for(ip).replace(":", ""))
@@ -98,17 +107,23 @@ class _Switch:
     """One neighbour's port: its netlink socket, pause/resume requests per class and a
     raw socket for the frame that restarts its qdisc after a resume."""
 
-    def __init__(self, fabric, port: Port, shape: tc.PortShape):
-        handle = fabric.handle(port)
-        self.port, self.key = port, handle.key
+    def __init__(self, key: str, layout: str, rtnl: tc.Rtnl, kick: socket.socket,
+                 requests: dict[tuple[int, bool], bytearray], frame: bytes):
+        self.key, self.layout, self.rtnl, self.kick = key, layout, rtnl, kick
+        self.requests, self.frame = requests, frame
         self.held: dict[int, set[int]] = {}  # class -> the queues (plan indices) pausing it
         self.paused: set[int] = set()  # classes paused, or whose resume failed
-        self.rtnl, self.kick = handle.ns.run(self._open, handle.ifindex)
-        self.requests = {
-            (classid, paused): tc.tbf_request(handle.ifindex, classid, shape, paused)
-            for classid in tc.leaf_classes(shape.layout) for paused in (True, False)}
-        self.frame = (_mac(port.peer_ip) + _mac(port.ip)
-                      + KICK_ETHERTYPE.to_bytes(2, "big")).ljust(60, b"\0")
+
+    @classmethod
+    def at(cls, fabric, port: Port, shape: tc.PortShape) -> _Switch:
+        """The switch of ``port``, its sockets opened in the port's namespace."""
+        handle = fabric.handle(port)
+        rtnl, kick = handle.ns.run(cls._open, handle.ifindex)
+        requests = {(classid, paused): tc.tbf_request(handle.ifindex, classid, shape, paused)
+                    for classid in tc.leaf_classes(shape.layout) for paused in (True, False)}
+        frame = (_mac(port.peer_ip) + _mac(port.ip)
+                 + KICK_ETHERTYPE.to_bytes(2, "big")).ljust(60, b"\0")
+        return cls(handle.key, shape.layout, rtnl, kick, requests, frame)
 
     @staticmethod
     def _open(ifindex: int):
@@ -116,6 +131,23 @@ class _Switch:
         kick.bind((socket.if_indextoname(ifindex), 0))
         kick.setblocking(False)
         return tc.Rtnl(), kick
+
+    def fds(self) -> tuple[int, int]:
+        return self.rtnl.sock.fileno(), self.kick.fileno()
+
+    def brief(self) -> dict:
+        """What the pauser process needs to rebuild this switch (its sockets by fd)."""
+        rtnl_fd, kick_fd = self.fds()
+        return {"key": self.key, "layout": self.layout, "rtnl_fd": rtnl_fd,
+                "kick_fd": kick_fd, "frame": self.frame.hex(),
+                "requests": [[c, p, r.hex()] for (c, p), r in self.requests.items()]}
+
+    @classmethod
+    def from_brief(cls, b: dict) -> _Switch:
+        return cls(b["key"], b["layout"], tc.Rtnl(socket.socket(fileno=b["rtnl_fd"])),
+                   _nonblocking(socket.socket(fileno=b["kick_fd"])),
+                   {(c, p): bytearray.fromhex(r) for c, p, r in b["requests"]},
+                   bytes.fromhex(b["frame"]))
 
     def set(self, classid: int, paused: bool) -> None:
         """Pause or resume leaf ``classid``; OSError if the kernel refuses."""
@@ -135,9 +167,93 @@ class _Switch:
         self.kick.close()
 
 
+class _Asking(NamedTuple):
+    """What the pauser knows of a lossless queue (one of the plan's)."""
+
+    lane: str
+    router: str
+    port: str  # "<node>/<ifname>"
+
+
+class _Acting:
+    """The pauser's state and what it does on each event: which neighbour class each
+    queue paused, the pauses in force, the rows of those that ended, what failed."""
+
+    def __init__(self, queues: list[_Asking], ingress: dict[tuple[str, int], str],
+                 switches: dict[str, _Switch]):
+        self.queues, self.ingress, self.switches = queues, ingress, switches
+        self.rows: list[PauseRow] = []
+        self.open: dict[tuple[str, int], _Open] = {}
+        self.holding: dict[int, set[tuple[_Switch, int]]] = {}  # queue -> what it paused
+        self.errors: list[str] = []
+
+    def on_event(self, raw: bytes) -> None:
+        woke_ns = time.monotonic_ns()
+        t_ns, slot, iif, _episode, _backlog, kind, _ = PAUSE_EVENT.unpack(raw)
+        q = self.queues[slot]
+        try:
+            if kind == PAUSE_XOFF:
+                self._pause(q, slot, iif, t_ns, woke_ns)
+            else:
+                self._resume(slot, t_ns)
+        except OSError as exc:
+            self.errors.append(f"{q.port}: {exc}")
+
+    def _pause(self, q: _Asking, slot: int, iif: int, t_ns: int, woke_ns: int) -> None:
+        key = self.ingress.get((q.router, iif))
+        if key is None:
+            return  # a packet labkit's fabric did not route (none expected)
+        switch = self.switches[key]
+        for classid in classes_to_pause(q.lane, switch.layout):
+            holders = switch.held.setdefault(classid, set())
+            if not holders:
+                try:
+                    switch.set(classid, paused=True)
+                except OSError as exc:
+                    self.errors.append(f"{switch.key} {tc.classid_str(classid)}: {exc}")
+                    continue
+                self.open[switch.key, classid] = _Open(t_ns, woke_ns, time.monotonic_ns(),
+                                                       q.lane, q.port)
+            holders.add(slot)
+            self.holding.setdefault(slot, set()).add((switch, classid))
+
+    def _resume(self, slot: int, t_ns: int) -> None:
+        for switch, classid in self.holding.pop(slot, ()):
+            holders = switch.held[classid]
+            holders.discard(slot)
+            if holders:
+                continue
+            try:
+                self._release(switch, classid, t_ns)
+            except OSError as exc:  # stays in switch.paused: resumed again at the end
+                self.errors.append(f"{switch.key} {tc.classid_str(classid)}: {exc}")
+
+    def _release(self, switch: _Switch, classid: int, t_ns: int) -> None:
+        switch.set(classid, paused=False)
+        now = time.monotonic_ns()
+        o = self.open.pop((switch.key, classid), None)
+        if o is not None:
+            self.rows.append(PauseRow(o.t_ns, switch.key, tc.classid_str(classid), o.lane,
+                                      o.cause, o.applied_ns - o.t_ns, o.woke_ns - o.t_ns,
+                                      now - o.applied_ns, now - t_ns))
+
+    def resume_everything(self) -> None:
+        """Resume every class paused, or whose resume failed (the end of the run)."""
+        self.holding.clear()
+        for switch in self.switches.values():
+            for holders in switch.held.values():
+                holders.clear()
+            for classid in sorted(switch.paused):
+                try:
+                    self._release(switch, classid, time.monotonic_ns())
+                except OSError as exc:
+                    self.errors.append(f"{switch.key} {tc.classid_str(classid)}: {exc}")
+
+
 class Pauser:
     """The pause half of a lossless fabric, for one run: loads ``bpf/pause.bpf.c``, tells
-    it the queues, and acts on its events from :meth:`start` to :meth:`stop`."""
+    it the queues, and acts on its events (in the pauser process) from :meth:`start` to
+    :meth:`stop`."""
 
     PROGRAMS = ("lk_pause_enqueue", "lk_pause_dequeue")
 
@@ -147,13 +263,10 @@ class Pauser:
                                        fabric.registry.add)
         self.links: list[bpf.TracingLink] = []
         self.switches: dict[str, _Switch] = {}
-        self.ingress: dict[tuple[str, int], Port] = {}  # (router, ifindex) -> upstream port
+        self.ingress: dict[tuple[str, int], str] = {}  # (router, ifindex) -> upstream switch
         self.rows: list[PauseRow] = []
-        self.open: dict[tuple[str, int], _Open] = {}
-        self.holding: dict[int, set[tuple[_Switch, int]]] = {}  # queue -> what it paused
         self.errors: list[str] = []
-        self.child: int | None = None
-        self._stop_fd = self._result_fd = -1
+        self.child: subprocess.Popen | None = None
         try:
             self._load(fabric.registry.add)
         except BaseException:
@@ -178,125 +291,49 @@ class Pauser:
         for router in routers:
             for ingress in topo.ports[router]:
                 up = upstream(topo, ingress)
-                self.ingress[router, fabric.handle(ingress).ifindex] = up
                 key = f"{up.node}/{up.ifname}"
+                self.ingress[router, fabric.handle(ingress).ifindex] = key
                 if key not in self.switches:
-                    self.switches[key] = _Switch(fabric, up, fabric.shape_of(up))
+                    self.switches[key] = _Switch.at(fabric, up, fabric.shape_of(up))
         for name in self.PROGRAMS:
             self.links.append(self.obj.programs[name].attach())
             record("tracing_link", prog=name, prog_id=self.obj.programs[name].id)
-        self.ring = bpf.RingBuffer(self.obj.maps["lk_pause_events"], self._on_event)
+
+    def _brief(self) -> dict:
+        ring = self.obj.maps["lk_pause_events"]
+        return {"parent": os.getpid(), "ring_fd": ring.fd,
+                "queues": [_Asking(q.lane, q.port.node, f"{q.port.node}/{q.port.ifname}")
+                           for q in self.plan],
+                "ingress": [[router, ifindex, key]
+                            for (router, ifindex), key in self.ingress.items()],
+                "switches": [s.brief() for s in self.switches.values()]}
 
     def start(self) -> Pauser:
-        """Fork the pauser process; it acts until :meth:`stop`."""
-        stop_r, stop_w = os.pipe()
-        result_r, result_w = os.pipe()
-        parent = os.getpid()
-        pid = os.fork()
-        if pid == 0:  # the pauser: acts, then reports and leaves without cleaning up
-            try:
-                os.close(stop_w)
-                os.close(result_r)
-                self._act(parent, stop_r, result_w)
-            finally:
-                os._exit(0)
-        os.close(stop_r)
-        os.close(result_w)
-        self.child, self._stop_fd, self._result_fd = pid, stop_w, result_r
-        self.fabric.registry.add_process(pid, "pauser", signal.SIGKILL)
+        """Start the pauser process and wait until it acts; it acts until :meth:`stop`."""
+        brief = self._brief()
+        fds = [brief["ring_fd"], *(fd for s in self.switches.values() for fd in s.fds())]
+        self.child = subprocess.Popen(
+            [sys.executable, "-m", "labkit.pauser"], stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, pass_fds=fds)
+        self.fabric.registry.add_process(self.child.pid, "pauser", signal.SIGKILL)
+        self.child.stdin.write(json.dumps(brief).encode() + b"\n")
+        self.child.stdin.flush()
+        ready = select.select([self.child.stdout], [], [], READY_WAIT_S)[0]
+        if not (ready and os.read(self.child.stdout.fileno(), len(READY)) == READY):
+            _, err = self._end()
+            raise RuntimeError(f"the pauser did not start within {READY_WAIT_S:g} s: "
+                               f"{_tail(err) or 'it said nothing'}")
         return self
 
-    def _act(self, parent: int, stop_fd: int, result_fd: int) -> None:
-        """The pauser process's life: real-time priority, events until the run closes
-        ``stop_fd``, then every queue it paused resumed whatever happened, and its rows
-        and errors to ``result_fd``. It ignores the run's interrupts (the run stops it)
-        and dies with the run."""
-        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR2):
-            signal.signal(sig, signal.SIG_IGN)
-        ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-        if os.getppid() != parent:  # the run died before prctl took effect
-            return
-        gc.disable()  # a collection would walk the whole heap inherited from the run: ms
+    def _end(self) -> tuple[bytes, bytes]:
+        """Close the pauser's stdin (its cue to report and exit) and read what it said,
+        killing it if it has not exited within :data:`STOP_WAIT_S`."""
+        child, self.child = self.child, None
         try:
-            os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(RT_PRIORITY))
-        except OSError as exc:
-            self.errors.append(f"no real-time priority ({exc.strerror}): pauses may be late")
-        try:
-            while not select.select([stop_fd], [], [], 0)[0]:
-                self.ring.poll(POLL_MS)
-            self.ring.consume()
-        except Exception as exc:  # noqa: BLE001 - reported; the queues are resumed below
-            self.errors.append(f"the pauser stopped early: {type(exc).__name__}: {exc}")
-        finally:
-            self._resume_everything()
-            with os.fdopen(result_fd, "w") as out:
-                json.dump({"rows": self.rows, "errors": self.errors}, out)
-
-    def _resume_everything(self) -> None:
-        """Resume every class paused, or whose resume failed (the end of the run)."""
-        self.holding.clear()
-        for switch in self.switches.values():
-            for holders in switch.held.values():
-                holders.clear()
-            for classid in sorted(switch.paused):
-                try:
-                    self._release(switch, classid, time.monotonic_ns())
-                except OSError as exc:
-                    self.errors.append(f"{switch.key} {tc.classid_str(classid)}: {exc}")
-
-    def _on_event(self, raw: bytes) -> None:
-        woke_ns = time.monotonic_ns()
-        t_ns, slot, iif, _episode, _backlog, kind, _ = PAUSE_EVENT.unpack(raw)
-        q = self.plan[slot]
-        try:
-            if kind == PAUSE_XOFF:
-                self._pause(q, slot, iif, t_ns, woke_ns)
-            else:
-                self._resume(slot, t_ns)
-        except OSError as exc:
-            self.errors.append(f"{q.port.node}/{q.port.ifname}: {exc}")
-
-    def _pause(self, q: Queue, slot: int, iif: int, t_ns: int, woke_ns: int) -> None:
-        up = self.ingress.get((q.port.node, iif))
-        if up is None:
-            return  # a packet labkit's fabric did not route (none expected)
-        switch = self.switches[f"{up.node}/{up.ifname}"]
-        for classid in classes_to_pause(q.lane, self.fabric.shape_of(up).layout):
-            holders = switch.held.setdefault(classid, set())
-            if not holders:
-                try:
-                    switch.set(classid, paused=True)
-                except OSError as exc:
-                    self.errors.append(f"{switch.key} {tc.classid_str(classid)}: {exc}")
-                    continue
-                self.open[switch.key, classid] = _Open(
-                    t_ns, woke_ns, time.monotonic_ns(), q.lane, f"{q.port.node}/{q.port.ifname}")
-            holders.add(slot)
-            self.holding.setdefault(slot, set()).add((switch, classid))
-
-    def _resume(self, slot: int, t_ns: int) -> None:
-        for switch, classid in self.holding.pop(slot, ()):
-            holders = switch.held[classid]
-            holders.discard(slot)
-            if holders:
-                continue
-            try:
-                self._release(switch, classid, t_ns)
-            except OSError as exc:  # stays in switch.paused: resumed again at the end
-                self.errors.append(f"{switch.key} {tc.classid_str(classid)}: {exc}")
-
-    def _release(self, switch: _Switch, classid: int, t_ns: int) -> None:
-        switch.set(classid, paused=False)
-        now = time.monotonic_ns()
-        o = self.open.pop((switch.key, classid), None)
-        if o is not None:
-            self.rows.append(PauseRow(o.t_ns, switch.key, tc.classid_str(classid), o.lane,
-                                      o.cause, o.applied_ns - o.t_ns, o.woke_ns - o.t_ns,
-                                      now - o.applied_ns, now - t_ns))
-
-    def lost(self) -> int:
-        """Events the kernel could not deliver (a full ring)."""
-        return sum(int.from_bytes(v, "little") for v in self.obj.maps["lk_pause_lost"].lookup(0))
+            return child.communicate(timeout=STOP_WAIT_S)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            return child.communicate()
 
     def notes(self) -> list[str]:
         """What went wrong, for the run's fidelity notes: events lost, requests refused."""
@@ -307,30 +344,30 @@ class Pauser:
                        "have dropped where it should have paused")
         return out
 
+    def lost(self) -> int:
+        """Events the kernel could not deliver (a full ring)."""
+        return sum(int.from_bytes(v, "little") for v in self.obj.maps["lk_pause_lost"].lookup(0))
+
     def stop(self) -> list[PauseRow]:
         """End the pauser process (it resumes every queue it paused first) and return
         its pauses; what it could not do is in :meth:`notes`. A pauser that does not
         report within :data:`STOP_WAIT_S` is killed, and every queue resumed from here."""
         if self.child is None:
             return self.rows
-        os.close(self._stop_fd)
-        text = ""
-        with os.fdopen(self._result_fd) as results:
-            if select.select([results], [], [], STOP_WAIT_S)[0]:
-                text = results.read()
-        if not text:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(self.child, signal.SIGKILL)
-        _, status = os.waitpid(self.child, 0)
-        self.child = None
-        if not text:
-            self.errors.append(f"the pauser process failed (wait status {status}): every "
-                               "queue was resumed after it")
+        child = self.child
+        out, err = self._end()
+        try:
+            report = json.loads(out)
+        except ValueError:
+            self.errors.append(f"the pauser process failed (exit status {child.returncode}"
+                               f"{': ' + _tail(err) if err else ''}): every queue was "
+                               "resumed after it")
             for switch in self.switches.values():
-                switch.paused.update(tc.leaf_classes(self.fabric.shape_of(switch.port).layout))
-            self._resume_everything()
+                switch.paused.update(tc.leaf_classes(switch.layout))
+            acting = _Acting([], {}, self.switches)
+            acting.resume_everything()
+            self.errors += acting.errors
             return self.rows
-        report = json.loads(text)
         self.rows = [PauseRow(*row) for row in report["rows"]]
         self.errors += report["errors"]
         return self.rows
@@ -344,6 +381,48 @@ class Pauser:
         for switch in self.switches.values():
             switch.close()
         self.switches.clear()
-        if getattr(self, "ring", None):
-            self.ring.close()
         self.obj.close()
+
+
+READY = b"ready\n"
+
+
+def _tail(err: bytes, lines: int = 3) -> str:
+    return " | ".join(err.decode(errors="replace").strip().splitlines()[-lines:])
+
+
+def main() -> None:
+    """The pauser process: the brief from stdin, real-time priority, events until stdin
+    closes, then every queue it paused resumed whatever happened, and its rows and errors
+    to stdout. It ignores the run's interrupts (the run stops it) and dies with the run."""
+    brief = json.loads(sys.stdin.buffer.readline())
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR2):
+        signal.signal(sig, signal.SIG_IGN)
+    ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != brief["parent"]:  # the run died before prctl took effect
+        return
+    acting = _Acting([_Asking(*q) for q in brief["queues"]],
+                     {(r, i): key for r, i, key in brief["ingress"]},
+                     {b["key"]: _Switch.from_brief(b) for b in brief["switches"]})
+    ring = bpf.RingBuffer(brief["ring_fd"], acting.on_event)
+    gc.disable()  # nothing here makes cycles: no collection pauses the pauser
+    try:
+        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(RT_PRIORITY))
+    except OSError as exc:
+        acting.errors.append(f"no real-time priority ({exc.strerror}): pauses may be late")
+    stdin = sys.stdin.buffer.fileno()
+    os.write(sys.stdout.fileno(), READY)
+    try:
+        while not select.select([stdin], [], [], 0)[0]:
+            ring.poll(POLL_MS)
+        ring.consume()
+    except Exception as exc:  # noqa: BLE001 - reported; the queues are resumed below
+        acting.errors.append(f"the pauser stopped early: {type(exc).__name__}: {exc}")
+    finally:
+        acting.resume_everything()
+        sys.stdout.write(json.dumps({"rows": acting.rows, "errors": acting.errors}))
+        sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()

@@ -9,13 +9,19 @@ can follow. What teardown does per kind:
   sent its stop signal, then SIGKILL;
 * ``pin_dir`` — a directory of BPF pins under ``/sys/fs/bpf/labkit``: unpinned;
 * ``cgroup`` — a cgroup v2 directory labkit made (:mod:`labkit.cgroups`): every process
-  in it is killed first (``cgroup.kill``: a user's program and whatever it started),
-  and once the processes are gone it is removed, deepest first;
+  in a rank's cgroup (``first``) is killed before anything else (``cgroup.kill``: a
+  user's program and whatever it started); after the processes' own stops, what is left
+  in any recorded cgroup (a fabric's: whatever its processes started, however they
+  changed their environment) is killed, and the directories removed, deepest first;
 * ``netns`` (a node's namespace, by inode), ``veth``, ``qdisc``, ``tc_filter`` —
   objects inside a node's namespace: they vanish with its shell, and teardown
   checks that no process still holds the namespace;
 * ``bpf_prog`` (by id), ``tracing_link`` — held by labkit's file descriptors,
   tc filters and pins: teardown checks that each program is gone.
+
+A run's scratch files (compiled programs, a sweep's agent files) are in its
+:func:`work_dir`, ``/run/labkit/work/<run id>``, removed as the run ends; those of a
+killed run are removed by ``labkit clean``.
 
 Nothing is ever removed by name pattern. Registries live in
 ``/run/labkit/registry`` (a tmpfs: they go away at reboot, as the objects do).
@@ -29,10 +35,13 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import select
+import shutil
 import signal
 import threading
 import time
-from contextlib import suppress
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,6 +50,20 @@ STATE_DIR = Path(os.environ.get("LABKIT_STATE_DIR", "/run/labkit"))
 # whatever it starts in turn: "<run id>/<entry>". Teardown stops what carries its run's id.
 MARKER = "LABKIT_COMMAND"
 REGISTRY_DIR = STATE_DIR / "registry"
+WORK_DIR = STATE_DIR / "work"
+
+
+@contextmanager
+def work_dir(run_id: str) -> Iterator[Path]:
+    """The scratch directory of run ``run_id``, removed when the run ends (``labkit
+    clean`` removes one a killed run left: see :func:`leftover_work_dirs`)."""
+    WORK_DIR.mkdir(parents=True, exist_ok=True, mode=0o700)
+    path = WORK_DIR / run_id
+    path.mkdir(mode=0o700)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def proc_start_time(pid: int) -> int | None:
@@ -83,6 +106,47 @@ def stop_marked(run_id: str, grace_s: float = 3.0) -> list[int]:
         with suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
     return pids
+
+
+def pidfd(pid: int, start_time: int) -> int | None:
+    """A pidfd of the process recorded as ``pid`` started at ``start_time``, or None when
+    it is gone: what is signalled through it can never be a process that took its pid."""
+    try:
+        fd = os.pidfd_open(pid)
+    except OSError:
+        return None
+    if not alive(pid, start_time):  # checked once open: the fd is of the process checked
+        os.close(fd)
+        return None
+    return fd
+
+
+def stop_processes(entries: list[dict], grace_s: float = 3.0) -> list[dict]:
+    """Send every recorded process still alive its stop signal, SIGKILL those that have
+    not exited ``grace_s`` later, and wait (a little) for those to go: all through
+    pidfds, which say when a process exits. Returns the entries of those that were alive."""
+    fds = {fd: e for e in entries if (fd := pidfd(e["pid"], e["start_time"])) is not None}
+    try:
+        for fd, e in fds.items():
+            with suppress(ProcessLookupError):
+                signal.pidfd_send_signal(fd, e.get("signal", signal.SIGTERM))
+        waiting = _wait_exits(set(fds), grace_s)
+        for fd in waiting:
+            with suppress(ProcessLookupError):
+                signal.pidfd_send_signal(fd, signal.SIGKILL)
+        _wait_exits(waiting, 1.0)
+    finally:
+        for fd in fds:
+            os.close(fd)
+    return list(fds.values())
+
+
+def _wait_exits(fds: set[int], timeout_s: float) -> set[int]:
+    """Wait until the processes of these pidfds exit, or ``timeout_s``; those still there."""
+    deadline = time.monotonic() + timeout_s
+    while fds and (left := deadline - time.monotonic()) > 0:
+        fds = fds - set(select.select(list(fds), [], [], left)[0])
+    return fds
 
 
 def alive(pid: int, start_time: int) -> bool:
@@ -158,25 +222,16 @@ class Registry:
 
         removed = []
         groups = [Path(e["path"]) for e in reversed(self.entries) if e["kind"] == "cgroup"]
-        for path in groups:
+        first = [Path(e["path"]) for e in reversed(self.entries)
+                 if e["kind"] == "cgroup" and e.get("first")]
+        for path in first:  # a program's ranks, and all they started
             if path.exists() and (pids := cgroups.kill(path)):
                 removed.append(f"killed {len(pids)} process(es) in cgroup {path}")
-        procs = [e for e in reversed(self.entries)
-                 if e["kind"] == "process" and alive(e["pid"], e["start_time"])]
-        for e in procs:
-            with suppress(ProcessLookupError):
-                os.kill(e["pid"], e.get("signal", signal.SIGTERM))
-        deadline = time.monotonic() + 3
-        for e in procs:
-            while alive(e["pid"], e["start_time"]) and time.monotonic() < deadline:
-                time.sleep(0.02)
-            if alive(e["pid"], e["start_time"]):
-                with suppress(ProcessLookupError):
-                    os.kill(e["pid"], signal.SIGKILL)
-            removed.append(f"stopped {e['what']} (pid {e['pid']})")
+        stopped = stop_processes([e for e in reversed(self.entries) if e["kind"] == "process"])
+        removed += [f"stopped {e['what']} (pid {e['pid']})" for e in stopped]
         removed += [f"stopped pid {pid}, started by a command entry"
                     for pid in stop_marked(self.run_id)]
-        for path in groups:
+        for path in groups:  # whatever escaped the stops above goes with its cgroup
             if path.exists() and not cgroups.remove(path):
                 removed.append(f"removed cgroup {path}")
         for e in self.entries:
@@ -239,17 +294,25 @@ def leftover_registries() -> list[Registry]:
     return out
 
 
+def leftover_work_dirs() -> list[Path]:
+    """Scratch directories of runs that are not in progress (their owner was killed)."""
+    running = RunLock.holder()
+    return [p for p in sorted(WORK_DIR.glob("*"))
+            if running is None or running.run_id != p.name]
+
+
 def leftovers_line() -> str | None:
-    """One line about runs that left objects behind (killed), or None: for ``labkit run``,
-    ``shell`` and ``doctor``."""
+    """One line about runs that left objects or scratch files behind (killed), or None:
+    for ``labkit run``, ``shell`` and ``doctor``."""
     try:
-        left = leftover_registries()
+        left = [r.run_id for r in leftover_registries()]
+        left += [p.name for p in leftover_work_dirs() if p.name not in left]
     except OSError:  # not root: the registries are root's
         return None
     if not left:
         return None
     return (f"{len(left)} earlier run(s) left objects behind "
-            f"({', '.join(r.run_id for r in left)}): `sudo labkit clean` removes them")
+            f"({', '.join(left)}): `sudo labkit clean` removes them")
 
 
 @dataclass
@@ -330,6 +393,11 @@ class RunLock:
         RunLock._fd, RunLock._owner, RunLock._held = fd, me, [self.run_id]
         self._name(self.run_id)
         return self
+
+    def rename(self, run_id: str) -> None:
+        """Name the run that holds the lock (its id, chosen once the lock is held)."""
+        self.run_id = RunLock._held[-1] = run_id
+        self._name(run_id)
 
     @staticmethod
     def _name(run_id: str) -> None:

@@ -26,7 +26,6 @@ import hashlib
 import json
 import os
 import shutil
-import tempfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
@@ -37,7 +36,7 @@ import polars as pl
 from labkit import autotune, bpf, rundir
 from labkit import scenario as scenario_mod
 from labkit.calibration import TRIAL_SECONDS, Calibration
-from labkit.registry import Registry, RunLock, RunLockedError
+from labkit.registry import Registry, RunLock, RunLockedError, work_dir
 from labkit.rundir import Run, RunWriter
 from labkit.scenario import Scenario, ScenarioError
 from labkit.topo import Topology
@@ -149,6 +148,16 @@ def resolve_rates(sc: Scenario, source: str) -> tuple[Scenario, dict | None]:
         "scale_factor": written.scale_factor / factor}
 
 
+@contextmanager
+def _claimed(label: str) -> Iterator[str]:
+    """The machine's run lock, then the id of a run of ``label`` chosen under it (no two
+    runs can choose one id, and a run that cannot start has recorded nothing)."""
+    with RunLock(label) as lock:
+        run_id = rundir.new_run_id(label)
+        lock.rename(run_id)
+        yield run_id
+
+
 def _writer_for(out: str | Path | None, run_id: str) -> RunWriter:
     return RunWriter(Path(out) if out is not None else rundir.RUNS_DIR / run_id)
 
@@ -178,6 +187,7 @@ def run(scenario: str | Path | Scenario, policies: Sequence[str] | None = None, 
 
     sc, source, rates = _scenario(scenario, seed)
     sc, auto = resolve_auto(sc, source)
+    sc, kinds = scenario_mod.with_user_kinds(sc)
     users = _user_controllers(sc, source, controllers or {})
     policies = [policies] if isinstance(policies, str) else policies
     pcap = [pcap] if isinstance(pcap, str) else pcap
@@ -202,26 +212,25 @@ def run(scenario: str | Path | Scenario, policies: Sequence[str] | None = None, 
         raise ScenarioError(source, "pcap", exc.args[0]) from None
     if problem := not_ready() or (sc.program and cgroups.problem()):
         raise NotReady(problem)
-    kinds = _user_kinds(sc)
-    with tempfile.TemporaryDirectory(prefix="labkit-program-") as build:
-        program = _classifier_program(sc, source, Path(build))
-        run_id = rundir.new_run_id(sc.name)
-        writer = _writer_for(out, run_id)
-        kept = _keep_program(writer.tmp, sc, program)
-    writer.write_manifest(run_id=run_id, scenario=sc.to_dict(), scenario_sha256=sc.sha256,
-                          policies=list(policies), seed=sc.seed, duration_s=duration,
-                          start_time=rundir.now_iso(), argv=list(argv) if argv else None,
-                          batch=dict(batch) if batch else None,
-                          controllers=_keep_sources(writer.tmp, "controllers", users),
-                          kinds=_keep_sources(writer.tmp, "kinds", kinds),
-                          classifier=kept and {"object": str(kept.relative_to(writer.tmp)),
-                                               "sha256": rundir.sha256_file(kept)},
-                          auto=auto, rates=rates, **rundir.provenance())
     tell = on_progress or (lambda _: None)
     request = PcapRequest(tuple(pcap), pcap_snaplen) if pcap else None
     results = []
-    with _recorded(writer), _caller_objects_frozen():
-        with RunLock(run_id):
+    with _claimed(sc.name) as run_id, work_dir(run_id) as build:
+        program = _classifier_program(sc, source, build)
+        writer = _writer_for(out, run_id)
+        kept = _keep_program(writer.tmp, sc, program)
+        writer.write_manifest(run_id=run_id, scenario=sc.to_dict(), scenario_sha256=sc.sha256,
+                              policies=list(policies), seed=sc.seed, duration_s=duration,
+                              start_time=rundir.now_iso(),
+                              argv=list(argv) if argv else None,
+                              batch=dict(batch) if batch else None,
+                              controllers=_keep_sources(writer.tmp, "controllers", users),
+                              kinds=_keep_sources(writer.tmp, "kinds", kinds),
+                              classifier=kept and {
+                                  "object": str(kept.relative_to(writer.tmp)),
+                                  "sha256": rundir.sha256_file(kept)},
+                              auto=auto, rates=rates, **rundir.provenance())
+        with _recorded(writer), _caller_objects_frozen():
             registry = Registry(run_id)
             for policy in policies:
                 total = sc.iterations
@@ -234,9 +243,9 @@ def run(scenario: str | Path | Scenario, policies: Sequence[str] | None = None, 
                     classifier_object=kept)
                 results.append(result)
                 tell(Progress(policy, "done", len({o["op"] for o in result.ops}), total))
-        tables = rundir.tables_from(results)
-        summary = analysis.summarize(tables, experiment.summary_meta(sc, topology, run_id,
-                                                                     results))
+            tables = rundir.tables_from(results)
+            summary = analysis.summarize(tables, experiment.summary_meta(sc, topology, run_id,
+                                                                         results))
     writer.write_manifest(fidelity={p: s["fidelity"] for p, s in summary["policies"].items()})
     return rundir.load_run(writer.finish(tables, summary))
 
@@ -255,10 +264,9 @@ def shell(scenario: str | Path | Scenario, policy: str = "fifo",
     (policy,) = scenario_mod.check_policies([policy], source, list(users))
     if problem := not_ready():
         raise NotReady(problem)
-    with tempfile.TemporaryDirectory(prefix="labkit-program-") as build:
-        program = _classifier_program(sc, source, Path(build))
-        run_id = rundir.new_run_id(f"shell-{sc.name}")
-        with RunLock(run_id), experiment.PolicyFabric(
+    with _claimed(f"shell-{sc.name}") as run_id, work_dir(run_id) as build:
+        program = _classifier_program(sc, source, build)
+        with experiment.PolicyFabric(
                 sc, topo.Topology(sc.fabric), policy, Registry(run_id),
                 controllers={**CONTROLLERS, **users}, classifier_object=program) as pf:
             if pf.control:
@@ -295,19 +303,18 @@ def sweep(scenario: str | Path | Scenario, op: str = "all_reduce", algo: str = "
                             for size, c in choices.items()}}
     if problem := not_ready():
         raise NotReady(problem)
-    run_id = rundir.new_run_id(f"sweep-{sc.name}")
-    writer = _writer_for(out, run_id)
-    writer.write_manifest(run_id=run_id, kind="sweep", scenario=sc.to_dict(),
-                          scenario_sha256=sc.sha256, op=op, algo=algo, sizes=list(sizes),
-                          iters=iters, start_time=rundir.now_iso(), auto=auto, rates=rates,
-                          argv=list(argv) if argv else None, **rundir.provenance())
     notes: list[str] = []
-    with _recorded(writer), _caller_objects_frozen(), RunLock(run_id), \
-            tempfile.TemporaryDirectory(prefix="labkit-sweep-") as work:
-        rows = experiment.run_sweep(sc, op, algos, list(sizes), iters, Registry(run_id),
-                                    Path(work), on_row=on_row, ranks=ranks, notes=notes)
-        if notes:
-            writer.write_manifest(notes=notes)
+    with _claimed(f"sweep-{sc.name}") as run_id:
+        writer = _writer_for(out, run_id)
+        writer.write_manifest(run_id=run_id, kind="sweep", scenario=sc.to_dict(),
+                              scenario_sha256=sc.sha256, op=op, algo=algo, sizes=list(sizes),
+                              iters=iters, start_time=rundir.now_iso(), auto=auto, rates=rates,
+                              argv=list(argv) if argv else None, **rundir.provenance())
+        with _recorded(writer), _caller_objects_frozen(), work_dir(run_id) as work:
+            rows = experiment.run_sweep(sc, op, algos, list(sizes), iters, Registry(run_id),
+                                        work, on_row=on_row, ranks=ranks, notes=notes)
+            if notes:
+                writer.write_manifest(notes=notes)
     path = rundir.finish_sweep(writer, [asdict(r) for r in rows])
     return Sweep(path, rows, pl.read_parquet(path / "sweep.parquet").drop("run_id"))
 
@@ -345,32 +352,31 @@ def tune(scenario: str | Path | Scenario, sizes: Sequence[int] = TUNE_SIZES, ite
     if problem := not_ready():
         raise NotReady(problem)
     ranks = autotune.ring_order(Topology(sc.fabric), sc.ranks)
-    run_id = rundir.new_run_id(f"tune-{sc.name}")
-    writer = _writer_for(out, run_id)
-    writer.write_manifest(run_id=run_id, kind="tune", scenario=sc.to_dict(),
-                          scenario_sha256=sc.sha256, algos=algos, sizes=list(sizes),
-                          iters=iters, ranks=list(ranks), start_time=rundir.now_iso(),
-                          rates=rates, argv=list(argv) if argv else None,
-                          **rundir.provenance())
     sweeps: dict[str, list[dict]] = {}
     notes: list[str] = []
-    with _recorded(writer), _caller_objects_frozen(), RunLock(run_id), \
-            tempfile.TemporaryDirectory(prefix="labkit-tune-") as work:
-        for algo in algos:
-            rows = experiment.run_sweep(
-                sc, "all_reduce", algo, list(sizes), iters, Registry(run_id), Path(work) / algo,
-                on_row=(lambda row, a=algo: on_row(a, row)) if on_row else None, ranks=ranks,
-                notes=notes)
-            sweeps[algo] = [asdict(r) for r in rows]
-        (writer.tmp / "tune.json").write_text(json.dumps(sweeps, indent=1) + "\n")
-        # an algorithm with wrong values at all but one size cannot be fitted: left out
-        fitted = {a: rows for a, rows in sweeps.items()
-                  if sum(1 for r in rows if not r["wrong"]) >= 2}
-        if not fitted:
-            raise RuntimeError("no algorithm ran without wrong values at two sizes: nothing "
-                               "to fit (every row is kept in tune.json)")
-        writer.write_manifest(not_fitted=sorted(set(sweeps) - set(fitted)), notes=notes)
-        model = autotune.Model.fit(fitted, model_key(sc))
+    with _claimed(f"tune-{sc.name}") as run_id:
+        writer = _writer_for(out, run_id)
+        writer.write_manifest(run_id=run_id, kind="tune", scenario=sc.to_dict(),
+                              scenario_sha256=sc.sha256, algos=algos, sizes=list(sizes),
+                              iters=iters, ranks=list(ranks), start_time=rundir.now_iso(),
+                              rates=rates, argv=list(argv) if argv else None,
+                              **rundir.provenance())
+        with _recorded(writer), _caller_objects_frozen(), work_dir(run_id) as work:
+            for algo in algos:
+                rows = experiment.run_sweep(
+                    sc, "all_reduce", algo, list(sizes), iters, Registry(run_id),
+                    work / algo, on_row=(lambda row, a=algo: on_row(a, row)) if on_row
+                    else None, ranks=ranks, notes=notes)
+                sweeps[algo] = [asdict(r) for r in rows]
+            (writer.tmp / "tune.json").write_text(json.dumps(sweeps, indent=1) + "\n")
+            # an algorithm with wrong values at all but one size cannot be fitted: left out
+            fitted = {a: rows for a, rows in sweeps.items()
+                      if sum(1 for r in rows if not r["wrong"]) >= 2}
+            if not fitted:
+                raise RuntimeError("no algorithm ran without wrong values at two sizes: "
+                                   "nothing to fit (every row is kept in tune.json)")
+            writer.write_manifest(not_fitted=sorted(set(sweeps) - set(fitted)), notes=notes)
+            model = autotune.Model.fit(fitted, model_key(sc))
     path = rundir.finish_tune(writer, sweeps, model)
     return Tuning(path, sweeps, model, rundir.save_model(model, run_id, models))
 
@@ -471,8 +477,8 @@ def calibrate(scenario: str | Path | Scenario, policies: Sequence[str] | None = 
         return not found
 
     busy_before = CpuSampler.busy_over(1.0)
-    run_id = rundir.new_run_id(f"calibrate-{sc.name}")
-    with RunLock(run_id):  # the machine is the calibration's from its first trial to its last
+    # the machine is the calibration's from its first trial to its last
+    with _claimed(f"calibrate-{sc.name}") as run_id:
         writer = _writer_for(out, run_id)
         writer.write_manifest(run_id=run_id, kind="calibration", scenario=sc.to_dict(),
                               scenario_sha256=sc.sha256, start_time=rundir.now_iso(),
@@ -511,13 +517,6 @@ def _keep_program(run_dir: Path, sc: Scenario, program: Path | None) -> Path | N
     if sc.classifier.endswith(".bpf.c"):
         shutil.copy(sc.classifier, run_dir / "programs")
     return Path(shutil.copy(program, run_dir / "programs"))
-
-
-def _user_kinds(sc: Scenario) -> dict[str, type]:
-    """The scenario's own traffic kinds (their entries are commands by now)."""
-    from labkit.extend import TrafficKind, load_class
-
-    return {name: load_class(spec, TrafficKind, "expand") for name, spec in sc.kinds}
 
 
 def _user_controllers(sc: Scenario, source: str, given: Mapping[str, str | type]

@@ -13,9 +13,7 @@ import re
 import shlex
 import shutil
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
-from contextvars import ContextVar
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from fractions import Fraction
 from pathlib import Path
@@ -410,6 +408,16 @@ class ProgramSpec:
 
 
 @dataclass(frozen=True)
+class KindEntry:
+    """A traffic entry of one of the scenario's own kinds, as written, until a run loads
+    the kind's class and expands it into command entries."""
+
+    key: str  # where in the file: "traffic[3]"
+    kind: str
+    entry: dict  # its keys besides ``kind``: the class's to check
+
+
+@dataclass(frozen=True)
 class Scenario:
     name: str
     path: str
@@ -426,9 +434,11 @@ class Scenario:
     control: ControlSpec = ControlSpec()
     emulation: EmulationSpec = EmulationSpec()
     commands: tuple[CommandSpec, ...] = ()
-    # the user's own traffic kinds: (name, "file.py:Class") pairs, resolved like controllers;
-    # their entries are expanded into ``commands`` when the file is parsed
+    # the user's own traffic kinds: (name, "file.py:Class") pairs, loaded like controllers
+    # when a run starts (never while parsing), which then expands their ``kind_entries``
+    # into ``commands`` (see with_user_kinds)
     kinds: tuple[tuple[str, str], ...] = ()
+    kind_entries: tuple[KindEntry, ...] = ()
     # the user's own classifier (lanes.program: a .bpf.c or .bpf.o, absolute path) in
     # place of bpf/classifier.bpf.c; None: the built-in one
     classifier: str | None = None
@@ -617,8 +627,8 @@ def parse(doc: Any, file: str = "<scenario>") -> Scenario:
     classifier = _program(c, lanes_doc["program"], "lanes.program") \
         if isinstance(lanes_doc, dict) and "program" in lanes_doc else None
     kinds = class_files(c, top.get("kinds", {}), "kinds", BUILT_IN_KINDS)
-    allreduce, job, program, storage, commands = _traffic(c, top["traffic"], fabric,
-                                                          dict(kinds))
+    allreduce, job, program, storage, commands, kind_entries = _traffic(
+        c, top["traffic"], fabric, dict(kinds))
     if program:
         lanes = _with_program_rule(c, lanes, program)
     control = _control(c, top.get("control", {}), "control")
@@ -630,7 +640,8 @@ def parse(doc: Any, file: str = "<scenario>") -> Scenario:
                "cannot scale with the links: leave the rate factor at 1")
     return Scenario(name, file, scale, seed, fabric, lanes, allreduce, storage, policies,
                     description, job=job, control=control, commands=commands,
-                    kinds=kinds, classifier=classifier, emulation=emulation, program=program)
+                    kinds=kinds, kind_entries=kind_entries, classifier=classifier,
+                    emulation=emulation, program=program)
 
 
 def _with_program_rule(c: _Checker, lanes: tuple[LaneRule, ...], program: ProgramSpec
@@ -1170,24 +1181,10 @@ def _add_named(c: _Checker, entries: list, entry, key: str, most: int) -> None:
 
 
 WORKLOADS = ("allreduce", "job", "program")  # the kinds that are a collective workload
-# False: parsing leaves out the entries of the scenario's own traffic kinds instead of
-# importing their files to expand them (`labkit validate`: see without_user_code)
-USER_CODE: ContextVar[bool] = ContextVar("USER_CODE", default=True)
-
-
-@contextmanager
-def without_user_code() -> Iterator[None]:
-    """Parse scenarios (and grids) inside this without importing any user's file: the
-    entries of a scenario's own traffic kinds are left out, their keys unchecked."""
-    token = USER_CODE.set(False)
-    try:
-        yield
-    finally:
-        USER_CODE.reset(token)
 
 
 def _traffic(c: _Checker, traffic, fabric: FabricSpec, kinds: dict[str, str]):
-    allreduce, job, program, storage, commands = None, None, None, [], []
+    allreduce, job, program, storage, commands, kind_entries = None, None, None, [], [], []
     known = ", ".join((*BUILT_IN_KINDS, *kinds))
     for i, t in enumerate(c.seq(traffic, "traffic")):
         key = f"traffic[{i}]"
@@ -1225,39 +1222,59 @@ def _traffic(c: _Checker, traffic, fabric: FabricSpec, kinds: dict[str, str]):
             _add_named(c, storage, _storage(c, t, key, fabric), key, MAX_STORAGE_ENTRIES)
         elif t["kind"] == "command":
             _add_named(c, commands, _command(c, t, key, fabric), key, MAX_COMMANDS)
-        elif t["kind"] in kinds:
-            if not USER_CODE.get():  # the entry's keys are its class's to check
-                continue
-            for j, entry in enumerate(_expand(c, t, key, fabric, kinds[t["kind"]])):
-                at = f"{key}.expanded[{j}]"
-                _add_named(c, commands, _command(c, {**entry, "kind": "command"}, at, fabric),
-                           at, MAX_COMMANDS)
+        elif t["kind"] in kinds:  # its class checks it when a run loads it
+            kind_entries.append(KindEntry(key, t["kind"],
+                                          {k: v for k, v in t.items() if k != "kind"}))
         else:
             c.fail(f"{key}.kind", f"unknown traffic kind {t['kind']!r} (known: {known})")
     if allreduce is None and job is None and program is None:
         c.fail("traffic", "needs a collective workload (kind: allreduce, job or program)")
-    return allreduce, job, program, tuple(storage), tuple(commands)
+    return allreduce, job, program, tuple(storage), tuple(commands), tuple(kind_entries)
 
 
-def _expand(c: _Checker, t: dict, key: str, fabric: FabricSpec, spec: str) -> list[dict]:
-    """The command entries a user's traffic kind makes of entry ``t``."""
+def with_user_kinds(sc: Scenario) -> tuple[Scenario, dict[str, type]]:
+    """``sc`` with the entries of its own traffic kinds expanded into command entries, and
+    the kinds' classes. This imports the kinds' files (user code, run as whoever runs
+    labkit): a run calls it when it starts, parsing never does."""
     from labkit.extend import TrafficKind, load_class
 
-    try:
-        kind = load_class(spec, TrafficKind, "expand")()
-    except ValueError as exc:
-        c.fail(f"{key}.kind", str(exc))
-    c.mapping(t, key, {"kind", *kind.keys}, set(kind.required))
+    c = _Checker(sc.path)
+    classes = {}
+    for name, spec in sc.kinds:
+        try:
+            classes[name] = load_class(spec, TrafficKind, "expand")
+        except ValueError as exc:
+            c.fail(f"kinds.{name}", str(exc))
+    commands = list(sc.commands)
+    for e in sc.kind_entries:
+        for j, entry in enumerate(_expand(c, e, classes[e.kind](), sc.fabric)):
+            at = f"{e.key}.expanded[{j}]"
+            _add_named(c, commands, _command(c, {**entry, "kind": "command"}, at, sc.fabric),
+                       at, MAX_COMMANDS)
+    return replace(sc, commands=tuple(commands), kind_entries=()), classes
+
+
+def user_files(sc: Scenario) -> list[str]:
+    """What a run of ``sc`` loads of the user's own (traffic kinds, controllers, the
+    classifier), one line each, for the run to say before it loads them."""
+    lines = [f"traffic kind {name}: {spec}" for name, spec in sc.kinds]
+    lines += [f"controller {name}: {spec}" for name, spec in sc.control.controllers]
+    return lines + ([f"classifier: {sc.classifier}"] if sc.classifier else [])
+
+
+def _expand(c: _Checker, e: KindEntry, kind, fabric: FabricSpec) -> list[dict]:
+    """The command entries a user's traffic kind makes of entry ``e``."""
+    c.mapping({"kind": e.kind, **e.entry}, e.key, {"kind", *kind.keys}, set(kind.required))
     hosts = {role: tuple(h.name for h in fabric.hosts if h.role == role) for role in ROLES}
     try:
-        entries = kind.expand({k: v for k, v in t.items() if k != "kind"}, hosts)
+        entries = kind.expand(dict(e.entry), hosts)
     except Exception as exc:  # the user's code: say where it failed and why
-        c.fail(key, f"{type(kind).__name__}.expand failed: {type(exc).__name__}: {exc}")
-    if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
-        c.fail(key, f"{type(kind).__name__}.expand must return a list of command entries "
+        c.fail(e.key, f"{type(kind).__name__}.expand failed: {type(exc).__name__}: {exc}")
+    if not isinstance(entries, list) or not all(isinstance(x, dict) for x in entries):
+        c.fail(e.key, f"{type(kind).__name__}.expand must return a list of command entries "
                     f"(dicts), got {kind_of(entries)}")
     if not entries:
-        c.fail(key, f"{type(kind).__name__}.expand made no command of this entry")
+        c.fail(e.key, f"{type(kind).__name__}.expand made no command of this entry")
     return entries
 
 
@@ -1265,7 +1282,7 @@ def class_files(c: _Checker, doc, key: str, built_in: Sequence[str] = ()
                 ) -> tuple[tuple[str, str], ...]:
     """``{name: "file.py:Class"}`` checked: a new label (none of ``built_in``), an
     existing Python file (relative to the scenario's directory) and a class name.
-    Controllers are loaded when a run needs them; traffic kinds at once."""
+    Nothing is imported here: a run loads them when it starts."""
     base = Path(c.file).parent
     out = []
     for name, where in c.mapping(doc, key, None).items():

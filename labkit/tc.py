@@ -194,10 +194,12 @@ class Rtnl:
 
     NLMSG_ERROR = 2
 
-    def __init__(self):
-        self.sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, socket.NETLINK_ROUTE)
-        self.sock.bind((0, 0))
-        self.seq = 0
+    def __init__(self, sock: socket.socket | None = None):
+        """A new socket, or ``sock`` (one opened so elsewhere: the pauser's, by fd)."""
+        if sock is None:
+            sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, socket.NETLINK_ROUTE)
+            sock.bind((0, 0))
+        self.sock, self.seq = sock, 0
 
     def call(self, request: bytearray) -> None:
         """Send ``request`` (its sequence number is set here); OSError if the kernel

@@ -142,7 +142,7 @@ class EventReader:
 
     def __init__(self, queues: QueueProbe):
         self._raw: list[bytes] = []
-        self._ring = bpf.RingBuffer(queues.obj.maps["lk_events"], self._raw.append)
+        self._ring = bpf.RingBuffer(queues.obj.maps["lk_events"].fd, self._raw.append)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="event-reader", daemon=True)
 

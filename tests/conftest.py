@@ -20,6 +20,11 @@ import pytest
 from labkit import bpf
 
 CI = os.environ.get("CI") == "true"
+# the labkit processes the tests start fail on a fork from a threaded process, as the
+# suite does (pyproject.toml); the message's start, as PYTHONWARNINGS takes it
+FORK_WARNING = "error:This process:DeprecationWarning"
+os.environ["PYTHONWARNINGS"] = ",".join(
+    w for w in (os.environ.get("PYTHONWARNINGS"), FORK_WARNING) if w)
 
 
 def free_port() -> int:

@@ -1,12 +1,38 @@
 """What labkit may leave in the kernel, listed so tests can demand there is none."""
 
 import json
+import os
 import subprocess
 import time
+from contextlib import suppress
 from pathlib import Path
 
 from labkit import bpf, cgroups, registry
 from labkit.registry import marked
+
+
+def net_namespaces() -> dict[int, str]:
+    """Every network namespace alive, by inode: what holds it (a process's own, an open
+    file descriptor, a bind mount in /run/netns)."""
+    found: dict[int, str] = {}
+    for proc in Path("/proc").glob("[0-9]*"):
+        with suppress(OSError):
+            found.setdefault((proc / "ns/net").stat().st_ino, f"pid {proc.name}")
+        with suppress(OSError):
+            for fd in (proc / "fd").iterdir():
+                with suppress(OSError):
+                    link = os.readlink(fd)
+                    if link.startswith("net:["):
+                        found.setdefault(int(link[5:-1]), f"an fd of pid {proc.name}")
+    for mount in Path("/run/netns").glob("*"):
+        with suppress(OSError):
+            found.setdefault(mount.stat().st_ino, f"the mount {mount}")
+    return found
+
+
+# the machine's own namespaces, before any test built a fabric: any other still alive when
+# a test checks is one a fabric left
+MACHINE_NAMESPACES = set(net_namespaces())
 
 
 def labkit_objects() -> dict[str, list[str]]:
@@ -31,8 +57,12 @@ def labkit_objects() -> dict[str, list[str]]:
     groups = [str(p) for p in top.rglob("*") if p.is_dir()] if top and top.exists() else []
     if top and top.exists():
         groups.append(str(top))
+    namespaces = [f"net:[{inode}] (held by {holder})"
+                  for inode, holder in net_namespaces().items()
+                  if inode not in MACHINE_NAMESPACES]
+    work = [str(p) for p in registry.WORK_DIR.glob("*")]
     return {"bpf_programs": progs, "pins": pins, "registries": registries, "processes": procs,
-            "cgroups": groups}
+            "cgroups": groups, "namespaces": namespaces, "work_dirs": work}
 
 
 def assert_no_leaks(timeout_s: float = 5.0) -> None:

@@ -10,8 +10,8 @@ can ``import labkit.torch``. Everything else is labkit's own environment (root's
 Under a controller, ``LABKIT_PHASE_FD`` names the inherited descriptor of the host's
 phase map (state-aware control, :mod:`labkit.torch`).
 
-Each rank starts held: a shell that waits for one line on its stdin. labkit moves it
-into the rank's cgroup (:mod:`labkit.cgroups`) from outside the node, then releases
+Each rank starts in the rank's cgroup (:mod:`labkit.cgroups`: it joins it before it
+runs anything), held: a shell that waits for one line on its stdin. labkit releases
 every rank at once; the shell then becomes the program (``exec``), so the program and
 everything it starts live in that cgroup, where the job marker knows their packets and
 teardown finds them. stdout and stderr are kept per rank
@@ -197,11 +197,9 @@ class Programs:
             with open(out, "wb") as o, open(err, "wb") as e:
                 proc = self.fabric.popen(
                     host, ["/bin/sh", "-c", HELD, f"{self.spec.name}-rank{r}", self.spec.cwd,
-                           *argv], f"program {self.spec.name} rank {r}", stdin=subprocess.PIPE,
-                    stdout=o, stderr=e, env=env, pass_fds=fds)
-            rank = Rank(r, host, argv, proc, self.groups[host], out, err)
-            self.ranks.append(rank)
-            rank.group.add(proc.pid)
+                           *argv], f"program {self.spec.name} rank {r}", self.groups[host],
+                    stdin=subprocess.PIPE, stdout=o, stderr=e, env=env, pass_fds=fds)
+            self.ranks.append(Rank(r, host, argv, proc, self.groups[host], out, err))
         return self
 
     def release(self, at_ns: int) -> None:

@@ -128,9 +128,13 @@ def with_a_kind_of_yours(directory: Path) -> Path:
     return directory / "lab.yaml"
 
 
-def test_validate_runs_no_code_of_yours(tmp_path):
+def test_validate_and_a_dry_run_run_no_code_of_yours(tmp_path):
     code, out, err = run_cli("validate", str(with_a_kind_of_yours(tmp_path)))
     assert code == 0 and "incast" in out and not (tmp_path / "ran").exists(), err
+    grid = tmp_path / "grid.yaml"
+    grid.write_text("scenario: lab.yaml\naxes: {defaults.link.rate_mbps: [50, 100]}\n")
+    code, out, err = run_cli("batch", str(grid), "--dry-run")
+    assert code == 0 and "2 runs of " in out and not (tmp_path / "ran").exists(), err
 
 
 def run_unprivileged(*argv: str) -> subprocess.CompletedProcess:

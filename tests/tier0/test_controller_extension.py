@@ -89,9 +89,13 @@ def with_kind(tmp_path: Path, source: str, entry: dict) -> Path:
     return path
 
 
-def test_a_traffic_kind_expands_into_command_entries(tmp_path):
+def test_a_traffic_kind_expands_into_command_entries_when_a_run_loads_it(tmp_path):
     example = (REPO / "docs/examples/traffic.py").read_text()
-    sc = scenario.load(with_kind(tmp_path, example, {"to": "g1", "senders": "storage"}))
+    parsed = scenario.load(with_kind(tmp_path, example, {"to": "g1", "senders": "storage"}))
+    assert parsed.commands == () and [e.kind for e in parsed.kind_entries] == ["incast"]
+    assert scenario.user_files(parsed) == [f"traffic kind incast: {tmp_path / 'kind.py'}:Incast"]
+    sc, classes = scenario.with_user_kinds(parsed)
+    assert list(classes) == ["incast"] and sc.kind_entries == ()
     incast = [c for c in sc.commands if c.name.startswith("incast-")]
     assert [c.host for c in incast] and all(c.serve_host == "g1" for c in incast)
     assert incast[0].key.endswith(".expanded[0]") and "{g1}" in incast[0].run[2]
@@ -105,11 +109,20 @@ def test_a_traffic_kind_expands_into_command_entries(tmp_path):
 ])
 def test_a_bad_entry_of_a_traffic_kind_says_where(tmp_path, entry, words):
     example = (REPO / "docs/examples/traffic.py").read_text()
+    parsed = scenario.load(with_kind(tmp_path, example, entry))  # not its class's keys yet
     with pytest.raises(scenario.ScenarioError) as caught:
-        scenario.load(with_kind(tmp_path, example, entry))
+        scenario.with_user_kinds(parsed)
     assert str(caught.value).startswith(str(tmp_path / "kinds.yaml")) and words in str(caught.value)
 
 
 def test_a_traffic_kind_that_is_not_one_is_refused(tmp_path):
-    with pytest.raises(scenario.ScenarioError, match="not a subclass of labkit.extend"):
-        scenario.load(with_kind(tmp_path, "class Incast:\n    pass\n", {"to": "g1"}))
+    parsed = scenario.load(with_kind(tmp_path, "class Incast:\n    pass\n", {"to": "g1"}))
+    with pytest.raises(scenario.ScenarioError, match="not a subclass of labkit.extend") as caught:
+        scenario.with_user_kinds(parsed)
+    assert caught.value.key == "kinds.incast"
+
+
+def test_parsing_never_imports_a_kinds_file(tmp_path):
+    source = "import pathlib\npathlib.Path(__file__).with_name('ran').touch()\n"
+    scenario.load(with_kind(tmp_path, source, {"to": "g1"}))
+    assert not (tmp_path / "ran").exists()

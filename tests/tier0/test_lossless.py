@@ -125,7 +125,7 @@ class FakeSwitch:
     """A neighbour's port whose netlink requests are remembered, and may fail."""
 
     def __init__(self, key, fail=()):
-        self.key, self.fail, self.calls = key, set(fail), []
+        self.key, self.layout, self.fail, self.calls = key, "fifo", set(fail), []
         self.held, self.paused = {}, set()
 
     def set(self, classid, paused):
@@ -136,19 +136,17 @@ class FakeSwitch:
 
 
 def bookkeeper(doc, switches):
-    """A Pauser without the kernel: its plan, ingress map and fake switches."""
+    """What the pauser process acts with, without the kernel: the plan's queues, the
+    ingress map and fake switches."""
     from labkit import pauser
-    from labkit.fabric import Fabric
 
     t = topology(doc)
-    p = object.__new__(pauser.Pauser)
-    p.fabric = Fabric(t, registry=None)
-    p.plan = lossless.queues(t, ("vip",), "fifo")
-    p.switches = switches
-    p.ingress = {("spine1", 2): t.port_towards("leaf2", "spine1"),
-                 ("spine1", 3): t.port_towards("leaf3", "spine1")}
-    p.rows, p.open, p.holding, p.errors = [], {}, {}, []
-    slot = next(i for i, q in enumerate(p.plan) if q.port == t.port_towards("spine1", "leaf1"))
+    plan = lossless.queues(t, ("vip",), "fifo")
+    queues = [pauser._Asking(q.lane, q.port.node, f"{q.port.node}/{q.port.ifname}")
+              for q in plan]
+    p = pauser._Acting(queues, {("spine1", 2): "leaf2/leaf2-eth4",
+                                ("spine1", 3): "leaf3/leaf3-eth1"}, switches)
+    slot = next(i for i, q in enumerate(plan) if q.port == t.port_towards("spine1", "leaf1"))
     return p, slot
 
 
@@ -156,22 +154,22 @@ def test_a_failed_resume_is_retried_at_the_end_and_nothing_stays_paused(doc):
     leaf2 = FakeSwitch("leaf2/leaf2-eth4", fail={(tc.FIFO_CLASS, False)})
     leaf3 = FakeSwitch("leaf3/leaf3-eth1")
     p, slot = bookkeeper(doc, {"leaf2/leaf2-eth4": leaf2, "leaf3/leaf3-eth1": leaf3})
-    p._pause(p.plan[slot], slot, 2, 100, 150)
-    p._pause(p.plan[slot], slot, 3, 100, 150)
-    p._pause(p.plan[slot], slot, 2, 110, 160)  # paused already: no second request
+    p._pause(p.queues[slot], slot, 2, 100, 150)
+    p._pause(p.queues[slot], slot, 3, 100, 150)
+    p._pause(p.queues[slot], slot, 2, 110, 160)  # paused already: no second request
     assert leaf2.calls == [(tc.FIFO_CLASS, True)] and leaf2.paused == {tc.FIFO_CLASS}
     p._resume(slot, 200)
     assert leaf3.paused == set() and len(p.rows) == 1 and p.rows[0].port == leaf3.key
     assert leaf2.paused == {tc.FIFO_CLASS} and "No buffer space" in p.errors[0]
     leaf2.fail.clear()
-    p._resume_everything()
+    p.resume_everything()
     assert leaf2.paused == set() and len(p.rows) == 2
 
 
 def test_a_refused_pause_holds_nothing(doc):
     leaf2 = FakeSwitch("leaf2/leaf2-eth4", fail={(tc.FIFO_CLASS, True)})
     p, slot = bookkeeper(doc, {"leaf2/leaf2-eth4": leaf2})
-    p._pause(p.plan[slot], slot, 2, 100, 150)
+    p._pause(p.queues[slot], slot, 2, 100, 150)
     assert not leaf2.held.get(tc.FIFO_CLASS) and not p.holding and len(p.errors) == 1
     p._resume(slot, 200)  # nothing to resume, and no error about it
     assert leaf2.calls == [(tc.FIFO_CLASS, True)] and len(p.errors) == 1

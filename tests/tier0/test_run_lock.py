@@ -56,3 +56,32 @@ def test_clean_is_named_as_clean():
              "RunLock('a-run').__enter__()", str(RunLock.path)],
             capture_output=True, text=True)
     assert "`labkit clean` (pid" in proc.stderr
+
+
+def test_a_run_chooses_its_id_under_the_lock_and_the_lock_names_it(tmp_path, monkeypatch):
+    from labkit import rundir, runner
+
+    monkeypatch.setattr(rundir, "RUNS_DIR", tmp_path / "runs")
+    with runner._claimed("lab") as run_id:
+        assert run_id.endswith("-lab") and RunLock.holder().run_id == run_id
+        proc = subprocess.run(  # a second run of it, from another process
+            [sys.executable, "-c", "import sys; from pathlib import Path; "
+             "from labkit import registry, rundir, runner; "
+             "registry.RunLock.path = Path(sys.argv[1]); rundir.RUNS_DIR = Path(sys.argv[2]); "
+             "runner._claimed('lab').__enter__()", str(RunLock.path), str(tmp_path / "runs")],
+            capture_output=True, text=True)
+    assert proc.returncode == 1 and f"run {run_id} (pid" in proc.stderr
+    assert not (tmp_path / "runs").exists()  # refused before it recorded anything
+
+
+def test_a_killed_runs_scratch_directory_is_a_leftover_until_clean(tmp_path, monkeypatch):
+    from labkit import registry
+
+    monkeypatch.setattr(registry, "WORK_DIR", tmp_path / "work")
+    monkeypatch.setattr(registry, "REGISTRY_DIR", tmp_path / "registry")
+    with RunLock("mine"), registry.work_dir("mine") as mine:
+        assert mine.is_dir() and registry.leftover_work_dirs() == []  # it is running
+    assert not mine.exists()
+    (tmp_path / "work" / "killed").mkdir()  # what a kill -9 leaves
+    assert registry.leftover_work_dirs() == [tmp_path / "work" / "killed"]
+    assert "(killed)" in registry.leftovers_line()

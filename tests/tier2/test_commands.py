@@ -1,9 +1,11 @@
 """A scenario's command entries run the user's own programs in the fabric.
 
 One short `fifo` run of the bottleneck with an unmodified iperf3 (server on g1, client on
-st1) beside the ring, and a second command that fails at once (nobody listens): the
-programs start, their output is kept, their packets are counted at the bottleneck like
-any other traffic, the failure is reported, and nothing outlives the run.
+st1) beside the ring, a second command that fails at once (nobody listens), and a third
+that leaves a process with an empty environment in a session of its own (only the
+fabric's cgroup still knows it): the programs start, their output is kept, their packets
+are counted at the bottleneck like any other traffic, the failure is reported, and
+nothing outlives the run, not even the escapee.
 """
 
 import subprocess
@@ -19,6 +21,19 @@ import labkit
 from tests.leaks import assert_no_leaks, labkit_objects
 
 REPO = Path(__file__).resolve().parents[2]
+ESCAPEE = "997.25"  # how long the escapee sleeps: how the test finds it
+
+
+def escapees() -> list[str]:
+    """The escapee's processes still alive."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if cmdline.read_bytes().split(b"\0")[:2] == [b"sleep", ESCAPEE.encode()]:
+                found.append(cmdline.parent.name)
+        except OSError:
+            continue
+    return found
 
 
 def scenario_with_commands(tmp: Path) -> Path:
@@ -28,7 +43,9 @@ def scenario_with_commands(tmp: Path) -> Path:
                        "run": "iperf3 -c {g1} -t 600 -i 1 --forceflush",
                        "serve": {"host": "g1", "run": "iperf3 -s -i 1 --forceflush"}},
                       {"kind": "command", "name": "refused", "host": "g2",
-                       "run": "iperf3 -c {g6} -p 5999 -t 2"}]
+                       "run": "iperf3 -c {g6} -p 5999 -t 2"},
+                      {"kind": "command", "name": "escapee", "host": "g3",
+                       "run": f"sh -c 'env -i setsid sleep {ESCAPEE} & exec sleep 600'"}]
     (tmp / "cmd.yaml").write_text(yaml.safe_dump(doc))
     return tmp / "cmd.yaml"
 
@@ -44,7 +61,8 @@ def run(tmp_path_factory):
 def test_programs_ran_and_their_output_is_kept(fabric_ready, run):
     loaded, out = run
     rows = {(c["name"], c["role"]): c for c in loaded.summary["policies"]["fifo"]["commands"]}
-    assert set(rows) == {("bulk", "run"), ("bulk", "serve"), ("refused", "run")}
+    assert set(rows) == {("bulk", "run"), ("bulk", "serve"), ("refused", "run"),
+                         ("escapee", "run")}
     assert rows["bulk", "run"]["stopped_by_labkit"] and rows["bulk", "serve"]["stopped_by_labkit"]
     assert rows["bulk", "run"]["argv"][2].startswith("10.")  # {g1} became g1's address
     client = (out / "agents/fifo/commands/bulk.out").read_text()
@@ -72,6 +90,7 @@ def test_their_packets_are_counted_at_the_bottleneck(fabric_ready, run):
 
 def test_nothing_outlives_the_run(fabric_ready, run):
     assert_no_leaks()
+    assert not escapees()  # gone with the fabric's cgroup
 
 
 def test_kill_9_then_clean_stops_the_programs(fabric_ready, tmp_path):
@@ -82,15 +101,18 @@ def test_kill_9_then_clean_stops_the_programs(fabric_ready, tmp_path):
                              "--duration", "20", "--out", str(tmp_path / "run")], cwd=REPO,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60
-    while not any("iperf3 -c" in p for p in labkit_objects()["processes"]):
+    while not (any("iperf3 -c" in p for p in labkit_objects()["processes"]) and escapees()):
         assert time.monotonic() < deadline and proc.poll() is None, \
             f"iperf3 never started: {proc.poll() is not None and proc.stderr.read()}"
         time.sleep(0.2)
     proc.kill()
     proc.wait()
     assert any("iperf3 -c" in p for p in labkit_objects()["processes"])  # outlived labkit
+    assert escapees()  # and so did the escapee, which no pid or marker names
     clean = subprocess.run([sys.executable, "-m", "labkit.cli", "clean"], cwd=REPO,
                            capture_output=True, text=True)
     assert clean.returncode == 0, clean.stderr
     assert "command bulk" in clean.stdout, clean.stdout
+    assert "scratch directory" in clean.stdout, clean.stdout  # the run's work directory
     assert_no_leaks()
+    assert not escapees()

@@ -2,9 +2,9 @@
 
 import ctypes
 import os
-import pty
 import select
 import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -37,19 +37,32 @@ def read_until(fd: int, marker: bytes | None, timeout_s: float) -> bytes:
                          f"{seen.decode(errors='replace')[-2000:]}")
 
 
-def _shell(*args: str) -> tuple[int, int]:
-    """`labkit shell` of bottleneck.yaml in a pseudo-terminal, as a user types it: its pid
-    and the terminal's fd."""
-    pid, fd = pty.fork()
-    if pid == 0:
-        os.chdir(REPO)
-        os.execv(sys.executable, [sys.executable, "-m", "labkit.cli", "shell",
-                                  "topologies/bottleneck.yaml", *args])
-    return pid, fd
+def _shell(*args: str) -> tuple[subprocess.Popen, int]:
+    """`labkit shell` of bottleneck.yaml in a pseudo-terminal, its controlling terminal, as
+    a user types it (started by exec, not forked from the tests' threaded process): the
+    process and the terminal's fd."""
+    fd, secondary = os.openpty()
+    proc = subprocess.Popen(["setsid", "--ctty", sys.executable, "-m", "labkit.cli", "shell",
+                             "topologies/bottleneck.yaml", *args], cwd=REPO,
+                            stdin=secondary, stdout=secondary, stderr=secondary)
+    os.close(secondary)
+    return proc, fd
+
+
+def _ended(proc: subprocess.Popen, fd: int, wait_s: float) -> int:
+    """The shell's exit code, once it ends within ``wait_s`` (else SIGTERM, which tears its
+    fabric down, then its code)."""
+    try:
+        proc.wait(timeout=wait_s)
+    except subprocess.TimeoutExpired:  # a check failed with the shell still open
+        proc.send_signal(signal.SIGTERM)
+        proc.wait()
+    os.close(fd)
+    return proc.returncode
 
 
 def test_ping_between_hosts_then_exit_leaves_nothing(fabric_ready):
-    pid, fd = _shell("--policy", "priority")
+    proc, fd = _shell("--policy", "priority")
     try:
         banner = read_until(fd, PROMPT, 90)
         assert b"hosts: g1" in banner
@@ -60,15 +73,8 @@ def test_ping_between_hosts_then_exit_leaves_nothing(fabric_ready):
         os.write(fd, b"exit\n")
         assert b"fabric torn down" in read_until(fd, None, 60)
     finally:
-        deadline = time.monotonic() + 10
-        while not (done := os.waitpid(pid, os.WNOHANG))[0] and time.monotonic() < deadline:
-            time.sleep(0.1)
-        _, status = done
-        if not done[0]:  # a check failed with the shell still open: stop it, it tears down
-            os.kill(pid, signal.SIGTERM)
-            _, status = os.waitpid(pid, 0)
-        os.close(fd)
-    assert os.waitstatus_to_exitcode(status) == 0
+        code = _ended(proc, fd, 10)
+    assert code == 0
     assert_no_leaks()
 
 
@@ -88,23 +94,17 @@ def _another_thread(pid: int, signum: int) -> int:
 def test_a_terminated_shell_tears_its_fabric_down(fabric_ready, target):
     """SIGTERM at the prompt (Mininet's prompt takes SIGINT; SIGTERM ends the shell), sent
     to the process, or given by the kernel to a thread a library started (forced here)."""
-    pid, fd = _shell()
+    proc, fd = _shell()
     try:
         read_until(fd, PROMPT, 90)
         if target == "the process":
-            os.kill(pid, signal.SIGTERM)
+            proc.send_signal(signal.SIGTERM)
         else:
             syscall = ctypes.CDLL(None, use_errno=True).syscall
-            tid = _another_thread(pid, signal.SIGTERM)
-            assert syscall(TGKILL[os.uname().machine], pid, tid, signal.SIGTERM) == 0
+            tid = _another_thread(proc.pid, signal.SIGTERM)
+            assert syscall(TGKILL[os.uname().machine], proc.pid, tid, signal.SIGTERM) == 0
         read_until(fd, None, 60)
     finally:
-        deadline = time.monotonic() + 5
-        while not (done := os.waitpid(pid, os.WNOHANG))[0] and time.monotonic() < deadline:
-            time.sleep(0.1)
-        if not done[0]:  # still at its prompt: end it as a user would, then fail
-            os.kill(pid, signal.SIGTERM)
-            done = os.waitpid(pid, 0)
-        os.close(fd)
-    assert os.waitstatus_to_exitcode(done[1]) == 128 + signal.SIGTERM
+        code = _ended(proc, fd, 5)
+    assert code == 128 + signal.SIGTERM
     assert_no_leaks()
