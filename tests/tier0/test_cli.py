@@ -137,6 +137,19 @@ def test_validate_and_a_dry_run_run_no_code_of_yours(tmp_path):
     assert code == 0 and "2 runs of " in out and not (tmp_path / "ran").exists(), err
 
 
+def test_a_run_says_which_files_of_yours_it_loads_then_loads_them(tmp_path):
+    """At run start, not before: the kind's file is imported (it leaves `ran`), and its
+    class, missing, is refused by key before anything is built."""
+    lab = with_a_kind_of_yours(tmp_path)
+    proc = subprocess.run([sys.executable, "-m", "labkit.cli", "run", str(lab)], cwd=REPO,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and (tmp_path / "ran").exists(), proc.stderr
+    kind = tmp_path / "kind.py"
+    assert proc.stderr.splitlines() == [
+        f"loading your traffic kind incast: {kind}:Incast (it runs as root)",
+        f"error: {lab}: kinds.incast: {kind} defines no Incast"]
+
+
 def run_unprivileged(*argv: str) -> subprocess.CompletedProcess:
     """``labkit *argv`` as nobody when the tests run as root (else as the unprivileged user
     running them); its files must be in a directory anyone can read."""

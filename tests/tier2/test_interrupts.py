@@ -46,7 +46,7 @@ def test_sigint_stops_within_5s_and_marks_the_run(fabric_ready, tmp_path, policy
     assert_no_leaks()
 
 
-@pytest.mark.parametrize("trial", range(5))
+@pytest.mark.parametrize("trial", range(3))
 def test_clean_after_kill_9_then_the_next_run_succeeds(fabric_ready, tmp_path, trial):
     proc = start_run(tmp_path / "run", POLICIES[trial % 2])
     deadline = time.monotonic() + 30
@@ -99,7 +99,7 @@ def test_sigint_twice_and_during_the_teardown(fabric_ready, tmp_path):
     deadline = time.monotonic() + 20
     while proc.poll() is None and time.monotonic() < deadline:  # the first stops the run,
         proc.send_signal(signal.SIGINT)  # the others land in its teardown
-        time.sleep(0.05)
+        time.sleep(0.01)
     stderr = _ended_interrupted(proc, tmp_path)
     assert "it finishes first" in stderr or "still tearing down" in stderr
 
