@@ -11,10 +11,14 @@ them: it reads the GPU hosts' phase maps every 5 ms and writes the merged window
 ``relay_delay_ms`` later, emulating the message's trip across the fabric's control
 network. While a window is open each low lane
 runs at ``busy_share`` of its fair share (:func:`labkit.control.session.storage_senders`);
-otherwise at ``idle_share`` of it. A user's program (``kind: program``) writes its
-phase through :mod:`labkit.torch`, or not at all: the job marker in the kernel keeps
-the window open while the job's packets cross a bottleneck; an open window is relayed
-one poll longer than it reads, so the storage hosts stay held until the next look.
+otherwise at ``idle_share`` of it, less what drains a queue the fabric telemetry shows at
+the bottleneck within :data:`DRAIN_MS`: at ``idle_share`` a queue left by a burst would
+drain at 2 % of the port's rate (seconds), and the job's next packets, its rendezvous
+and its retransmissions included, would wait behind it. A user's program
+(``kind: program``) writes its phase through :mod:`labkit.torch`, or not at all: the
+job marker in the kernel keeps the window open while the job's packets cross a
+bottleneck; an open window is relayed one poll longer than it reads, so the storage
+hosts stay held until the next look.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from labkit.control.base import Controller
 from labkit.control.valve import JobPhase
 
 RELAY_POLL_MS = 5.0
+DRAIN_MS = 20.0  # the idle rate drains a queue seen at the bottleneck in about this long
 
 
 class StateAware(Controller):
@@ -37,6 +42,7 @@ class StateAware(Controller):
             plant.valves.set(host, "low", "state-aware: the idle rate, and the busy rate "
                              "while the job communicates", mbps=spec.idle_share * fair_mbps,
                              busy_mbps=spec.busy_share * fair_mbps)
+        self.idle = spec.idle_share  # of the fair share, now (less while a queue drains)
         self.relayed = set(plant.senders) - set(plant.gpu_hosts)  # the rest read their own
         self.window = (0, 0)
         self.in_flight: deque[tuple[int, tuple[int, int]]] = deque()
@@ -57,7 +63,24 @@ class StateAware(Controller):
             return (0, 0)
         return (min(w[0] for w in chosen), max(w[1] for w in chosen))
 
+    def _drain(self, now_ns: int) -> None:
+        """Lower the idle rate while the bottleneck queues beyond ``target_us``, so that
+        the queue is gone in about :data:`DRAIN_MS`; back to ``idle_share`` once it is."""
+        spec, views = self.plant.spec, self.plant.feed.view(now_ns)
+        delay_ms = max((v.vip_delay_ns for v in views.values()), default=0) / 1e6
+        idle = spec.idle_share
+        if delay_ms * 1e3 > spec.target_us:
+            idle = max(spec.busy_share, round(spec.idle_share - delay_ms / DRAIN_MS, 2))
+        if idle == self.idle:
+            return
+        self.idle = idle
+        reason = (f"state-aware: a {delay_ms:.1f} ms queue at the bottleneck, drained by the "
+                  "idle rate" if idle < spec.idle_share else "state-aware: the idle rate")
+        for host, fair_mbps in self.plant.senders.items():
+            self.plant.valves.set(host, "low", reason, mbps=idle * fair_mbps)
+
     def step(self, now_ns: int) -> None:
+        self._drain(now_ns)
         window = self._merged(now_ns)
         if 0 < window[0] <= now_ns:  # open: it holds until the next relay at least, since
             # the kernel keeps a window open past the job's latest packet (a program's
