@@ -80,7 +80,7 @@ def checks() -> list[Check]:
     out.append(Check("the rank agents' hot path (labkit/traffic/_hotpath.so)", problem is None,
                      problem or "built", "make hotpath   (make setup does this)"))
     cgroup = cgroups.problem()
-    out.append(Check("cgroup v2 for your own program's ranks (kind: program, optional)",
+    out.append(Check("cgroup v2 (a program's ranks; every fabric's processes, killed as one)",
                      cgroup is None, str(cgroups.cgroup2_root() or "") if cgroup is None
                      else cgroup, "mount -t cgroup2 none /sys/fs/cgroup/unified", required=False))
     torch = subprocess.run([DEFAULT_PYTHON, "-c", "import torch.distributed"],

@@ -9,10 +9,10 @@ collective starts. Storage hosts run no job, so this relay carries the phase to
 them: it reads the GPU hosts' phase maps every 5 ms and writes the merged window
 (see :meth:`StateAware._merged`) into the storage senders' valves
 ``relay_delay_ms`` later, emulating the message's trip across the fabric's control
-network. While a window is open each low lane
-runs at ``busy_share`` of its fair share (:func:`labkit.control.session.storage_senders`);
-otherwise at ``idle_share`` of it, less what drains a queue the fabric telemetry shows at
-the bottleneck within :data:`DRAIN_MS`: at ``idle_share`` a queue left by a burst would
+network. While a window is open each low lane runs at ``busy_share`` of its fair share
+(:func:`labkit.control.session.storage_senders`); otherwise at ``idle_share`` of it, less
+what drains, within about :data:`DRAIN_MS`, a queue of more than :data:`DRAIN_FROM_MS` the
+fabric telemetry shows at the bottleneck: at ``idle_share`` a queue left by a burst would
 drain at 2 % of the port's rate (seconds), and the job's next packets, its rendezvous
 and its retransmissions included, would wait behind it. A user's program
 (``kind: program``) writes its phase through :mod:`labkit.torch`, or not at all: the
@@ -30,6 +30,7 @@ from labkit.control.valve import JobPhase
 
 RELAY_POLL_MS = 5.0
 DRAIN_MS = 20.0  # the idle rate drains a queue seen at the bottleneck in about this long
+DRAIN_FROM_MS = 5.0  # ... from this long a queue (shorter ones TCP keeps, and drains, itself)
 
 
 class StateAware(Controller):
@@ -64,12 +65,13 @@ class StateAware(Controller):
         return (min(w[0] for w in chosen), max(w[1] for w in chosen))
 
     def _drain(self, now_ns: int) -> None:
-        """Lower the idle rate while the bottleneck queues beyond ``target_us``, so that
-        the queue is gone in about :data:`DRAIN_MS`; back to ``idle_share`` once it is."""
+        """Lower the idle rate while the bottleneck queues beyond :data:`DRAIN_FROM_MS`, so
+        that the queue is gone in about :data:`DRAIN_MS`; back to ``idle_share`` once it
+        is."""
         spec, views = self.plant.spec, self.plant.feed.view(now_ns)
         delay_ms = max((v.vip_delay_ns for v in views.values()), default=0) / 1e6
         idle = spec.idle_share
-        if delay_ms * 1e3 > spec.target_us:
+        if delay_ms > DRAIN_FROM_MS:
             idle = max(spec.busy_share, round(spec.idle_share - delay_ms / DRAIN_MS, 2))
         if idle == self.idle:
             return
