@@ -151,8 +151,10 @@ def joining(argv: list[str], fd: int) -> list[str]:
     """``argv`` run so that the process first joins a cgroup through ``fd`` (its
     ``cgroup.procs`` open for writing, handed to the process), closes it, then execs
     ``argv``: nothing it starts can run outside the cgroup. Bash, not sh: dash takes no
-    descriptor above 9."""
-    return ["/bin/bash", "-c", f'echo 0 >&{fd} && exec "$@" {fd}>&-', "labkit-join", *argv]
+    descriptor above 9; ``-p`` so that nothing in the environment (``BASH_ENV``, exported
+    functions) runs or stands in for the builtins first."""
+    return ["/bin/bash", "-p", "-c", f'builtin echo 0 >&{fd} && builtin exec "$@" {fd}>&-',
+            "labkit-join", *argv]
 
 
 def kill(path: Path, wait_s: float = KILL_WAIT_S) -> list[int]:

@@ -420,10 +420,12 @@ def _before_building() -> None:
     _note_leftovers()
 
 
-def _note_user_code(sc: scenario_mod.Scenario, controllers: list[str] = ()) -> None:
-    """Say which of the user's own files a run is about to load (they run as root)."""
-    lines = scenario_mod.user_files(sc) + [f"controller {c.replace('=', ': ', 1)}"
-                                           for c in controllers]
+def _note_user_code(sc: scenario_mod.Scenario, controllers: list[str] = (),
+                    kinds: bool = True) -> None:
+    """Say which of the user's own files a run is about to load (they run as root);
+    ``kinds=False``: not its traffic kinds (a shell starts no traffic)."""
+    lines = scenario_mod.user_files(sc, kinds) + [f"controller {c.replace('=', ': ', 1)}"
+                                                  for c in controllers]
     for line in lines:
         err.print(f"loading your {line} (it runs as root)", highlight=False, soft_wrap=True)
 
@@ -544,6 +546,7 @@ def cmd_calibrate(args) -> int:
     from labkit import runner
 
     _before_building()
+    _note_user_code(scenario_mod.load(args.scenario))
     with _progress("ops") as progress:
         tasks: dict[tuple[float, str], int] = {}
         current = [1.0]
@@ -696,7 +699,7 @@ def cmd_shell(args) -> int:
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, _exit_on_signal)
     _note_leftovers()
-    _note_user_code(scenario_mod.load(args.scenario), args.controller)
+    _note_user_code(scenario_mod.load(args.scenario), args.controller, kinds=False)
     # a plain line, not a rich spinner: rich replaces stdout while one spins, and Mininet,
     # imported meanwhile, would keep writing to the replacement
     err.print(f"building {args.scenario} under {args.policy}, no traffic (a few seconds) ...")
@@ -979,6 +982,7 @@ def _clean(leftovers: list, work_dirs: list[Path], dry_run: bool) -> int:
     if not leftovers and not work_dirs:
         console.print("nothing to clean: no labkit run left objects behind")
         return 0
+    failed = 0
     for reg in leftovers:
         if dry_run:
             kinds = Counter(e["kind"] for e in reg.entries)
@@ -989,14 +993,21 @@ def _clean(leftovers: list, work_dirs: list[Path], dry_run: bool) -> int:
             removed = reg.teardown()
         except registry.TeardownIncomplete as exc:
             err.print(f"[red]error:[/] {escape(str(exc))}", highlight=False)
-            return 1
+            failed = 1
+            continue
         console.print(f"run {reg.run_id}: " + ("; ".join(removed) or "nothing was left"))
     for path in work_dirs:  # scratch files of a killed run (none is running: we hold the lock)
-        if not dry_run:
-            shutil.rmtree(path)
+        try:
+            if not dry_run:
+                shutil.rmtree(path)
+        except OSError as exc:
+            err.print(f"[red]error:[/] cannot remove {escape(str(path))}: {exc.strerror}",
+                      highlight=False)
+            failed = 1
+            continue
         console.print(f"run {path.name}: {'would remove' if dry_run else 'removed'} its "
                       f"scratch directory {path}", highlight=False)
-    return 0
+    return failed
 
 
 if __name__ == "__main__":

@@ -36,7 +36,9 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 from typing import NamedTuple
 
 from labkit import bpf, tc
@@ -267,6 +269,7 @@ class Pauser:
         self.rows: list[PauseRow] = []
         self.errors: list[str] = []
         self.child: subprocess.Popen | None = None
+        self._stderr = None  # the pauser's stderr, a file
         try:
             self._load(fabric.registry.add)
         except BaseException:
@@ -309,31 +312,46 @@ class Pauser:
                 "switches": [s.brief() for s in self.switches.values()]}
 
     def start(self) -> Pauser:
-        """Start the pauser process and wait until it acts; it acts until :meth:`stop`."""
+        """Start the pauser process and wait until it acts; it acts until :meth:`stop`.
+        It runs in a process group of its own (a Ctrl-C at the terminal is the run's to
+        handle, not the pauser's), from labkit's own directory (``-m`` puts the working
+        directory first on its import path, and the pauser runs as root)."""
         brief = self._brief()
         fds = [brief["ring_fd"], *(fd for s in self.switches.values() for fd in s.fds())]
+        self._stderr = tempfile.TemporaryFile()  # read once it ends: a pipe could fill
         self.child = subprocess.Popen(
             [sys.executable, "-m", "labkit.pauser"], stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, pass_fds=fds)
+            stdout=subprocess.PIPE, stderr=self._stderr, pass_fds=fds, process_group=0,
+            cwd=Path(__file__).resolve().parents[1])
         self.fabric.registry.add_process(self.child.pid, "pauser", signal.SIGKILL)
-        self.child.stdin.write(json.dumps(brief).encode() + b"\n")
-        self.child.stdin.flush()
-        ready = select.select([self.child.stdout], [], [], READY_WAIT_S)[0]
-        if not (ready and os.read(self.child.stdout.fileno(), len(READY)) == READY):
-            _, err = self._end()
+        try:
+            self.child.stdin.write(json.dumps(brief).encode() + b"\n")
+            self.child.stdin.flush()
+            ready = select.select([self.child.stdout], [], [], READY_WAIT_S)[0]
+            started = ready and os.read(self.child.stdout.fileno(), len(READY)) == READY
+        except OSError:  # it died before it read its brief
+            started = False
+        if not started:
+            self._end()
             raise RuntimeError(f"the pauser did not start within {READY_WAIT_S:g} s: "
-                               f"{_tail(err) or 'it said nothing'}")
+                               f"{self._said() or 'it said nothing'}")
         return self
 
-    def _end(self) -> tuple[bytes, bytes]:
-        """Close the pauser's stdin (its cue to report and exit) and read what it said,
+    def _end(self) -> bytes:
+        """Close the pauser's stdin (its cue to report and exit) and read its report,
         killing it if it has not exited within :data:`STOP_WAIT_S`."""
         child, self.child = self.child, None
-        try:
-            return child.communicate(timeout=STOP_WAIT_S)
+        try:  # communicate() closes its stdin first
+            out, _ = child.communicate(timeout=STOP_WAIT_S)
         except subprocess.TimeoutExpired:
             child.kill()
-            return child.communicate()
+            out, _ = child.communicate()
+        return out
+
+    def _said(self) -> str:
+        """The end of what the pauser wrote to stderr."""
+        self._stderr.seek(0)
+        return _tail(self._stderr.read())
 
     def notes(self) -> list[str]:
         """What went wrong, for the run's fidelity notes: events lost, requests refused."""
@@ -355,12 +373,13 @@ class Pauser:
         if self.child is None:
             return self.rows
         child = self.child
-        out, err = self._end()
+        out = self._end()
         try:
             report = json.loads(out)
         except ValueError:
+            said = self._said()
             self.errors.append(f"the pauser process failed (exit status {child.returncode}"
-                               f"{': ' + _tail(err) if err else ''}): every queue was "
+                               f"{': ' + said if said else ''}): every queue was "
                                "resumed after it")
             for switch in self.switches.values():
                 switch.paused.update(tc.leaf_classes(switch.layout))
@@ -381,6 +400,8 @@ class Pauser:
         for switch in self.switches.values():
             switch.close()
         self.switches.clear()
+        if self._stderr is not None:
+            self._stderr.close()
         self.obj.close()
 
 

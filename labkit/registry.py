@@ -142,11 +142,17 @@ def stop_processes(entries: list[dict], grace_s: float = 3.0) -> list[dict]:
 
 
 def _wait_exits(fds: set[int], timeout_s: float) -> set[int]:
-    """Wait until the processes of these pidfds exit, or ``timeout_s``; those still there."""
+    """Wait until the processes of these pidfds exit, or ``timeout_s``; those still there.
+    (poll, not select: a long-lived process may hold descriptors above 1023.)"""
+    poller, left = select.poll(), set(fds)
+    for fd in left:
+        poller.register(fd, select.POLLIN)
     deadline = time.monotonic() + timeout_s
-    while fds and (left := deadline - time.monotonic()) > 0:
-        fds = fds - set(select.select(list(fds), [], [], left)[0])
-    return fds
+    while left and (wait := deadline - time.monotonic()) > 0:
+        for fd, _ in poller.poll(wait * 1e3):
+            left.discard(fd)
+            poller.unregister(fd)
+    return left
 
 
 def alive(pid: int, start_time: int) -> bool:
@@ -365,7 +371,7 @@ class RunLock:
             fcntl.flock(fd, fcntl.LOCK_UN)
             return None
         except BlockingIOError:
-            text = os.read(fd, 256).decode().split()
+            text = os.read(fd, 256).decode().split("\n")[0].split()
             return LockInfo(int(text[0]), text[1]) if len(text) == 2 else LockInfo(0, "?")
         finally:
             os.close(fd)
@@ -401,8 +407,11 @@ class RunLock:
 
     @staticmethod
     def _name(run_id: str) -> None:
-        os.ftruncate(RunLock._fd, 0)
-        os.pwrite(RunLock._fd, f"{os.getpid()} {run_id}\n".encode(), 0)
+        """Write the holder, then cut what is left of the last one: a reader sees a whole
+        first line at every moment."""
+        text = f"{os.getpid()} {run_id}\n".encode()
+        os.pwrite(RunLock._fd, text, 0)
+        os.ftruncate(RunLock._fd, len(text))
 
     def __exit__(self, *exc) -> None:
         RunLock._held.pop()

@@ -445,7 +445,12 @@ class Scenario:
     program: ProgramSpec | None = None  # the user's own program as the collective workload
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The scenario as recorded in a run's manifest (``kind_entries`` only while there
+        are some: a run records its scenario expanded, as it did before they existed)."""
+        doc = asdict(self)
+        if not doc["kind_entries"]:
+            del doc["kind_entries"]
+        return doc
 
     @property
     def workload(self) -> AllReduceSpec | JobSpec | ProgramSpec:
@@ -1254,10 +1259,11 @@ def with_user_kinds(sc: Scenario) -> tuple[Scenario, dict[str, type]]:
     return replace(sc, commands=tuple(commands), kind_entries=()), classes
 
 
-def user_files(sc: Scenario) -> list[str]:
-    """What a run of ``sc`` loads of the user's own (traffic kinds, controllers, the
-    classifier), one line each, for the run to say before it loads them."""
-    lines = [f"traffic kind {name}: {spec}" for name, spec in sc.kinds]
+def user_files(sc: Scenario, kinds: bool = True) -> list[str]:
+    """What a run of ``sc`` loads of the user's own (traffic kinds unless ``kinds`` is
+    False, controllers, the classifier), one line each, for the run to say before it
+    loads them."""
+    lines = [f"traffic kind {name}: {spec}" for name, spec in sc.kinds] if kinds else []
     lines += [f"controller {name}: {spec}" for name, spec in sc.control.controllers]
     return lines + ([f"classifier: {sc.classifier}"] if sc.classifier else [])
 

@@ -2,36 +2,62 @@
 
 import json
 import os
+import re
+import socket
 import subprocess
+import threading
 import time
 from contextlib import suppress
 from pathlib import Path
 
 from labkit import bpf, cgroups, registry
+from labkit.netns import setns
 from labkit.registry import marked
 
 
 def net_namespaces() -> dict[int, str]:
-    """Every network namespace alive, by inode: what holds it (a process's own, an open
-    file descriptor, a bind mount in /run/netns)."""
+    """Every network namespace alive, by inode: a path that reaches it and what holds it
+    (a process's own, an open namespace fd, a bind mount in /run/netns)."""
     found: dict[int, str] = {}
     for proc in Path("/proc").glob("[0-9]*"):
         with suppress(OSError):
-            found.setdefault((proc / "ns/net").stat().st_ino, f"pid {proc.name}")
+            found.setdefault((proc / "ns/net").stat().st_ino, str(proc / "ns/net"))
         with suppress(OSError):
             for fd in (proc / "fd").iterdir():
                 with suppress(OSError):
                     link = os.readlink(fd)
                     if link.startswith("net:["):
-                        found.setdefault(int(link[5:-1]), f"an fd of pid {proc.name}")
+                        found.setdefault(int(link[5:-1]), str(fd))
     for mount in Path("/run/netns").glob("*"):
         with suppress(OSError):
-            found.setdefault(mount.stat().st_ino, f"the mount {mount}")
+            found.setdefault(mount.stat().st_ino, str(mount))
     return found
 
 
-# the machine's own namespaces, before any test built a fabric: any other still alive when
-# a test checks is one a fabric left
+PORT_NAME = re.compile(r"[a-z][a-z0-9]{0,8}-eth\d+")  # a fabric's ports (labkit.topo)
+
+
+def _fabric_ports(path: str) -> list[str]:
+    """The ports named as a fabric's in the namespace at ``path`` (entered from a thread
+    of its own, as labkit.netns does)."""
+    names: list[str] = []
+
+    def look() -> None:
+        with suppress(OSError):
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                setns(fd)
+                names.extend(n for _, n in socket.if_nameindex() if PORT_NAME.fullmatch(n))
+            finally:
+                os.close(fd)
+
+    t = threading.Thread(target=look)
+    t.start()
+    t.join()
+    return names
+
+
+# the machine's own namespaces, before any test built a fabric
 MACHINE_NAMESPACES = set(net_namespaces())
 
 
@@ -57,9 +83,9 @@ def labkit_objects() -> dict[str, list[str]]:
     groups = [str(p) for p in top.rglob("*") if p.is_dir()] if top and top.exists() else []
     if top and top.exists():
         groups.append(str(top))
-    namespaces = [f"net:[{inode}] (held by {holder})"
-                  for inode, holder in net_namespaces().items()
-                  if inode not in MACHINE_NAMESPACES]
+    namespaces = [f"net:[{inode}] at {path}, with {', '.join(ports)}"
+                  for inode, path in net_namespaces().items() if inode not in MACHINE_NAMESPACES
+                  and (ports := _fabric_ports(path))]
     work = [str(p) for p in registry.WORK_DIR.glob("*")]
     return {"bpf_programs": progs, "pins": pins, "registries": registries, "processes": procs,
             "cgroups": groups, "namespaces": namespaces, "work_dirs": work}
