@@ -141,10 +141,16 @@ def run_dir(run_id: str) -> Path:
     return require_root() / TOP / run_id
 
 
+def fabric_dir(run_id: str, label: str) -> Path:
+    """The directory of the cgroups of a run's fabric for ``label`` (its policy): the
+    fabric's own (:data:`FABRIC`) and its ranks' (one per host)."""
+    return run_dir(run_id) / label
+
+
 def fabric_path(run_id: str, label: str) -> Path | None:
     """The cgroup of the processes of a run's fabric for ``label`` (its policy), or None
     where this machine has no writable cgroup v2 (``labkit doctor`` says so)."""
-    return None if problem() else run_dir(run_id) / label / FABRIC
+    return None if problem() else fabric_dir(run_id, label) / FABRIC
 
 
 def joining(argv: list[str], fd: int) -> list[str]:

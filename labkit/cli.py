@@ -17,6 +17,7 @@ import shutil
 import signal
 import sys
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 
@@ -420,7 +421,7 @@ def _before_building() -> None:
     _note_leftovers()
 
 
-def _note_user_code(sc: scenario_mod.Scenario, controllers: list[str] = (),
+def _note_user_code(sc: scenario_mod.Scenario, controllers: Sequence[str] = (),
                     kinds: bool = True) -> None:
     """Say which of the user's own files a run is about to load (they run as root);
     ``kinds=False``: not its traffic kinds (a shell starts no traffic)."""
@@ -499,7 +500,8 @@ def cmd_run(args) -> int:
     from labkit import runner
 
     _before_building()
-    _note_user_code(_scenario(args), args.controller)
+    sc = _scenario(args)
+    _note_user_code(sc, args.controller)
     with _progress(to_stderr=args.json) as progress:
         tasks: dict[str, int] = {}
 
@@ -512,7 +514,7 @@ def cmd_run(args) -> int:
 
         try:
             # the file itself when nothing is changed: the run's errors then name it
-            run = runner.run(_scenario(args) if args.set else args.scenario,
+            run = runner.run(sc if args.set else args.scenario,
                              args.policy or None, out=args.out, seed=args.seed,
                              duration=args.duration, on_progress=show,
                              controllers=_named_controllers(args.controller), pcap=args.pcap,

@@ -231,7 +231,7 @@ class PolicyFabric:
         """A cgroup per rank of the user's program, and on each rank host's NIC the job
         marker that knows the cgroup (writing the host's valve's phase, when held)."""
         spec = self.sc.program
-        base = cgroups.run_dir(self.registry.run_id) / self.pol.name
+        base = cgroups.fabric_dir(self.registry.run_id, self.pol.name)
         self.marks = JobMarks(self.registry.add)
         for host in spec.ranks:
             group = self.groups[host] = cgroups.make(base / host, self.registry.add,
