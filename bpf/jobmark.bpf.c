@@ -24,8 +24,12 @@
  *   the latest such packet left (crossed_ns): what the job's forecasts are learned from;
  *   so the host's gate and the state-aware relay see the job contend as it happens,
  *   and only then. A window the job announced for later (labkit/torch.py, as a step
- *   ends) opens when the job said, or at the first packet of a new burst if that comes
- *   first; the last sends of the step before do not open it.
+ *   ends) opens when the job said, or at a new burst if that comes first; the last
+ *   sends of the step before do not open it. A burst across counts from its first
+ *   open_bytes: a framework's handshake before a collective (gloo's receivers tell
+ *   their peers they are ready, a few hundred bytes each, while the slowest rank still
+ *   computes) opens nothing; on pytorch-ddp.yaml those came up to 50 ms before the data
+ *   and held storage back for nothing.
  *
  * It never drops and never reorders: TC_ACT_UNSPEC hands each packet on to the next
  * filter (the valve) unchanged but for its DSCP.
@@ -60,6 +64,7 @@ struct lk_job_state {
 	struct bpf_spin_lock lock;
 	__u32 ended;          /* bursts ended so far (those past LK_MAX_BURSTS are lost) */
 	struct lk_burst open; /* the burst under way; packets 0: none yet */
+	__u64 cross_bytes;    /* of the burst across a bottleneck under way (no lock: a count) */
 };
 
 struct {
@@ -139,26 +144,35 @@ static __always_inline void lk_burst(const struct lk_jobmark_config *cfg, __u64 
 		*slot = done;
 }
 
-/* The job sends data across a bottleneck now: its window is open now, until hold_ns
- * from now at least. A window the job announced for later stays as announced while the burst
- * under way goes on (a step's last sends, after the job announced the next step); a new
- * burst opens it at once: the traffic knows better than the forecast. */
-static __always_inline void lk_communicating(const struct lk_jobmark_config *cfg, __u64 now)
+/* The job sends len bytes of data across a bottleneck now. Once the burst under way has
+ * carried open_bytes, its window is open now, until hold_ns from now at least. A window
+ * the job announced for later stays as announced while the burst under way goes on (a
+ * step's last sends, after the job announced the next step); a new burst opens it as it
+ * reaches open_bytes: the traffic knows better than the forecast. */
+static __always_inline void lk_communicating(const struct lk_jobmark_config *cfg, __u64 now,
+					     __u32 len)
 {
 	struct lk_job_phase *p;
+	struct lk_job_state *st;
 	__u32 zero = 0;
-	int new_burst;
+	__u64 before;
+	int counts_now;
 
 	p = bpf_map_lookup_elem(&lk_phase, &zero);
-	if (!p)
+	st = bpf_map_lookup_elem(&lk_job_state, &zero);
+	if (!p || !st)
 		return;
-	new_burst = now > p->crossed_ns + cfg->quiet_ns;
-	if (new_burst && !p->cross_start_ns)
-		p->cross_start_ns = now; /* the first burst since the job last cleared it */
+	before = now > p->crossed_ns + cfg->quiet_ns ? 0 : st->cross_bytes; /* 0: a new burst */
+	st->cross_bytes = before + len;
 	if (now > p->crossed_ns)
 		p->crossed_ns = now;
 	p->flags |= LK_PHASE_CROSSES;
-	if (p->busy_from_ns > now && !new_burst)
+	if (before + len < cfg->open_bytes)
+		return; /* a handshake's few bytes, so far */
+	counts_now = before < cfg->open_bytes; /* this packet makes the burst one that counts */
+	if (counts_now && !p->cross_start_ns)
+		p->cross_start_ns = now; /* the first burst since the job last cleared it */
+	if (p->busy_from_ns > now && !counts_now)
 		return;
 	if (p->busy_from_ns > now || now >= p->busy_until_ns)
 		p->busy_from_ns = now;
@@ -205,7 +219,7 @@ int lk_jobmark(struct __sk_buff *skb)
 		now = bpf_ktime_get_ns();
 		lk_burst(cfg, now, skb->len, segs);
 		if (lk_crosses(data, data_end))
-			lk_communicating(cfg, now);
+			lk_communicating(cfg, now, skb->len);
 	}
 	lk_set_dscp(skb, data, data_end, cfg->dscp);
 	return TC_ACT_UNSPEC;

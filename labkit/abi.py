@@ -127,7 +127,7 @@ class PauseEvent(ctypes.Structure):
 
 class JobmarkConfig(ctypes.Structure):
     _fields_ = [("cgroup_id", u64), ("quiet_ns", u64), ("hold_ns", u64), ("level", u32),
-                ("dscp", u32)]
+                ("dscp", u32), ("open_bytes", u64)]
 
 
 class Burst(ctypes.Structure):
@@ -136,9 +136,10 @@ class Burst(ctypes.Structure):
 
 class JobState(ctypes.Structure):
     """``struct lk_job_state`` of bpf/jobmark.bpf.c (read, never written, here): its
-    ``bpf_spin_lock``, the bursts ended so far, the burst under way."""
+    ``bpf_spin_lock``, the bursts ended so far, the burst under way, the bytes of the
+    burst across a bottleneck under way."""
 
-    _fields_ = [("lock", u32), ("ended", u32), ("open", Burst)]
+    _fields_ = [("lock", u32), ("ended", u32), ("open", Burst), ("cross_bytes", u64)]
 
 
 MAX_BURSTS = 4096  # LK_MAX_BURSTS

@@ -9,7 +9,8 @@ which are what a program that reports nothing of its own is measured by; and, wh
 the job sends to a rank whose path crosses a bottleneck port (``far``), it holds the
 host's job phase open ``hold_ms`` past its latest such packet (the valve's
 ``lk_phase`` when the host is held: state-aware control without the job's
-cooperation, and only where the job meets storage).
+cooperation, and only where the job meets storage), once a burst across has carried
+:data:`OPEN_BYTES` (a framework's handshake before a collective opens nothing).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from labkit.cgroups import Cgroup
 from labkit.netns import Netns
 
 PROGRAM = "lk_jobmark"
+OPEN_BYTES = 16 << 10  # a burst across a bottleneck opens the window from this many bytes
 
 
 class BurstRow(NamedTuple):
@@ -40,7 +42,7 @@ class JobMark:
 
     def __init__(self, host: str, group: Cgroup, dscp: int, quiet_ms: float, hold_ms: float,
                  far: list[str] = (), phase: bpf.Map | None = None,
-                 record: bpf.Recorder | None = None):
+                 record: bpf.Recorder | None = None, open_bytes: int = OPEN_BYTES):
         self.host = host
         self.obj = bpf.record_programs(
             bpf.BpfObject(bpf.object_path("jobmark"), reuse={"lk_phase": phase} if phase
@@ -49,7 +51,7 @@ class JobMark:
             self.obj.maps["lk_jobmark_far"].update(socket.inet_aton(address), b"\x01")
         self.obj.maps["lk_jobmark_cfg"].update(0, JobmarkConfig(
             cgroup_id=group.id, quiet_ns=int(quiet_ms * 1e6), hold_ns=int(hold_ms * 1e6),
-            level=group.level, dscp=dscp))
+            level=group.level, dscp=dscp, open_bytes=open_bytes))
 
     def counters(self) -> tuple[int, int]:
         """(packets, bytes) of the job out of this NIC so far."""

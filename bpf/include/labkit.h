@@ -221,6 +221,7 @@ struct lk_jobmark_config {
 	__u64 hold_ns;   /* the phase stays "communicating" this long after a packet */
 	__u32 level;     /* the cgroup's depth below the cgroup2 root (the root is 0) */
 	__u32 dscp;      /* written into every IPv4 packet of the job; ECN bits are kept */
+	__u64 open_bytes; /* a burst across a bottleneck opens the window from this many bytes */
 };
 
 /* One burst of the job's traffic out of a host's NIC: its first and last packet. */

@@ -14,12 +14,18 @@ out inside the host's namespace:
   the gate's rate, so what the gate admits leaves at that rate from a queue: the
   sender always has data in flight and its acknowledgements clock the retries. Below
   one full-size packet (the NIC's MTU) per ``horizon_ms`` the gate admits no data at
-  all: it holds, and the ceiling goes back to the link, so that what was queued
-  before the hold leaves at once (the kernel closes the gate early enough before a
-  known window for that). A hold is never a ceiling: HTB charges a packet at the
-  ceiling in force when it leaves, as time, so one 64 KiB packet let out at a hold's
-  0.1 Mbit/s would leave the class five seconds in debt, which no later ceiling
-  forgives;
+  all: it holds. A hold inside the job's window keeps the ceiling at the gate's rate
+  outside it: what was queued before leaves at the rate it was admitted at (the
+  kernel closes the gate early enough before a known window for that), and when the
+  window ends, the bucket the gate then admits at once (``horizon_ms`` of its rate)
+  leaves at that rate too, not as one burst at the NIC's speed: the ceiling moves up
+  to 2 ms after the kernel's rate does, and a burst at a storage server's 1 Gbit/s
+  left 50 ms queues at the bottleneck as each window of ``pytorch-ddp.yaml`` ended.
+  A controller's own hold (its rate after it is unknown) sends the ceiling back to
+  the link, so that what was queued leaves at once. A hold is never a ceiling: HTB
+  charges a packet at the ceiling in force when it leaves, as time, so one 64 KiB
+  packet let out at a hold's 0.1 Mbit/s would leave the class five seconds in debt,
+  which no later ceiling forgives;
 * whenever the gate opens wider, the socket iterator ``bpf/wake.bpf.c`` is read in
   the host's namespace: every established TCP socket there pushes what it has
   queued, now, instead of sleeping through the start of the compute phase. Any
@@ -43,11 +49,20 @@ from labkit.netns import Netns
 POLL_MS = 2.0
 
 
-def ceiling(gate_mbps: float, horizon_ms: float, mtu: int) -> float | None:
+def ceiling(gate_mbps: float, horizon_ms: float, mtu: int,
+            outside_mbps: float | None = None) -> float | None:
     """The held class's ceiling (Mbit/s; None: the link) for a gate at ``gate_mbps``: the
-    gate's rate, unless the gate is open or holds (its bucket takes no full-size packet)."""
-    holds = gate_mbps * horizon_ms * 1e3 / 8 < mtu
-    return None if gate_mbps == float("inf") or holds else gate_mbps
+    gate's rate; the link when it is open; when it holds (its bucket takes no full-size
+    packet), the rate outside the job's window (``outside_mbps``) if that one admits,
+    else the link."""
+    def holds(mbps: float) -> bool:
+        return mbps * horizon_ms * 1e3 / 8 < mtu
+
+    if gate_mbps == float("inf"):
+        return None
+    if not holds(gate_mbps):
+        return gate_mbps
+    return outside_mbps if outside_mbps is not None and not holds(outside_mbps) else None
 
 
 class HostWorker:
@@ -105,7 +120,8 @@ class Gates:
             valve = self.valves.valves[host]
             allowed = valve.gate(time.monotonic_ns())
             worker = self.workers[host]
-            ceil = ceiling(allowed, valve.lanes[GATE_LANE].horizon_ms, self.nics[host][1].mtu)
+            setting = valve.lanes[GATE_LANE]
+            ceil = ceiling(allowed, setting.horizon_ms, self.nics[host][1].mtu, setting.mbps)
             if ceil != self.ceilings[host]:
                 worker.submit(lambda ipr, nic=self.nics[host], c=ceil:
                               tc.set_held_ceil(ipr, *nic, c))

@@ -3,7 +3,7 @@ over loopback in a network namespace of its own, with the marker on lo's egress.
 packets arrive with the job's DSCP (ECN bits kept, header checksum right: the receiving
 stack drops a bad one), a socket made before the process joined the cgroup is left
 alone, bursts and counters are kept, and packets to a destination across a bottleneck
-open the host's phase window."""
+open the host's phase window once their burst has carried open_bytes."""
 
 import json
 import os
@@ -24,6 +24,7 @@ from labkit.abi import JobPhase
 from labkit.jobmark import JobMark
 
 path, level, cgid = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+PACKET = 1000 + 8 + 20 + 14  # bytes on the wire of one datagram below
 subprocess = __import__("subprocess")
 subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
 rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -36,7 +37,7 @@ before.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, 0x02)
 after = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)  # made inside it
 after.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, 0x02)  # ECT(0)
 mark = JobMark("h", cgroups.Cgroup(path, cgid, level), dscp=26, quiet_ms=20, hold_ms=20,
-               far=["127.0.0.1"])
+               far=["127.0.0.1"], open_bytes=3 * PACKET)
 lo = socket.if_nametoindex("lo")
 attachment = bpf.tc_attach(mark.obj.programs["lk_jobmark"], lo, True, 3)
 
@@ -48,12 +49,17 @@ def send(sock, n):
         tos.append(anc[0][2][0])
     return tos
 
-out = {"before": send(before, 3), "after": send(after, 5)}
+def phase():
+    p = JobPhase.from_buffer_copy(mark.obj.maps["lk_phase"].lookup(0))
+    return [p.busy_from_ns, p.busy_until_ns, p.flags, p.cross_start_ns, p.crossed_ns]
+
+out = {"before": send(before, 3), "after": send(after, 2)}
+out["handshake"] = phase()  # two packets: below open_bytes, nothing opened
+out["after"] += send(after, 3)
+out["first"] = phase()
 time.sleep(0.05)  # > quiet: the next packets are a new burst
 out["after"] += send(after, 2)
-phase = JobPhase.from_buffer_copy(mark.obj.maps["lk_phase"].lookup(0))
-out["phase"] = [phase.busy_from_ns, phase.busy_until_ns, phase.flags, phase.cross_start_ns,
-                phase.crossed_ns, time.monotonic_ns()]
+out["phase"] = phase()
 out["counters"] = list(mark.counters())
 rows, lost = mark.bursts()
 out["bursts"] = [[b.start_ns, b.end_ns, b.bytes, b.packets] for b in rows]
@@ -87,8 +93,14 @@ def test_the_jobs_packets_carry_its_dscp_and_nothing_else_does(group):
     assert packets == 7 and nbytes == 7 * (1000 + 8 + 20 + 14)
     assert [b[3] for b in out["bursts"]] == [5, 2]  # a 50 ms gap ended the first burst
     assert out["bursts"][0][1] < out["bursts"][1][0]
-    busy_from, busy_until, flags, cross_start, crossed, now = out["phase"]
-    # the first burst since cross_start_ns was last cleared (never, here), and the last packet
-    assert flags == 1 and cross_start == out["bursts"][0][0] and crossed == out["bursts"][1][1]
-    # the window: reopened by the second burst (the first one's had lapsed), held 20 ms on
-    assert busy_from == out["bursts"][1][0] and busy_until == crossed + 20_000_000
+    first, second = out["bursts"]
+    busy_from, busy_until, flags, cross_start, crossed = out["handshake"]
+    assert (busy_from, busy_until, cross_start) == (0, 0, 0)  # two packets opened nothing
+    assert flags == 1 and first[0] <= crossed < first[1]  # ... but were seen crossing
+    busy_from, busy_until, flags, cross_start, crossed = out["first"]
+    # the third packet carried the burst to open_bytes: the window opened there, held 20 ms
+    assert first[0] < busy_from == cross_start <= first[1] and crossed == first[1]
+    assert busy_until == crossed + 20_000_000
+    # a second burst of two packets: seen (crossed), but it opens nothing and the first
+    # burst's window has lapsed; cross_start stays the first burst's that counted
+    assert out["phase"] == [busy_from, busy_until, 1, cross_start, second[1]]
