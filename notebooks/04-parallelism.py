@@ -84,9 +84,9 @@ summary_frame(ddp.summary, digits=2).select(
 # Storage under `fifo` makes every iteration several times slower; the vip lane
 # (`priority`) gives the job the isolated run's times. The controllers hold storage back
 # at its senders while the job's packets cross the bottleneck, which the kernel sees
-# without the job's help: `state-aware`, which also drains what queues between the job's
-# windows, comes within a few percent of `priority` over a single FIFO port, with no vip
-# drop; every controller gives up some of the port to do it.
+# without the job's help: `state-aware` comes within a few percent of `priority` over a
+# single FIFO port, with no vip drop, and leaves storage most of the rest of the port;
+# what it gives up is the time the job's stalls and the relay's latency cost.
 
 # %%
 plots.op_time_cdf(ddp)
