@@ -27,7 +27,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from labkit.scenario import FabricSpec
+from labkit.fabric_spec import FabricSpec
 from labkit.topo import Topology
 from labkit.traffic import schedules
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from labkit.scenario import FabricSpec
+from labkit.fabric_spec import FabricSpec
 from labkit.topo import Port, Topology
 
 # A pause acts within this. Measured on a 2-core VM with its fabric at full tilt: 0.2 ms

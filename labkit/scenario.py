@@ -21,6 +21,9 @@ from typing import Any
 
 import yaml
 
+from labkit import lossless, topo
+from labkit.fabric_spec import FabricSpec, HostSpec, LinkSpec, ServerSpec
+
 LAYOUTS = ("isolated", "fifo", "priority")  # what the router ports do (and whether storage runs)
 CONTROLLERS = ("reactive", "proactive", "state-aware")  # labkit.control
 POLICIES = LAYOUTS + CONTROLLERS  # plus "<layout>+<controller>", e.g. "priority+reactive"
@@ -201,52 +204,6 @@ class ScenarioError(ValueError):
         self.file, self.key, self.reason = file, key, reason
         line = f"{file}: {key or '<top>'}: {reason}"  # one line: "\n" in a key is written so
         super().__init__("".join(c if c.isprintable() else repr(c)[1:-1] for c in line))
-
-
-@dataclass(frozen=True)
-class LinkSpec:
-    """A full-duplex link; both directions are shaped to ``rate_mbps``."""
-
-    a: str
-    b: str
-    rate_mbps: float
-    mtu: int
-    buffer_kb: int
-    loss_percent: float = 0.0  # packets dropped on purpose, each direction
-
-    @property
-    def name(self) -> str:
-        return f"{self.a}-{self.b}"
-
-
-@dataclass(frozen=True)
-class HostSpec:
-    name: str
-    role: str
-    router: str
-
-
-@dataclass(frozen=True)
-class ServerSpec:
-    """GPU hosts in one server, joined by its NVLink switch (``fabric.gpus_per_host``)."""
-
-    switch: str  # the switch's node: nvs1, nvs2, ... in scenario order
-    gpus: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class FabricSpec:
-    routers: tuple[str, ...]
-    hosts: tuple[HostSpec, ...]
-    links: tuple[LinkSpec, ...]  # host links first (in host order), then router links
-    bottlenecks: tuple[tuple[str, str], ...]
-    lossless: tuple[str, ...] = ()  # lanes paused instead of dropped (labkit.lossless)
-    servers: tuple[ServerSpec, ...] = ()  # with gpus_per_host > 1
-    nvlinks: tuple[LinkSpec, ...] = ()  # switch-GPU links of the servers, in server order
-
-    @property
-    def gpus_per_host(self) -> int:
-        return len(self.servers[0].gpus) if self.servers else 1
 
 
 @dataclass(frozen=True)
@@ -810,8 +767,6 @@ def _fabric(c: _Checker, fab, link_defaults: dict) -> FabricSpec:
     spec = FabricSpec(tuple(routers), tuple(hosts), links, tuple(bottlenecks),
                       _lossless(c, fab.get("lossless", False)), servers, nvlinks)
     if spec.lossless:
-        from labkit import lossless, topo  # they build on this module
-
         try:
             lossless.queues(topo.Topology(spec), spec.lossless, "fifo")
         except lossless.LosslessError as exc:

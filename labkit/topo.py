@@ -26,7 +26,7 @@ from collections import deque
 from dataclasses import dataclass
 from functools import cached_property
 
-from labkit.scenario import FabricSpec, LinkSpec
+from labkit.fabric_spec import FabricSpec, LinkSpec
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,8 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2] / "labkit"
 LAYERS = [  # bottom to top
-    ("model", {"abi", "extend", "scenario", "grid", "topo", "traffic", "traffic.wire",
+    ("model", {"abi", "extend", "scenario", "fabric_spec", "grid", "topo", "traffic",
+               "traffic.wire",
                "traffic.schedules", "traffic.jobs", "traffic.roce", "traffic.nvme",
                "traffic.configs", "traffic.timeline", "traffic.lines", "lossless",
                "autotune", "schema"}),
