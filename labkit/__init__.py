@@ -20,19 +20,22 @@ The API, imported on first use (``import labkit`` stays light for notebooks with
   many runs (or a batch) as one polars frame, a row per run and policy;
 * ``labkit.load_scenario(path)`` and ``labkit.load_grid(path)`` parse and check a
   scenario or a grid file.
+
+The package's folders are its layers, bottom to top: ``model``, ``kernel``, ``traffic``,
+``control``, ``analysis``, ``runs``, ``ui`` (docs/architecture.md). ``labkit.torch`` is
+imported by users' training jobs under that name and stays here.
 """
 
 from importlib import import_module
 
-_API = {"run": "labkit.runner", "sweep": "labkit.runner", "shell": "labkit.runner",
-        "calibrate": "labkit.runner", "Calibration": "labkit.calibration",
-        "tune": "labkit.runner", "Tuning": "labkit.runner", "load_tuning": "labkit.rundir",
-        "Progress": "labkit.runner",
-        "Sweep": "labkit.runner", "NotReady": "labkit.runner", "RunFailed": "labkit.runner",
-        "Run": "labkit.rundir", "load_run": "labkit.rundir", "RunDataError": "labkit.rundir",
-        "ScenarioError": "labkit.scenario", "load_scenario": "labkit.scenario",
-        "run_batch": "labkit.batch", "load_runs": "labkit.batch", "Batch": "labkit.batch",
-        "load_grid": "labkit.grid", "GridError": "labkit.grid"}
+_RUNNER, _RUNDIR, _BATCH = "labkit.runs.runner", "labkit.runs.rundir", "labkit.runs.batch"
+_API = {"run": _RUNNER, "sweep": _RUNNER, "shell": _RUNNER, "calibrate": _RUNNER,
+        "Calibration": "labkit.analysis.calibration", "tune": _RUNNER, "Tuning": _RUNNER,
+        "load_tuning": _RUNDIR, "Progress": _RUNNER, "Sweep": _RUNNER, "NotReady": _RUNNER,
+        "RunFailed": _RUNNER, "Run": _RUNDIR, "load_run": _RUNDIR, "RunDataError": _RUNDIR,
+        "ScenarioError": "labkit.model.scenario", "load_scenario": "labkit.model.scenario",
+        "run_batch": _BATCH, "load_runs": _BATCH, "Batch": _BATCH,
+        "load_grid": "labkit.model.grid", "GridError": "labkit.model.grid"}
 _NAMED_THERE = {"load_scenario": "load", "load_grid": "load"}
 __all__ = sorted(_API)
 
