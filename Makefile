@@ -85,8 +85,8 @@ $(HOTPATH): labkit/traffic/hotpath.c
 	clang -O2 -g -Wall -Werror -fPIC -shared -o $@ $< -lz
 
 # A scenario's own classifier (lanes.program), compiled by labkit at run time with the
-# the flags of labkit's own programs, for a user's (labkit.bpf.compile_object runs clang
-# with them from this directory, as an argument list: no path goes through a shell)
+# the flags of labkit's own programs, for a user's (labkit.kernel.bpf.compile_object runs
+# clang with them from this directory, as an argument list: no path goes through a shell)
 bpf-flags: bpf/build/vmlinux.h
 	@echo $(BPF_CFLAGS)
 

@@ -24,7 +24,7 @@ import polars as pl
 import yaml
 
 import labkit
-from labkit import scenario
+from labkit.model import scenario
 
 REPO = Path(__file__).resolve().parent.parent
 RANKS = (8, 16, 24, 32, 40, 48)

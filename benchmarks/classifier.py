@@ -15,8 +15,8 @@ from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 from scapy.packet import Raw
 
-from labkit import bpf, lanes
-from labkit.scenario import LaneRule
+from labkit.kernel import bpf, lanes
+from labkit.model.scenario import LaneRule
 
 RULES = [LaneRule("vip", proto="udp", dport=4791, roce=True), LaneRule("vip", dscp=26),
          LaneRule("low", proto="tcp", port=4420)]

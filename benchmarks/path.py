@@ -1,6 +1,6 @@
 """The fabric the benchmarks measure on: hosts h1 and h2 behind router r1, one path."""
 
-from labkit import scenario
+from labkit.model import scenario
 
 
 def two_hosts(rate_mbps: float, mtu: int, buffer_kb: int) -> scenario.Scenario:

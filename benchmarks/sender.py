@@ -18,9 +18,9 @@ import time
 from pyroute2 import IPRoute
 
 from benchmarks.path import two_hosts
-from labkit import topo
-from labkit.fabric import Fabric, mac_for
-from labkit.registry import Registry
+from labkit.kernel.fabric import Fabric, mac_for
+from labkit.kernel.registry import Registry
+from labkit.model import topo
 
 PAYLOAD = 1024
 SECONDS = 3

@@ -39,12 +39,14 @@ from scapy.packet import Raw
 
 import labkit
 from benchmarks.path import two_hosts
-from labkit import abi, analysis, bpf, lanes, topo
-from labkit.capture import QueuePoller, WatchedPort
-from labkit.fabric import Fabric
-from labkit.registry import Registry
-from labkit.telemetry import EventReader, LatencyProbe, QueueProbe
-from labkit.traffic import roce, wire
+from labkit.analysis import metrics
+from labkit.kernel import bpf, lanes
+from labkit.kernel.capture import QueuePoller, WatchedPort
+from labkit.kernel.fabric import Fabric
+from labkit.kernel.registry import Registry
+from labkit.kernel.telemetry import EventReader, LatencyProbe, QueueProbe
+from labkit.model import abi, topo
+from labkit.model.traffic import roce, wire
 
 REPO = Path(__file__).resolve().parent.parent
 ROUNDS, SECONDS = 3, 3
@@ -107,7 +109,7 @@ def _scenario_ops(out: Path, telemetry: bool) -> pl.DataFrame:
     """The bottleneck run's per-op times (isolated and fifo), telemetry on or off."""
     run = labkit.run(REPO / "topologies/bottleneck.yaml", ["isolated", "fifo"], out=out,
                      telemetry=telemetry)
-    return analysis.op_times(run["collectives"]).select("policy", "ms")
+    return metrics.op_times(run["collectives"]).select("policy", "ms")
 
 
 def _headline(ops: list[pl.DataFrame]) -> dict[str, float]:

@@ -4,7 +4,7 @@
  * when a map, global or function names it, so the ring buffer's records and the
  * senders' stamps are missing from the programs' own objects. One global per struct of
  * labkit.h puts each of them here, where tests/tier1/test_abi.py compares every one
- * with its mirror in labkit/abi.py.
+ * with its mirror in labkit/model/abi.py.
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>

@@ -14,7 +14,7 @@
  *    episode with one XON: every neighbour it paused resumes.
  *
  * Events go to lk_pause_events with a wakeup each: the pauser
- * (labkit/pauser.py) acts on them at once, pausing or resuming the
+ * (labkit/kernel/pauser.py) acts on them at once, pausing or resuming the
  * neighbour's queue for that lane through netlink.
  */
 #include "vmlinux.h"

@@ -10,7 +10,7 @@
  *    when the packet carries one);
  *  - the gap between two dequeues while packets were waiting (LK_EV_GAP, sampled
  *    the same way): with a backlog, a port that keeps time sends the next packet
- *    one wire time of the previous one later (labkit.analysis.dequeue_fidelity).
+ *    one wire time of the previous one later (labkit.analysis.metrics.dequeue_fidelity).
  *
  * Ports are selected by (network namespace inode, ifindex) in lk_ports; the
  * lane is read back from skb->priority, where the classifier left it.

@@ -7,14 +7,14 @@
  * more than horizon_ns ahead is dropped. Nothing is delayed: this kernel has no fq
  * for departure-time pacing.
  *
- * On a controlled host's NIC (held layout, labkit/tc.py; vip_class set) it is the
+ * On a controlled host's NIC (held layout, labkit/kernel/tc.py; vip_class set) it is the
  * host's gate. vip packets go to their strict-priority HTB class; every other
  * packet that carries data, whoever sent it, is held to the low lane's setting
  * on one clock. A packet over it is dropped right here, before any queue, so the
  * sender's own stack is told (NET_XMIT_DROP): TCP keeps the segment, sends it
  * later and counts nothing as lost. TCP segments without data (acknowledgements,
  * SYN, FIN) are never held and skip the held queue (the vip class): they carry
- * the flows *towards* this host. When the gate opens, labkit/control/gates.py
+ * the flows *towards* this host. When the gate opens, labkit/kernel/gates.py
  * wakes the host's TCP senders (wake.bpf.c).
  *
  * On a fabric port the same program, at the port's rate with one clock for all
@@ -126,7 +126,7 @@ int lk_valve_egress(struct __sk_buff *skb)
 		next = clock->next_ns > now ? clock->next_ns : now;
 		if (clock->rate != rate && next > now && clock->rate) {
 			/* the same bytes at the new rate, but never more than a bucket: a hold
-			 * sends what waits on at the link (labkit/control/gates.py) */
+			 * sends what waits on at the link (labkit/kernel/gates.py) */
 			next = (next - now) * clock->rate / rate;
 			next = now + (next < lc->horizon_ns ? next : lc->horizon_ns);
 		}

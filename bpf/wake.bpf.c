@@ -7,7 +7,7 @@
  * A host's gate (valve.bpf.c) holds data by dropping it before any queue; TCP
  * keeps the refused segment and retries on its next acknowledgement or, when
  * nothing is in flight, on a timer of 200-500 ms. When the gate opens, reading
- * this iterator in the host's namespace (labkit/control/gates.py) restarts every
+ * this iterator in the host's namespace (labkit/kernel/gates.py) restarts every
  * sender at once: TCP_NODELAY set on a socket pushes its pending frames (and is
  * put back as it was; a corked socket's partial frame goes out too).
  */

@@ -17,7 +17,7 @@ with torchrun's environment, ``labkit`` importable)::
 
 ``with steps.comm("all_reduce", nbytes): dist.all_reduce(t)`` times a blocking
 collective of the job's own. Each iteration and each op is one JSON line on stdout
-(:mod:`labkit.traffic.lines`); outside labkit those lines are all that changes.
+(:mod:`labkit.model.traffic.lines`); outside labkit those lines are all that changes.
 
 *Exposed communication* of a step: the blocking collectives' whole time, and for DDP
 the time from the last gradient bucket becoming ready (backward is then done
@@ -50,9 +50,9 @@ import threading
 import time
 from contextlib import contextmanager
 
-from labkit.traffic.lines import iteration_line, op_line
+from labkit.model.traffic.lines import iteration_line, op_line
 
-PHASE = struct.Struct("=QQQIIQQ")  # struct lk_job_phase (labkit.abi.JobPhase)
+PHASE = struct.Struct("=QQQIIQQ")  # struct lk_job_phase (labkit.model.abi.JobPhase)
 SOON = 1  # enum lk_phase
 HISTORY = 8  # steps learned from
 WINDOW_NS = 30_000_000  # an announced window; the kernel holds it open while the job sends

@@ -28,9 +28,9 @@ from pathlib import Path
 
 import polars as pl
 
-from labkit import plots, widgets
-from labkit.analysis import fidelity_frame, summary_frame
-from labkit.rundir import load_run
+from labkit.analysis.metrics import fidelity_frame, summary_frame
+from labkit.runs.rundir import load_run
+from labkit.ui import plots, widgets
 
 SAMPLE = Path("..") / "data" / "sample" / "bottleneck"
 run = load_run(SAMPLE)

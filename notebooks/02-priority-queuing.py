@@ -23,9 +23,9 @@
 # %%
 from pathlib import Path
 
-from labkit import plots, widgets
-from labkit.analysis import summary_frame
-from labkit.rundir import load_run
+from labkit.analysis.metrics import summary_frame
+from labkit.runs.rundir import load_run
+from labkit.ui import plots, widgets
 
 SAMPLES = Path("..") / "data" / "sample"
 run = load_run(SAMPLES / "bottleneck")

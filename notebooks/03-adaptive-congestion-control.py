@@ -26,9 +26,9 @@
 # %%
 from pathlib import Path
 
-from labkit import plots, widgets
-from labkit.analysis import summary_frame
-from labkit.rundir import load_run
+from labkit.analysis.metrics import summary_frame
+from labkit.runs.rundir import load_run
+from labkit.ui import plots, widgets
 
 run = load_run(Path("..") / "data" / "sample" / "checkpoint-burst")
 

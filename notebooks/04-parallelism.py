@@ -26,9 +26,9 @@ from pathlib import Path
 
 import polars as pl
 
-from labkit import plots, widgets
-from labkit.analysis import program_ops_frame, summary_frame
-from labkit.rundir import load_run
+from labkit.analysis.metrics import program_ops_frame, summary_frame
+from labkit.runs.rundir import load_run
+from labkit.ui import plots, widgets
 
 SAMPLES = Path("..") / "data" / "sample"
 runs = {kind: load_run(SAMPLES / f"{kind}-parallel") for kind in ("tensor", "pipeline")}

@@ -28,15 +28,15 @@
 # %%
 from pathlib import Path
 
-from labkit import plots, widgets
-from labkit.analysis import (
+from labkit.analysis.metrics import (
     auto_frame,
     lossless_frame,
     pause_frame,
     placement_frame,
     sweep_frame,
 )
-from labkit.rundir import load_run, load_sweeps, load_tuning
+from labkit.runs.rundir import load_run, load_sweeps, load_tuning
+from labkit.ui import plots, widgets
 
 SAMPLE = Path("..") / "data" / "sample"
 sweeps = load_sweeps(SAMPLE / "sweeps")

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from labkit import bpf
+from labkit.kernel import bpf
 
 CI = os.environ.get("CI") == "true"
 # every fork (os.fork, pty.fork; not subprocess's fork-exec) made from this process while

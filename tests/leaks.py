@@ -10,9 +10,9 @@ import time
 from contextlib import suppress
 from pathlib import Path
 
-from labkit import bpf, cgroups, registry
-from labkit.netns import setns
-from labkit.registry import marked
+from labkit.kernel import bpf, cgroups, registry
+from labkit.kernel.netns import setns
+from labkit.kernel.registry import marked
 
 
 def net_namespaces() -> dict[int, str]:
@@ -34,12 +34,12 @@ def net_namespaces() -> dict[int, str]:
     return found
 
 
-PORT_NAME = re.compile(r"[a-z][a-z0-9]{0,8}-eth\d+")  # a fabric's ports (labkit.topo)
+PORT_NAME = re.compile(r"[a-z][a-z0-9]{0,8}-eth\d+")  # a fabric's ports (labkit.model.topo)
 
 
 def _fabric_ports(path: str) -> list[str]:
     """The ports named as a fabric's in the namespace at ``path`` (entered from a thread
-    of its own, as labkit.netns does)."""
+    of its own, as labkit.kernel.netns does)."""
     names: list[str] = []
 
     def look() -> None:

@@ -14,7 +14,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from labkit import rundir
+from labkit.runs import rundir
 from tests.leaks import labkit_objects
 
 REPO = Path(__file__).resolve().parents[1]
@@ -33,7 +33,7 @@ def main() -> int:
         for i in range(1, RUNS + 1):
             out = Path(tmp) / f"run-{i:02d}"
             t0 = time.monotonic()
-            proc = subprocess.run([sys.executable, "-m", "labkit.cli", "run",
+            proc = subprocess.run([sys.executable, "-m", "labkit.ui.cli", "run",
                                    str(REPO / "topologies/bottleneck.yaml"), "--duration",
                                    str(DURATION_S), "--out", str(out)], cwd=REPO,
                                   capture_output=True, text=True)

@@ -11,9 +11,9 @@ import json
 
 import polars as pl
 
-from labkit import experiment, rundir
-from labkit.rundir import Run
-from labkit.traffic import jobs, schedules
+from labkit.model.traffic import jobs, schedules
+from labkit.runs import experiment, rundir
+from labkit.runs.rundir import Run
 from labkit.traffic.collective import Op
 
 
@@ -76,7 +76,7 @@ def job_run(base: Run, transfer_ns: dict[str, int], iterations: int = 2) -> Run:
     """``base``, a recorded training-job run, with the ``collectives`` and ``phases`` of
     virtual ranks running its job (one policy per entry of ``transfer_ns``: how long a
     message takes under it), through the agents' results path
-    (:func:`labkit.experiment._collect`, :func:`labkit.rundir.tables_from`)."""
+    (:func:`labkit.runs.experiment._collect`, :func:`labkit.runs.rundir.tables_from`)."""
     job = base.manifest["scenario"]["job"]
     params = {"parallelism": job["parallelism"], **dict(job["params"])}
     hosts = job["ranks"]

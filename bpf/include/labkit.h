@@ -2,7 +2,7 @@
 /*
  * Structs and enums shared between labkit's eBPF programs and its Python side.
  *
- * Fixed-width types only: labkit/abi.py mirrors these with ctypes, and
+ * Fixed-width types only: labkit/model/abi.py mirrors these with ctypes, and
  * tests/tier1/test_abi.py checks the mirror against the BTF of the built objects.
  */
 #ifndef __LABKIT_H
@@ -16,7 +16,7 @@ enum lk_lane {
 	LK_NR_LANES = 3,
 };
 
-/* The minor of a lane's skb->priority (HTB class 1:10, 1:20, 1:30; labkit/tc.py). */
+/* The minor of a lane's skb->priority (HTB class 1:10, 1:20, 1:30; labkit/kernel/tc.py). */
 #define LK_LANE_MINOR(lane) (0x10 * ((lane) + 1))
 
 #define LK_MAX_RULES 32

@@ -4,7 +4,7 @@
  * sampling, log2 histograms, and reading a sender's stamp out of a RoCEv2 packet.
  *
  * Programs in different objects share lk_events, lk_telemetry and lk_lost by
- * map reuse (labkit/telemetry.py), so one reader sees every event.
+ * map reuse (labkit/kernel/telemetry.py), so one reader sees every event.
  */
 #ifndef __LABKIT_TELEMETRY_H
 #define __LABKIT_TELEMETRY_H
@@ -99,7 +99,7 @@ static __always_inline void lk_sample_counted(const struct lk_event *ev, __u32 c
 		return;
 	}
 	*out = *ev;
-	/* No wakeup per record: the reader drains the ring every READ_MS (labkit/telemetry.py) anyway, and a
+	/* No wakeup per record: the reader drains the ring every READ_MS (labkit/kernel/telemetry.py) anyway, and a
 	 * wakeup is an interrupt to another CPU (a VM exit on a VM) inside the datapath. Only
 	 * a ring filling up wakes it early. */
 	bpf_ringbuf_submit(out, bpf_ringbuf_query(&lk_events, BPF_RB_AVAIL_DATA) > LK_WAKE_BYTES ?

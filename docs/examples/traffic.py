@@ -13,13 +13,13 @@ the transfers of all senders start together and converge on the receiver's link.
 entry becomes one ``kind: command`` entry per sender, so its traffic is started, stopped,
 counted per lane and held by a controller like any program a scenario names.
 
-A traffic kind subclasses :class:`labkit.extend.TrafficKind`: ``keys`` and ``required``
+A traffic kind subclasses :class:`labkit.model.extend.TrafficKind`: ``keys`` and ``required``
 name what an entry may and must hold; ``expand(entry, hosts)`` returns the command
 entries (``hosts`` maps each role, ``gpu`` and ``storage``, to its hosts). A ValueError
 it raises is shown with the entry's place in the file.
 """
 
-from labkit.extend import TrafficKind
+from labkit.model.extend import TrafficKind
 
 FIRST_PORT = 5301  # one iperf3 server per sender, from here up
 

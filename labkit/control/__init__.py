@@ -1,9 +1,10 @@
-"""Adaptive congestion control: host valves (:mod:`.valve`), the fabric telemetry a
-controller sees (:mod:`.feed`), and the controllers that move the valves —
-``reactive`` (:mod:`.reactive`), ``proactive`` (:mod:`.proactive`) and
-``state-aware`` (:mod:`.state_aware`) — or a user's own (:func:`load`: any subclass of
-:class:`Controller` in a Python file). docs/control.md states each control path and its
-latency, and how to write a controller.
+"""Adaptive congestion control: the controllers that move the host valves
+(:mod:`labkit.kernel.valve`) from the fabric telemetry they see
+(:mod:`labkit.kernel.feed`) — ``reactive`` (:mod:`.reactive`), ``proactive``
+(:mod:`.proactive`) and ``state-aware`` (:mod:`.state_aware`) — or a user's own
+(:func:`load`: any subclass of :class:`Controller` in a Python file), and the
+:mod:`.session` that wires a policy's valves, feed, gates and controller together.
+docs/control.md states each control path and its latency, and how to write a controller.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from labkit.control.base import Controller, Plant
 from labkit.control.proactive import Proactive
 from labkit.control.reactive import Reactive
 from labkit.control.state_aware import StateAware
-from labkit.extend import check_class, load_class
+from labkit.model.extend import check_class, load_class
 
 __all__ = ["CONTROLLERS", "Controller", "Plant", "check", "load"]
 CONTROLLERS: dict[str, type[Controller]] = {

@@ -6,9 +6,9 @@ import threading
 import time
 from dataclasses import dataclass
 
-from labkit.control.feed import FabricFeed
-from labkit.control.valve import Valves
-from labkit.scenario import ControlSpec
+from labkit.kernel.feed import FabricFeed
+from labkit.kernel.valve import Valves
+from labkit.model.scenario import ControlSpec
 
 
 @dataclass

@@ -18,7 +18,7 @@ from labkit.control.base import Controller
 INCREASE = 0.25  # of the senders' fair share, per interval
 DECREASE = 0.5
 FLOOR = 0.01  # of the senders' fair share: never shut storage out entirely
-POLL_MS = 8  # the fabric telemetry's sampling period (labkit.capture.QueuePoller)
+POLL_MS = 8  # the fabric telemetry's sampling period (labkit.kernel.capture.QueuePoller)
 SEEN_BYTES = 16 << 10  # vip bytes in a sample that say a collective is there (jobmark's too)
 
 

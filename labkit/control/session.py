@@ -7,14 +7,14 @@ from __future__ import annotations
 
 import time
 
-from labkit import bpf, tc
 from labkit.control.base import Controller, Plant
-from labkit.control.feed import FabricFeed
-from labkit.control.gates import Gates
-from labkit.control.valve import LaneSetting, Valves
-from labkit.fabric import Fabric
-from labkit.scenario import LANES, Policy, Scenario
-from labkit.topo import Topology
+from labkit.kernel import bpf, tc
+from labkit.kernel.fabric import Fabric
+from labkit.kernel.feed import FabricFeed
+from labkit.kernel.gates import Gates
+from labkit.kernel.valve import LaneSetting, Valves
+from labkit.model.scenario import LANES, Policy, Scenario
+from labkit.model.topo import Topology
 
 NEVER_MS = 10_000.0  # a horizon no queue reaches: fabric ports mark, their qdisc drops
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections import deque
 
 from labkit.control.base import Controller
-from labkit.control.valve import JobPhase
+from labkit.kernel.valve import JobPhase
 
 RELAY_POLL_MS = 5.0
 DRAIN_MS = 20.0  # the idle rate drains a queue seen at the bottleneck in about this long

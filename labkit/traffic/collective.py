@@ -1,6 +1,6 @@
 """Collective agent: one process per rank, inside that GPU host's namespace.
 
-Runs ``iterations`` ops of one collective (:mod:`labkit.traffic.schedules` gives
+Runs ``iterations`` ops of one collective (:mod:`labkit.model.traffic.schedules` gives
 each rank its steps) over RoCE RC queue pairs, one per peer it talks to
 (:mod:`labkit.traffic.rc`). Closed loop: a step's messages leave only once the
 messages of the steps before it have arrived. Each message carries its chunk's
@@ -14,7 +14,7 @@ completes here and ``FINISHED`` after the last, keeps acknowledging until ``END`
 on stdin (every rank has finished), writes its results JSON, prints ``DONE`` and
 exits. SIGTERM ends it early; the results written then cover the ops completed.
 
-Training jobs (:mod:`labkit.traffic.jobs`) run the same way, one plan per
+Training jobs (:mod:`labkit.model.traffic.jobs`) run the same way, one plan per
 iteration, with their compute phases as timed waits; each iteration reports its
 compute time, the time spent waiting while data was on the wire (exposed
 communication) and waiting for a peer that had not sent yet (bubbles); every op also
@@ -36,8 +36,9 @@ import socket
 import sys
 import time
 
-from labkit import abi
-from labkit.traffic import configs, hotpath, jobs, rc, schedules, wire
+from labkit.model import abi
+from labkit.model.traffic import configs, jobs, schedules, wire
+from labkit.traffic import hotpath, rc
 
 NICE = -10  # ranks stand in for GPUs and their NICs: storage agents must not delay them
 SO_RCVBUFFORCE = 33
@@ -175,7 +176,7 @@ class PhaseBoard:
     def __init__(self, fd: int | None):
         self.map = None
         if fd is not None:
-            from labkit.bpf import InheritedMap  # only when asked: agents start fast
+            from labkit.kernel.bpf import InheritedMap  # only when asked: agents start fast
             self.map = InheritedMap(fd)
         self.last_op_ns = self.FIRST_GUESS_NS
 

@@ -22,10 +22,10 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from labkit.fabric import Fabric
-from labkit.registry import MARKER, stop_marked
-from labkit.scenario import CommandSpec, expand_hosts
-from labkit.topo import Topology
+from labkit.kernel.fabric import Fabric
+from labkit.kernel.registry import MARKER, stop_marked
+from labkit.model.scenario import CommandSpec, expand_hosts
+from labkit.model.topo import Topology
 
 STOP_GRACE_S = 3.0
 

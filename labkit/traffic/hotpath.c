@@ -20,7 +20,7 @@
  * PSN, ACKs each message end, NAKs the first packet of a gap once, answers CE with at
  * most one CNP per CNP_GAP_NS, and reports message ends, ACKs and CNPs as events.
  *
- * Byte layouts: labkit/traffic/wire.py (RoCEv2), struct lk_stamp (bpf/include).
+ * Byte layouts: labkit/model/traffic/wire.py (RoCEv2), struct lk_stamp (bpf/include).
  */
 #define _GNU_SOURCE
 #include <errno.h>

@@ -92,7 +92,7 @@ def _checked(result: int, what: str) -> int:
 class Tx:
     """The send side of one queue pair: ``sock`` (bound to ``sport`` at ``src_ip``) to
     ``dest``; ``templates`` are RDMA WRITE first/middle/last/only with ``mtu`` bytes of
-    data each (:func:`labkit.traffic.roce.data_templates`)."""
+    data each (:func:`labkit.model.traffic.roce.data_templates`)."""
 
     def __init__(self, sock: socket.socket, src_ip: str, sport: int, dest: tuple[str, int],
                  templates: dict[str, bytes], mtu: int, seq_base: int, batch: int = 32,
@@ -176,7 +176,7 @@ def blast(dest_ip: str, seconds: float, payload: int = 1024) -> int:
     benchmark and the fidelity test's flood."""
     import time
 
-    from labkit.traffic import roce, wire
+    from labkit.model.traffic import roce, wire
 
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
         probe.connect((dest_ip, wire.ROCEV2_PORT))  # only to learn the source address

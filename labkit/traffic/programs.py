@@ -10,13 +10,13 @@ can ``import labkit.torch``. Everything else is labkit's own environment (root's
 Under a controller, ``LABKIT_PHASE_FD`` names the inherited descriptor of the host's
 phase map (state-aware control, :mod:`labkit.torch`).
 
-Each rank starts in the rank's cgroup (:mod:`labkit.cgroups`: it joins it before it
+Each rank starts in the rank's cgroup (:mod:`labkit.kernel.cgroups`: it joins it before it
 runs anything), held: a shell that waits for one line on its stdin. labkit releases
 every rank at once; the shell then becomes the program (``exec``), so the program and
 everything it starts live in that cgroup, where the job marker knows their packets and
 teardown finds them. stdout and stderr are kept per rank
 (``program/rank<N>.out``, ``.err`` in the policy's agent directory); the stdout's
-JSON lines (:mod:`labkit.traffic.lines`) are the job's own times.
+JSON lines (:mod:`labkit.model.traffic.lines`) are the job's own times.
 
 The run lasts until every rank exits, or until ``duration_s``. A rank that exits with
 an error ends it: the others are stopped and :class:`ProgramError` names the rank, its
@@ -34,13 +34,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
-from labkit import bpf, cgroups
-from labkit.cgroups import Cgroup
-from labkit.fabric import Fabric
-from labkit.registry import MARKER
-from labkit.scenario import HOST_REF, ProgramSpec, ScenarioError
-from labkit.topo import Topology
-from labkit.traffic import lines
+from labkit.kernel import bpf, cgroups
+from labkit.kernel.cgroups import Cgroup
+from labkit.kernel.fabric import Fabric
+from labkit.kernel.registry import MARKER
+from labkit.model.scenario import HOST_REF, ProgramSpec, ScenarioError
+from labkit.model.topo import Topology
+from labkit.model.traffic import lines
 
 # sh -c SCRIPT NAME CWD ARGV...: wait for the release, then become the program
 HELD = 'cd -- "$1" && shift && read -r go && exec "$@" < /dev/null'
@@ -340,7 +340,7 @@ def ops_from_bursts(bursts: list, ranks: dict[str, int], quiet_ns: int) -> list[
     """The collectives a program's traffic shows: each host's bursts of at least
     :data:`SIGNIFICANT` of its largest, pooled across hosts; bursts that overlap or lie
     within ``quiet_ns`` of each other are one op, numbered in time order. ``bursts`` are
-    :class:`labkit.jobmark.BurstRow`; ``ranks`` maps hosts to ranks."""
+    :class:`labkit.kernel.jobmark.BurstRow`; ``ranks`` maps hosts to ranks."""
     largest: dict[str, int] = {}
     for b in bursts:
         largest[b.host] = max(largest.get(b.host, 0), b.bytes)

@@ -3,7 +3,7 @@
 :class:`Sender` segments messages into RDMA WRITE FIRST/MIDDLE/LAST (or ONLY)
 packets with consecutive PSNs, sends them in batches, and goes back N on a NAK or a
 retransmission timeout (RFC 6298-style RTO). Each message carries its chunk id in the
-RETH virtual address and the chunk's value (see :mod:`labkit.traffic.schedules`)
+RETH virtual address and the chunk's value (see :mod:`labkit.model.traffic.schedules`)
 after the stamp in its first packet. The receiver (:class:`labkit.traffic.hotpath.Rx`)
 accepts only the next expected PSN, ACKs each message end, NAKs the first packet of a
 gap once, and reports whole messages. With DCQCN on, a receiver answers packets that
@@ -18,7 +18,7 @@ Standard library only.
 
 from __future__ import annotations
 
-from labkit.traffic import wire
+from labkit.model.traffic import wire
 from labkit.traffic.hotpath import MIN_MESSAGE, Tx
 
 # An ACK's round trip is mostly the sender's own NIC queue (~12 ms at 100 Mbit/s), and a

@@ -38,7 +38,7 @@ import threading
 import time
 from collections import deque
 
-from labkit.traffic import configs, wire
+from labkit.model.traffic import configs, wire
 
 SO_MAX_PACING_RATE = 47
 SAMPLE_NS = 50_000_000

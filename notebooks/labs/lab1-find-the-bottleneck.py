@@ -27,9 +27,9 @@
 # as you like: nothing breaks.
 
 # %%
-from labkit import plots
-from labkit.labs import bottleneck as lab
-from labkit.rundir import load_run
+from labkit.runs.rundir import load_run
+from labkit.ui import plots
+from labkit.ui.labs import bottleneck as lab
 
 # %% [markdown]
 # ## 1. Read the fabric

@@ -30,10 +30,10 @@ from pathlib import Path
 
 import yaml
 
-from labkit import plots
-from labkit.analysis import summary_frame
-from labkit.labs import lanes as lab
-from labkit.rundir import load_run
+from labkit.analysis.metrics import summary_frame
+from labkit.runs.rundir import load_run
+from labkit.ui import plots
+from labkit.ui.labs import lanes as lab
 
 BASE = Path("shared-lane.yaml")
 run = None  # the real run, once its cell (near the end) has run

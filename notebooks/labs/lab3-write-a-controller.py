@@ -30,11 +30,11 @@
 # Cells marked *your answer* hold a blank: fill them in, run them, then run the check.
 
 # %%
-from labkit import plots
-from labkit.analysis import summary_frame
+from labkit.analysis.metrics import summary_frame
 from labkit.control import Controller
-from labkit.labs import controller as lab
-from labkit.rundir import load_run
+from labkit.runs.rundir import load_run
+from labkit.ui import plots
+from labkit.ui.labs import controller as lab
 
 run = None  # the real run, once its cell (near the end) has run
 

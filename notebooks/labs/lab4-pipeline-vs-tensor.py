@@ -31,9 +31,9 @@
 # %%
 import polars as pl
 
-from labkit.analysis import summary_frame
-from labkit.labs import parallelism as lab
-from labkit.rundir import load_run
+from labkit.analysis.metrics import summary_frame
+from labkit.runs.rundir import load_run
+from labkit.ui.labs import parallelism as lab
 
 run = None  # the real run, once its cell (near the end) has run
 

@@ -1,8 +1,8 @@
 import polars as pl
 import pytest
 
-from labkit import analysis
-from labkit.rundir import SCHEMAS
+from labkit.analysis import metrics
+from labkit.runs.rundir import SCHEMAS
 
 S = 1_000_000_000  # ns
 
@@ -65,7 +65,7 @@ META = {"scenario": "t", "run_id": "r", "scale_factor": 10, "policies": ["isolat
 
 
 def test_op_times_span_first_start_to_last_end(tables):
-    ops = analysis.op_times(tables["collectives"])
+    ops = metrics.op_times(tables["collectives"])
     fifo = ops.filter(pl.col("policy") == "fifo")
     assert fifo["ms"].to_list() == [200, 200, 200, 400]
     assert fifo["ranks"].to_list() == [2] * 4
@@ -73,12 +73,12 @@ def test_op_times_span_first_start_to_last_end(tables):
 
 def test_counter_delta_uses_last_sample_at_or_before_each_edge(tables):
     q = tables["queue"].filter(pl.col("policy") == "fifo")
-    grown = analysis.counter_delta(q, ["port"], ["bytes"], S // 10 + 5, S // 2)
+    grown = metrics.counter_delta(q, ["port"], ["bytes"], S // 10 + 5, S // 2)
     assert grown["bytes"].to_list() == [4_000_000]  # samples at 0.1 s and 0.5 s
 
 
 def test_summary(tables):
-    s = analysis.summarize(tables, META)
+    s = metrics.summarize(tables, META)
     iso, fifo = s["policies"]["isolated"], s["policies"]["fifo"]
     assert iso["allreduce"]["busbw_mbps"] == pytest.approx(1e6 * 8 / 0.1 / 1e6 * 2 * 1 / 2)
     assert fifo["allreduce"]["p50_ms"] == 200
@@ -118,7 +118,7 @@ def test_summary(tables):
 
 def test_slowdown_is_null_without_isolated(tables):
     meta = {**META, "policies": ["fifo"]}
-    s = analysis.summarize({k: v.filter(pl.col("policy") == "fifo") for k, v in tables.items()},
+    s = metrics.summarize({k: v.filter(pl.col("policy") == "fifo") for k, v in tables.items()},
                            meta)
     assert s["policies"]["fifo"]["allreduce"]["slowdown_p99"] is None
 
@@ -132,21 +132,21 @@ def test_dequeue_fidelity_flags_a_port_that_stalls_for_its_queue_times():
         return pl.DataFrame(rows, schema=["t_ns", "port", "gap_ns", "bytes", "busy_bytes"],
                             orient="row")
 
-    kept = analysis.dequeue_fidelity(gaps(0), 100.0, 21_500, 20_000.0)
+    kept = metrics.dequeue_fidelity(gaps(0), 100.0, 21_500, 20_000.0)
     assert kept["pairs"] == 1000 and not kept["flagged"] and kept["late_share"] == 0
     assert kept["p50"] == pytest.approx(0.02, abs=1e-3) and abs(kept["mean"]) < 1e-3
     # 10 stalls of 5 ms in ~90 ms of busy time: over 1 % of it late by more than 2 ms
-    late = analysis.dequeue_fidelity(gaps(10), 100.0, 21_500, 20_000.0)
+    late = metrics.dequeue_fidelity(gaps(10), 100.0, 21_500, 20_000.0)
     assert late["flagged"] and late["late_share"] == pytest.approx(0.05 / 0.13, rel=0.05)
     # beside 200 ms queueing times, a tenth of those (20 ms) is not reached, but ten such
     # stalls add up: the port took 62 % longer than its rate to send what waited
-    slow = analysis.dequeue_fidelity(gaps(10), 100.0, 21_500, 200_000.0)
+    slow = metrics.dequeue_fidelity(gaps(10), 100.0, 21_500, 200_000.0)
     assert slow["late_share"] == 0 and slow["flagged"]
     assert slow["excess"] == pytest.approx(50 / 80.8, rel=0.01)
     # one such stall: 6 % longer, within the limit
-    one = analysis.dequeue_fidelity(gaps(1), 100.0, 21_500, 200_000.0)
+    one = metrics.dequeue_fidelity(gaps(1), 100.0, 21_500, 200_000.0)
     assert not one["flagged"] and one["excess"] == pytest.approx(5 / 80.08, rel=0.02)
-    assert analysis.dequeue_fidelity(gaps(0).head(50), 100.0, 0, 1.0)["p99"] is None
+    assert metrics.dequeue_fidelity(gaps(0).head(50), 100.0, 0, 1.0)["p99"] is None
 
 
 def test_the_fidelity_frame_has_a_row_per_port_that_queued():
@@ -155,7 +155,7 @@ def test_the_fidelity_frame_has_a_row_per_port_that_queued():
 
     summary = json.loads((Path(__file__).resolve().parents[2] /
                           "data/sample/checkpoint-burst/summary.json").read_text())
-    frame = analysis.fidelity_frame(summary)
+    frame = metrics.fidelity_frame(summary)
     fifo = frame.filter(pl.col("policy") == "fifo")
     assert sorted(fifo["port"]) == ["leaf1-eth4", "spine1-eth0"]
     d = summary["policies"]["fifo"]["fidelity"]["dequeue"]["spine1-eth0"]

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 import labkit
-from labkit import runner
+from labkit.runs import runner
 
 REPO = Path(__file__).resolve().parents[2]
 BOTTLENECK = REPO / "topologies/bottleneck.yaml"

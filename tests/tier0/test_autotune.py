@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from labkit import autotune, rundir, scenario, topo
+from labkit.model import autotune, scenario, topo
+from labkit.runs import rundir
 
 REPO = Path(__file__).resolve().parents[2]
 TOPOLOGIES = REPO / "topologies"
@@ -242,12 +243,12 @@ def row(size, seconds):
     return {"size": size, "time_us": seconds * 1e6, "wrong": 0}
 
 
-# --- algo: auto in runs and sweeps (labkit.runner), without the kernel ---------------------
+# --- algo: auto in runs and sweeps (labkit.runs.runner), without the kernel ----------------
 
 
 def test_auto_without_a_model_says_to_tune_first(tmp_path, monkeypatch):
-    from labkit import runner
-    from labkit.scenario import ScenarioError
+    from labkit.model.scenario import ScenarioError
+    from labkit.runs import runner
 
     monkeypatch.setattr(rundir, "MODELS_DIR", tmp_path)
     doc = yaml.safe_load((REPO / "topologies/leaf-spine.yaml").read_text())
@@ -260,7 +261,7 @@ def test_auto_without_a_model_says_to_tune_first(tmp_path, monkeypatch):
 
 
 def test_auto_runs_what_the_newest_model_of_the_fabric_chooses(tmp_path, monkeypatch):
-    from labkit import runner
+    from labkit.runs import runner
 
     monkeypatch.setattr(rundir, "MODELS_DIR", tmp_path)
     doc = yaml.safe_load((REPO / "topologies/leaf-spine.yaml").read_text())
@@ -280,7 +281,7 @@ def test_auto_runs_what_the_newest_model_of_the_fabric_chooses(tmp_path, monkeyp
 
 
 def test_auto_chooses_only_what_the_ranks_can_run(tmp_path, monkeypatch):
-    from labkit import runner
+    from labkit.runs import runner
 
     monkeypatch.setattr(rundir, "MODELS_DIR", tmp_path)
     doc = yaml.safe_load((REPO / "topologies/leaf-spine.yaml").read_text())

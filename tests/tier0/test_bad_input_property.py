@@ -23,8 +23,9 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from labkit import cli, scenario, schema
-from labkit.scenario import ScenarioError
+from labkit.model import scenario, schema
+from labkit.model.scenario import ScenarioError
+from labkit.ui import cli
 
 REPO = Path(__file__).resolve().parents[2]
 BASE = yaml.safe_load((REPO / "topologies/bottleneck.yaml").read_text())

@@ -17,8 +17,9 @@ import pytest
 import yaml
 
 import labkit
-from labkit import batch, grid, rundir, runner
-from labkit.rundir import RunDataError
+from labkit.model import grid
+from labkit.runs import batch, rundir, runner
+from labkit.runs.rundir import RunDataError
 
 REPO = Path(__file__).resolve().parents[2]
 BOTTLENECK = REPO / "topologies/bottleneck.yaml"

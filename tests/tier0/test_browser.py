@@ -148,7 +148,8 @@ def test_moving_a_control_changes_the_plot(voila, browser, notebook, move, panel
 def test_figure_pages_draw_their_plots_without_the_network(tmp_path, browser):
     """The pages ``labkit figures`` writes load plotly.js from beside them: with every
     request that is not a local file aborted, each page still draws its traces."""
-    from labkit import figures, rundir
+    from labkit.runs import rundir
+    from labkit.ui import figures
 
     run = rundir.load_run(REPO / "data/sample/bottleneck")
     pages = figures.write(run, tmp_path, images=False)

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from labkit import calibration as calibrate
-from labkit import scenario
+from labkit.analysis import calibration as calibrate
+from labkit.model import scenario
 
 REPO = Path(__file__).resolve().parents[2]
 

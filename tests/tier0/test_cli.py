@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from labkit import cli
-from labkit import scenario as scenario_mod
+from labkit.model import scenario as scenario_mod
+from labkit.ui import cli
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLE = REPO / "data/sample/bottleneck"
@@ -141,7 +141,7 @@ def test_a_run_says_which_files_of_yours_it_loads_then_loads_them(tmp_path):
     """At run start, not before: the kind's file is imported (it leaves `ran`), and its
     class, missing, is refused by key before anything is built."""
     lab = with_a_kind_of_yours(tmp_path)
-    proc = subprocess.run([sys.executable, "-m", "labkit.cli", "run", str(lab)], cwd=REPO,
+    proc = subprocess.run([sys.executable, "-m", "labkit.ui.cli", "run", str(lab)], cwd=REPO,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and (tmp_path / "ran").exists(), proc.stderr
     kind = tmp_path / "kind.py"
@@ -157,7 +157,7 @@ def run_unprivileged(*argv: str) -> subprocess.CompletedProcess:
                  "HOME=/tmp"] if os.geteuid() == 0 else []
     if as_nobody and not shutil.which("setpriv"):
         pytest.fail("setpriv (util-linux) is needed to drop root")
-    return subprocess.run([*as_nobody, sys.executable, "-m", "labkit.cli", *argv], cwd=REPO,
+    return subprocess.run([*as_nobody, sys.executable, "-m", "labkit.ui.cli", *argv], cwd=REPO,
                           capture_output=True, text=True, timeout=60)
 
 
@@ -174,14 +174,14 @@ def test_validate_works_as_an_unprivileged_user():
 
 
 def test_schema_prints_the_json_schema():
-    from labkit.schema import scenario_schema
+    from labkit.model.schema import scenario_schema
 
     code, out, _ = run_cli("schema")
     assert code == 0 and json.loads(out) == scenario_schema()
 
 
 def test_inspect_shows_every_host_with_its_address_and_the_bottleneck():
-    from labkit.topo import Topology
+    from labkit.model.topo import Topology
 
     topo = Topology(scenario_mod.load(BOTTLENECK).fabric)
     code, out, err = run_cli("inspect", str(BOTTLENECK))

@@ -7,8 +7,9 @@ import pytest
 import yaml
 
 import labkit
-from labkit import control, extend, scenario
+from labkit import control
 from labkit.control import Controller
+from labkit.model import extend, scenario
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "docs/examples/controller.py"
@@ -117,7 +118,8 @@ def test_a_bad_entry_of_a_traffic_kind_says_where(tmp_path, entry, words):
 
 def test_a_traffic_kind_that_is_not_one_is_refused(tmp_path):
     parsed = scenario.load(with_kind(tmp_path, "class Incast:\n    pass\n", {"to": "g1"}))
-    with pytest.raises(scenario.ScenarioError, match="not a subclass of labkit.extend") as caught:
+    with pytest.raises(scenario.ScenarioError,
+                       match="not a subclass of labkit.model.extend") as caught:
         scenario.with_user_kinds(parsed)
     assert caught.value.key == "kinds.incast"
 

@@ -2,8 +2,8 @@
 
 from pathlib import Path
 
-from labkit import scenario, topo
 from labkit.control.session import storage_senders
+from labkit.model import scenario, topo
 
 TOPOLOGIES = Path(__file__).resolve().parents[2] / "topologies"
 

@@ -1,7 +1,7 @@
 """A held class's ceiling follows its gate; an open gate leaves the link; a gate that
 holds in the job's window keeps the rate outside it, a controller's hold the link."""
 
-from labkit.control.gates import ceiling
+from labkit.kernel.gates import ceiling
 
 MTU = 9000
 FLOOR = MTU * 8 / 50e3  # Mbit/s at which one full-size packet fits a 50 ms bucket

@@ -6,9 +6,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from labkit import grid, scenario
-from labkit.grid import GridError
-from labkit.scenario import ScenarioError
+from labkit.model import grid, scenario
+from labkit.model.grid import GridError
+from labkit.model.scenario import ScenarioError
 
 REPO = Path(__file__).resolve().parents[2]
 BOTTLENECK = REPO / "topologies/bottleneck.yaml"

@@ -1,4 +1,4 @@
-"""Signals held while labkit changes the kernel (labkit.interrupts)."""
+"""Signals held while labkit changes the kernel (labkit.kernel.interrupts)."""
 
 import os
 import signal
@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from labkit import interrupts
+from labkit.kernel import interrupts
 
 
 @pytest.fixture(autouse=True)

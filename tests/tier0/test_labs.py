@@ -11,15 +11,15 @@ import polars as pl
 import pytest
 
 from labkit.control import CONTROLLERS, Controller
-from labkit.extend import load_class
-from labkit.labs import FAIL, PASS, TODO, Verdict, notebook
-from labkit.labs import bottleneck as lab1
-from labkit.labs import controller as lab3
-from labkit.labs import lanes as lab2
-from labkit.labs import parallelism as lab4
-from labkit.labs.verdict import MIME, Wrong, check
-from labkit.rundir import load_run
-from labkit.traffic import jobs, timeline
+from labkit.model.extend import load_class
+from labkit.model.traffic import jobs, timeline
+from labkit.runs.rundir import load_run
+from labkit.ui.labs import FAIL, PASS, TODO, Verdict, notebook
+from labkit.ui.labs import bottleneck as lab1
+from labkit.ui.labs import controller as lab3
+from labkit.ui.labs import lanes as lab2
+from labkit.ui.labs import parallelism as lab4
+from labkit.ui.labs.verdict import MIME, Wrong, check
 
 REPO = Path(__file__).resolve().parents[2]
 LABS = REPO / "notebooks/labs"
@@ -279,7 +279,7 @@ def test_plans_with_wire_times_match_the_recorded_tensor_job():
 
 
 def test_plans_that_wait_for_a_message_never_sent_are_refused():
-    from labkit.traffic.schedules import Msg, Plan, Step
+    from labkit.model.traffic.schedules import Msg, Plan, Step
 
     lonely = Plan([Step(recv=[Msg(1, 0, 10)]), Step()], 1, {}, {})
     with pytest.raises(ValueError, match="deadlock"):

@@ -7,10 +7,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from labkit import lossless, scenario, tc
-from labkit.pauser import classes_to_pause
-from labkit.scenario import ScenarioError
-from labkit.topo import Topology
+from labkit.kernel import tc
+from labkit.kernel.pauser import classes_to_pause
+from labkit.model import lossless, scenario
+from labkit.model.scenario import ScenarioError
+from labkit.model.topo import Topology
 
 TOPOLOGIES = Path(__file__).resolve().parents[2] / "topologies"
 
@@ -138,7 +139,7 @@ class FakeSwitch:
 def bookkeeper(doc, switches):
     """What the pauser process acts with, without the kernel: the plan's queues, the
     ingress map and fake switches."""
-    from labkit import pauser
+    from labkit.kernel import pauser
 
     t = topology(doc)
     plan = lossless.queues(t, ("vip",), "fifo")

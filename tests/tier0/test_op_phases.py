@@ -3,9 +3,9 @@ in-memory plans (tests/spans.py), with no network."""
 
 import pytest
 
-from labkit.traffic import jobs, schedules, timeline
+from labkit.model.traffic import jobs, schedules, timeline
+from labkit.model.traffic.schedules import Msg, Plan, Step
 from labkit.traffic.collective import BUBBLE, COMPUTE, WIRE_WAIT, Op
-from labkit.traffic.schedules import Msg, Plan, Step
 from tests.spans import run_op
 from tests.tier0.test_schedules import JOBS
 
@@ -75,7 +75,7 @@ def test_spans_follow_each_other_and_add_up_to_the_ops_sums(name):
     model = timeline.simulate(plans, lambda src, dst, nbytes: transfer)
     for op, row, plan, end, busy in zip(ops, rows, plans, model.end_ns, model.busy_ns,
                                         strict=True):
-        # the agent's own logic keeps the plans' model time (labkit.traffic.timeline)
+        # the agent's own logic keeps the plans' model time (labkit.model.traffic.timeline)
         assert row["end_ns"] - start == end
         assert [(s - start, e - start) for p, s, e in op.spans if p == COMPUTE] == list(busy)
         spans = op.spans

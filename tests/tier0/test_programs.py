@@ -12,10 +12,13 @@ import polars as pl
 import pytest
 import yaml
 
-from labkit import analysis, cgroups, scenario, topo
-from labkit.jobmark import BurstRow
-from labkit.scenario import ScenarioError
-from labkit.traffic import lines, programs
+from labkit.analysis import metrics
+from labkit.kernel import cgroups
+from labkit.kernel.jobmark import BurstRow
+from labkit.model import scenario, topo
+from labkit.model.scenario import ScenarioError
+from labkit.model.traffic import lines
+from labkit.traffic import programs
 
 REPO = Path(__file__).resolve().parents[2]
 TOPOLOGIES = REPO / "topologies"
@@ -242,7 +245,7 @@ def test_op_instances_match_ranks_in_order_within_iterations():
         [(0, "g1", 0, "all_reduce", 10, 100, 300), (1, "g2", 0, "all_reduce", 10, 120, 320),
          (0, "g1", 0, "all_reduce", 10, 110, 330), (1, "g2", 0, "all_reduce", 10, 125, 340)],
         schema=["rank", "host", "iteration", "op", "bytes", "start_ns", "end_ns"], orient="row")
-    inst = analysis.op_instances(frame)
+    inst = metrics.op_instances(frame)
     assert inst.height == 2 and inst["ranks"].to_list() == [2, 2]
     assert inst.sort("n")["start_ns"].to_list() == [100, 110]
 
@@ -257,32 +260,32 @@ def test_a_program_summary_and_its_slowdown():
                              "bytes": 2 << 20, "start_ns": i * 1000 + 300,
                              "end_ns": i * 1000 + int(500 * scale)}
                             for i in range(4) for r in range(2)])
-        return analysis.op_times(coll), coll, ops
+        return metrics.op_times(coll), coll, ops
 
     info = {"name": "job", "source": "lines", "warmup": 0, "bad_lines": 0, "bursts_lost": 0,
             "ranks": [{"rank": 0, "host": "g1", "exit": 0, "stopped_by_labkit": False,
                        "lingered": False, "cpu_s": 1.5, "packets": 10, "bytes": 1000}]}
-    base = analysis.program(*frames(1.0), info, 2, 4e6)
-    slow = analysis.program(*frames(2.0), info, 2, 4e6)
+    base = metrics.program(*frames(1.0), info, 2, 4e6)
+    slow = metrics.program(*frames(2.0), info, 2, 4e6)
     assert base["iterations"] == 4 and base["p50_ms"] == pytest.approx(500 / 1e6)
     assert base["exposed_comm_fraction"] == pytest.approx(0.4)
     assert base["bottleneck_bytes_per_iteration"] == 1e6
     assert "busbw_mbps" in base["ops"]["all_reduce"]
-    analysis._slowdowns(slow, base)
-    analysis._slowdowns(slow["ops"]["all_reduce"], base["ops"]["all_reduce"])
+    metrics._slowdowns(slow, base)
+    metrics._slowdowns(slow["ops"]["all_reduce"], base["ops"]["all_reduce"])
     assert slow["slowdown_p50"] == pytest.approx(2.0)
     assert slow["ops"]["all_reduce"]["slowdown_p50"] == pytest.approx(3.5)
     p = {"program": slow, "bottleneck": {"utilization": 0.5, "lanes": {
         lane: {"drops": 0} for lane in scenario.LANES}}, "storage": {"goodput_mbps": 0.0},
         "cpu_bound": False}
-    row = analysis.summary_frame({"policies": {"x": p}}).row(0, named=True)
+    row = metrics.summary_frame({"policies": {"x": p}}).row(0, named=True)
     assert row["ops"] == 4 and row["busbw_mbps"] is None and row["exposed_comm"] > 0
 
 
 def test_notes_say_where_times_came_from():
     p = {"name": "job", "source": "traffic", "bad_lines": 2, "traffic": {"bursts_lost": 0},
          "ranks": [{"rank": 3, "stopped_by_labkit": True, "lingered": True}]}
-    notes = analysis.program_notes(p)
+    notes = metrics.program_notes(p)
     assert any("bursts of its traffic" in n for n in notes)
     assert any("2 line(s)" in n for n in notes)
     assert any("rank(s) 3" in n and "had reported every iteration" in n for n in notes)

@@ -9,8 +9,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from labkit import calibration, rundir, runner, scenario
-from labkit.scenario import ScenarioError
+from labkit.analysis import calibration
+from labkit.model import scenario
+from labkit.model.scenario import ScenarioError
+from labkit.runs import rundir, runner
 
 REPO = Path(__file__).resolve().parents[2]
 SOURCE = str(REPO / "topologies/bottleneck.yaml")

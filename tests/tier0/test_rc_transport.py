@@ -13,8 +13,9 @@ import time
 from scapy.contrib.roce import BTH
 from scapy.layers.inet import IP, UDP
 
-from labkit import abi
-from labkit.traffic import hotpath, rc, roce, wire
+from labkit.model import abi
+from labkit.model.traffic import roce, wire
+from labkit.traffic import hotpath, rc
 
 PEER_IP = "127.0.0.2"
 SOL_UDP, UDP_GRO = 17, 104

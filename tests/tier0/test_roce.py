@@ -1,6 +1,6 @@
 from scapy.contrib.roce import AETH, BTH
 
-from labkit.traffic import roce, wire
+from labkit.model.traffic import roce, wire
 
 
 def test_data_templates_are_rdma_write_segments():

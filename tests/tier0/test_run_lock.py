@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from labkit.registry import CLEANING, RunLock, RunLockedError
+from labkit.kernel.registry import CLEANING, RunLock, RunLockedError
 
 
 @pytest.fixture(autouse=True)
@@ -39,7 +39,7 @@ def test_another_thread_or_process_is_refused_by_name():
         t.join()
         proc = subprocess.run(
             [sys.executable, "-c", "import sys; from pathlib import Path; "
-             "from labkit.registry import RunLock; RunLock.path = Path(sys.argv[1]); "
+             "from labkit.kernel.registry import RunLock; RunLock.path = Path(sys.argv[1]); "
              "RunLock('theirs').__enter__()", str(RunLock.path)],
             capture_output=True, text=True)
     assert refused and "run mine (pid" in refused[0] and "in progress" in refused[0]
@@ -52,21 +52,21 @@ def test_clean_is_named_as_clean():
     with RunLock(CLEANING):
         proc = subprocess.run(
             [sys.executable, "-c", "import sys; from pathlib import Path; "
-             "from labkit.registry import RunLock; RunLock.path = Path(sys.argv[1]); "
+             "from labkit.kernel.registry import RunLock; RunLock.path = Path(sys.argv[1]); "
              "RunLock('a-run').__enter__()", str(RunLock.path)],
             capture_output=True, text=True)
     assert "`labkit clean` (pid" in proc.stderr
 
 
 def test_a_run_chooses_its_id_under_the_lock_and_the_lock_names_it(tmp_path, monkeypatch):
-    from labkit import rundir, runner
+    from labkit.runs import rundir, runner
 
     monkeypatch.setattr(rundir, "RUNS_DIR", tmp_path / "runs")
     with runner._claimed("lab") as run_id:
         assert run_id.endswith("-lab") and RunLock.holder().run_id == run_id
         proc = subprocess.run(  # a second run of it, from another process
             [sys.executable, "-c", "import sys; from pathlib import Path; "
-             "from labkit import registry, rundir, runner; "
+             "from labkit.kernel import registry; from labkit.runs import rundir, runner; "
              "registry.RunLock.path = Path(sys.argv[1]); rundir.RUNS_DIR = Path(sys.argv[2]); "
              "runner._claimed('lab').__enter__()", str(RunLock.path), str(tmp_path / "runs")],
             capture_output=True, text=True)
@@ -74,7 +74,7 @@ def test_a_run_chooses_its_id_under_the_lock_and_the_lock_names_it(tmp_path, mon
 
 
 def test_a_killed_runs_scratch_directory_is_a_leftover_until_clean(tmp_path, monkeypatch):
-    from labkit import registry
+    from labkit.kernel import registry
 
     monkeypatch.setattr(registry, "WORK_DIR", tmp_path / "work")
     monkeypatch.setattr(registry, "REGISTRY_DIR", tmp_path / "registry")

@@ -4,8 +4,8 @@ import shutil
 import polars as pl
 import pytest
 
-from labkit import rundir
-from labkit.rundir import RunDataError
+from labkit.runs import rundir
+from labkit.runs.rundir import RunDataError
 
 
 def write_run(path):
@@ -112,9 +112,9 @@ def test_a_run_recorded_before_run_id_columns_still_loads():
 
 def test_every_row_type_names_its_table_columns():
     """Rows are named where they are produced; their fields are the table's columns."""
-    from labkit.capture import CpuRow, LaneRow, QueueRow
-    from labkit.control.valve import Decision
-    from labkit.experiment import GapRow, HistRow, LatencyRow, PhaseRow, SojournRow
+    from labkit.kernel.capture import CpuRow, LaneRow, QueueRow
+    from labkit.kernel.valve import Decision
+    from labkit.runs.experiment import GapRow, HistRow, LatencyRow, PhaseRow, SojournRow
 
     for table, row in (("lanes", LaneRow), ("sojourn", SojournRow), ("latency", LatencyRow),
                        ("gaps", GapRow), ("phases", PhaseRow),
@@ -129,8 +129,8 @@ PIPELINE = {"parallelism": "pipeline", "microbatches": 4, "activation_bytes": 1 
 
 
 def test_phases_go_from_the_agents_results_to_their_table_and_back(tmp_path):
-    from labkit import experiment
-    from labkit.traffic import jobs
+    from labkit.model.traffic import jobs
+    from labkit.runs import experiment
     from tests.spans import FakeRank, assert_spans_fit, results
 
     plans = [jobs.plan(PIPELINE, 3, r) for r in range(3)]

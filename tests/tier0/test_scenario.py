@@ -4,8 +4,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from labkit import scenario
-from labkit.scenario import ScenarioError
+from labkit.model import scenario
+from labkit.model.scenario import ScenarioError
 
 TOPOLOGIES = Path(__file__).resolve().parents[2] / "topologies"
 

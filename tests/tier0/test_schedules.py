@@ -4,8 +4,8 @@ import itertools
 
 import pytest
 
-from labkit.traffic import jobs, schedules
-from labkit.traffic.schedules import ALGOS, busbw_factor, expected, schedule
+from labkit.model.traffic import jobs, schedules
+from labkit.model.traffic.schedules import ALGOS, busbw_factor, expected, schedule
 
 CASES = [(op, algo, n) for op, algos in ALGOS.items() for algo in algos
          for n in (2, 4, 8, 6) if not (algo == "halving_doubling" and n == 6)]

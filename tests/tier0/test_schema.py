@@ -9,7 +9,7 @@ import jsonschema
 import pytest
 import yaml
 
-from labkit import scenario, schema
+from labkit.model import scenario, schema
 from labkit.traffic import hotpath
 
 REPO = Path(__file__).resolve().parents[2]
@@ -34,7 +34,7 @@ def test_every_shipped_scenario_fits_the_schema(path):
 @pytest.mark.parametrize("path", sorted((REPO / "topologies/grids").glob("*.yaml")),
                          ids=lambda p: p.name)
 def test_every_point_of_every_shipped_grid_fits_the_schema(path):
-    from labkit import grid
+    from labkit.model import grid
 
     g = grid.load(path)
     for p in g.points:

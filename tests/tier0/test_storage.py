@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from labkit import scenario, topo
-from labkit.agents import storage_configs
-from labkit.traffic import configs, nvme, storage, wire
+from labkit.model import scenario, topo
+from labkit.model.traffic import configs, nvme, wire
+from labkit.traffic import storage
+from labkit.traffic.agents import storage_configs
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -105,7 +106,7 @@ def test_configs_split_load_and_source_ports_per_entry():
 
 def test_every_agent_config_survives_its_file(tmp_path):
     """What the launcher writes, the agent reads back equal (templates as bytes again)."""
-    from labkit import agents
+    from labkit.traffic import agents
 
     sc = scenario.load(REPO / "topologies/checkpoint-burst.yaml")
     t = topo.Topology(sc.fabric)

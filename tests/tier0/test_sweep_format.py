@@ -7,7 +7,7 @@ from dataclasses import asdict
 
 import pytest
 
-from labkit import nccltests
+from labkit.analysis import nccltests
 
 DATA = re.compile(r"^\s*(\d+)\s+(\d+)\s+(\w+)\s+(\w+)\s+(-?\d+)\s+([\d.]+)\s+([\d.]+)\s+"
                   r"([\d.]+)\s+(\d+|N/A)")
@@ -78,7 +78,7 @@ def test_a_sweep_is_recorded_like_a_run(tmp_path):
 
     import polars as pl
 
-    from labkit import rundir
+    from labkit.runs import rundir
 
     rows = [nccltests.measure("all_reduce", 4, s, ops(4, s / 10), 100.0) for s in (4096, 8192)]
     writer = rundir.RunWriter(tmp_path / "s1")

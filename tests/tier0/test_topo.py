@@ -1,6 +1,6 @@
 from pathlib import Path
 
-from labkit import scenario, topo
+from labkit.model import scenario, topo
 
 TOPOLOGIES = Path(__file__).resolve().parents[2] / "topologies"
 

@@ -1,4 +1,4 @@
-"""labkit.abi mirrors every lk_* struct exactly as the built objects' BTF describes it."""
+"""labkit.model.abi mirrors every lk_* struct exactly as the built objects' BTF describes it."""
 
 import ctypes
 import json
@@ -7,8 +7,9 @@ import subprocess
 
 import pytest
 
-from labkit import abi, bpf, tc
-from labkit.scenario import LANES
+from labkit.kernel import bpf, tc
+from labkit.model import abi
+from labkit.model.scenario import LANES
 
 # structs userspace never reads or writes: a packet header parsed in place (parse.h), the
 # queue probe's in-flight entries and the valve's clocks (map values private to a program,
@@ -43,7 +44,7 @@ def test_every_shared_struct_has_an_exact_mirror():
     for obj in bpf.object_names():  # abi.bpf.o carries every struct of labkit.h
         seen.update(btf_structs(obj))
     unmirrored = set(seen) - set(abi.MIRRORS) - NOT_SHARED
-    assert not unmirrored, f"no mirror in labkit.abi for {sorted(unmirrored)}"
+    assert not unmirrored, f"no mirror in labkit.model.abi for {sorted(unmirrored)}"
     assert set(abi.MIRRORS) <= set(seen), "a mirror of a struct labkit.h does not define"
     drift = {name: layout_problems(seen[name], mirror) for name, mirror in abi.MIRRORS.items()}
     assert not any(drift.values()), {k: v for k, v in drift.items() if v}

@@ -7,8 +7,8 @@ from scapy.layers.inet6 import IPv6
 from scapy.layers.l2 import ARP, Dot1Q, Ether
 from scapy.packet import Raw
 
-from labkit import bpf, lanes, tc
-from labkit.scenario import LaneRule
+from labkit.kernel import bpf, lanes, tc
+from labkit.model.scenario import LaneRule
 
 RULES = [LaneRule("vip", proto="udp", dport=4791, roce=True), LaneRule("vip", dscp=26),
          LaneRule("low", proto="tcp", port=4420)]

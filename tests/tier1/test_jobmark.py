@@ -13,15 +13,15 @@ from pathlib import Path
 
 import pytest
 
-from labkit import cgroups
+from labkit.kernel import cgroups
 from tests.conftest import require
 
 CHILD = r'''
 import json, socket, sys, time
 from pathlib import Path
-from labkit import bpf, cgroups, netns
-from labkit.abi import JobPhase
-from labkit.jobmark import JobMark
+from labkit.kernel import bpf, cgroups, netns
+from labkit.model.abi import JobPhase
+from labkit.kernel.jobmark import JobMark
 
 path, level, cgid = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
 PACKET = 1000 + 8 + 20 + 14  # bytes on the wire of one datagram below

@@ -8,9 +8,10 @@ from scapy.layers.inet import IP, TCP, UDP
 from scapy.layers.l2 import Ether
 from scapy.packet import Raw
 
-from labkit import abi, bpf, lanes, telemetry
-from labkit.scenario import LaneRule
-from labkit.traffic import roce, wire
+from labkit.kernel import bpf, lanes, telemetry
+from labkit.model import abi
+from labkit.model.scenario import LaneRule
+from labkit.model.traffic import roce, wire
 
 RULES = [LaneRule("vip", proto="udp", dport=4791, roce=True), LaneRule("low", proto="tcp",
                                                                         port=4420)]

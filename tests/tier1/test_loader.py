@@ -4,7 +4,7 @@ import subprocess
 
 import pytest
 
-from labkit import bpf
+from labkit.kernel import bpf
 
 BAD_PROGRAM = r"""
 #include "vmlinux.h"

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from labkit import bpf, lanes
+from labkit.kernel import bpf, lanes
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "docs/examples/classifier.bpf.c"
 

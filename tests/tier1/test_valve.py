@@ -10,10 +10,10 @@ from scapy.layers.inet import IP, TCP, UDP
 from scapy.layers.l2 import Ether
 from scapy.packet import Raw
 
-from labkit import bpf, lanes, tc
-from labkit.bpf import SkBuff
-from labkit.control.valve import PROGRAM, Valve, Valves
-from labkit.scenario import LaneRule
+from labkit.kernel import bpf, lanes, tc
+from labkit.kernel.bpf import SkBuff
+from labkit.kernel.valve import PROGRAM, Valve, Valves
+from labkit.model.scenario import LaneRule
 
 RULES = [LaneRule("vip", proto="udp", dport=4791, roce=True),
          LaneRule("low", proto="tcp", port=4420)]

@@ -14,7 +14,7 @@ NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "env", 
 
 
 def as_nobody(*args):
-    return subprocess.run([*NOBODY, sys.executable, "-m", "labkit.cli", *args], cwd=REPO,
+    return subprocess.run([*NOBODY, sys.executable, "-m", "labkit.ui.cli", *args], cwd=REPO,
                           capture_output=True, text=True, timeout=60)
 
 
@@ -47,7 +47,7 @@ def test_analysis_works_without_root(can_drop_root, command):
 
 
 def test_doctor_as_root_finds_everything_required(bpf_ready):
-    proc = subprocess.run([sys.executable, "-m", "labkit.cli", "doctor"], cwd=REPO,
+    proc = subprocess.run([sys.executable, "-m", "labkit.ui.cli", "doctor"], cwd=REPO,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout
     for feature in ("qdisc htb", "qdisc clsact", "cls_bpf", "multipath", "BTF", "bpffs"):

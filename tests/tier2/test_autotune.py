@@ -4,7 +4,8 @@ model chose there, in ring order."""
 
 import polars as pl
 
-from labkit import autotune, rundir, runner, scenario
+from labkit.model import autotune, scenario
+from labkit.runs import rundir, runner
 from tests.leaks import assert_no_leaks
 
 DOC = {"name": "tune-test",

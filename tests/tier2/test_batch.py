@@ -18,13 +18,13 @@ import pytest
 import yaml
 
 import labkit
-from labkit import rundir
+from labkit.runs import rundir
 from tests.conftest import require
 from tests.leaks import assert_no_leaks
 from tests.slurm_local import LocalSlurm, missing
 
 REPO = Path(__file__).resolve().parents[2]
-LABKIT = [sys.executable, "-m", "labkit.cli"]
+LABKIT = [sys.executable, "-m", "labkit.ui.cli"]
 KEY = "traffic[kind=allreduce].size_bytes"
 SIZES = {"256KiB": 256 << 10, "512KiB": 512 << 10}
 TINY = {  # two GPU hosts and a storage host on one router; the queue forms towards g1

@@ -3,7 +3,9 @@
 
 from dataclasses import replace
 
-from labkit import calibration, rundir, runner, scenario
+from labkit.analysis import calibration
+from labkit.model import scenario
+from labkit.runs import rundir, runner
 from tests.leaks import assert_no_leaks
 
 DOC = {"name": "calibrate-test", "scale_factor": 4000,
@@ -48,11 +50,11 @@ def test_no_run_takes_the_machine_between_trials(fabric_ready, tmp_path):
     path = tmp_path / "tiny.yaml"
     path.write_text(yaml.safe_dump(DOC))
     env = {**os.environ, "LABKIT_RUNS_DIR": str(tmp_path / "runs")}
-    labkit = [sys.executable, "-m", "labkit.cli"]
+    labkit = [sys.executable, "-m", "labkit.ui.cli"]
     cal = subprocess.Popen([*labkit, "calibrate", str(path), "--seconds", "1", "--out",
                             str(tmp_path / "cal")], env=env, text=True,
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    from labkit.registry import RunLock
+    from labkit.kernel.registry import RunLock
 
     while cal.poll() is None and not ((h := RunLock.holder()) and h.pid == cal.pid):
         time.sleep(0.05)  # until the calibration holds the machine

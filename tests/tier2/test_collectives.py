@@ -14,7 +14,7 @@ from tests.leaks import assert_no_leaks
 from tests.tier0.test_sweep_format import parse_nccl_tests
 
 REPO = Path(__file__).resolve().parents[2]
-LABKIT = [sys.executable, "-m", "labkit.cli"]
+LABKIT = [sys.executable, "-m", "labkit.ui.cli"]
 
 
 def test_ring_all_reduce_sweep_on_leaf_spine(fabric_ready, tmp_path):
@@ -76,7 +76,7 @@ def test_gso_runs_carry_whole_packets_that_every_probe_still_samples(fabric_read
     doc = yaml.safe_load((REPO / "topologies/bottleneck.yaml").read_text())
     doc["emulation"] = {"gso_packets": 8}
     doc["policies"] = ["priority"]
-    sc = labkit.scenario.parse(doc, str(REPO / "topologies/bottleneck.yaml"))
+    sc = labkit.model.scenario.parse(doc, str(REPO / "topologies/bottleneck.yaml"))
     run = labkit.run(sc, out=tmp_path / "gso", duration=4)
     assert run["collectives"].height > 0 and run["collectives"]["wrong"].sum() == 0
     assert run["transport"]["retransmits"].sum() == 0

@@ -96,7 +96,7 @@ def test_nothing_outlives_the_run(fabric_ready, run):
 def test_kill_9_then_clean_stops_the_programs(fabric_ready, tmp_path):
     """A killed run's programs hold their namespaces: `labkit clean` stops them by the
     pids its registry recorded."""
-    proc = subprocess.Popen([sys.executable, "-m", "labkit.cli", "run",
+    proc = subprocess.Popen([sys.executable, "-m", "labkit.ui.cli", "run",
                              str(scenario_with_commands(tmp_path)), "--policy", "fifo",
                              "--duration", "20", "--out", str(tmp_path / "run")], cwd=REPO,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -109,7 +109,7 @@ def test_kill_9_then_clean_stops_the_programs(fabric_ready, tmp_path):
     proc.wait()
     assert any("iperf3 -c" in p for p in labkit_objects()["processes"])  # outlived labkit
     assert escapees()  # and so did the escapee, which no pid or marker names
-    clean = subprocess.run([sys.executable, "-m", "labkit.cli", "clean"], cwd=REPO,
+    clean = subprocess.run([sys.executable, "-m", "labkit.ui.cli", "clean"], cwd=REPO,
                            capture_output=True, text=True)
     assert clean.returncode == 0, clean.stderr
     assert "command bulk" in clean.stdout, clean.stdout

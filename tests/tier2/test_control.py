@@ -9,7 +9,9 @@ import pytest
 import yaml
 
 import labkit
-from labkit import analysis, rundir, scenario
+from labkit.analysis import metrics
+from labkit.model import scenario
+from labkit.runs import rundir
 from tests.leaks import assert_no_leaks
 
 REPO = Path(__file__).resolve().parents[2]
@@ -33,7 +35,7 @@ def _of(run, table: str, policy: str) -> pl.DataFrame:
 
 
 def _op_starts(run, policy: str) -> list[int]:
-    ops = analysis.op_times(run.tables["collectives"]).filter(pl.col("policy") == policy)
+    ops = metrics.op_times(run.tables["collectives"]).filter(pl.col("policy") == policy)
     return ops["start_ns"].to_list()
 
 
@@ -51,7 +53,7 @@ def test_reactive_cuts_storage_within_50_ms_of_a_queue_building(fabric_ready, ru
         pl.col("new_mbps").is_not_null() & (pl.col("old_mbps").is_null()
                                             | (pl.col("new_mbps") < pl.col("old_mbps"))))
     cut_times = cuts["t_ns"].to_list()
-    ops = analysis.op_times(run.tables["collectives"]).filter(pl.col("policy") == "reactive")
+    ops = metrics.op_times(run.tables["collectives"]).filter(pl.col("policy") == "reactive")
     spans = list(zip(ops["start_ns"], ops["end_ns"], strict=True))
     # build-ups that vip packets met, while the collectives run: storage's own queue keeps
     # no vip packet waiting, and the controller leaves it alone by design

@@ -13,11 +13,11 @@ import polars as pl
 import pytest
 
 import labkit
-from labkit import rundir
+from labkit.runs import rundir
 from tests.leaks import assert_no_leaks, labkit_objects
 
 REPO = Path(__file__).resolve().parents[2]
-LABKIT = [sys.executable, "-m", "labkit.cli"]
+LABKIT = [sys.executable, "-m", "labkit.ui.cli"]
 
 
 @pytest.fixture(scope="module")
@@ -167,7 +167,7 @@ def test_bad_scenario_exits_2_and_creates_nothing(fabric_ready, tmp_path):
 
 
 def test_a_second_run_waits_for_nobody_and_names_the_first(fabric_ready, tmp_path):
-    from labkit.registry import RunLock
+    from labkit.kernel.registry import RunLock
 
     with RunLock("someone-elses-run"):
         proc = subprocess.run([*LABKIT, "run", str(REPO / "topologies/bottleneck.yaml"),

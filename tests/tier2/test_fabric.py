@@ -7,9 +7,10 @@ from pathlib import Path
 import pytest
 from pyroute2 import IPRoute
 
-from labkit import scenario, tc, topo
-from labkit.fabric import Fabric
-from labkit.registry import Registry
+from labkit.kernel import tc
+from labkit.kernel.fabric import Fabric
+from labkit.kernel.registry import Registry
+from labkit.model import scenario, topo
 from tests.leaks import assert_no_leaks
 
 TOPOLOGIES = Path(__file__).resolve().parents[2] / "topologies"

@@ -14,11 +14,13 @@ from pathlib import Path
 
 import polars as pl
 
-from labkit import analysis, scenario, tc, topo
-from labkit.abi import EV_GAP, EV_SOJOURN
-from labkit.fabric import Fabric
-from labkit.registry import Registry
-from labkit.telemetry import EventReader, QueueProbe
+from labkit.analysis import metrics
+from labkit.kernel import tc
+from labkit.kernel.fabric import Fabric
+from labkit.kernel.registry import Registry
+from labkit.kernel.telemetry import EventReader, QueueProbe
+from labkit.model import scenario, topo
+from labkit.model.abi import EV_GAP, EV_SOJOURN
 from tests.conftest import require
 from tests.leaks import assert_no_leaks
 from tests.tier2.test_telemetry import SMALL
@@ -92,7 +94,7 @@ def one_port_fabric() -> topo.Topology:
 
 
 def fidelity_of(gaps: pl.DataFrame, sojourns: pl.Series, rate_mbps: float) -> dict:
-    return analysis.dequeue_fidelity(gaps, rate_mbps,
+    return metrics.dequeue_fidelity(gaps, rate_mbps,
                                      tc.burst_bytes(tc.bytes_per_s(rate_mbps), MTU),
                                      sojourns.quantile(0.99) / 1e3)
 
@@ -135,7 +137,7 @@ def test_a_port_that_sends_slower_than_its_rate_is_flagged(fabric_ready):
     fid = fidelity_of(gaps, sojourns, RATE_MBPS)
     assert fid["pairs"] > 5000 and fid["flagged"], fid
     assert 0.20 < fid["excess"] < 0.30, fid  # 50 / 40 - 1
-    note = analysis.late_reason(fid)
+    note = metrics.late_reason(fid)
     assert "longer to send them than its rate allows" in note, note
     assert_no_leaks()
 

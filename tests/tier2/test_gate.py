@@ -13,12 +13,13 @@ import subprocess
 import threading
 import time
 
-from labkit import scenario, tc, topo
-from labkit.control.gates import Gates
-from labkit.control.valve import GATE_LANE, Valves
-from labkit.fabric import Fabric
-from labkit.lanes import Classifier
-from labkit.registry import Registry
+from labkit.kernel import tc
+from labkit.kernel.fabric import Fabric
+from labkit.kernel.gates import Gates
+from labkit.kernel.lanes import Classifier
+from labkit.kernel.registry import Registry
+from labkit.kernel.valve import GATE_LANE, Valves
+from labkit.model import scenario, topo
 from tests.leaks import assert_no_leaks
 
 LINK_MBPS, RATE_MBPS, HOLD_MBPS = 100, 20, 0.1

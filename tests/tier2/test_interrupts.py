@@ -14,7 +14,7 @@ import pytest
 from tests.leaks import assert_no_leaks, labkit_objects
 
 REPO = Path(__file__).resolve().parents[2]
-LABKIT = [sys.executable, "-m", "labkit.cli"]
+LABKIT = [sys.executable, "-m", "labkit.ui.cli"]
 
 
 # a controlled policy too: its gates, their socket iterator and the controller's threads
@@ -125,7 +125,7 @@ def test_a_closed_terminal_tears_the_run_down(fabric_ready, tmp_path):
 
 def test_a_close_that_raises_stops_nothing_else(fabric_ready, tmp_path, monkeypatch):
     import labkit
-    from labkit.lanes import Classifier
+    from labkit.kernel.lanes import Classifier
 
     original = Classifier.close
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from labkit.labs import PASS, notebook
+from labkit.ui.labs import PASS, notebook
 from tests.leaks import assert_no_leaks
 
 REPO = Path(__file__).resolve().parents[2]

@@ -3,7 +3,7 @@
 import time
 from pathlib import Path
 
-from labkit import widgets
+from labkit.ui import widgets
 from tests.leaks import assert_no_leaks
 
 REPO = Path(__file__).resolve().parents[2]

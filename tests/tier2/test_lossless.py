@@ -13,11 +13,13 @@ from pathlib import Path
 import pytest
 from pyroute2 import IPRoute
 
-from labkit import lossless, runner, scenario, tc
-from labkit.fabric import Fabric
-from labkit.pauser import Pauser
-from labkit.registry import Registry
-from labkit.topo import Topology
+from labkit.kernel import tc
+from labkit.kernel.fabric import Fabric
+from labkit.kernel.pauser import Pauser
+from labkit.kernel.registry import Registry
+from labkit.model import lossless, scenario
+from labkit.model.topo import Topology
+from labkit.runs import runner
 from tests.conftest import free_port
 from tests.leaks import assert_no_leaks
 

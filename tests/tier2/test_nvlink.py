@@ -7,10 +7,12 @@ from pathlib import Path
 
 from pyroute2 import IPRoute
 
-from labkit import grid, runner, scenario, tc
-from labkit.fabric import Fabric
-from labkit.registry import Registry
-from labkit.topo import Topology
+from labkit.kernel import tc
+from labkit.kernel.fabric import Fabric
+from labkit.kernel.registry import Registry
+from labkit.model import grid, scenario
+from labkit.model.topo import Topology
+from labkit.runs import runner
 from tests.leaks import assert_no_leaks
 
 NVLINK = Path(__file__).resolve().parents[2] / "topologies" / "nvlink.yaml"

@@ -5,7 +5,7 @@ import sys
 import time
 from pathlib import Path
 
-from labkit import bpf
+from labkit.kernel import bpf
 from tests.leaks import assert_no_leaks
 from tests.tier2.test_fabric import build, ping
 
@@ -26,7 +26,7 @@ def root_ns_bound_ports() -> set[int]:
 
 def test_agents_listen_only_inside_their_namespaces_and_pins_are_root_only(fabric_ready,
                                                                             tmp_path):
-    proc = subprocess.Popen([sys.executable, "-m", "labkit.cli", "run",
+    proc = subprocess.Popen([sys.executable, "-m", "labkit.ui.cli", "run",
                              str(REPO / "topologies/bottleneck.yaml"), "--policy", "fifo",
                              "--duration", "4", "--out", str(tmp_path / "run")], cwd=REPO,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)

@@ -24,7 +24,7 @@ import pytest
 import yaml
 
 import labkit
-from labkit import analysis
+from labkit.analysis import metrics
 from tests.leaks import assert_no_leaks, labkit_objects
 
 REPO = Path(__file__).resolve().parents[2]
@@ -115,7 +115,7 @@ def test_the_jobs_phase_comes_from_its_traffic(fabric_ready, silent):
     the phase the state-aware relay carries to the storage host."""
     relayed = silent["controller"].filter((pl.col("policy") == "state-aware")
                                           & pl.col("busy_from_ns").is_not_null())
-    ops = analysis.op_times(silent["collectives"].filter(pl.col("policy") == "state-aware"))
+    ops = metrics.op_times(silent["collectives"].filter(pl.col("policy") == "state-aware"))
     assert relayed.height >= ops.height  # at least a window per iteration reached st1
 
 
@@ -129,7 +129,7 @@ def test_a_failing_rank_ends_the_run_with_its_error(fabric_ready, tmp_path):
 
 
 def cli_run(path: Path, out: Path) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "labkit.cli", "run", str(path), "--policy",
+    return subprocess.Popen([sys.executable, "-m", "labkit.ui.cli", "run", str(path), "--policy",
                              "fifo", "--duration", "60", "--out", str(out)], cwd=REPO,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 
@@ -158,7 +158,7 @@ def test_kill_9_then_clean_leaves_no_process_and_no_cgroup(fabric_ready, tmp_pat
     proc.wait()
     assert labkit_objects()["cgroups"]  # the ranks' cgroups outlived labkit, and so did
     assert any("allreduce.py" in p for p in labkit_objects()["processes"])  # the ranks
-    clean = subprocess.run([sys.executable, "-m", "labkit.cli", "clean"], cwd=REPO,
+    clean = subprocess.run([sys.executable, "-m", "labkit.ui.cli", "clean"], cwd=REPO,
                            capture_output=True, text=True, env={**os.environ})
     assert clean.returncode == 0, clean.stderr
     assert "in cgroup" in clean.stdout and "removed cgroup" in clean.stdout, clean.stdout

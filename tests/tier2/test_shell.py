@@ -42,7 +42,7 @@ def _shell(*args: str) -> tuple[subprocess.Popen, int]:
     a user types it (started by exec, not forked from the tests' threaded process): the
     process and the terminal's fd."""
     fd, secondary = os.openpty()
-    proc = subprocess.Popen(["setsid", "--ctty", sys.executable, "-m", "labkit.cli", "shell",
+    proc = subprocess.Popen(["setsid", "--ctty", sys.executable, "-m", "labkit.ui.cli", "shell",
                              "topologies/bottleneck.yaml", *args], cwd=REPO,
                             stdin=secondary, stdout=secondary, stderr=secondary)
     os.close(secondary)

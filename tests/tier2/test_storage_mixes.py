@@ -7,7 +7,7 @@ import polars as pl
 import pytest
 
 import labkit
-from labkit import scenario
+from labkit.model import scenario
 from tests.leaks import assert_no_leaks
 
 REPO = Path(__file__).resolve().parents[2]

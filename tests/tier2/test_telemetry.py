@@ -9,11 +9,12 @@ within ±15 %.
 import statistics
 import time
 
-from labkit import scenario, tc, topo
-from labkit.abi import EV_SOJOURN
-from labkit.fabric import Fabric
-from labkit.registry import Registry
-from labkit.telemetry import EventReader, QueueProbe
+from labkit.kernel import tc
+from labkit.kernel.fabric import Fabric
+from labkit.kernel.registry import Registry
+from labkit.kernel.telemetry import EventReader, QueueProbe
+from labkit.model import scenario, topo
+from labkit.model.abi import EV_SOJOURN
 from tests.leaks import assert_no_leaks
 
 RATE_MBPS = 40

@@ -1,0 +1,244 @@
+"""Build and tear down a :class:`~labkit.model.topo.Topology` as a Mininet network.
+
+Every node (GPU host, storage host, router) is a plain Mininet ``Node`` in its
+own network namespace; routers forward IPv4 with ECMP (L4 hash) and no switch or
+controller is involved, so Open vSwitch is never needed. Links are veth pairs.
+Addresses, static neighbours, routes and sysctls are set over netlink
+(pyroute2) inside each namespace; every port is shaped by :mod:`labkit.kernel.tc`.
+
+Each node's shell process is recorded in the run registry the moment it
+exists, so a killed run can be cleaned from the registry alone.
+
+Mininet's global set-up (``fixLimits``, which raises machine-wide sysctls) and
+global cleanup are never used: this machine is shared.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+from contextlib import suppress
+from dataclasses import dataclass
+from pathlib import Path
+
+from pyroute2 import IPRoute
+from pyroute2.ethtool import Ethtool
+
+from labkit.kernel import cgroups, tc
+from labkit.kernel.netns import Netns
+from labkit.kernel.registry import Registry
+from labkit.model.topo import Port, Topology
+
+NUD_PERMANENT = 0x80
+
+
+def mac_for(ip: str) -> str:
+    """A locally administered MAC derived from the port's address (stable, readable)."""
+    return "02:00:" + ":".join(f"{int(b):02x}" for b in ip.split("."))
+
+
+TSO = ("tx-tcp-segmentation", "tx-tcp-ecn-segmentation", "tx-tcp-mangleid-segmentation",
+       "tx-tcp6-segmentation", "tx-tcp-accecn-segmentation")
+
+
+def _receive_in_order(ethtool: Ethtool, ifname: str) -> None:
+    """Make a veth receive through NAPI: one poller per queue, so a flow's packets stay in
+    order even when two CPUs transmit them. Without NAPI a veth hands each packet to the
+    transmitting CPU's backlog, and a router's dequeues on two CPUs reorder a flow, which
+    RoCE takes for loss (measured: up to 19 NAKs per rank in a 40-op ring with no drop
+    anywhere). A veth uses NAPI only with GRO on at the receiver and TSO off at the
+    sender (``veth_skb_is_eligible_for_gro``); TCP still sends large segments (GSO
+    splits them after the qdisc, GRO merges them again at the next hop)."""
+    features = ethtool.get_features(ifname)
+    features.features["rx-gro"].enable = True
+    for name in TSO:
+        if name in features.features:
+            features.features[name].enable = False
+    ethtool.set_features(ifname, features)
+
+
+def _sysctl(path: str, value: str) -> None:
+    Path("/proc/sys", path.replace(".", "/")).write_text(value)
+
+
+def mininet_version() -> str:
+    try:
+        from mininet.net import VERSION
+    except ImportError:
+        return "not found"
+    return VERSION
+
+
+def port_key(port: Port) -> str:
+    """How a port is named in lookups and labels: "<node>/<ifname>"."""
+    return f"{port.node}/{port.ifname}"
+
+
+@dataclass(frozen=True)
+class PortHandle:
+    """A port of a running fabric as the kernel knows it: where to reach it."""
+
+    ns: Netns
+    ifname: str
+    ifindex: int
+    key: str  # port_key(port)
+
+
+class Fabric:
+    """A running emulated fabric. Use as a context manager, or call :meth:`stop`."""
+
+    def __init__(self, topology: Topology, registry: Registry, router_layout: str = "fifo",
+                 host_layout: str = "fifo", pausable: bool = False,
+                 cgroup: Path | None = None):
+        self.topo = topology
+        self.registry = registry
+        self.router_layout = router_layout
+        self.host_layout = host_layout  # "held" where a controller shapes the hosts' NICs
+        self.pausable = pausable  # every leaf queue a TBF that can pause (lossless fabrics)
+        self.cgroup_path = cgroup  # where its processes run (None: no cgroup v2 here)
+        self.group: cgroups.Cgroup | None = None
+        self.net = None
+        self.nodes: dict = {}
+        self.ns: dict[str, Netns] = {}
+        self.ifindex: dict[str, int] = {}  # port_key(port) -> ifindex
+
+    def start(self) -> Fabric:
+        from mininet.net import Mininet
+        from mininet.node import Node
+
+        Mininet.inited = True  # skip mininet.util.fixLimits(): it changes global sysctls
+        try:
+            if self.cgroup_path:
+                self.group = cgroups.make(self.cgroup_path, self.registry.add)
+            self.net = Mininet(topo=None, build=False, controller=None, autoSetMacs=False,
+                               autoStaticArp=False, waitConnected=False)
+            for name in self.topo.roles:
+                node = self.net.addHost(name, cls=Node, ip=None, inNamespace=True)
+                self.registry.add_process(node.pid, f"mininet node {name}", signal.SIGHUP)
+                if self.group:  # what the node's shell runs (its command line's) joins it
+                    self.group.add(node.pid)
+                self.nodes[name] = node
+                self.ns[name] = Netns(node.pid, name)
+                self.registry.add("netns", node=name, pid=node.pid, inode=self.ns[name].inode)
+            for pa, pb in self.topo.links:
+                link = self.net.addLink(pa.node, pb.node, intfName1=pa.ifname,
+                                        intfName2=pb.ifname, addr1=mac_for(pa.ip),
+                                        addr2=mac_for(pb.ip))
+                for intf, port in ((link.intf1, pa), (link.intf2, pb)):
+                    # addresses are configured over netlink below; Mininet is told them too,
+                    # for `dump` and `pingall` in its CLI (which reads a host's address
+                    # afresh, with ifconfig, when a command names the host)
+                    intf.ip, intf.prefixLen = port.ip, port.prefixlen
+                self.registry.add("veth", ends=[f"{pa.node}/{pa.ifname}",
+                                                f"{pb.node}/{pb.ifname}"])
+            for name in self.topo.roles:
+                self.ns[name].run(self._configure, name)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _configure(self, name: str) -> None:
+        router = self.topo.roles[name] in ("router", "nvswitch")
+        for key, value in (("net.ipv6.conf.all.disable_ipv6", "1"),
+                           ("net.ipv6.conf.default.disable_ipv6", "1"),
+                           ("net.ipv4.conf.all.rp_filter", "0"),
+                           ("net.ipv4.conf.default.rp_filter", "0"),
+                           ("net.ipv4.ip_forward", "1" if router else "0"),
+                           ("net.ipv4.fib_multipath_hash_policy", "1"),
+                           ("net.ipv4.tcp_ecn", "1")):  # storage TCP heeds CE marks
+            _sysctl(key, value)
+        with IPRoute() as ipr, Ethtool() as ethtool:
+            (lo,) = ipr.link_lookup(ifname="lo")
+            ipr.link("set", index=lo, state="up")
+            ports = self.topo.ports[name]
+            for port in ports:
+                _sysctl(f"net.ipv6.conf.{port.ifname.replace('.', '/')}.disable_ipv6", "1")
+                shape = self.shape_of(port)
+                index = tc.shape(ipr, shape)
+                self.registry.add("qdisc", node=name, ifname=port.ifname,
+                                  handle=tc.classid_str(tc.ROOT), layout=shape.layout)
+                self.ifindex[port_key(port)] = index
+                ipr.link("set", index=index, state="up")
+                _receive_in_order(ethtool, port.ifname)
+                ipr.addr("add", index=index, address=port.ip, prefixlen=port.prefixlen)
+                ipr.neigh("add", dst=port.peer_ip, lladdr=mac_for(port.peer_ip), ifindex=index,
+                          state=NUD_PERMANENT)
+            tc.wait_for_carrier(ipr, [p.ifname for p in ports])
+            for route in self.topo.routes(name):
+                dst = {} if route.dst == "default" else {"dst": route.dst}
+                if route.src:
+                    dst["prefsrc"] = route.src
+                if len(route.nexthops) == 1:
+                    ipr.route("add", gateway=route.nexthops[0], **dst)
+                else:  # family given explicitly: pyroute2 0.9 fails to infer it for multipath
+                    ipr.route("add", family=socket.AF_INET,
+                              multipath=[{"gateway": gw} for gw in route.nexthops], **dst)
+
+    def shape_of(self, port: Port) -> tc.PortShape:
+        """How ``port`` is shaped: a router's ports by the router layout, a host's NIC by
+        the host layout, NVLink ports (a switch's, a GPU's second) with one FIFO."""
+        link, role = port.link, self.topo.roles[port.node]
+        layout = (self.router_layout if role == "router" else "fifo" if role == "nvswitch"
+                  or port is not self.topo.ports[port.node][0] else self.host_layout)
+        return tc.PortShape(port.ifname, link.rate_mbps, link.buffer_kb * 1024, link.mtu,
+                            layout, self.pausable)
+
+    def interact(self) -> None:
+        """Mininet's own command line on this fabric (``g1 ping -c 3 g5``, ``leaf1 tc -s
+        qdisc``); returns on ``exit`` or end of input."""
+        from mininet.cli import CLI
+
+        CLI(self.net)
+
+    def handle(self, port: Port) -> PortHandle:
+        """The namespace, name and ifindex of ``port``."""
+        return PortHandle(self.ns[port.node], port.ifname, self.ifindex[port_key(port)],
+                          port_key(port))
+
+    def nic(self, host: str) -> PortHandle:
+        """The handle of ``host``'s one NIC."""
+        return self.handle(self.topo.ports[host][0])
+
+    def host_shape(self, host: str) -> tc.PortShape:
+        """How ``host``'s NIC is shaped."""
+        return self.shape_of(self.topo.ports[host][0])
+
+    def popen(self, node: str, argv: list[str], what: str,
+              group: cgroups.Cgroup | None = None, **kwargs):
+        """Start ``argv`` inside ``node``'s namespace, in cgroup ``group`` (default: the
+        fabric's), which it joins before it runs anything, and record the process."""
+        group = group or self.group
+        if group is None:
+            proc = self.nodes[node].popen(argv, **kwargs)
+        else:
+            fd = os.open(group.path / "cgroup.procs", os.O_WRONLY | os.O_CLOEXEC)
+            kwargs["pass_fds"] = (*kwargs.get("pass_fds", ()), fd)
+            try:
+                proc = self.nodes[node].popen(cgroups.joining(argv, fd), **kwargs)
+            finally:
+                os.close(fd)
+        self.registry.add_process(proc.pid, f"{what} on {node}")
+        return proc
+
+    def stop(self) -> None:
+        """Tear down by the registry: agents, then node shells (their namespaces, veths,
+        qdiscs and filters go with them), then pins."""
+        for ns in self.ns.values():
+            ns.close()
+        self.ns.clear()
+        try:
+            self.registry.teardown()
+        finally:
+            for node in self.nodes.values():
+                with suppress(Exception):
+                    node.cleanup()  # closes the pty Mininet kept for the (now dead) shell
+            self.nodes.clear()
+            self.net = None
+
+    def __enter__(self) -> Fabric:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

@@ -1,0 +1,57 @@
+"""A scenario's fabric as frozen dataclasses: its links, hosts, servers and the fabric.
+
+:mod:`labkit.model.scenario` validates a scenario file into them (and names them too); the
+graph built from them (:mod:`labkit.model.topo`) and a lossless fabric's plan
+(:mod:`labkit.model.lossless`) read them. They live apart from the parser so that the parser
+can check a fabric with those two modules, and every import runs one way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class LinkSpec:
+    """A full-duplex link; both directions are shaped to ``rate_mbps``."""
+
+    a: str
+    b: str
+    rate_mbps: float
+    mtu: int
+    buffer_kb: int
+    loss_percent: float = 0.0  # packets dropped on purpose, each direction
+
+    @property
+    def name(self) -> str:
+        return f"{self.a}-{self.b}"
+
+
+@dataclass(frozen=True)
+class HostSpec:
+    name: str
+    role: str
+    router: str
+
+
+@dataclass(frozen=True)
+class ServerSpec:
+    """GPU hosts in one server, joined by its NVLink switch (``fabric.gpus_per_host``)."""
+
+    switch: str  # the switch's node: nvs1, nvs2, ... in scenario order
+    gpus: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class FabricSpec:
+    routers: tuple[str, ...]
+    hosts: tuple[HostSpec, ...]
+    links: tuple[LinkSpec, ...]  # host links first (in host order), then router links
+    bottlenecks: tuple[tuple[str, str], ...]
+    lossless: tuple[str, ...] = ()  # lanes paused instead of dropped (labkit.model.lossless)
+    servers: tuple[ServerSpec, ...] = ()  # with gpus_per_host > 1
+    nvlinks: tuple[LinkSpec, ...] = ()  # switch-GPU links of the servers, in server order
+
+    @property
+    def gpus_per_host(self) -> int:
+        return len(self.servers[0].gpus) if self.servers else 1

@@ -1,0 +1,445 @@
+"""Run directories: ``data/runs/<run-id>/`` with Parquet tables, manifest and summary.
+
+A run is written under a hidden temporary name (``.<run-id>.incomplete``) and
+renamed when complete, so a directory without that prefix is always whole; a
+crashed run keeps the temporary name and its manifest says ``incomplete``.
+Nothing is ever overwritten: an existing target is an error.
+
+:func:`load_run` reads a run back and checks every table against its schema
+(docs/data-model.md), raising :class:`RunDataError` that names the file and
+what is wrong.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import os
+import platform
+import re
+import shutil
+import socket
+import subprocess
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import polars as pl
+
+from labkit.kernel import bpf, fabric, tc
+from labkit.model.autotune import Model
+from labkit.traffic.hotpath import LIBRARY as HOTPATH
+
+if TYPE_CHECKING:
+    from labkit.runs.experiment import PolicyResult
+
+RUNS_DIR = Path(os.environ.get("LABKIT_RUNS_DIR", bpf.REPO_ROOT / "data" / "runs"))
+# collective cost models (labkit tune), one directory per fabric key, one file per tuning
+MODELS_DIR = Path(os.environ.get("LABKIT_MODELS_DIR", bpf.REPO_ROOT / "data" / "models"))
+I64, STR, F64 = pl.Int64, pl.Utf8, pl.Float64
+
+SCHEMAS: dict[str, dict[str, pl.DataType]] = {
+    "collectives": {"policy": STR, "op": I64, "rank": I64, "host": STR, "start_ns": I64,
+                    "end_ns": I64, "wrong": I64, "compute_ns": I64, "exposed_ns": I64,
+                    "bubble_ns": I64},
+    "phases": {"policy": STR, "op": I64, "rank": I64, "host": STR, "phase": STR,
+               "start_ns": I64, "end_ns": I64},
+    "transport": {"policy": STR, "host": STR, "rank": I64, "packets_sent": I64,
+                  "retransmits": I64, "timeouts": I64, "naks": I64, "out_of_order": I64,
+                  "bytes_received": I64, "cpu_user_s": F64, "cpu_sys_s": F64, "cnps": I64},
+    "queue": {"policy": STR, "t_ns": I64, "port": STR, "classid": STR, "lane": STR,
+              "bytes": I64, "packets": I64, "drops": I64, "overlimits": I64,
+              "backlog_bytes": I64, "backlog_packets": I64},
+    "lanes": {"policy": STR, "t_ns": I64, "port": STR, "lane": STR, "offered_packets": I64,
+              "offered_bytes": I64, "enqueued_packets": I64, "enqueued_bytes": I64,
+              "dropped_packets": I64, "dropped_bytes": I64},
+    "sojourn": {"policy": STR, "t_ns": I64, "port": STR, "lane": STR, "sojourn_ns": I64,
+                "bytes": I64, "stamp_ns": I64, "seq": I64},
+    "latency": {"policy": STR, "t_ns": I64, "lane": STR, "latency_ns": I64, "bytes": I64,
+                "stamp_ns": I64, "seq": I64},
+    "histograms": {"policy": STR, "kind": STR, "port": STR, "lane": STR, "bucket": I64,
+                   "count": I64},
+    "gaps": {"policy": STR, "t_ns": I64, "port": STR, "gap_ns": I64, "bytes": I64,
+             "busy_bytes": I64},
+    "flows": {"policy": STR, "host": STR, "entry": STR, "t_ns": I64, "bytes": I64},
+    "ios": {"policy": STR, "host": STR, "entry": STR, "t_ns": I64, "latency_ns": I64,
+            "bytes": I64},
+    "cpu": {"policy": STR, "t_ns": I64, "busy": F64},
+    "pauses": {"policy": STR, "t_ns": I64, "port": STR, "classid": STR, "lane": STR,
+               "cause": STR, "reaction_ns": I64, "wake_ns": I64, "paused_ns": I64,
+               "resume_ns": I64},
+    "controller": {"policy": STR, "t_ns": I64, "valve": STR, "lane": STR, "old_mbps": F64,
+                   "new_mbps": F64, "old_busy_mbps": F64, "new_busy_mbps": F64,
+                   "busy_from_ns": I64, "busy_until_ns": I64, "reason": STR},
+    "program_ops": {"policy": STR, "rank": I64, "host": STR, "iteration": I64, "op": STR,
+                    "bytes": I64, "start_ns": I64, "end_ns": I64},
+    "bursts": {"policy": STR, "host": STR, "start_ns": I64, "end_ns": I64, "bytes": I64,
+               "packets": I64},
+}
+
+
+ROWS_OF = {"controller": "decisions"}  # PolicyResult attributes named otherwise
+# tables newer than the first runs: a manifest without a "tables" list predates them,
+# and such a run loads with them empty (as does one whose list lacks them)
+ADDED_LATER = {"ios", "controller", "gaps", "phases", "pauses", "program_ops", "bursts"}
+COLUMNS_ADDED_LATER = {("transport", "cnps"): 0}  # what older runs lack, and its value there
+
+
+class RunDataError(ValueError):
+    """A run directory is missing a file or holds one that does not fit its schema."""
+
+
+def host_label(name: str | None = None) -> str:
+    """This machine's short host name (``name``: another's) as it appears in run ids:
+    letters, digits and '-' only, at most 32 characters."""
+    short = (name if name is not None else socket.gethostname()).split(".")[0]
+    return re.sub(r"[^A-Za-z0-9-]+", "-", short).strip("-")[:32].strip("-") or "host"
+
+
+def new_run_id(scenario: str) -> str:
+    """``<date>-<time>-<host>-<scenario>``: unique across machines that record into one
+    place (a batch's runs on a cluster), since one machine runs one run at a time. Runs
+    recorded before the host was added have ``<date>-<time>-<scenario>``; nothing reads a
+    run id apart, so both load alike. An id already taken under RUNS_DIR (two runs of one
+    scenario in one second: a calibration's short trials) gets ``-2``, ``-3``, ..."""
+    base = datetime.now().strftime("%Y%m%d-%H%M%S-") + f"{host_label()}-{scenario}"
+    run_id, n = base, 1
+    while (RUNS_DIR / run_id).exists() or incomplete_path(RUNS_DIR / run_id).exists():
+        n += 1
+        run_id = f"{base}-{n}"
+    return run_id
+
+
+def tables_from(results: list[PolicyResult]) -> dict[str, pl.DataFrame]:
+    """The run's tables, one row set per policy, in the documented schemas."""
+    rows: dict[str, list[dict]] = {name: [] for name in SCHEMAS}
+    for r in results:
+        p = r.policy
+        rows["collectives"] += [{"policy": p, **o} for o in r.ops]
+        rows["transport"] += [{"policy": p, **{k: x.get(k, 0) for k in SCHEMAS["transport"]
+                                               if k != "policy"}} for x in r.ranks]
+        layout = r.port_layout
+        rows["queue"] += [{"policy": p, **q._asdict(), "classid": tc.classid_str(q.classid),
+                           "lane": tc.lane_of_class(q.classid, layout)} for q in r.queue]
+        for name in ("lanes", "sojourn", "latency", "histograms", "controller", "cpu", "gaps",
+                     "phases", "pauses", "program_ops", "bursts"):
+            rows[name] += [{"policy": p, **row._asdict()}
+                           for row in getattr(r, ROWS_OF.get(name, name))]
+        rows["flows"] += [{"policy": p, **f} for f in r.flows]
+        rows["ios"] += [{"policy": p, **io} for io in r.ios]
+    return {name: pl.DataFrame(rows[name], schema=SCHEMAS[name]) for name in SCHEMAS}
+
+
+def git_revision() -> str:
+    try:
+        rev = subprocess.run(["git", "-C", str(bpf.REPO_ROOT), "rev-parse", "HEAD"],
+                             capture_output=True, text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(bpf.REPO_ROOT), "status", "--porcelain",
+                                "--untracked-files=no"], capture_output=True, text=True).stdout
+        return rev + ("-dirty" if dirty.strip() else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def sha256_file(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def python_packages() -> dict[str, str]:
+    """Every Python distribution importable here, by its canonical name: its version. The
+    first one on ``sys.path`` wins, as for an import: copies vendored inside other packages
+    (setuptools puts its own on the path once something imports it) come later."""
+    from importlib.metadata import distributions
+
+    found: dict[str, str] = {}
+    for d in distributions():
+        if d.metadata["Name"]:
+            found.setdefault(d.metadata["Name"].lower().replace("_", "-"), d.version)
+    return dict(sorted(found.items()))
+
+
+def provenance() -> dict:
+    lock = bpf.REPO_ROOT / "requirements.lock"
+    objects = sorted(bpf.BUILD_DIR.glob("*.bpf.o"))
+    return {
+        "kernel": platform.release(),
+        "labkit_revision": git_revision(),
+        "bpf_objects": {o.name: sha256_file(o) for o in objects},
+        "python": platform.python_version(),
+        "packages": python_packages(),
+        "requirements_lock": sha256_file(lock) if lock.exists() else None,
+        "tools": _tool_versions(),
+        "cpus": os.cpu_count(),
+        "host": socket.gethostname(),
+        "hotpath": sha256_file(HOTPATH) if HOTPATH.exists() else None,
+    }
+
+
+def _tool_versions() -> dict[str, str]:
+    out = {}
+    for name, argv in (("clang", ["clang", "--version"]), ("bpftool", ["bpftool", "version"]),
+                       ("iproute2", ["ip", "-V"])):
+        try:
+            out[name] = subprocess.run(argv, capture_output=True, text=True,
+                                       timeout=10).stdout.splitlines()[0].strip()
+        except (OSError, IndexError, subprocess.TimeoutExpired):
+            out[name] = "not found"
+    out["mininet"] = fabric.mininet_version()
+    out["libbpf"] = bpf.libbpf_version()
+    return out
+
+
+def incomplete_path(target: Path) -> Path:
+    """Where a run to ``target`` is written until it finishes (and stays if it does not)."""
+    return target.parent / f".{target.name}.incomplete"
+
+
+class RunWriter:
+    """Write a run under a temporary name; :meth:`finish` renames it into place."""
+
+    def __init__(self, target: Path):
+        self.target = target
+        if target.exists():
+            raise FileExistsError(f"{target} already exists; labkit never overwrites a run "
+                                  "(choose another --out)")
+        self.tmp = incomplete_path(target)
+        if self.tmp.exists():
+            raise FileExistsError(f"{self.tmp} holds an earlier run to {target} that did not "
+                                  "finish (its manifest says how it ended); labkit never "
+                                  "overwrites a run: choose another --out, or move it away")
+        self.tmp.mkdir(parents=True)
+        self.agents_dir = self.tmp / "agents"
+        self.manifest: dict = {"status": "incomplete"}
+
+    def discard(self) -> None:
+        """Remove the directory of a run that never started: all in it is this writer's
+        (it refuses a directory that exists), none of it a measurement."""
+        shutil.rmtree(self.tmp)
+
+    def write_manifest(self, **fields) -> None:
+        self.manifest.update(fields)
+        _write_json(self.tmp / "manifest.json", self.manifest)
+
+    def finish(self, tables: dict[str, pl.DataFrame], summary: dict) -> Path:
+        """Write the tables (each file leads with a ``run_id`` column, so many runs read
+        as one: ``pl.scan_parquet("data/runs/*/collectives.parquet")``), the summary, and
+        move the run into place."""
+        run_id = self.manifest.get("run_id", self.target.name)
+        for name, frame in tables.items():
+            frame.select(pl.lit(run_id, pl.String).alias("run_id"), pl.all()).write_parquet(
+                self.tmp / f"{name}.parquet")
+        _write_json(self.tmp / "summary.json", summary)
+        self.write_manifest(status="complete", end_time=now_iso(), tables=sorted(tables))
+        if self.target.exists():
+            raise FileExistsError(f"{self.target} appeared while the run was in progress; "
+                                  f"the run stays in {self.tmp}")
+        os.rename(self.tmp, self.target)
+        return self.target
+
+
+def finish_sweep(writer: RunWriter, records: list[dict]) -> Path:
+    """Record a sweep (one record per message size) as a run directory: ``sweep.parquet``
+    (led by ``run_id``, like every run table), ``sweep.csv`` and ``sweep.json``, and the
+    manifest (kind ``sweep``)."""
+    with open(writer.tmp / "sweep.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(records[0]))
+        w.writeheader()
+        w.writerows(records)
+    (writer.tmp / "sweep.json").write_text(json.dumps(records, indent=2) + "\n")
+    return writer.finish({"sweep": pl.DataFrame(records)},
+                         {"kind": "sweep", "rows": len(records)})
+
+
+def finish_tune(writer: RunWriter, sweeps: dict[str, list[dict]], model: Model) -> Path:
+    """Record a tuning (``labkit tune``) as a run directory: ``tune.parquet`` (every
+    algorithm's sweep rows, ``algo`` first), ``model.json`` and the manifest (kind
+    ``tune``)."""
+    (writer.tmp / "model.json").write_text(model.to_json())
+    rows = [{**row, "algo": algo} for algo, algo_rows in sweeps.items() for row in algo_rows]
+    return writer.finish({"tune": pl.DataFrame(rows).select("algo", pl.exclude("algo"))},
+                         {"kind": "tune", "rows": len(rows), "model": "model.json"})
+
+
+@dataclass
+class Tuned:
+    """A recorded tuning: its manifest, every algorithm's sweep rows, the model fitted."""
+
+    path: Path
+    manifest: dict
+    sweeps: dict[str, list[dict]]
+    model: Model
+
+
+def load_tuning(path: str | Path) -> Tuned:
+    """Read back a tuning that ``labkit tune`` recorded."""
+    path = Path(path)
+    manifest = read_documents(path, ("manifest.json",))["manifest.json"]
+    if manifest.get("kind") != "tune":
+        raise RunDataError(f"{path}: not a tuning (kind {manifest.get('kind', 'run')!r})")
+    rows = pl.read_parquet(path / "tune.parquet").drop("run_id", strict=False)
+    sweeps = {algo: rows.filter(pl.col("algo") == algo).to_dicts()
+              for algo in rows["algo"].unique(maintain_order=True)}
+    return Tuned(path, manifest, sweeps, Model.from_json((path / "model.json").read_text()))
+
+
+def save_model(model: Model, run_id: str, models: Path | None = None) -> Path:
+    """Keep a fitted :class:`labkit.model.autotune.Model` as ``<models>/<fabric key>/<run id>.json``
+    (a new file each tuning: none is ever replaced); returns its path."""
+    directory = (models or MODELS_DIR) / model.fabric_key
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{run_id}.json"
+    _write_json(path, json.loads(model.to_json()))
+    return path
+
+
+def newest_model(fabric_key: str, models: Path | None = None):
+    """(the newest model of the fabric ``fabric_key``, its path), or None when it was never
+    tuned (run ids start with their date and time, so the last name is the newest)."""
+    found = sorted(((models or MODELS_DIR) / fabric_key).glob("*.json"))
+    if not found:
+        return None
+    return Model.from_json(found[-1].read_text(), fabric_key), found[-1]
+
+
+def now_iso() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def _write_json(path: Path, doc: dict) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(doc, indent=2, default=str) + "\n")
+    os.replace(tmp, path)
+
+
+@dataclass
+class Run:
+    """A recorded run: its directory, manifest, summary and typed tables."""
+
+    path: Path
+    manifest: dict
+    summary: dict
+    tables: dict[str, pl.DataFrame]
+
+    def __getitem__(self, name: str) -> pl.DataFrame:
+        return self.tables[name]
+
+
+def read_documents(path: Path, names: tuple[str, ...] = ("manifest.json", "summary.json")
+                   ) -> dict[str, dict]:
+    """A run directory's JSON documents by file name; RunDataError names what is wrong."""
+    if not path.is_dir():
+        raise RunDataError(f"{path}: not a run directory")
+    docs = {}
+    for name in names:
+        f = path / name
+        try:
+            docs[name] = json.loads(f.read_text())
+        except FileNotFoundError:
+            raise RunDataError(f"{f}: missing (an incomplete or damaged run)") from None
+        except ValueError as exc:
+            raise RunDataError(f"{f}: not valid JSON ({exc})") from None
+    return docs
+
+
+def load_run(path: str | Path) -> Run:
+    """Load and validate a run directory."""
+    path = Path(path)
+    docs = read_documents(path)
+    kind = docs["manifest.json"].get("kind")
+    if kind == "sweep":
+        raise RunDataError(f"{path}: a sweep, not a run: its table is sweep.parquet "
+                           "(also sweep.csv and sweep.json)")
+    if kind == "tune":
+        raise RunDataError(f"{path}: a tuning, not a run: its table is tune.parquet (every "
+                           "algorithm's sweep rows), its model model.json")
+    if kind == "calibration":
+        raise RunDataError(f"{path}: a calibration, not a run: its summary.json lists the "
+                           "trials, each a run of its own")
+    if kind == "batch":
+        raise RunDataError(f"{path}: a batch, not a run: labkit.load_runs({str(path)!r}) reads "
+                           "its runs as one frame; each is in its runs/ folder")
+    tables = {}
+    required = set(docs["manifest.json"].get("tables", set(SCHEMAS) - ADDED_LATER))
+    for name, schema in SCHEMAS.items():
+        f = path / f"{name}.parquet"
+        if not f.exists() and name not in required:
+            tables[name] = pl.DataFrame(schema=schema)
+            continue
+        if not f.exists():
+            raise RunDataError(f"{f}: missing (an incomplete or damaged run)")
+        try:
+            frame = pl.read_parquet(f)
+        except Exception as exc:  # polars raises several types for a damaged file
+            raise RunDataError(f"{f}: not a readable Parquet file ({exc})") from None
+        for col, dtype in schema.items():
+            if col not in frame.columns and (name, col) in COLUMNS_ADDED_LATER:
+                frame = frame.with_columns(pl.lit(COLUMNS_ADDED_LATER[name, col], dtype)
+                                           .alias(col))
+            if col not in frame.columns:
+                raise RunDataError(f"{f}: column {col!r} is missing")
+            if frame.schema[col] != dtype:
+                raise RunDataError(f"{f}: column {col!r} is {frame.schema[col]}, "
+                                   f"expected {dtype}")
+        tables[name] = frame.select(list(schema))
+    return Run(path, docs["manifest.json"], docs["summary.json"], tables)
+
+
+def list_runs(root: Path = RUNS_DIR) -> list[dict]:
+    """Every run under ``root`` (complete or not) with its status and size."""
+    out = []
+    if not root.is_dir():
+        return out
+    for d in sorted(root.iterdir()):
+        if not d.is_dir():
+            continue
+        status = "complete"
+        name = d.name
+        if name.startswith(".") and name.endswith(".incomplete"):
+            status, name = "incomplete", name[1:-len(".incomplete")]
+        size = sum(f.stat().st_size for f in d.rglob("*") if f.is_file())
+        out.append({"run_id": name, "status": status, "path": str(d), "bytes": size,
+                    "modified": time.strftime("%Y-%m-%d %H:%M",
+                                              time.localtime(d.stat().st_mtime))})
+    return out
+
+
+def newest_calibration(scenario: dict, root: Path | None = None) -> tuple[Path, dict] | None:
+    """The newest complete calibration of ``scenario`` (a ``Scenario.to_dict()``; its rate
+    factor, path and seed aside) recorded on this machine under ``root`` (default
+    RUNS_DIR): its directory and summary."""
+    root = RUNS_DIR if root is None else root
+    want, newest = _as_calibrated(scenario), None
+    for d in sorted(root.iterdir()) if root.is_dir() else ():
+        if d.name.startswith(".") or not (d / "summary.json").is_file():
+            continue  # an interrupted calibration, or not a run
+        try:
+            manifest = json.loads((d / "manifest.json").read_text())
+        except (OSError, ValueError):
+            continue
+        if (manifest.get("kind") == "calibration" and manifest.get("host") == socket.gethostname()
+                and _as_calibrated(manifest.get("scenario") or {}) == want
+                and (newest is None or manifest.get("start_time", "") >= newest[0])):
+            newest = (manifest.get("start_time", ""), d)
+    return newest and (newest[1], json.loads((newest[1] / "summary.json").read_text()))
+
+
+def _as_calibrated(scenario: dict) -> str:
+    """A scenario as a calibration compares it: what it emulates, whatever rate factor it
+    says, wherever its file is, whatever its seed (the machine's capacity does not depend
+    on them)."""
+    doc = {k: v for k, v in scenario.items() if k not in ("sha256", "path", "seed",
+                                                         "description")}
+    doc["emulation"] = {**(doc.get("emulation") or {}), "rate_factor": 1.0}
+    return json.dumps(doc, sort_keys=True)
+
+
+def load_sweeps(root: str | Path) -> dict[str, list[dict]]:
+    """The rows of every sweep under ``root`` (a directory holding ``sweep.json``), by the
+    directory's name, in name order."""
+    found = sorted(Path(root).glob("*/sweep.json"))
+    if not found:
+        raise RunDataError(f"{root}: no sweep directories (*/sweep.json)")
+    return {f.parent.name: json.loads(f.read_text()) for f in found}

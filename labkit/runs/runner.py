@@ -1,0 +1,620 @@
+"""The one way to run labkit: :func:`run` a scenario, :func:`sweep` a collective.
+
+Both take a scenario (a file or a parsed :class:`~labkit.model.scenario.Scenario`), check the
+request and the machine before touching the kernel, record everything in a new run
+directory, and return what was recorded: :func:`run` the :class:`~labkit.runs.rundir.Run`
+that :func:`~labkit.runs.rundir.load_run` reads back, :func:`sweep` a :class:`Sweep`. The
+CLI, the notebooks' live panel, the benchmarks and the tier-2 tests all call them::
+
+    import labkit
+    run = labkit.run("topologies/bottleneck.yaml", policies=["fifo"], duration=5)
+    run.summary["policies"]["fifo"]["allreduce"]["slowdown_p99"]
+
+Exceptions: :class:`~labkit.model.scenario.ScenarioError` (bad scenario or argument: which
+file or parameter, and why), :class:`NotReady` (this machine cannot run it, and the
+fix), ``FileExistsError`` (``out`` exists: labkit never overwrites a run),
+:class:`~labkit.kernel.registry.RunLockedError` (another run holds the machine),
+:class:`RunFailed` (the run started and failed; its partial data are kept) and
+``KeyboardInterrupt``; in every case whatever the run built in the kernel is torn down.
+No signal handler is installed here: the CLI turns SIGTERM into ``KeyboardInterrupt``.
+"""
+
+from __future__ import annotations
+
+import gc
+import hashlib
+import json
+import os
+import shutil
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+import polars as pl
+
+from labkit.analysis.calibration import TRIAL_SECONDS, Calibration
+from labkit.kernel import bpf
+from labkit.kernel.registry import Registry, RunLock, RunLockedError, work_dir
+from labkit.model import autotune
+from labkit.model import scenario as scenario_mod
+from labkit.model.scenario import Scenario, ScenarioError
+from labkit.model.topo import Topology
+from labkit.runs import rundir
+from labkit.runs.rundir import Run, RunWriter
+from labkit.traffic import hotpath
+
+MAX_SNAPLEN = 262144  # tcpdump's largest snapshot length
+WITHOUT_ROOT = ("Without root you can still analyse recorded runs: `labkit report DIR`, "
+                "`labkit runs` and the notebooks.")
+ROOT_HINT = ("running a scenario needs root: it builds network namespaces and loads eBPF "
+             f"programs. {WITHOUT_ROOT}")
+
+
+class NotReady(RuntimeError):
+    """This machine cannot run a scenario now; the message says why and what fixes it."""
+
+
+class RunFailed(RuntimeError):
+    """A run started and failed; ``partial`` is the directory that keeps what it recorded."""
+
+    def __init__(self, message: str, partial: Path):
+        self.partial = partial
+        super().__init__(message)
+
+
+@dataclass(frozen=True)
+class Progress:
+    """Where a run is: ``stage`` is "building" (the policy's fabric), "running" (``done``
+    of ``total`` ops or iterations finished on the first rank; ``total`` None: a program
+    that does not say how many it will run) or "done"."""
+
+    policy: str
+    stage: str
+    done: int
+    total: int | None
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """A recorded sweep: its directory and one row per message size (``rows`` as
+    :class:`labkit.analysis.nccltests.Row`, ``table`` as the frame written to sweep.parquet)."""
+
+    path: Path
+    rows: list
+    table: pl.DataFrame
+
+
+def not_ready(euid: int | None = None) -> str | None:
+    """Why this machine cannot run a scenario now, with the fix (None: it can)."""
+    if (os.geteuid() if euid is None else euid) != 0:
+        return ROOT_HINT
+    if shutil.which("mnexec") is None:
+        return "Mininet is not installed: run `make setup` as root (see `labkit doctor`)"
+    if not os.path.ismount("/sys/fs/bpf"):
+        return "bpffs is not mounted at /sys/fs/bpf: run `make setup` (see `labkit doctor`)"
+    missing = [n for n in bpf.object_names() if not bpf.object_path(n).exists()]
+    if missing:
+        return (f"the eBPF objects {', '.join(missing)} are not built: run `make bpf` "
+                "(see `labkit doctor`)")
+    if problem := hotpath.stale():
+        return problem
+    return None
+
+
+def _scenario(scenario: str | Path | Scenario,
+              seed: int | None) -> tuple[Scenario, str, dict | None]:
+    """The scenario at the rates its ``emulation.rate_factor`` asks for, its name for
+    errors, and where the factor came from (:func:`resolve_rates`)."""
+    sc, source = _loaded(scenario)
+    sc, rates = resolve_rates(sc if seed is None else replace(sc, seed=seed), source)
+    return sc, source, rates
+
+
+def _loaded(scenario: str | Path | Scenario) -> tuple[Scenario, str]:
+    """The scenario as written, and its name for errors."""
+    sc = scenario if isinstance(scenario, Scenario) else scenario_mod.load(scenario)
+    return sc, str(scenario) if not isinstance(scenario, Scenario) else f"scenario {sc.name}"
+
+
+def resolve_rates(sc: Scenario, source: str) -> tuple[Scenario, dict | None]:
+    """``sc`` at the rates its ``emulation.rate_factor`` asks for, and where the factor
+    came from (None: the rates as written). ``auto`` takes the best factor of the newest
+    calibration of this scenario (its rate factor aside) recorded on this machine."""
+    from labkit.analysis import calibration as cal
+
+    factor = sc.emulation.rate_factor
+    written = cal.as_written(sc)
+    if factor == 1:
+        return written, None
+    found = None
+    if factor == AUTO:
+        key = "emulation.rate_factor"
+        found = rundir.newest_calibration(written.to_dict())
+        if found is None:
+            raise ScenarioError(
+                source, key, f"auto takes the rate `labkit calibrate` found for this scenario "
+                f"on this machine, and {rundir.RUNS_DIR} holds no such calibration (one of "
+                "this scenario, its path, seed and rate factor aside, recorded by this host; "
+                "calibrations recorded before 2026-11-30 or with --out do not count): run "
+                "`labkit calibrate` on it first (a few 8-second trials), or write a number")
+        factor = found[1]["best_factor"]
+        if factor is None:
+            raise ScenarioError(source, key, f"the newest calibration ({found[0]}) found no "
+                                f"rate this machine holds: {found[1]['advice']}; a number "
+                                "below 1 still runs it, slower than written")
+    # the file's hash stays: the manifest's `rates` says how its rates were changed
+    return replace(cal.scaled(written, factor), sha256=sc.sha256), {
+        "factor": factor, "calibration": str(found[0]) if found else None,
+        "bottleneck_rate_mbps": cal.bottleneck_rate(written) * factor,
+        "scale_factor": written.scale_factor / factor}
+
+
+@contextmanager
+def _claimed(label: str) -> Iterator[str]:
+    """The machine's run lock, then the id of a run of ``label`` chosen under it (no two
+    runs can choose one id, and a run that cannot start has recorded nothing)."""
+    with RunLock(label) as lock:
+        run_id = rundir.new_run_id(label)
+        lock.rename(run_id)
+        yield run_id
+
+
+def _writer_for(out: str | Path | None, run_id: str) -> RunWriter:
+    return RunWriter(Path(out) if out is not None else rundir.RUNS_DIR / run_id)
+
+
+def run(scenario: str | Path | Scenario, policies: Sequence[str] | None = None, *,
+        out: str | Path | None = None, seed: int | None = None,
+        duration: float | None = None, on_progress: Callable[[Progress], None] | None = None,
+        controllers: Mapping[str, str | type] | None = None,
+        pcap: Sequence[str] = (), pcap_snaplen: int = 0, telemetry: bool = True,
+        argv: Sequence[str] | None = None, batch: Mapping | None = None) -> Run:
+    """Run ``scenario`` under ``policies`` (default: the scenario's own), each on a fresh
+    fabric, and record it in ``out`` (default data/runs/<run-id>).
+
+    ``seed`` overrides the scenario's; ``duration`` caps each policy's traffic (seconds);
+    ``on_progress`` receives a :class:`Progress` at every step; ``controllers`` adds
+    controllers a policy may name, besides the built-in ones and the scenario's own
+    (name -> a :class:`labkit.control.Controller` subclass, or "file.py:Class"); ``pcap``
+    names links to capture (``pcap_snaplen`` bytes per packet, 0 = whole);
+    ``telemetry=False`` leaves the probes out (only to measure what they cost); ``argv`` is
+    the command line recorded in the manifest (the CLI passes its own); ``batch`` (the
+    batch's id, the point's index and parameters) is recorded in it too, for
+    :func:`labkit.load_runs`. Returns the recorded run."""
+    from labkit.analysis import metrics
+    from labkit.control import CONTROLLERS
+    from labkit.kernel import cgroups
+    from labkit.kernel.pcap import PcapRequest, check_links
+    from labkit.model import topo
+    from labkit.runs import experiment
+    from labkit.traffic import programs
+
+    sc, source, rates = _scenario(scenario, seed)
+    sc, auto = resolve_auto(sc, source)
+    sc, kinds = scenario_mod.with_user_kinds(sc)
+    users = _user_controllers(sc, source, controllers or {})
+    policies = [policies] if isinstance(policies, str) else policies
+    pcap = [pcap] if isinstance(pcap, str) else pcap
+    policies = (scenario_mod.check_policies(list(policies), source, list(users)) if policies
+                else sc.policies)
+    if duration is not None and (problem := scenario_mod.LIMITS["duration_s"].problem(duration)):
+        raise ScenarioError(source, "duration", f"{problem} (seconds)")
+    if not 0 <= pcap_snaplen <= MAX_SNAPLEN:
+        raise ScenarioError(source, "pcap_snaplen", f"must be 0 (whole packets) to "
+                            f"{MAX_SNAPLEN} bytes, got {pcap_snaplen}")
+    scenario_mod.check_programs(sc)
+    topology = topo.Topology(sc.fabric)
+    if sc.program:
+        programs.check(sc.program, topology, source)
+    steered = [p for p in policies if scenario_mod.policy(p, list(users)).controller]
+    if not telemetry and steered:
+        raise ScenarioError(source, "telemetry", f"policy {steered[0]} steers its valves from "
+                            "telemetry; leave the policy out or keep telemetry on")
+    try:
+        check_links(topology, list(pcap))
+    except KeyError as exc:
+        raise ScenarioError(source, "pcap", exc.args[0]) from None
+    if problem := not_ready() or (sc.program and cgroups.problem()):
+        raise NotReady(problem)
+    tell = on_progress or (lambda _: None)
+    request = PcapRequest(tuple(pcap), pcap_snaplen) if pcap else None
+    results = []
+    with _claimed(sc.name) as run_id, work_dir(run_id) as build:
+        program = _classifier_program(sc, source, build)
+        writer = _writer_for(out, run_id)
+        kept = _keep_program(writer.tmp, sc, program)
+        writer.write_manifest(run_id=run_id, scenario=sc.to_dict(), scenario_sha256=sc.sha256,
+                              policies=list(policies), seed=sc.seed, duration_s=duration,
+                              start_time=rundir.now_iso(),
+                              argv=list(argv) if argv else None,
+                              batch=dict(batch) if batch else None,
+                              controllers=_keep_sources(writer.tmp, "controllers", users),
+                              kinds=_keep_sources(writer.tmp, "kinds", kinds),
+                              classifier=kept and {
+                                  "object": str(kept.relative_to(writer.tmp)),
+                                  "sha256": rundir.sha256_file(kept)},
+                              auto=auto, rates=rates, **rundir.provenance())
+        with _recorded(writer), _caller_objects_frozen():
+            registry = Registry(run_id)
+            for policy in policies:
+                total = sc.iterations
+                tell(Progress(policy, "building", 0, total))
+                result = experiment.run_policy(
+                    sc, topology, policy, registry, writer.agents_dir / policy,
+                    duration_s=duration, pcap=request, pcap_dir=writer.tmp / policy,
+                    progress=lambda done, p=policy, n=total: tell(Progress(p, "running", done, n)),
+                    telemetry=telemetry, controllers={**CONTROLLERS, **users},
+                    classifier_object=kept)
+                results.append(result)
+                tell(Progress(policy, "done", len({o["op"] for o in result.ops}), total))
+            tables = rundir.tables_from(results)
+            summary = metrics.summarize(tables, experiment.summary_meta(sc, topology, run_id,
+                                                                         results))
+    writer.write_manifest(fidelity={p: s["fidelity"] for p, s in summary["policies"].items()})
+    return rundir.load_run(writer.finish(tables, summary))
+
+
+def shell(scenario: str | Path | Scenario, policy: str = "fifo",
+          controllers: Mapping[str, str | type] | None = None,
+          interact: Callable | None = None) -> None:
+    """Build ``scenario``'s fabric as a run of ``policy`` would (lanes, probes, valves),
+    start no traffic, and hand it to ``interact`` (default: Mininet's command line) until
+    it returns; then tear everything down, as after a run. Nothing is recorded."""
+    from labkit.control import CONTROLLERS
+    from labkit.model import topo
+    from labkit.runs import experiment
+
+    sc, source, _ = _scenario(scenario, None)
+    users = _user_controllers(sc, source, controllers or {})
+    (policy,) = scenario_mod.check_policies([policy], source, list(users))
+    if problem := not_ready():
+        raise NotReady(problem)
+    with _claimed(f"shell-{sc.name}") as run_id, work_dir(run_id) as build:
+        program = _classifier_program(sc, source, build)
+        with experiment.PolicyFabric(
+                sc, topo.Topology(sc.fabric), policy, Registry(run_id),
+                controllers={**CONTROLLERS, **users}, classifier_object=program) as pf:
+            if pf.control:
+                pf.control.start()
+            if pf.pauser:  # a lossless fabric pauses in the shell too
+                pf.pauser.start()
+            try:
+                (interact or (lambda pf: pf.fabric.interact()))(pf)
+            finally:
+                if pf.control:
+                    pf.control.stop()
+
+
+def sweep(scenario: str | Path | Scenario, op: str = "all_reduce", algo: str = "ring",
+          sizes: Sequence[int] = (), iters: int = 10, *, out: str | Path | None = None,
+          on_row: Callable | None = None, argv: Sequence[str] | None = None) -> Sweep:
+    """Measure ``op`` (``algo``) at every message size in ``sizes`` over the scenario's
+    ranks and fabric, ``iters`` timed ops per size (nccl-tests' figures, one
+    :class:`labkit.analysis.nccltests.Row` per size, each passed to ``on_row`` as it is done), and
+    record the sweep in ``out`` (default data/runs/<run-id>)."""
+    from labkit.runs import experiment
+
+    sc, source, rates = _scenario(scenario, None)
+    check_sweep(sc, op, algo, sizes, iters)
+    ranks, algos, auto = sc.ranks, algo, None
+    if algo == AUTO:
+        model, path = _model_of(sc, source)
+        ranks = autotune.ring_order(Topology(sc.fabric), sc.ranks)
+        allowed = runnable(sc, model, sizes)
+        choices = {size: model.choose(size, allowed) for size in sizes}
+        algos = {size: c.algo for size, c in choices.items()}
+        auto = {"model": str(path), "ranks": list(ranks),
+                "choices": {str(size): {"algo": c.algo, "reason": c.reason}
+                            for size, c in choices.items()}}
+    if problem := not_ready():
+        raise NotReady(problem)
+    notes: list[str] = []
+    with _claimed(f"sweep-{sc.name}") as run_id:
+        writer = _writer_for(out, run_id)
+        writer.write_manifest(run_id=run_id, kind="sweep", scenario=sc.to_dict(),
+                              scenario_sha256=sc.sha256, op=op, algo=algo, sizes=list(sizes),
+                              iters=iters, start_time=rundir.now_iso(), auto=auto, rates=rates,
+                              argv=list(argv) if argv else None, **rundir.provenance())
+        with _recorded(writer), _caller_objects_frozen(), work_dir(run_id) as work:
+            rows = experiment.run_sweep(sc, op, algos, list(sizes), iters, Registry(run_id),
+                                        work, on_row=on_row, ranks=ranks, notes=notes)
+            if notes:
+                writer.write_manifest(notes=notes)
+    path = rundir.finish_sweep(writer, [asdict(r) for r in rows])
+    return Sweep(path, rows, pl.read_parquet(path / "sweep.parquet").drop("run_id"))
+
+
+AUTO = scenario_mod.AUTO  # the algorithm a model chooses by size (labkit.model.autotune)
+TUNE_SIZES = (64 << 10, 256 << 10, 1 << 20, 4 << 20)
+
+
+@dataclass
+class Tuning:
+    """A finished ``labkit tune``: the sweeps of every algorithm, the model fitted from
+    them and where it is kept (``model_path``, found again by ``algo: auto``)."""
+
+    path: Path
+    sweeps: dict[str, list[dict]]
+    model: autotune.Model
+    model_path: Path
+
+
+def tune(scenario: str | Path | Scenario, sizes: Sequence[int] = TUNE_SIZES, iters: int = 5,
+         *, out: str | Path | None = None, on_row: Callable | None = None,
+         argv: Sequence[str] | None = None, models: Path | None = None) -> Tuning:
+    """Sweep every All-Reduce algorithm the scenario's ranks can run at ``sizes`` on its
+    fabric (ranks in :func:`labkit.model.autotune.ring_order`), ``iters`` timed ops per size,
+    fit the cost model ``algo: auto`` chooses by, and keep it for this fabric (in
+    ``models``, default data/models). ``on_row(algo, row)`` sees each row as it is done.
+    Recorded in ``out`` (default data/runs/<run-id>): ``tune.parquet`` (every algorithm's
+    rows) and ``model.json``."""
+    from labkit.runs import experiment
+
+    sc, _, rates = _scenario(scenario, None)
+    algos = [a for a in autotune.ALGOS if _runs(sc, a, sizes)]
+    for algo in algos:
+        check_sweep(sc, "all_reduce", algo, sizes, iters)
+    if problem := not_ready():
+        raise NotReady(problem)
+    ranks = autotune.ring_order(Topology(sc.fabric), sc.ranks)
+    sweeps: dict[str, list[dict]] = {}
+    notes: list[str] = []
+    with _claimed(f"tune-{sc.name}") as run_id:
+        writer = _writer_for(out, run_id)
+        writer.write_manifest(run_id=run_id, kind="tune", scenario=sc.to_dict(),
+                              scenario_sha256=sc.sha256, algos=algos, sizes=list(sizes),
+                              iters=iters, ranks=list(ranks), start_time=rundir.now_iso(),
+                              rates=rates, argv=list(argv) if argv else None,
+                              **rundir.provenance())
+        with _recorded(writer), _caller_objects_frozen(), work_dir(run_id) as work:
+            for algo in algos:
+                rows = experiment.run_sweep(
+                    sc, "all_reduce", algo, list(sizes), iters, Registry(run_id),
+                    work / algo, on_row=(lambda row, a=algo: on_row(a, row)) if on_row
+                    else None, ranks=ranks, notes=notes)
+                sweeps[algo] = [asdict(r) for r in rows]
+            (writer.tmp / "tune.json").write_text(json.dumps(sweeps, indent=1) + "\n")
+            # an algorithm with wrong values at all but one size cannot be fitted: left out
+            fitted = {a: rows for a, rows in sweeps.items()
+                      if sum(1 for r in rows if not r["wrong"]) >= 2}
+            if not fitted:
+                raise RuntimeError("no algorithm ran without wrong values at two sizes: "
+                                   "nothing to fit (every row is kept in tune.json)")
+            writer.write_manifest(not_fitted=sorted(set(sweeps) - set(fitted)), notes=notes)
+            model = autotune.Model.fit(fitted, model_key(sc))
+    path = rundir.finish_tune(writer, sweeps, model)
+    return Tuning(path, sweeps, model, rundir.save_model(model, run_id, models))
+
+
+def _runs(sc: Scenario, algo: str, sizes: Sequence[int]) -> bool:
+    """Whether the scenario's ranks can run ``algo`` at all (halving-doubling needs a power
+    of two, the hierarchical one servers)."""
+    from labkit.model.traffic import schedules
+
+    try:
+        schedules.schedule("all_reduce", algo, len(sc.ranks), 0, sizes[0],
+                           sc.fabric.gpus_per_host)
+    except ValueError:
+        return False
+    return algo != "hierarchical" or not scenario_mod.server_problem(sc.fabric, sc.ranks)
+
+
+def model_key(sc: Scenario) -> str:
+    """The key a tuning of ``sc`` keeps its model under: its fabric, rank count and GSO."""
+    return autotune.model_key(sc.fabric, len(sc.ranks), sc.emulation.gso_packets)
+
+
+def runnable(sc: Scenario, model: autotune.Model, sizes: Sequence[int]) -> list[str]:
+    """The model's algorithms that ``sc``'s ranks can run."""
+    return [a for a in model.algos if _runs(sc, a, sizes)]
+
+
+def _model_of(sc: Scenario, source: str) -> tuple[autotune.Model, Path]:
+    found = rundir.newest_model(model_key(sc))
+    if found is None:
+        raise ScenarioError(source, "algo", f"auto chooses from a model of this fabric with "
+                            f"{len(sc.ranks)} ranks, and there is none yet: run `labkit tune` "
+                            "on this scenario first (it sweeps every algorithm here, a few "
+                            "minutes)")
+    return found
+
+
+def resolve_auto(sc: Scenario, source: str) -> tuple[Scenario, dict | None]:
+    """A scenario whose All-Reduce says ``algo: auto`` with the algorithm the fabric's model
+    chooses at its size and the ranks in ring order, and what was chosen and why (None
+    when there is nothing to choose)."""
+    ar = sc.allreduce
+    if ar is None or ar.algo != AUTO:
+        return sc, None
+    model, path = _model_of(sc, source)
+    choice = model.choose(ar.size_bytes, runnable(sc, model, [ar.size_bytes]))
+    ranks = autotune.ring_order(Topology(sc.fabric), ar.ranks)
+    return (replace(sc, allreduce=replace(ar, algo=choice.algo, ranks=ranks)),
+            {"algo": choice.algo, "reason": choice.reason, "model": str(path),
+             "ranks": list(ranks)})
+
+
+def calibrate(scenario: str | Path | Scenario, policies: Sequence[str] | None = None, *,
+              seconds: float = TRIAL_SECONDS, out: str | Path | None = None,
+              on_trial: Callable[[float, str], None] | None = None,
+              on_progress: Callable[[Progress], None] | None = None,
+              argv: Sequence[str] | None = None) -> Calibration:
+    """Find the highest rate this machine holds ``scenario``'s fabric at (see
+    :mod:`labkit.analysis.calibration`): trials of ``seconds`` of traffic per policy (``policies``,
+    default the scenario's own), each recorded as a run; ``on_trial(factor, what)`` hears
+    "running", then "held" or the trial's first fault; ``on_progress`` each trial's run
+    progress. A trial whose run fails counts as not held. The
+    :class:`~labkit.analysis.calibration.Calibration` is returned and recorded in ``out`` (default
+    data/runs/<id>)."""
+    from labkit.analysis import calibration as cal
+    from labkit.kernel.capture import CpuSampler
+
+    sc, source = _loaded(scenario)
+    sc = cal.as_written(sc)  # its own rate factor is what a calibration finds
+    if sc.program:
+        raise ScenarioError(source, sc.program.key, "a calibration scales compute times with "
+                            "the links, and a program's compute is its own: calibrate a "
+                            "scenario with labkit's All-Reduce or job on the same fabric")
+    if seconds <= 0:
+        raise ScenarioError(source, "seconds", f"must be > 0, got {seconds}")
+    if policies:  # checked here, not by the first trial, which would be recorded as failed
+        policies = scenario_mod.check_policies(
+            [policies] if isinstance(policies, str) else list(policies), source,
+            list(_user_controllers(sc, source, {})))
+    if problem := not_ready():
+        raise NotReady(problem)
+    base_rate = cal.bottleneck_rate(sc)
+    trials: list[cal.Trial] = []
+    tell = on_trial or (lambda *_: None)
+
+    def trial(factor: float) -> bool:
+        tell(factor, "running")
+        try:
+            done = run(cal.scaled(sc, factor), policies, duration=seconds,
+                       on_progress=on_progress, argv=argv)
+        except RunFailed as exc:  # most likely where the machine is overwhelmed
+            found, path, busy = (f"the run failed: {exc.__cause__ or exc}",), exc.partial, 0.0
+        else:
+            found, path = tuple(cal.faults(done.summary)), done.path
+            busy = max((p["cpu_busy"] or 0.0) for p in done.summary["policies"].values())
+        trials.append(cal.Trial(factor, base_rate * factor, str(path), found, busy))
+        tell(factor, found[0] if found else "held")
+        return not found
+
+    busy_before = CpuSampler.busy_over(1.0)
+    # the machine is the calibration's from its first trial to its last
+    with _claimed(f"calibrate-{sc.name}") as run_id:
+        writer = _writer_for(out, run_id)
+        writer.write_manifest(run_id=run_id, kind="calibration", scenario=sc.to_dict(),
+                              scenario_sha256=sc.sha256, start_time=rundir.now_iso(),
+                              argv=list(argv) if argv else None, **rundir.provenance())
+        with _recorded(writer):
+            cal.factors_to_try(trial)
+    result = cal.Calibration(sc.name, base_rate, sc.scale_factor,
+                             tuple(sorted(trials, key=lambda t: t.factor)), busy_before)
+    writer.finish({}, result.to_dict())
+    return result
+
+
+def _classifier_program(sc: Scenario, source: str, build: Path) -> Path | None:
+    """The scenario's own classifier object (compiled into ``build`` from a .bpf.c), loaded
+    once to check it can stand in for the built-in one; None: the built-in one."""
+    from labkit.kernel import lanes
+
+    if sc.classifier is None:
+        return None
+    path = Path(sc.classifier)
+    try:
+        if path.name.endswith(".bpf.c"):
+            path = bpf.compile_object(path, build / path.name.replace(".bpf.c", ".bpf.o"))
+        lanes.check_object(path)
+    except ValueError as exc:
+        raise ScenarioError(source, "lanes.program", str(exc)) from None
+    return path
+
+
+def _keep_program(run_dir: Path, sc: Scenario, program: Path | None) -> Path | None:
+    """Copy the user's classifier (its source too, if given) into ``programs/`` of the run;
+    the kept object, which the run then loads."""
+    if program is None:
+        return None
+    (run_dir / "programs").mkdir()
+    if sc.classifier.endswith(".bpf.c"):
+        shutil.copy(sc.classifier, run_dir / "programs")
+    return Path(shutil.copy(program, run_dir / "programs"))
+
+
+def _user_controllers(sc: Scenario, source: str, given: Mapping[str, str | type]
+                      ) -> dict[str, type]:
+    """The scenario's own controllers and those ``given``, loaded and checked."""
+    from labkit import control
+
+    out = {}
+    named = [(f"control.controllers.{n}", n, spec) for n, spec in sc.control.controllers]
+    named += [(f"controllers.{n}", n, spec) for n, spec in given.items()]
+    for key, name, spec in named:
+        if problem := scenario_mod.name_problem(name):
+            raise ScenarioError(source, key, problem)
+        try:
+            if isinstance(spec, str):
+                out[name] = control.load(spec)
+            else:
+                control.check(spec)
+                out[name] = spec
+        except ValueError as exc:
+            raise ScenarioError(source, key, str(exc)) from None
+    return out
+
+
+def _keep_sources(run_dir: Path, folder: str, classes: Mapping[str, type]) -> dict:
+    """Keep the source of each user class in ``<folder>/<name>.py`` of the run; what the
+    manifest says of them."""
+    from labkit.model.extend import source_of
+
+    recorded = {}
+    for name, cls in classes.items():
+        text = source_of(cls)
+        if text is not None:
+            (run_dir / folder).mkdir(exist_ok=True)
+            (run_dir / folder / f"{name}.py").write_text(text)
+        recorded[name] = {"class": cls.__qualname__,
+                          "source": f"{folder}/{name}.py" if text is not None else None,
+                          "sha256": hashlib.sha256(text.encode()).hexdigest() if text else None}
+    return recorded
+
+
+def check_sweep(sc: Scenario, op: str, algo: str, sizes: Sequence[int], iters: int) -> None:
+    """Raise :class:`ScenarioError` if the scenario's ranks cannot sweep ``op`` this way."""
+    from labkit.model.traffic import schedules
+
+    source = f"scenario {sc.name}"
+    if not sizes:
+        raise ScenarioError(source, "sizes", "give at least one message size")
+    if algo == AUTO:
+        if op != "all_reduce":
+            raise ScenarioError(source, "algo", f"auto chooses All-Reduce algorithms, not {op}")
+        model, _ = _model_of(sc, source)
+        allowed = runnable(sc, model, sizes)
+        for each in sorted({model.choose(size, allowed).algo for size in sizes}):
+            check_sweep(sc, op, each, sizes, iters)
+        return
+    try:
+        schedules.schedule(op, algo, len(sc.ranks), 0, sizes[0], sc.fabric.gpus_per_host)
+    except ValueError as exc:
+        raise ScenarioError(source, "algo", str(exc)) from None
+    if algo == "hierarchical" and (problem := scenario_mod.server_problem(sc.fabric, sc.ranks)):
+        raise ScenarioError(source, "algo", problem)
+    if iters < 1:
+        raise ScenarioError(source, "iters", f"must be at least 1, got {iters}")
+
+
+@contextmanager
+def _caller_objects_frozen() -> Iterator[None]:
+    """Keep the garbage collector off the objects that existed before the run. In a big
+    process — a notebook's kernel, a test runner — a full collection over them took about
+    half a second, measured, and stalled every thread of the run meanwhile: the queue
+    poller, the CPU sampler and the controller went blind (one missed burst in a tier-2
+    run). Collections during the run then scan only the run's own objects."""
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+
+
+@contextmanager
+def _recorded(writer: RunWriter) -> Iterator[None]:
+    """Say in the manifest how a run that did not finish ended, and keep its data."""
+    try:
+        yield
+    except RunLockedError:
+        writer.discard()  # nothing was recorded: the --out stays free for the retry
+        raise
+    except KeyboardInterrupt:
+        writer.write_manifest(status="interrupted", end_time=rundir.now_iso())
+        raise
+    except Exception as exc:  # agents, the kernel, or a user's controller: recorded, kept
+        writer.write_manifest(status="incomplete", error=f"{type(exc).__name__}: {exc}",
+                              end_time=rundir.now_iso())
+        raise RunFailed(f"{exc}; partial data kept in {writer.tmp}", writer.tmp) from exc

@@ -1,0 +1,1019 @@
+"""labkit: emulate, measure and relieve the network bottleneck of AI training.
+
+Commands: doctor, validate, inspect, schema, run, shell, sweep, calibrate, batch, report,
+figures, runs, clean.
+Exit codes: 0 success; 1 a run or check failed; 2 bad input (scenario file, arguments);
+130 interrupted.
+``--json`` (report, runs, doctor, validate, inspect) prints one JSON document on stdout whose
+``"schema"`` names its shape and version (docs/data-model.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import sys
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import asdict
+from pathlib import Path
+
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from labkit.analysis.calibration import TRIAL_SECONDS
+from labkit.model import scenario as scenario_mod
+
+console = Console(width=max(120, Console().width))
+err = Console(stderr=True, soft_wrap=True)
+
+
+JSON_SCHEMA = 1  # the version of every --json document's shape; bumped when one changes
+
+
+SET_HELP = ("change one key of the scenario (repeatable): a key path as in a grid's axes "
+            "and a YAML value, e.g. --set fabric.lossless=true --set "
+            "defaults.link.buffer_kb=2048")
+
+
+def _size_arguments(parser, maxbytes: str, factor: int, iters: int, what: str) -> None:
+    """The message sizes (-b, -e, -f), iterations (-n) and --set of a sweep-like command."""
+    parser.add_argument("-b", "--minbytes", default="64K",
+                        help="smallest message size, e.g. 64K (default 64K)")
+    parser.add_argument("-e", "--maxbytes", default=maxbytes,
+                        help=f"largest message size, e.g. 8M (default {maxbytes})")
+    parser.add_argument("-f", "--stepfactor", type=int, default=factor,
+                        help=f"multiply the size by this between steps (default {factor}), "
+                             f"e.g. -f {2 if factor != 2 else 4}")
+    parser.add_argument("-n", "--iters", type=int, default=iters,
+                        help=f"{what} (default {iters}), e.g. -n {2 * iters}")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help=SET_HELP)
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("labkit")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="labkit", formatter_class=argparse.RawDescriptionHelpFormatter,
+        description=__doc__.split("``--json``")[0].strip(),
+        epilog="example: labkit run topologies/bottleneck.yaml --policy fifo --policy priority")
+    parser.add_argument("--version", action="version", version=f"labkit {_version()}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    doctor = sub.add_parser("doctor", help="check that this machine can run labkit")
+    doctor.add_argument("--json", action="store_true",
+                        help="print the checks as JSON (schema labkit.doctor)")
+    validate = sub.add_parser(
+        "validate", help="check a scenario or grid file as a run would, without root and "
+                         "without running any code of yours")
+    validate.add_argument("file", type=Path,
+                          help="a scenario file, or a grid file (it has a `scenario:` key), "
+                               "e.g. topologies/bottleneck.yaml")
+    validate.add_argument("--json", action="store_true",
+                          help="print the verdict as JSON (schema labkit.validate): ok, file, "
+                               "key, reason")
+    inspect = sub.add_parser(
+        "inspect", help="print the fabric a scenario describes: nodes, ports, addresses, "
+                        "routes, lanes, the bottleneck (no root, none of your code)")
+    inspect.add_argument("scenario", type=Path,
+                         help="a scenario file, e.g. topologies/bottleneck.yaml")
+    inspect.add_argument("--json", action="store_true",
+                         help="print the fabric as JSON (schema labkit.inspect)")
+    inspect.add_argument("--html", type=Path, metavar="FILE",
+                         help="also draw the fabric into this HTML page (plotly.js is "
+                              "written beside it), e.g. --html fabric.html")
+    sub.add_parser("schema", help="print the JSON Schema of scenario files, for editors "
+                                  "(docs/scenarios.md)")
+    run = sub.add_parser("run", help="run a scenario under one or more policies")
+    run.add_argument("scenario", type=Path,
+                     help="a scenario file, e.g. topologies/bottleneck.yaml")
+    run.add_argument("--policy", action="append", default=[],
+                     help="isolated, fifo, priority, reactive, proactive, state-aware, or "
+                          "<fifo|priority>+<controller> (repeatable; default: the scenario's), "
+                          "e.g. --policy fifo --policy priority")
+    run.add_argument("--controller", action="append", default=[], metavar="NAME=FILE:CLASS",
+                     help="your own controller, for a policy to name like a built-in one "
+                          "(repeatable), e.g. --controller calm=docs/examples/controller.py:"
+                          "Calm --policy calm")
+    run.add_argument("--out", type=Path,
+                     help="run directory (default: data/runs/<run-id>), e.g. --out data/runs/mine")
+    run.add_argument("--seed", type=int, help="override the scenario's seed, e.g. --seed 7")
+    run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                     help=SET_HELP)
+    run.add_argument("--duration", type=float, metavar="S",
+                     help="cap each policy's traffic at S seconds, e.g. --duration 10")
+    run.add_argument("--pcap", action="append", default=[], metavar="LINK",
+                     help="capture LINK (e.g. leaf1-spine1) to <out>/<policy>/LINK.pcap "
+                          "(repeatable)")
+    run.add_argument("--no-telemetry", action="store_true",
+                     help="leave out the queue and latency probes and the queue poller: only "
+                          "to measure what they cost (the run has no queue or latency data)")
+    run.add_argument("--json", action="store_true",
+                     help="print the final summary as JSON on stdout (schema labkit.report); "
+                          "progress goes to stderr")
+    run.add_argument("--pcap-snaplen", type=int, default=0, metavar="BYTES",
+                     help="bytes kept per captured packet (default: whole packets), "
+                          "e.g. --pcap-snaplen 128")
+    shell = sub.add_parser(
+        "shell", help="bring a scenario's fabric up and open Mininet's command line in it",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="inside: `g1 ping -c 3 g5`, `st1 iperf3 -s &`, `g1 iperf3 -c st1 -t 5`,\n"
+               "`leaf1 tc -s qdisc show dev leaf1-eth0`, `nodes`, `help`; `exit` or Ctrl-D\n"
+               "tears everything down, as after a run")
+    shell.add_argument("scenario", type=Path,
+                       help="a scenario file, e.g. topologies/bottleneck.yaml")
+    shell.add_argument("--policy", default="fifo",
+                       help="the policy whose queues, lanes and valves to build (default "
+                            "fifo), e.g. --policy priority")
+    shell.add_argument("--controller", action="append", default=[], metavar="NAME=FILE:CLASS",
+                       help="your own controller, for --policy to name")
+    sweep = sub.add_parser("sweep", help="a collective's bandwidth across sizes (nccl-tests)")
+    sweep.add_argument("scenario", type=Path,
+                       help="a scenario file whose fabric and ranks to use, e.g. "
+                            "topologies/leaf-spine.yaml")
+    sweep.add_argument("--op", default="all_reduce", choices=("all_reduce", "all_gather",
+                                                              "reduce_scatter", "all_to_all",
+                                                              "broadcast"),
+                       help="the collective, e.g. --op all_gather (default all_reduce)")
+    sweep.add_argument("--algo", default="ring",
+                       help="ring, tree, halving_doubling, hierarchical, pairwise (by op), or "
+                            "auto (All-Reduce: the algorithm `labkit tune`'s model of this "
+                            "fabric chooses at each size), e.g. --algo tree")
+    _size_arguments(sweep, "8M", 2, 10, "timed iterations per size")
+    sweep.add_argument("--units", choices=("emulated", "real"), default="emulated",
+                       help="real: also print algbw and busbw in GB/s of the fabric the "
+                            "scenario's scale factor says the links stand for")
+    sweep.add_argument("--out", type=Path,
+                       help="record the sweep in this new directory (default: "
+                            "data/runs/<run-id>): manifest, sweep.parquet, .csv and .json")
+    tune = sub.add_parser(
+        "tune", help="sweep every All-Reduce algorithm on a scenario's fabric and fit the "
+                     "model that `algo: auto` chooses by")
+    tune.add_argument("scenario", type=Path,
+                      help="a scenario file whose fabric and ranks to use, e.g. "
+                           "topologies/leaf-spine.yaml")
+    _size_arguments(tune, "4M", 4, 5, "timed iterations per size and algorithm")
+    tune.add_argument("--out", type=Path,
+                      help="record the tuning in this new directory (default: "
+                           "data/runs/<run-id>); the model is kept in data/models/<fabric>/")
+    calibrate = sub.add_parser(
+        "calibrate", help="the highest link rate this machine emulates a scenario at faithfully")
+    calibrate.add_argument("scenario", type=Path,
+                           help="a scenario file, e.g. topologies/bottleneck.yaml")
+    calibrate.add_argument("--policy", action="append", default=[],
+                           help="run only this policy in each trial (repeatable; default: "
+                                "the scenario's own), e.g. --policy fifo")
+    calibrate.add_argument("--seconds", type=float, default=TRIAL_SECONDS,
+                           help=f"traffic per policy in each trial (default {TRIAL_SECONDS:g}), "
+                                "e.g. --seconds 15")
+    calibrate.add_argument("--out", type=Path,
+                           help="record the calibration in this new directory (default: "
+                                "data/runs/<id>); each trial is a run of its own")
+    batch = sub.add_parser(
+        "batch", help="run a grid of scenario variants x policies x seeds, here or on Slurm",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="a grid file names a scenario and the values of its keys to combine "
+               "(docs/batches.md):\n"
+               "  scenario: ../bottleneck.yaml\n"
+               "  axes:\n"
+               "    traffic[0].size_bytes: [1MiB, 4MiB]\n"
+               "    defaults.link.rate_mbps: [50, 100]\n"
+               "  policies: [[isolated, fifo], [isolated, priority]]\n"
+               "  seeds: [1, 2]\n"
+               "  duration: 10")
+    batch.add_argument("grid", type=Path,
+                       help="a grid file, e.g. topologies/grids/bottleneck-sizes.yaml")
+    batch.add_argument("--executor", choices=("local", "slurm"), default="local",
+                       help="local: one run after another on this machine (default); slurm: "
+                            "each run an exclusive Slurm job, submitted with submitit")
+    batch.add_argument("--out", type=Path,
+                       help="the batch directory (default: data/runs/<batch-id>); with "
+                            "--executor slurm it must be on a filesystem the nodes share")
+    batch.add_argument("--dry-run", action="store_true",
+                       help="list the points the grid expands into, run nothing")
+    report = sub.add_parser("report", help="print the summary of a recorded run")
+    report.add_argument("run_dir", type=Path, help="a run directory, e.g. data/sample/bottleneck")
+    report.add_argument("--json", action="store_true",
+                        help="print the summary as JSON (schema labkit.report)")
+    figures = sub.add_parser("figures", help="write a run's figures as HTML, SVG and PNG")
+    figures.add_argument("run_dir", type=Path, help="a run directory, e.g. data/sample/bottleneck")
+    figures.add_argument("--out", type=Path, required=True,
+                         help="directory for the figures, e.g. --out figures/")
+    runs = sub.add_parser("runs", help="list recorded runs with their status and size")
+    runs.add_argument("--json", action="store_true",
+                      help="print the list as JSON (schema labkit.runs)")
+    clean = sub.add_parser("clean", help="remove what killed runs left behind (by registry)")
+    clean.add_argument("--dry-run", action="store_true",
+                       help="say what each leftover run recorded, remove nothing")
+    args = parser.parse_args(argv)
+    try:
+        return {"doctor": cmd_doctor, "validate": cmd_validate, "inspect": cmd_inspect,
+                "schema": cmd_schema, "run": cmd_run, "shell": cmd_shell, "sweep": cmd_sweep,
+                "tune": cmd_tune, "calibrate": cmd_calibrate, "batch": cmd_batch,
+                "report": cmd_report, "figures": cmd_figures, "runs": cmd_runs,
+                "clean": cmd_clean}[args.command](args)
+    except scenario_mod.ScenarioError as exc:
+        err.print(f"[red]error:[/] {escape(str(exc))}", highlight=False)
+        return 2
+    except KeyboardInterrupt:
+        from labkit.kernel.interrupts import ENDING
+
+        for sig in ENDING:  # more Ctrl-C as we leave
+            signal.signal(sig, signal.SIG_IGN)
+        err.print("[yellow]interrupted[/]: everything labkit created was torn down")
+        return 130
+
+
+def _print_json(kind: str, body: dict) -> None:
+    """One JSON document on stdout: {"schema": "labkit.<kind>", "version": N, ...}."""
+    print(json.dumps({"schema": f"labkit.{kind}", "version": JSON_SCHEMA, **body}, indent=2))
+
+
+def cmd_validate(args) -> int:
+    """Parse a scenario or grid file as a run would (every point of a grid), with none of
+    the checks that need root or the machine, and without importing the user's files."""
+    from labkit.model import grid
+
+    file = str(args.file)
+    try:
+        text, doc = scenario_mod.read_yaml(file)
+        is_grid = isinstance(doc, dict) and "scenario" in doc  # no scenario key has it
+        found = grid.parse(doc, file, text) if is_grid else scenario_mod.parse(doc, file)
+    except scenario_mod.ScenarioError as exc:
+        if not args.json:
+            raise  # main() prints it, one line, and exits 2
+        _print_json("validate", {"ok": False, "file": exc.file, "key": exc.key,
+                                 "reason": exc.reason})
+        return 2
+    sc = found.base if is_grid else found
+    if args.json:
+        _print_json("validate", {"ok": True, "file": file, "key": None, "reason": None,
+                                 "kind": "grid" if is_grid else "scenario"})
+        return 0
+    fabric = sc.fabric
+    console.print(f"{escape(file)}: ok, " + (
+        f"grid {found.name}: {found.size} runs of {escape(found.scenario_path)}, each a valid "
+        "scenario" if is_grid else
+        f"scenario {sc.name}: {len(fabric.routers)} routers, {len(fabric.hosts)} hosts, "
+        f"{len(fabric.links) + len(fabric.nvlinks)} links; policies {', '.join(sc.policies)}"),
+        highlight=False, soft_wrap=True)
+    if sc.kinds:
+        console.print(f"note: entries of your own traffic kinds "
+                      f"({', '.join(name for name, _ in sc.kinds)}) are checked by their "
+                      "classes when a run starts", highlight=False)
+    return 0
+
+
+def cmd_inspect(args) -> int:
+    """The fabric of a scenario, read without root and without importing the user's files."""
+    from labkit.analysis import describe
+
+    desc = describe.fabric(scenario_mod.load(args.scenario))
+    if args.html:
+        from labkit.ui import figures, plots
+
+        try:
+            args.html.parent.mkdir(parents=True, exist_ok=True)
+            figures.write_page(plots.fabric_map(desc), args.html, "fabric")
+        except OSError as exc:
+            err.print(f"[red]error:[/] cannot write {escape(str(args.html))}: {exc.strerror}",
+                      highlight=False)
+            return 2
+    if args.json:
+        _print_json("inspect", desc)
+    else:
+        _print_fabric(desc)
+    if args.html:
+        (err if args.json else console).print(f"drew the fabric into {escape(str(args.html))}",
+                                              highlight=False)
+    return 0
+
+
+def _print_fabric(desc: dict) -> None:
+    from labkit.analysis.describe import KIND_NAMES, kind_text, rate_text
+
+    scale, nodes, links = desc["scale_factor"], desc["nodes"], desc["links"]
+    factor, mtus = desc["rate_factor"], {k["mtu"] for k in links}
+    count = Counter(n["role"] or n["kind"] for n in nodes)
+    console.print(f"[bold]{desc['scenario']}[/] ({escape(desc['file'])})"
+                  + (f": {escape(desc['description'])}" if desc["description"] else ""),
+                  highlight=False, soft_wrap=True)
+    console.print(", ".join(_plural(k, KIND_NAMES[name]) for name, k in count.items())
+                  + f", {_plural(len(links), 'link')}; 1 emulated Mbit/s stands for {scale:g} "
+                  "real Mbit/s" + ("" if factor == 1 else f"; links run at their rate × "
+                                   f"{factor} (emulation.rate_factor)"), highlight=False)
+    t = Table(title="nodes and their ports", title_justify="left")
+    for col in ("node", "kind", "port", "address", "to", "link: rate, egress buffer"):
+        t.add_column(col, no_wrap=col != "kind")
+    by_name = {k["name"]: k for k in links}
+    for n, after in zip(nodes, [*nodes[1:], None], strict=True):
+        last = len(n["ports"]) > 1 or after is None or after["kind"] != n["kind"]
+        for i, p in enumerate(n["ports"]):
+            k = by_name[p["link"]]
+            link = f"{k['rate_mbps']:g} Mbit/s, {k['buffer_kb']} KiB" + (
+                "" if len(mtus) == 1 else f", MTU {k['mtu']}")
+            t.add_row(n["name"] if i == 0 else "", kind_text(n) if i == 0 else "", p["ifname"],
+                      p["address"], p["peer_port"],
+                      f"[red]{link} · bottleneck[/]" if k["bottleneck"] else link,
+                      end_section=last and i == len(n["ports"]) - 1)
+    console.print(t)
+    if len(mtus) == 1:
+        console.print(f"every link's MTU: {mtus.pop()}", highlight=False)
+    r = Table(title="routes", title_justify="left")
+    for col in ("node", "to", "next hops"):
+        r.add_column(col)
+    for node, routes in desc["routes"].items():
+        groups: dict[tuple, list[str]] = {}
+        for route in routes:
+            if route["dst"] != "default":
+                groups.setdefault(tuple(zip(route["via"], route["nexthops"], strict=True)),
+                                  []).extend(route["hosts"])
+        for i, (via, to) in enumerate(groups.items()):
+            r.add_row(node if i == 0 else "", " ".join(to), ", ".join(
+                f"{v} {ip}" for v, ip in via) + (" (ECMP)" if len(via) > 1 else ""))
+    console.print(r)
+    ways = max((p["ways"] for p in desc["paths"]), default=1)
+    console.print("every host: default via its router, which reaches its own hosts directly; "
+                  "ECMP: a next hop per equal-cost path; "
+                  f"{len(desc['paths'])} host pairs, " + (
+                      "one shortest path each" if ways == 1 else
+                      f"up to {ways} equal-cost paths each"), highlight=False, soft_wrap=True)
+    lanes = desc["lanes"]
+    ll = Table(title="lanes (the first rule that matches decides)", title_justify="left")
+    for col in ("#", "lane", "matches", "added by"):
+        ll.add_column(col, justify="right" if col == "#" else "left")
+    for i, rule in enumerate(lanes["rules"], 1):
+        ll.add_row(str(i), rule["lane"], rule["text"], escape(rule["added_by"] or "the scenario"))
+    ll.add_row("", lanes["default"], "everything else", "labkit")
+    console.print(ll)
+    classifier = lanes["classifier"] or "labkit's own (bpf/classifier.bpf.c)"
+    console.print(f"classifier: {escape(classifier)}; under priority vip goes first, then "
+                  "normal, then low; under isolated and fifo a port has one queue" + (
+                      f"; lossless (paused, not dropped): {', '.join(lanes['lossless'])}"
+                      if lanes["lossless"] else ""), highlight=False, soft_wrap=True)
+    for b in desc["bottlenecks"]:
+        ports = ", ".join(f"{p['ifname']} → {p['towards']}" for p in b["ports"])
+        console.print(f"[red bold]bottleneck[/] {b['link']}: "
+                      f"{rate_text(b['rate_mbps'], scale)}, MTU {b['mtu']}, buffer "
+                      f"{b['buffer_kb']} KiB per egress port ({ports})"
+                      + (f", loses {b['loss_percent']:g} %" if b["loss_percent"] else "")
+                      + f"; on the shortest paths of {b['host_pairs']} of "
+                      f"{len(desc['paths'])} host pairs", highlight=False, soft_wrap=True)
+
+
+def _plural(n: int, what: str) -> str:
+    return f"{n} {what}" + ("" if n == 1 else "es" if what.endswith("ch") else "s")
+
+
+def cmd_schema(_args) -> int:
+    from labkit.model.schema import scenario_schema
+
+    print(json.dumps(scenario_schema(), indent=2))
+    return 0
+
+
+def cmd_doctor(args) -> int:
+    from labkit.ui import doctor
+
+    found = doctor.checks()
+    failed = sum(1 for c in found if c.required and not c.ok)
+    if args.json:
+        _print_json("doctor", {"ready": not failed,
+                               "checks": [asdict(c) for c in found]})
+        return 1 if failed else 0
+    for c in found:
+        if c.ok:
+            mark = "[green]✓[/]"
+        elif c.required:
+            mark = "[red]✗[/]"
+        else:
+            mark = "[dim]○[/]"
+        line = f"{mark} {c.name}"
+        if c.detail:
+            line += f" [dim]— {c.detail}[/]"
+        if not c.ok and c.fix:
+            line += f"\n    fix: {c.fix}"
+        console.print(line, highlight=False)
+    verdict = f"[red]{failed} required check(s) failed[/]" if failed else "[green]ready[/]"
+    console.print(f"\n{verdict}")
+    return 1 if failed else 0
+
+
+def _before_building() -> None:
+    """Before a command builds fabrics: SIGINT, SIGTERM and SIGHUP (a closed terminal)
+    stop it, and a note if a killed run left objects behind."""
+    from labkit.kernel import interrupts
+
+    for sig in interrupts.ENDING:
+        signal.signal(sig, _raise_interrupt)
+    _note_leftovers()
+
+
+def _note_user_code(sc: scenario_mod.Scenario, controllers: Sequence[str] = (),
+                    kinds: bool = True) -> None:
+    """Say which of the user's own files a run is about to load (they run as root);
+    ``kinds=False``: not its traffic kinds (a shell starts no traffic)."""
+    lines = scenario_mod.user_files(sc, kinds) + [f"controller {c.replace('=', ': ', 1)}"
+                                                  for c in controllers]
+    for line in lines:
+        err.print(f"loading your {line} (it runs as root)", highlight=False, soft_wrap=True)
+
+
+def _note_leftovers() -> None:
+    """A line on stderr if a killed run left objects behind (labkit run, shell)."""
+    from labkit.kernel import registry
+
+    if note := registry.leftovers_line():
+        err.print(f"[yellow]note:[/] {escape(note)}", highlight=False)
+
+
+def _failed(exc: Exception) -> int:
+    """Exit code and message for a run that could not start or did not finish."""
+    from labkit.kernel.registry import RunLockedError
+    from labkit.runs.runner import NotReady, RunFailed
+
+    if isinstance(exc, FileExistsError):
+        err.print(f"[red]error:[/] {escape(str(exc))}")
+        return 2
+    if isinstance(exc, NotReady | RunLockedError):
+        err.print(f"[red]error:[/] {escape(str(exc))}")
+    else:  # RunFailed, or a kernel-side failure while `labkit shell` built its fabric
+        err.print(f"[red]{'run' if isinstance(exc, RunFailed) else 'shell'} failed:[/] {exc}")
+    return 1
+
+
+def _sizes(args) -> list[int] | None:
+    """The message sizes of -b, -e and -f (None, said on stderr, when they do not fit)."""
+    from labkit.analysis import nccltests
+
+    try:
+        return nccltests.sizes(scenario_mod.parse_size(args.minbytes, "-b"),
+                               scenario_mod.parse_size(args.maxbytes, "-e"), args.stepfactor)
+    except ValueError as exc:
+        err.print(f"[red]error:[/] {exc}", highlight=False)
+        return None
+
+
+def cmd_tune(args) -> int:
+    from labkit.analysis import nccltests
+    from labkit.runs import runner
+
+    sc, rates = runner.resolve_rates(_scenario(args), str(args.scenario))
+    size_list = _sizes(args)
+    if size_list is None:
+        return 2
+    _before_building()
+    print(f"# labkit tune: every All-Reduce algorithm over {len(sc.ranks)} ranks of {sc.name}, "
+          f"{args.iters} timed ops per size", *([f"# {_rates_line(rates)}"] if rates else []),
+          "#", *nccltests.header(), sep="\n", flush=True)
+    try:
+        done = runner.tune(sc, size_list, args.iters, out=args.out, argv=sys.argv,
+                           on_row=lambda algo, row: print(f"{row.line()}  {algo}", flush=True))
+    except (FileExistsError, RuntimeError) as exc:
+        return _failed(exc)
+    for size in size_list:
+        console.print(f"auto at {size} B: {done.model.choose(size).reason}", highlight=False)
+    console.print(f"model kept in {done.model_path}; tuning recorded in {done.path}")
+    return 0
+
+
+def _scenario(args):
+    """The scenario file named on the command line, with its ``--set`` changes written in."""
+    from labkit.model import grid
+
+    return grid.scenario_with(args.scenario, args.set) if args.set else (
+        scenario_mod.load(args.scenario))
+
+
+def cmd_run(args) -> int:
+    from labkit.runs import runner
+
+    _before_building()
+    sc = _scenario(args)
+    _note_user_code(sc, args.controller)
+    with _progress(to_stderr=args.json) as progress:
+        tasks: dict[str, int] = {}
+
+        def show(p: runner.Progress) -> None:
+            if p.policy not in tasks:
+                tasks[p.policy] = progress.add_task("", total=p.total)
+            what = {"building": "building fabric", "running": "running"}.get(p.stage, p.stage)
+            progress.update(tasks[p.policy], completed=p.done,
+                            description=f"{p.policy:<11} {what}")
+
+        try:
+            # the file itself when nothing is changed: the run's errors then name it
+            run = runner.run(sc if args.set else args.scenario,
+                             args.policy or None, out=args.out, seed=args.seed,
+                             duration=args.duration, on_progress=show,
+                             controllers=_named_controllers(args.controller), pcap=args.pcap,
+                             pcap_snaplen=args.pcap_snaplen, telemetry=not args.no_telemetry,
+                             argv=sys.argv)
+        except (FileExistsError, RuntimeError) as exc:
+            return _failed(exc)
+    if args.json:
+        _print_json("report", {"run_dir": str(run.path), "status": "complete",
+                               "summary": run.summary})
+        return 0
+    if rates := run.manifest.get("rates"):
+        console.print(_rates_line(rates), highlight=False)
+    if auto := run.manifest.get("auto"):
+        console.print(f"algo auto: {auto['reason']}", highlight=False)
+    _print_summary(run.summary)
+    console.print(f"\nrun recorded in [bold]{run.path}[/]")
+    return 0
+
+
+def _rates_line(rates: dict) -> str:
+    """What ``emulation.rate_factor`` did to a run, in a sentence."""
+    where = (f"the newest calibration, {rates['calibration']}" if rates["calibration"]
+             else "emulation.rate_factor")
+    return (f"rates x{rates['factor']:g} ({where}): the bottleneck at "
+            f"{rates['bottleneck_rate_mbps']:g} Mbit/s, 1 emulated Mbit/s stands for "
+            f"{rates['scale_factor']:g} real")
+
+
+def cmd_calibrate(args) -> int:
+    from labkit.runs import runner
+
+    _before_building()
+    _note_user_code(scenario_mod.load(args.scenario))
+    with _progress("ops") as progress:
+        tasks: dict[tuple[float, str], int] = {}
+        current = [1.0]
+
+        def on_trial(factor: float, what: str) -> None:
+            current[0] = factor
+            if what != "running":
+                style = "green" if what == "held" else "yellow"
+                progress.console.print(f"x{factor:g}: [{style}]{what}[/]", highlight=False)
+
+        def show(p: runner.Progress) -> None:
+            key = (current[0], p.policy)
+            if key not in tasks:
+                tasks[key] = progress.add_task("", total=p.total)
+            progress.update(tasks[key], completed=p.done,
+                            description=f"x{current[0]:<5g} {p.policy:<11} {p.stage}")
+
+        try:
+            result = runner.calibrate(args.scenario, args.policy or None, seconds=args.seconds,
+                                      out=args.out, on_trial=on_trial, on_progress=show,
+                                      argv=sys.argv)
+        except (FileExistsError, RuntimeError) as exc:
+            return _failed(exc)
+    t = Table(title=f"calibration of {result.scenario} on this machine",
+              caption=f"rates in emulated Mbit/s; the scenario's bottleneck: "
+                      f"{result.bottleneck_rate_mbps:g} Mbit/s, scale factor "
+                      f"{result.scale_factor:g}; each trial is a run in "
+                      f"{Path(result.trials[0].run).parent if result.trials else 'data/runs'}",
+              caption_justify="left")
+    for col in ("factor", "bottleneck rate", "CPU busy", "held", "why not", "run"):
+        t.add_column(col)
+    for trial in result.trials:
+        t.add_row(f"x{trial.factor:g}", f"{trial.rate_mbps:g}", f"{trial.cpu_busy:.0%}",
+                  "yes" if trial.held else "[yellow]no[/]", "; ".join(trial.faults) or "—",
+                  Path(trial.run).name)
+    console.print(t)
+    console.print(result.advice, highlight=False)
+    return 0 if result.best else 1
+
+
+def cmd_batch(args) -> int:
+    from labkit.model import grid as grid_mod
+    from labkit.runs import batch as batch_mod
+    from labkit.runs import runner
+
+    g = grid_mod.load(args.grid)
+    if args.dry_run:
+        _print_points(g)
+        return 0
+    _before_building()
+    _note_user_code(g.base)
+    ended = {"complete": "green", "failed": "red", "interrupted": "yellow",
+             "cancelled": "yellow"}
+    with _progress("") as progress:
+        overall = progress.add_task(f"{g.name}: runs ({args.executor})", total=g.size)
+        current = progress.add_task("", total=None, visible=False)
+
+        def on_point(point, entry: dict) -> None:
+            status = entry["status"]
+            if status in ended:
+                progress.update(overall, advance=1)
+                progress.update(current, visible=False)
+                where = entry["error"] if status != "complete" else entry["run"]
+                progress.console.print(f"{point.name} [{ended[status]}]{status}[/] "
+                                       f"{escape(point.label)} [dim]{escape(str(where))}[/]",
+                                       highlight=False)
+            elif status == "running" and args.executor == "slurm":
+                progress.console.print(f"{point.name} running on {entry['host']} (job "
+                                       f"{entry['job_id']})", highlight=False)
+
+        def on_progress(point, p: runner.Progress) -> None:
+            what = {"building": "building fabric", "running": "ops"}.get(p.stage, p.stage)
+            progress.update(current, visible=True, total=p.total, completed=p.done,
+                            description=f"{point.name} {p.policy} {what}")
+
+        try:
+            done = batch_mod.run_batch(g, args.executor, out=args.out, on_point=on_point,
+                                       on_progress=on_progress, argv=sys.argv)
+        except (FileExistsError, RuntimeError) as exc:
+            return _failed(exc)
+    _print_batch(done)
+    console.print(f"batch recorded in [bold]{done.path}[/] (labkit.load_runs reads it)")
+    return 0 if done.complete else 1
+
+
+def _print_points(g) -> None:
+    t = Table(title=escape(f"{g.name}: {g.size} runs of {g.scenario_path}"),
+              title_justify="left")
+    for col in ("point", *[a.key for a in g.axes], "policies", "seed"):
+        t.add_column(escape(col), no_wrap=True)  # key paths hold [...]: not markup
+    for p in g.points:
+        t.add_row(p.name, *[escape(str(v)) for v in p.parameters.values()],
+                  ", ".join(p.policies), str(p.seed))
+    console.print(t)
+
+
+def _print_batch(done) -> None:
+    from labkit.runs.rundir import RunDataError
+
+    try:
+        frame = done.frame()
+    except RunDataError as exc:  # a run damaged since: the batch's record still stands
+        console.print(f"[yellow]cannot tabulate the batch:[/] {escape(str(exc))}; its record "
+                      f"is in {done.path}", highlight=False)
+        return
+    params = [c for c in frame.columns if c not in ("run_id", "scenario", "batch", "point",
+                                                    "seed", "path")
+              and c not in _summary_columns()]
+    t = Table(title=f"batch {done.manifest['run_id']}", caption="times in ms; rates in "
+              "emulated Mbit/s", caption_justify="left")
+    for col in ("point", *params, "seed", "policy", "p99", "slowdown p99", "busbw",
+                "storage", "CPU-bound"):
+        t.add_column(escape(col), justify="left" if col in ("point", "policy") else "right",
+                     no_wrap=True)
+    for r in frame.iter_rows(named=True):
+        t.add_row(f"p{r['point']:03d}", *[escape(str(r[c])) for c in params], str(r["seed"]),
+                  r["policy"], _fmt(r["p99_ms"], ".0f"), _fmt(r["slowdown_p99"]),
+                  _fmt(r["busbw_mbps"], ".1f"), _fmt(r["storage_mbps"], ".1f"),
+                  "yes" if r["cpu_bound"] else "no")
+    console.print(t)
+    for p in done.points:
+        if p["status"] != "complete":
+            console.print(f"[yellow]{p['name']} {p['status']}:[/] {escape(str(p['error']))}",
+                          highlight=False)
+
+
+def _summary_columns() -> set[str]:
+    from labkit.analysis import metrics
+
+    return set(metrics.SUMMARY_COLUMNS)
+
+
+def _named_controllers(given: list[str]) -> dict[str, str]:
+    named = {}
+    for item in given:
+        name, eq, spec = item.partition("=")
+        if not eq or ":" not in spec:
+            raise scenario_mod.ScenarioError("command line", "--controller",
+                                             f"must be NAME=FILE.py:CLASS, got {item!r}")
+        named[name] = spec
+    return named
+
+
+def cmd_shell(args) -> int:
+    from labkit.kernel import interrupts
+    from labkit.runs import runner
+
+    # Ctrl-C stays Mininet's (it stops the command running in a node); SIGTERM and SIGHUP
+    # (the terminal closed) end the shell, which Mininet's command line would take for a
+    # Ctrl-C and ignore
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _exit_on_signal)
+    _note_leftovers()
+    _note_user_code(scenario_mod.load(args.scenario), args.controller, kinds=False)
+    # a plain line, not a rich spinner: rich replaces stdout while one spins, and Mininet,
+    # imported meanwhile, would keep writing to the replacement
+    err.print(f"building {args.scenario} under {args.policy}, no traffic (a few seconds) ...")
+
+    def interact(pf) -> None:
+        roles = pf.topo.roles
+        hosts = " ".join(n for n, role in roles.items() if role not in ("router", "nvswitch"))
+        routers = " ".join(n for n, role in roles.items() if role in ("router", "nvswitch"))
+        err.print(f"hosts: {hosts}\nrouters (and NVLink switches): {routers}\n"
+                  "try: g1 ping -c 3 g5 · leaf1 tc -s qdisc · exit (or Ctrl-D) to tear down")
+        pf.fabric.interact()
+
+    try:
+        with interrupts.reaching_the_main_thread((signal.SIGTERM, signal.SIGHUP)):
+            runner.shell(args.scenario, args.policy, _named_controllers(args.controller),
+                         interact)
+    except (FileExistsError, RuntimeError) as exc:
+        return _failed(exc)
+    err.print("fabric torn down")
+    return 0
+
+
+def cmd_sweep(args) -> int:
+    from labkit.analysis import nccltests
+    from labkit.runs import runner
+
+    sc, rates = runner.resolve_rates(_scenario(args), str(args.scenario))
+    size_list = _sizes(args)
+    if size_list is None:
+        return 2
+    runner.check_sweep(sc, args.op, args.algo, size_list, args.iters)
+    if problem := runner.not_ready():
+        return _failed(runner.NotReady(problem))
+    _before_building()
+    scale = sc.scale_factor if args.units == "real" else None
+    # nccl-tests' format is plain text, one record per line: printed as is, never wrapped
+    print(f"# labkit sweep: {args.op} ({args.algo}) over {len(sc.ranks)} ranks of "
+          f"{sc.name}, {args.iters} timed ops per size; " +
+          (f"time and rates of the fabric the links stand for (scale factor "
+           f"{sc.scale_factor:g}), emulated Mbit/s after #wrong" if scale
+           else "rates in Mbit/s of the emulated links"),
+          *([f"# {_rates_line(rates)}"] if rates else []), "#", *nccltests.header(scale),
+          sep="\n", flush=True)
+    def show(row) -> None:
+        print(row.line(scale), flush=True)
+        if args.algo == runner.AUTO:
+            print(f"#   auto: {row.algo}", flush=True)
+
+    try:
+        done = runner.sweep(sc, args.op, args.algo, size_list, args.iters, out=args.out,
+                            on_row=show, argv=sys.argv)
+    except (FileExistsError, RuntimeError) as exc:
+        return _failed(exc)
+    print(*nccltests.footer(done.rows, scale), sep="\n", flush=True)
+    console.print(f"sweep recorded in {done.path}")
+    return 0 if not sum(r.wrong for r in done.rows) else 1
+
+
+_stopping = []
+
+
+def _raise_interrupt(signum, _frame):
+    """First SIGINT, SIGTERM or SIGHUP: stop the run (teardown runs in ``finally``, with
+    signals held, :mod:`labkit.kernel.interrupts`). Later ones only say so."""
+    if _stopping:
+        err.print("[yellow]still tearing down; one moment[/]")
+        return
+    _stopping.append(signum)
+    raise KeyboardInterrupt
+
+
+
+def _exit_on_signal(signum, _frame):
+    """SIGTERM or SIGHUP in `labkit shell`: leave (teardown runs on the way out), once."""
+    signal.signal(signum, signal.SIG_IGN)
+    raise SystemExit(128 + signum)
+
+
+def _progress(unit: str = "ops", to_stderr: bool = False) -> Progress:
+    """Progress bars, on stderr when stdout carries a JSON document."""
+    return Progress(TextColumn("{task.description:<22}"), BarColumn(), MofNCompleteColumn(),
+                    TextColumn(unit), TimeElapsedColumn(), console=err if to_stderr else console,
+                    transient=False)
+
+
+def _fmt(value, spec: str = ".2f") -> str:
+    return "—" if value is None else format(value, spec)
+
+
+def _print_summary(summary: dict) -> None:
+    from labkit.analysis import metrics
+
+    # fidelity first: a figure the emulation did not hold is read with that in mind
+    for policy, p in summary["policies"].items():
+        for note in p.get("fidelity", {}).get("notes", []):
+            console.print(f"[yellow]fidelity ({policy}):[/] {note}", highlight=False)
+    t = Table(title=f"{summary['scenario']} · run {summary['run_id']}",
+              caption=f"times in ms; rates in emulated Mbit/s (1 emulated Mbit/s stands for "
+                      f"{summary['scale_factor']:g} real Mbit/s); bneck: the bottleneck port",
+              caption_justify="left")
+    frame = metrics.summary_frame(summary)
+    jobs = frame.height > 0 and frame["busbw_mbps"].is_null().all()
+    middle = (("iters", "p50", "p99", "slowdown\np50 / p99", "exposed", "bubbles",
+               "MB/iter\nat bneck") if jobs else
+              ("ops", "p50", "p99", "slowdown\np50 / p99", "busbw"))
+    for col in ("policy", *middle, "storage", "bneck\nutil.", "drops\nvip / low",
+                "CPU-\nbound"):
+        t.add_column(col, justify="left" if col == "policy" else "right", no_wrap=True)
+    for r in frame.iter_rows(named=True):
+        times = (_fmt(r["p50_ms"], ".0f"), _fmt(r["p99_ms"], ".0f"),
+                 f"{_fmt(r['slowdown_p50'])} / {_fmt(r['slowdown_p99'])}")
+        if jobs:
+            cells = (str(r["ops"]), *times, _fmt(r["exposed_comm"], ".0%"),
+                     _fmt(r["bubbles"], ".0%"), _fmt(r["bottleneck_mb_per_iter"], ".2f"))
+        else:
+            cells = (str(r["ops"]), *times, _fmt(r["busbw_mbps"], ".1f"))
+        t.add_row(r["policy"], *cells, _fmt(r["storage_mbps"], ".1f"),
+                  _fmt(r["bottleneck_used"], ".0%"), f"{r['vip_drops']} / {r['low_drops']}",
+                  "yes" if r["cpu_bound"] else "no")
+    console.print(t)
+    _print_program(summary)
+    d = Table(title="at the bottleneck port, p99 in microseconds", title_justify="left")
+    for col in ("policy", "port", "vip sojourn", "low sojourn", "vip one-way latency",
+                "max backlog KiB"):
+        d.add_column(col, justify="left" if col in ("policy", "port") else "right", no_wrap=True)
+    for policy, p in summary["policies"].items():
+        lanes = p["bottleneck"]["lanes"]
+        d.add_row(policy, p["bottleneck"]["port"], _fmt(lanes["vip"].get("sojourn_p99_us"), ".0f"),
+                  _fmt(lanes["low"].get("sojourn_p99_us"), ".0f"),
+                  _fmt(lanes["vip"].get("latency_p99_us"), ".0f"),
+                  _fmt(max(v.get("max_backlog_bytes", 0) for v in lanes.values()) / 1024, ".0f"))
+    console.print(d)
+    controlled = {k: p["controller"] for k, p in summary["policies"].items() if p.get("controller")}
+    if controlled:
+        c = Table(title="valves: storage through the hosts' valves, marks and drops (low lane)",
+                  title_justify="left")
+        for col in ("policy", "decisions", "low Mbit/s", "CE marked", "dropped",
+                    "ECN marks at bneck", "prediction error ms"):
+            c.add_column(col, justify="left" if col == "policy" else "right", no_wrap=True)
+        for policy, ctl in controlled.items():
+            lanes = summary["policies"][policy]["bottleneck"]["lanes"]
+            c.add_row(policy, str(ctl["decisions"]), _fmt(ctl["mean_rate_mbps"]["low"], ".1f"),
+                      str(ctl["ce_marked"]["low"]), str(ctl["dropped"]["low"]),
+                      str(sum(v.get("ecn_marks", 0) for v in lanes.values())),
+                      _fmt(ctl["prediction_error_ms"], ".1f"))
+        console.print(c)
+    paused = {k: p for k, p in summary["policies"].items() if p.get("lossless")}
+    if paused:
+        lanes = ", ".join(next(iter(paused.values()))["lossless"]["lanes"])
+        x = Table(title=f"lossless ({lanes}; one queue per port under fifo): pauses, and how "
+                        "fast they acted, in microseconds", title_justify="left")
+        for col in ("policy", "pauses", "paused ms", "reaction p50", "p99", "max",
+                    "one frame", "go-back-N resends"):
+            x.add_column(col, justify="left" if col == "policy" else "right", no_wrap=True)
+        for policy, p in paused.items():
+            ll, reaction = p["lossless"], p["lossless"]["reaction_us"]
+            x.add_row(policy, str(ll["pauses"]),
+                      _fmt(sum(v["ms"] for v in ll["paused_ms"].values()), ".0f"),
+                      _fmt(reaction["p50"], ".0f"), _fmt(reaction["p99"], ".0f"),
+                      _fmt(reaction["max"], ".0f"), _fmt(ll["packet_us"], ".0f"),
+                      str(p["transport"]["retransmits"]))
+        console.print(x)
+
+
+def _print_program(summary: dict) -> None:
+    """A user's program: where its times came from, its collectives per policy, its CPU."""
+    from labkit.analysis import metrics
+
+    programs = {k: p["program"] for k, p in summary["policies"].items() if p.get("program")}
+    if not programs:
+        return
+    first = next(iter(programs.values()))
+    source = {"lines": "as it reported them (labkit's line protocol)",
+              "traffic": "from its traffic as the kernel saw it (it reported none)"}
+    t = Table(title=f"your program {first['name']}: its collectives, {source[first['source']]}"
+                    f"; the first {first.get('warmup', 0)} iteration(s) left out",
+              title_justify="left", caption="compute and exposed: mean per iteration and "
+              "rank; CPU: what its ranks' cgroups used", caption_justify="left")
+    for col in ("policy", "op", "count", "p50", "p99", "slowdown\np50 / p99", "busbw",
+                "compute", "exposed", "CPU s"):
+        t.add_column(col, justify="left" if col in ("policy", "op") else "right", no_wrap=True)
+    for r in metrics.program_ops_frame(summary).iter_rows(named=True):
+        p = programs[r["policy"]]
+        t.add_row(r["policy"], r["op"], str(r["count"]), _fmt(r["p50_ms"], ".0f"),
+                  _fmt(r["p99_ms"], ".0f"),
+                  f"{_fmt(r['slowdown_p50'])} / {_fmt(r['slowdown_p99'])}",
+                  _fmt(r["busbw_mbps"], ".1f"), _fmt(p["compute_ms"], ".0f"),
+                  _fmt(p["exposed_comm_ms"], ".0f"), _fmt(p["cpu_s"], ".1f"))
+    console.print(t)
+
+
+def _load(path: Path):
+    """The recorded run at ``path``, or None after saying what is wrong with it."""
+    from labkit.runs.rundir import RunDataError, load_run
+
+    try:
+        return load_run(path)
+    except RunDataError as exc:
+        err.print(f"[red]error:[/] {escape(str(exc))}")
+        return None
+
+
+def cmd_report(args) -> int:
+    run = _load(args.run_dir)
+    if run is None:
+        return 2
+    if args.json:
+        _print_json("report", {"run_dir": str(args.run_dir), "status": run.manifest["status"],
+                               "summary": run.summary})
+    else:
+        _print_summary(run.summary)
+    return 0
+
+
+def cmd_figures(args) -> int:
+    from labkit.ui import figures
+
+    run = _load(args.run_dir)
+    if run is None:
+        return 2
+    names = [name for name, _ in figures.figure_set(run)]
+    images = shutil.which("chromium") is not None
+    if not images:
+        err.print("[yellow]note:[/] SVG and PNG need Chromium (apt-get install chromium, or "
+                  "make setup); writing HTML only")
+    with _progress("steps") as progress:
+        task = progress.add_task("building figures", total=len(names) + 2)
+        try:
+            written = figures.write(run, args.out,
+                                    lambda step: progress.update(task, advance=1,
+                                                                 description=step), images)
+        except FileExistsError as exc:
+            err.print(f"[red]error:[/] {exc}")
+            return 2
+    console.print(f"{len(written)} files in {args.out}: " + ", ".join(names))
+    return 0
+
+
+def cmd_runs(args) -> int:
+    from labkit.runs.rundir import list_runs
+
+    runs = list_runs()
+    if args.json:
+        _print_json("runs", {"runs": runs})
+        return 0
+    if not runs:
+        console.print("no runs recorded yet: `labkit run topologies/bottleneck.yaml`")
+        return 0
+    t = Table()
+    for col in ("run id", "status", "size", "modified", "path"):
+        t.add_column(col)
+    for r in runs:
+        style = "" if r["status"] == "complete" else "yellow"
+        t.add_row(r["run_id"], r["status"], f"{r['bytes'] / 1e6:.1f} MB", r["modified"],
+                  r["path"], style=style)
+    console.print(t)
+    return 0
+
+
+def cmd_clean(args) -> int:
+    from labkit.kernel import registry
+
+    if os.geteuid() != 0:
+        from labkit.runs.runner import WITHOUT_ROOT
+
+        err.print("[red]error:[/] labkit clean needs root: it removes what a killed run left "
+                  f"in the kernel. {WITHOUT_ROOT}")
+        return 1
+    try:
+        with registry.RunLock(registry.CLEANING):
+            return _clean(registry.leftover_registries(), registry.leftover_work_dirs(),
+                          args.dry_run)
+    except registry.RunLockedError as exc:
+        err.print(f"[red]error:[/] {escape(str(exc))}", highlight=False)
+        return 1
+
+
+def _clean(leftovers: list, work_dirs: list[Path], dry_run: bool) -> int:
+    from labkit.kernel import registry
+
+    if not leftovers and not work_dirs:
+        console.print("nothing to clean: no labkit run left objects behind")
+        return 0
+    failed = 0
+    for reg in leftovers:
+        if dry_run:
+            kinds = Counter(e["kind"] for e in reg.entries)
+            console.print(f"run {reg.run_id}: recorded " +
+                          ", ".join(f"{n} {kind}" for kind, n in sorted(kinds.items())))
+            continue
+        try:
+            removed = reg.teardown()
+        except registry.TeardownIncomplete as exc:
+            err.print(f"[red]error:[/] {escape(str(exc))}", highlight=False)
+            failed = 1
+            continue
+        console.print(f"run {reg.run_id}: " + ("; ".join(removed) or "nothing was left"))
+    for path in work_dirs:  # scratch files of a killed run (none is running: we hold the lock)
+        try:
+            if not dry_run:
+                shutil.rmtree(path)
+        except OSError as exc:
+            err.print(f"[red]error:[/] cannot remove {escape(str(path))}: {exc.strerror}",
+                      highlight=False)
+            failed = 1
+            continue
+        console.print(f"run {path.name}: {'would remove' if dry_run else 'removed'} its "
+                      f"scratch directory {path}", highlight=False)
+    return failed
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,99 @@
+"""The figure set of a recorded run, written for a blog post: HTML, SVG and PNG.
+
+Which figures a run gets depends on what it recorded: every run has the bottleneck
+queue timeline, the completion-time CDFs and the per-lane sojourns; a run with ``fifo``
+adds the funnel into its bottleneck port, and with ``fifo`` and a later stage (``priority``
+or a controller) the three stages side by side; a run with an adaptive policy adds each
+one's valve timeline; a training job adds where its iterations' time went and each
+rank's timeline, a user's program (``kind: program``) where its iterations' time went.
+SVG and PNG are rendered by kaleido with the system's Chromium, all in one browser
+session. plotly gives every rendering and every trace
+a random id; traces get ids from their order and the rendering's id is replaced by
+one derived from the figure's name, so the same run gives byte-identical SVG files.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Collection, Iterator
+from pathlib import Path
+
+import plotly.graph_objects as go
+import plotly.io as pio
+
+from labkit.analysis import metrics
+from labkit.runs.rundir import Run
+from labkit.ui import plots
+
+WIDTH, HEIGHT = 960, 540
+UID = re.compile(rb'defs-([0-9a-f]{6})"')
+
+
+def figure_set(run: Run) -> Iterator[tuple[str, Callable[[], go.Figure]]]:
+    """(file stem, builder) for every figure this run can draw."""
+    yield "queue-timeline", lambda: plots.queue_timeline(run)
+    yield "completion-cdf", lambda: plots.op_time_cdf(run)
+    yield "lane-sojourn", lambda: plots.lane_sojourn(run)
+    stages = set(metrics.stage_frame(run.summary)["stage"])
+    if 1 in stages:
+        yield "funnel", lambda: plots.bottleneck_funnel(run)
+    if 1 in stages and stages & {2, 3}:
+        yield "three-stages", lambda: plots.three_stages(run)
+    for policy, p in run.summary["policies"].items():
+        if p.get("controller"):
+            yield f"valves-{policy.replace('+', '-')}", lambda policy=policy: \
+                plots.valve_timeline(run, policy)
+    if any(p.get("job") or p.get("program") for p in run.summary["policies"].values()):
+        yield "parallelism", lambda: plots.parallelism(run)
+    if any(p.get("job") for p in run.summary["policies"].values()):
+        yield "job-timeline", lambda: plots.job_timeline(run)
+
+
+def stable_svg(svg: bytes, name: str) -> bytes:
+    """``svg`` with plotly's random rendering id replaced by one derived from ``name``."""
+    found = UID.search(svg)
+    if not found:
+        return svg
+    return svg.replace(found.group(1), re.sub(rb"[^a-z0-9]", b"", name.encode())[:24])
+
+
+def write_page(fig: go.Figure, path: Path, name: str) -> None:
+    """``fig`` as a standalone HTML page, its traces' ids taken from their order and
+    ``name``. plotly.js goes beside the page (one copy a directory), not from a CDN: figures
+    open in a lab or on a laptop without internet."""
+    for i, trace in enumerate(fig.data):
+        trace.uid = f"{name}-{i}"
+    fig.write_html(path, include_plotlyjs="directory", full_html=True, div_id=name)
+
+
+def write(run: Run, out: Path, on_step: Callable[[str], None] | None = None,
+          images: bool = True, only: Collection[str] | None = None) -> list[Path]:
+    """Write every figure of ``run`` (those named in ``only``, if given) into ``out`` as
+    .html, .svg and .png (only .html without ``images``); returns the files. ``on_step``
+    hears of each figure built and each format rendered (figures + 2 steps). Existing files
+    are left alone: a figure set is written into an empty or new directory."""
+    out.mkdir(parents=True, exist_ok=True)
+    built: dict[str, go.Figure] = {}
+    for name, build in figure_set(run):
+        if only is not None and name not in only:
+            continue
+        taken = [t for t in (out / f"{name}.{ext}" for ext in ("html", "svg", "png"))
+                 if t.exists()]
+        if taken:
+            raise FileExistsError(f"{taken[0]} exists; labkit does not overwrite figures "
+                                  "(choose another --out)")
+        fig = build()
+        write_page(fig, out / f"{name}.html", name)
+        built[name] = fig
+        if on_step:
+            on_step(f"built {name}")
+    formats = (("svg", 1), ("png", 2)) if images else ()
+    for ext, scale in formats:  # one Chromium session per format
+        pio.write_images(list(built.values()), [out / f"{n}.{ext}" for n in built],
+                         format=ext, width=WIDTH, height=HEIGHT, scale=scale)
+        if on_step:
+            on_step(f"rendered {ext.upper()}")
+    for name in built if images else ():
+        svg = out / f"{name}.svg"
+        svg.write_bytes(stable_svg(svg.read_bytes(), name))
+    return [out / f"{n}.{ext}" for n in built for ext in ("html", *(e for e, _ in formats))]
