@@ -175,7 +175,7 @@ static __always_inline void lk_dequeued(struct sk_buff *skb, __u64 now)
 		return;
 	if (in->print != lk_fingerprint(skb)) {
 		/* a stale entry: this packet's enqueue was not seen; count it, time nothing */
-		__u32 unpaired = 2;
+		__u32 unpaired = LK_LOST_UNPAIRED;
 		__u64 *n = bpf_map_lookup_elem(&lk_lost, &unpaired);
 
 		if (n)

@@ -29,15 +29,19 @@ struct {
 	__type(value, struct lk_telemetry_config);
 } lk_telemetry SEC(".maps");
 
-/* [0]: events lost because the ring buffer was full; [1]: packets considered for
- * sampling; [2]: dequeues whose enqueue was not seen (no sojourn taken); [3]: dequeue
- * gaps considered for sampling (counted apart, so that they and the packets are each
- * sampled one in sample_every) */
-#define LK_SEEN_PACKETS 1
-#define LK_SEEN_GAPS 3
+/* lk_lost's slots (labkit.model.abi mirrors them) */
+enum lk_lost_slot {
+	LK_LOST_EVENTS = 0,   /* events lost because the ring buffer was full */
+	LK_SEEN_PACKETS = 1,  /* packets considered for sampling */
+	LK_LOST_UNPAIRED = 2, /* dequeues whose enqueue was not seen (no sojourn taken) */
+	LK_SEEN_GAPS = 3,     /* dequeue gaps considered for sampling (counted apart, so that
+			       * they and the packets are each sampled one in sample_every) */
+	LK_NR_LOST = 4,
+};
+_Static_assert(LK_LOST_EVENTS == 0, "lk_sample_counted() counts lost events with key zero");
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 4);
+	__uint(max_entries, LK_NR_LOST);
 	__type(key, __u32);
 	__type(value, __u64);
 } lk_lost SEC(".maps");
@@ -80,7 +84,8 @@ static __always_inline __u32 lk_pick(__u64 seq)
 static __always_inline void lk_sample_counted(const struct lk_event *ev, __u32 counter)
 {
 	struct lk_telemetry_config *cfg;
-	__u32 zero = 0;
+	__u32 zero = 0; /* also LK_LOST_EVENTS: one key on the stack (a second one moved the
+			  * callers' buffers off 8-byte alignment and the verifier refused them) */
 	__u64 *seen, *lost;
 	struct lk_event *out;
 
@@ -93,7 +98,7 @@ static __always_inline void lk_sample_counted(const struct lk_event *ev, __u32 c
 		return;
 	out = bpf_ringbuf_reserve(&lk_events, sizeof(*out), 0);
 	if (!out) {
-		lost = bpf_map_lookup_elem(&lk_lost, &zero);
+		lost = bpf_map_lookup_elem(&lk_lost, &zero); /* LK_LOST_EVENTS */
 		if (lost)
 			(*lost)++;
 		return;

@@ -13,7 +13,8 @@ import ipaddress
 from dataclasses import asdict
 from functools import cache
 
-from labkit.model.scenario import LANES, ROCEV2_PORT, LaneRule, Scenario
+from labkit.model.abi import LANES
+from labkit.model.scenario import ROCEV2_PORT, LaneRule, Scenario
 from labkit.model.topo import Port, Topology
 
 KIND_NAMES = {"gpu": "GPU host", "storage": "storage host", "router": "router",

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import polars as pl
 
-from labkit.model.abi import RANK_SHIFT
-from labkit.model.scenario import LANES, LAYOUTS
+from labkit.model.abi import LANES, RANK_SHIFT
+from labkit.model.scenario import LAYOUTS
 
 CPU_BOUND_BUSY = 0.90  # mean machine-wide CPU busy fraction that flags a run as CPU-bound
 

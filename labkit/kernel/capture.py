@@ -21,7 +21,7 @@ from typing import NamedTuple
 
 from labkit.kernel import tc
 from labkit.kernel.netns import Netns
-from labkit.model.scenario import LANES
+from labkit.model.abi import LANES
 
 LaneReader = Callable[[], dict[str, tuple[int, int]]]
 

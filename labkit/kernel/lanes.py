@@ -30,13 +30,14 @@ from labkit.model.abi import (
     KEY_PROTO,
     KEY_SPORT,
     LANE_COUNTERS,
+    LANES,
     MAX_RULES,
     NR_LANES,
     ClassifierConfig,
     LaneCounters,
     Rule,
 )
-from labkit.model.scenario import LANES, LaneRule
+from labkit.model.scenario import LaneRule
 
 PROGRAM = "lk_classify"
 FIFO_TAG = 0x20000  # major 2: not a class of the port's HTB (1:), so HTB uses its default

@@ -43,9 +43,8 @@ from typing import NamedTuple
 
 from labkit.kernel import bpf, tc
 from labkit.kernel.fabric import mac_for
-from labkit.model.abi import PAUSE_EVENT, PAUSE_XOFF, PausePort, PauseQueue, PortKey
+from labkit.model.abi import LANES, PAUSE_EVENT, PAUSE_XOFF, PausePort, PauseQueue, PortKey
 from labkit.model.lossless import Queue, upstream
-from labkit.model.scenario import LANES
 from labkit.model.topo import Port
 
 POLL_MS = 100  # the pauser wakes on each event; this only bounds how long stop() waits

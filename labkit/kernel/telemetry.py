@@ -22,8 +22,8 @@ from pathlib import Path
 from labkit.kernel import bpf, tc
 from labkit.kernel.lanes import read_lane_counters
 from labkit.kernel.netns import Netns
-from labkit.model.abi import EVENT, HIST_BUCKETS, Hist, PortKey, TelemetryConfig
-from labkit.model.scenario import LANES
+from labkit.model import abi
+from labkit.model.abi import EVENT, HIST_BUCKETS, LANES, Hist, PortKey, TelemetryConfig
 
 TRACEPOINT_PROGRAMS = ("lk_qdisc_enqueue", "lk_qdisc_dequeue", "lk_qdisc_drop")
 SHARED_MAPS = ("lk_events", "lk_telemetry", "lk_lost")
@@ -92,8 +92,9 @@ class QueueProbe:
     def delivery(self) -> tuple[int, int, int]:
         """(events lost because the ring buffer was full, packets considered for sampling,
         dequeues whose enqueue the tracepoint did not report, so no sojourn was taken).
-        Dequeue gaps are counted apart (lk_lost key 3) and not reported here."""
-        per_cpu = [self.obj.maps["lk_lost"].lookup(k) for k in (0, 1, 2)]
+        Dequeue gaps are counted apart (``abi.SEEN_GAPS``) and not reported here."""
+        per_cpu = [self.obj.maps["lk_lost"].lookup(k)
+                   for k in (abi.LOST_EVENTS, abi.SEEN_PACKETS, abi.LOST_UNPAIRED)]
         return tuple(sum(int.from_bytes(v, "little") for v in cpu) for cpu in per_cpu)
 
     def pin(self, directory: Path) -> None:

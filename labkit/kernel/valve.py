@@ -15,8 +15,7 @@ from typing import NamedTuple
 
 from labkit.kernel import bpf, tc
 from labkit.kernel.netns import Netns
-from labkit.model.abi import PHASES, JobPhase, ValveConfig, ValveCounters, ValveLane
-from labkit.model.scenario import LANES
+from labkit.model.abi import LANES, PHASES, JobPhase, ValveConfig, ValveCounters, ValveLane
 
 PROGRAM = "lk_valve_egress"
 GATE_LANE = "low"  # a held NIC's gate: the lane setting the controllers move

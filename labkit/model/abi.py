@@ -4,7 +4,7 @@ Each ``lk_*`` struct has one ctypes mirror here (:data:`MIRRORS`, checked agains
 built objects' BTF by tests/tier1/test_abi.py: same size, same field offsets). Flat
 structs also get a :class:`struct.Struct` packer derived from the mirror, for the hot
 paths that pack and unpack bytes (the agents, the event reader). Constants the C side
-defines (lane count, rule and bucket limits, the stamp magic, phases, event kinds) and
+defines (the lanes in their order, rule and bucket limits, the stamp magic, phases, event kinds) and
 the layout of a stamp's ``seq`` (sender rank above the PSN) live here too.
 
 Standard library only: traffic agents import it and must start fast.
@@ -15,7 +15,8 @@ from __future__ import annotations
 import ctypes
 import struct
 
-NR_LANES = 3  # enum lk_lane: vip, normal, low
+LANES = ("vip", "normal", "low")  # enum lk_lane, in its order: a lane's index is its value
+NR_LANES = len(LANES)  # LK_NR_LANES
 MAX_RULES = 32  # LK_MAX_RULES
 HIST_BUCKETS = 32  # LK_HIST_BUCKETS: bucket b counts values in [2^b, 2^(b+1)) ns
 STAMP_MAGIC = 0x53544B4C  # LK_STAMP_MAGIC, "LKTS" in memory
@@ -23,6 +24,9 @@ EV_SOJOURN, EV_LATENCY, EV_GAP = 1, 2, 3  # enum lk_event_kind
 PAUSE_XOFF, PAUSE_XON = 1, 2  # enum lk_pause_kind
 MAX_PAUSE_QUEUES = 512  # LK_MAX_PAUSE_QUEUES
 PHASES = {"compute": 0, "soon": 1, "communicate": 2}  # enum lk_phase
+# the slots of lk_lost (enum lk_lost_slot in bpf/include/telemetry.h), per CPU
+LOST_EVENTS, SEEN_PACKETS, LOST_UNPAIRED, SEEN_GAPS = 0, 1, 2, 3
+NR_LOST = 4
 
 # the rule key (lk_parse() in bpf/include/parse.h)
 KEY_SPORT, KEY_PROTO, KEY_DSCP = 16, 32, 40

@@ -11,9 +11,8 @@ from __future__ import annotations
 import hashlib
 import re
 import shlex
-import shutil
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from fractions import Fraction
 from pathlib import Path
@@ -22,12 +21,12 @@ from typing import Any
 import yaml
 
 from labkit.model import lossless, topo
+from labkit.model.abi import LANES  # the lanes a scenario names: the kernel's, in its order
 from labkit.model.fabric_spec import FabricSpec, HostSpec, LinkSpec, ServerSpec
 
 LAYOUTS = ("isolated", "fifo", "priority")  # what the router ports do (and whether storage runs)
 CONTROLLERS = ("reactive", "proactive", "state-aware")  # labkit.control
 POLICIES = LAYOUTS + CONTROLLERS  # plus "<layout>+<controller>", e.g. "priority+reactive"
-LANES = ("vip", "normal", "low")
 ROLES = ("gpu", "storage")
 # names, each matched whole (fullmatch: `$` would let a final newline through)
 SCENARIO_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
@@ -1029,7 +1028,8 @@ def _argv(c: _Checker, value, key: str, fabric: FabricSpec,
           templates: Sequence[str] = ()) -> tuple[str, ...]:
     """A command line (a string, split as a shell would, or a list of arguments) whose
     {host} references name hosts of the fabric, or ``templates`` (whether its program is
-    installed is :func:`check_programs`'s question)."""
+    installed is :func:`labkit.traffic.commands.check_installed`'s question: this
+    machine's, asked before a run)."""
     if isinstance(value, str):
         try:
             argv = shlex.split(value)
@@ -1049,22 +1049,6 @@ def _argv(c: _Checker, value, key: str, fabric: FabricSpec,
                 c.fail(key, f"{{{ref}}} is not a host of this fabric (hosts: "
                             f"{', '.join(sorted(hosts))}{also})")
     return tuple(argv)
-
-
-def check_programs(sc: Scenario) -> None:
-    """Raise ScenarioError unless every command entry's programs are installed here (a
-    check of this machine, not of the file: run before a run, not when parsing)."""
-    for cmd in sc.commands:
-        for role, argv in (("run", cmd.run), ("serve.run", cmd.serve)):
-            if argv and shutil.which(argv[0]) is None:
-                raise ScenarioError(sc.path, f"{cmd.key}.{role}",
-                                    f"program {argv[0]!r} is not installed on this machine "
-                                    f"(install it, e.g. apt-get install {Path(argv[0]).name})")
-
-
-def expand_hosts(argv: tuple[str, ...], address: Callable[[str], str]) -> list[str]:
-    """``argv`` with every {host} replaced by ``address(host)``."""
-    return [HOST_REF.sub(lambda m: address(m.group(1)), arg) for arg in argv]
 
 
 def _command(c: _Checker, t: dict, key: str, fabric: FabricSpec) -> CommandSpec:

@@ -50,8 +50,8 @@ from labkit.kernel.telemetry import (
 )
 from labkit.kernel.valve import Decision
 from labkit.model import lossless
-from labkit.model.abi import EV_GAP, EV_SOJOURN
-from labkit.model.scenario import LANES, Scenario
+from labkit.model.abi import EV_GAP, EV_SOJOURN, LANES
+from labkit.model.scenario import Scenario
 from labkit.model.scenario import policy as scenario_policy
 from labkit.model.topo import Topology
 from labkit.model.traffic.jobs import sent_bytes

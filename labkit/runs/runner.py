@@ -42,7 +42,7 @@ from labkit.model.scenario import Scenario, ScenarioError
 from labkit.model.topo import Topology
 from labkit.runs import rundir
 from labkit.runs.rundir import Run, RunWriter
-from labkit.traffic import hotpath
+from labkit.traffic import commands, hotpath
 
 MAX_SNAPLEN = 262144  # tcpdump's largest snapshot length
 WITHOUT_ROOT = ("Without root you can still analyse recorded runs: `labkit report DIR`, "
@@ -203,7 +203,7 @@ def run(scenario: str | Path | Scenario, policies: Sequence[str] | None = None, 
     if not 0 <= pcap_snaplen <= MAX_SNAPLEN:
         raise ScenarioError(source, "pcap_snaplen", f"must be 0 (whole packets) to "
                             f"{MAX_SNAPLEN} bytes, got {pcap_snaplen}")
-    scenario_mod.check_programs(sc)
+    commands.check_installed(sc)
     topology = topo.Topology(sc.fabric)
     if sc.program:
         programs.check(sc.program, topology, source)

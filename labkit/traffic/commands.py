@@ -18,16 +18,34 @@ classifier and the probes like any other traffic.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from labkit.kernel.fabric import Fabric
 from labkit.kernel.registry import MARKER, stop_marked
-from labkit.model.scenario import CommandSpec, expand_hosts
+from labkit.model.scenario import HOST_REF, CommandSpec, Scenario, ScenarioError
 from labkit.model.topo import Topology
 
 STOP_GRACE_S = 3.0
+
+
+def check_installed(sc: Scenario) -> None:
+    """Raise ScenarioError unless every command entry's programs are installed here (a
+    check of this machine, not of the file: run before a run, not when parsing)."""
+    for cmd in sc.commands:
+        for role, argv in (("run", cmd.run), ("serve.run", cmd.serve)):
+            if argv and shutil.which(argv[0]) is None:
+                raise ScenarioError(sc.path, f"{cmd.key}.{role}",
+                                    f"program {argv[0]!r} is not installed on this machine "
+                                    f"(install it, e.g. apt-get install {Path(argv[0]).name})")
+
+
+def expand_hosts(argv: tuple[str, ...], address: Callable[[str], str]) -> list[str]:
+    """``argv`` with every {host} replaced by ``address(host)``."""
+    return [HOST_REF.sub(lambda m: address(m.group(1)), arg) for arg in argv]
 
 
 @dataclass

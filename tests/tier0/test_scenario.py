@@ -6,6 +6,7 @@ import yaml
 
 from labkit.model import scenario
 from labkit.model.scenario import ScenarioError
+from labkit.traffic import commands
 
 TOPOLOGIES = Path(__file__).resolve().parents[2] / "topologies"
 
@@ -188,7 +189,7 @@ def test_command_entries_expand_host_references(doc):
                            "serve": {"host": "g1", "run": ["iperf3", "-s"]}})
     (cmd,) = scenario.parse(doc).commands
     assert (cmd.host, cmd.serve_host, cmd.serve) == ("st1", "g1", ("iperf3", "-s"))
-    assert scenario.expand_hosts(cmd.run, {"g1": "10.0.0.1"}.get) == [
+    assert commands.expand_hosts(cmd.run, {"g1": "10.0.0.1"}.get) == [
         "iperf3", "-c", "10.0.0.1", "-t", "60", "-P", "4"]
 
 
@@ -228,7 +229,7 @@ def test_a_program_that_is_not_installed_is_caught_before_a_run(doc):
                            "serve": {"host": "g1", "run": "no-such-program-here -s"}})
     sc = scenario.parse(doc, "lab.yaml")  # the file is fine; this machine lacks the program
     with pytest.raises(ScenarioError) as info:
-        scenario.check_programs(sc)
+        commands.check_installed(sc)
     assert info.value.key == "traffic[2].serve.run"
     assert "'no-such-program-here' is not installed" in info.value.reason
 

@@ -9,7 +9,7 @@ import pytest
 
 from labkit.kernel import bpf, tc
 from labkit.model import abi
-from labkit.model.scenario import LANES
+from labkit.model.abi import LANES
 
 # structs userspace never reads or writes: a packet header parsed in place (parse.h), the
 # queue probe's in-flight entries and the valve's clocks (map values private to a program,
@@ -75,6 +75,11 @@ def test_constants_match_the_header():
                         ("LK_EV_GAP", abi.EV_GAP),
                         *((f"LK_PHASE_{p.upper()}", n) for p, n in abi.PHASES.items())):
         assert f"{name} = {value}" in header, name
+    telemetry = (bpf.REPO_ROOT / "bpf/include/telemetry.h").read_text()
+    for name, value in (("LK_LOST_EVENTS", abi.LOST_EVENTS), ("LK_SEEN_PACKETS", abi.SEEN_PACKETS),
+                        ("LK_LOST_UNPAIRED", abi.LOST_UNPAIRED), ("LK_SEEN_GAPS", abi.SEEN_GAPS),
+                        ("LK_NR_LOST", abi.NR_LOST)):
+        assert f"{name} = {value}," in telemetry, name
     for name, bit in (("LK_KEY_L3", abi.KEY_L3), ("LK_KEY_PORTS", abi.KEY_PORTS),
                       ("LK_KEY_BTH", abi.KEY_BTH)):
         assert f"#define {name} (1ULL << {bit.bit_length() - 1})" in header, name
