@@ -7,8 +7,10 @@ Every interval it looks at the bottleneck as the fabric telemetry shows it
 trip of the control loop, so one observation is not punished twice); otherwise it
 grows by a quarter of the fair share per interval, up to ``idle_share``. A few small
 vip packets are no collective: a training job's acknowledgements and handshakes
-cross in every compute phase (on ``pytorch-ddp.yaml`` a fifth of the cuts came
-after less than 16 KiB of vip, while storage had the port).
+(tens to hundreds of bytes each) cross in every compute phase; on ``pytorch-ddp.yaml``
+15 % of the cuts came after less than 1 KiB of vip, while storage had the port. One
+data packet is (a RoCE MTU's 4 KiB): a ring DCQCN has slowed to a fourteenth of the
+line still brings ~7 KiB a sample, and must still be protected.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ INCREASE = 0.25  # of the senders' fair share, per interval
 DECREASE = 0.5
 FLOOR = 0.01  # of the senders' fair share: never shut storage out entirely
 POLL_MS = 8  # the fabric telemetry's sampling period (labkit.kernel.capture.QueuePoller)
-SEEN_BYTES = 16 << 10  # vip bytes in a sample that say a collective is there (jobmark's too)
+SEEN_BYTES = 4 << 10  # vip bytes in a sample that say a collective's data is there
 
 
 class Reactive(Controller):
