@@ -1,16 +1,10 @@
 """``reactive``: dynamic shaping by AIMD on the storage senders' low lanes.
 
 Every interval it looks at the bottleneck as the fabric telemetry shows it
-(``telemetry_delay_ms`` old): if the collectives' data arrived there (at least
-:data:`SEEN_BYTES` of vip since the previous sample) and would wait longer than
-``target_us``, storage's share of its fair share is halved (at most once per round
-trip of the control loop, so one observation is not punished twice); otherwise it
-grows by a quarter of the fair share per interval, up to ``idle_share``. A few small
-vip packets are no collective: a training job's acknowledgements and handshakes
-(tens to hundreds of bytes each) cross in every compute phase; on ``pytorch-ddp.yaml``
-15 % of the cuts came after less than 1 KiB of vip, while storage had the port. One
-data packet is (a RoCE MTU's 4 KiB): a ring DCQCN has slowed to a fourteenth of the
-line still brings ~7 KiB a sample, and must still be protected.
+(``telemetry_delay_ms`` old): if vip packets arrived there and would wait longer
+than ``target_us``, storage's share of its fair share is halved (at most once per
+round trip of the control loop, so one observation is not punished twice);
+otherwise it grows by a quarter of the fair share per interval, up to ``idle_share``.
 """
 
 from __future__ import annotations
@@ -20,8 +14,7 @@ from labkit.control.base import Controller
 INCREASE = 0.25  # of the senders' fair share, per interval
 DECREASE = 0.5
 FLOOR = 0.01  # of the senders' fair share: never shut storage out entirely
-POLL_MS = 8  # the fabric telemetry's sampling period (labkit.kernel.capture.QueuePoller)
-SEEN_BYTES = 4 << 10  # vip bytes in a sample that say a collective's data is there
+POLL_MS = 8  # the fabric telemetry's sampling period (labkit.capture.QueuePoller)
 
 
 class Reactive(Controller):
@@ -38,9 +31,8 @@ class Reactive(Controller):
         views = self.plant.feed.view(now_ns)
         if not views:
             return
-        # no collective's data arrived, none waited: storage's own queue is not vip's
-        delay_us = max(v.vip_delay_ns if v.vip_new_bytes >= SEEN_BYTES else 0
-                       for v in views.values()) / 1e3
+        # no vip packet arrived, none waited: storage's own queue is not the vip lane's
+        delay_us = max(v.vip_delay_ns if v.vip_new_bytes else 0 for v in views.values()) / 1e3
         if delay_us > self.plant.spec.target_us:
             if now_ns - self.last_cut < self.loop_ns:
                 return
