@@ -6,6 +6,7 @@ import threading
 import time
 from dataclasses import dataclass
 
+from labkit.kernel import sched
 from labkit.kernel.feed import FabricFeed
 from labkit.kernel.valve import Valves
 from labkit.model.scenario import ControlSpec
@@ -48,6 +49,7 @@ class Controller:
         return self
 
     def _loop(self) -> None:
+        sched.control_thread()
         tick = time.monotonic_ns()
         try:
             while not self._stop.is_set():

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from labkit.kernel import tc
 
@@ -20,7 +20,7 @@ from labkit.kernel import tc
 class PortView:
     """One bottleneck port, as last seen: when it was sampled, the queueing delay a vip
     packet would meet (backlog of the queue the vip lane uses / port rate), and the
-    vip lane's bytes offered so far and since the port's previous sample."""
+    vip lane's bytes offered so far and since the sample the controller saw before."""
 
     t_ns: int
     vip_delay_ns: int
@@ -39,6 +39,7 @@ class FabricFeed:
         self.pending: deque[tuple[str, PortView]] = deque()
         self.seen: dict[str, PortView] = {}
         self.vip_so_far: dict[str, int] = {}
+        self.shown: dict[str, PortView] = {}  # per port, what the previous view showed
         self.lock = threading.Lock()
 
     def push(self, t_ns: int, port: str, classes: list[tc.ClassStats],
@@ -55,9 +56,17 @@ class FabricFeed:
             self.pending.append((port, view))
 
     def view(self, now_ns: int) -> dict[str, PortView]:
-        """Per port, the newest sample taken at least ``delay_ms`` before ``now_ns``."""
+        """Per port, the newest sample taken at least ``delay_ms`` before ``now_ns``, its
+        vip bytes counted since the sample the previous view showed (a feed has one
+        reader, its controller): when two samples reach it between two of its steps, the
+        vip packets the first one saw still count."""
         with self.lock:
             while self.pending and self.pending[0][1].t_ns <= now_ns - self.delay_ns:
                 port, v = self.pending.popleft()
                 self.seen[port] = v
+            for port, v in self.seen.items():
+                shown = self.shown.get(port)
+                if shown is not None and shown.t_ns != v.t_ns:
+                    self.seen[port] = replace(v, vip_new_bytes=v.vip_bytes - shown.vip_bytes)
+                self.shown[port] = self.seen[port]
             return dict(self.seen)

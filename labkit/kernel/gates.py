@@ -41,7 +41,7 @@ from collections.abc import Callable
 
 from pyroute2 import IPRoute
 
-from labkit.kernel import bpf, tc
+from labkit.kernel import bpf, sched, tc
 from labkit.kernel.fabric import Fabric
 from labkit.kernel.netns import Netns
 from labkit.kernel.valve import GATE_LANE, Valves
@@ -78,6 +78,7 @@ class HostWorker:
         self.thread.start()
 
     def _run(self) -> None:
+        sched.control_thread()
         stopped = False
         try:
             with IPRoute() as ipr:
@@ -133,6 +134,7 @@ class Gates:
             self.allowed[host] = allowed
 
     def _loop(self) -> None:
+        sched.control_thread()
         try:
             while not self._stop.wait(POLL_MS / 1e3):
                 self.step()

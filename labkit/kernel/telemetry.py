@@ -19,7 +19,7 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from labkit.kernel import bpf, tc
+from labkit.kernel import bpf, sched, tc
 from labkit.kernel.lanes import read_lane_counters
 from labkit.kernel.netns import Netns
 from labkit.model import abi
@@ -150,6 +150,7 @@ class EventReader:
     def _loop(self) -> None:
         # the programs wake this reader only when the ring is a quarter full: it drains
         # what is there every READ_MS whether woken or not
+        sched.control_thread()
         while not self._stop.is_set():
             self._ring.poll(READ_MS)
             self._ring.consume()

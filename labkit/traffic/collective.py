@@ -28,7 +28,6 @@ agents start fast.
 from __future__ import annotations
 
 import json
-import os
 import resource
 import select
 import signal
@@ -36,11 +35,11 @@ import socket
 import sys
 import time
 
+from labkit.kernel import sched
 from labkit.model import abi
 from labkit.model.traffic import configs, jobs, schedules, wire
 from labkit.traffic import hotpath, rc
 
-NICE = -10  # ranks stand in for GPUs and their NICs: storage agents must not delay them
 SO_RCVBUFFORCE = 33
 SOL_UDP, UDP_GRO = 17, 104  # <linux/udp.h>
 IP_MTU_DISCOVER, IP_PMTUDISC_DO = 10, 2  # <linux/in.h>; not exported by Python 3.11
@@ -366,18 +365,9 @@ def run(cfg: configs.Collective, stdin, stdout) -> dict:
     }
 
 
-def _ahead_of_storage() -> None:
-    """Run ahead of the storage agents on a busy machine: a rank's compute phase ends on
-    time and its packets leave when due, as a GPU's would (needs CAP_SYS_NICE)."""
-    try:
-        os.setpriority(os.PRIO_PROCESS, 0, NICE)
-    except PermissionError:
-        pass
-
-
 def main() -> None:
     cfg = configs.read_collective(sys.argv[1])
-    _ahead_of_storage()
+    sched.run_ahead(sched.RANK_NICE)  # a rank's compute ends on time, its packets leave when due
     result = run(cfg, sys.stdin, sys.stdout)
     with open(cfg.out, "w") as f:
         json.dump(result, f)

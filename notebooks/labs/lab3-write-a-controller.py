@@ -66,7 +66,7 @@ plots.valve_timeline(recorded, "reactive", seconds=3)
 #
 # | name | what it is |
 # |---|---|
-# | `self.plant.feed.view(now_ns)` | a dict, bottleneck port -> what the telemetry showed 5 ms ago: `.backlog_bytes` (the queue), `.vip_delay_ns` (how long a ring packet would wait in it), `.vip_new_bytes` (ring bytes that arrived since the previous sample, every 8 ms), `.vip_bytes`, `.t_ns` |
+# | `self.plant.feed.view(now_ns)` | a dict, bottleneck port -> what the telemetry showed 5 ms ago: `.backlog_bytes` (the queue), `.vip_delay_ns` (how long a ring packet would wait in it), `.vip_new_bytes` (ring bytes that arrived since the sample your previous step saw; samples come every 8 ms), `.vip_bytes`, `.t_ns` |
 # | `self.plant.spec` | the scenario's knobs: `busy_share` (0.005), `idle_share` (0.98), `interval_ms`, `telemetry_delay_ms`, ... |
 # | `self.hold(share, reason)` | set every storage sender's gate to `share` of its fair share of the bottleneck (`busy_share` to hold it, `idle_share` to let it run), with a reason in words: each change is recorded |
 #
