@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
-from labkit.kernel import bpf, cgroups
+from labkit.kernel import bpf, cgroups, sched
 from labkit.kernel.cgroups import Cgroup
 from labkit.kernel.fabric import Fabric
 from labkit.kernel.registry import MARKER
@@ -199,6 +199,7 @@ class Programs:
                     host, ["/bin/sh", "-c", HELD, f"{self.spec.name}-rank{r}", self.spec.cwd,
                            *argv], f"program {self.spec.name} rank {r}", self.groups[host],
                     stdin=subprocess.PIPE, stdout=o, stderr=e, env=env, pass_fds=fds)
+            sched.run_ahead(sched.RANK_NICE, proc.pid)  # as labkit's own ranks; it waits
             self.ranks.append(Rank(r, host, argv, proc, self.groups[host], out, err))
         return self
 

@@ -2,6 +2,7 @@
 their NVLink (and keeps its NIC addresses), traffic between servers takes the NICs, and a
 tensor-parallel job inside one server runs several times faster than across two."""
 
+import select
 import subprocess
 from pathlib import Path
 
@@ -39,8 +40,16 @@ def test_inside_a_server_packets_take_nvlink_and_keep_their_nic_address(fabric_r
         # g3 saw g1's NIC address, whichever way the packets came
         assert f"from {topo.host_ip('g3')}" in out
         tcpdump = fabric.nodes["g3"].popen(
-            ["tcpdump", "-c", "1", "-n", "-i", "g3-eth1", "icmp"], stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL)
+            ["tcpdump", "-c", "1", "-n", "--immediate-mode", "-i", "g3-eth1", "icmp"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        # the pings go once it captures ("listening on ..."): a loaded machine took more
+        # than their 0.6 s to start tcpdump, which then waited for a packet that had passed
+        said = b""
+        while b"listening on" not in said:
+            assert select.select([tcpdump.stderr], [], [], 30)[0], f"tcpdump said {said}"
+            line = tcpdump.stderr.readline()
+            assert line, f"tcpdump ended: {said}"
+            said += line
         fabric.nodes["g1"].popen(["ping", "-c", "3", "-i", "0.3", topo.host_ip("g3")],
                                  stdout=subprocess.DEVNULL).wait(timeout=10)
         assert f"{topo.host_ip('g1')} > {topo.host_ip('g3')}" in tcpdump.communicate(

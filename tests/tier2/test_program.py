@@ -25,6 +25,7 @@ import yaml
 
 import labkit
 from labkit.analysis import metrics
+from labkit.kernel import sched
 from tests.leaks import assert_no_leaks, labkit_objects
 
 REPO = Path(__file__).resolve().parents[2]
@@ -117,6 +118,20 @@ def test_the_jobs_phase_comes_from_its_traffic(fabric_ready, silent):
                                           & pl.col("busy_from_ns").is_not_null())
     ops = metrics.op_times(silent["collectives"].filter(pl.col("policy") == "state-aware"))
     assert relayed.height >= ops.height  # at least a window per iteration reached st1
+
+
+def test_the_ranks_run_ahead_of_storage_as_labkits_own_do(fabric_ready, tmp_path):
+    """A program's ranks get the nice value labkit's own ranks take (they stand in for
+    GPUs); here each says its own, then fails so the run ends at once and shows it."""
+    path = scenario(tmp_path)
+    doc = yaml.safe_load(path.read_text())
+    doc["traffic"][0]["run"] = "sh -c 'echo nice $(ps -o ni= -p $$) >&2; exit 3'"
+    doc["traffic"][0].pop("imports")
+    path.write_text(yaml.safe_dump(doc))
+    with pytest.raises(labkit.RunFailed) as info:
+        labkit.run(path, out=tmp_path / "run")
+    assert f"nice {sched.RANK_NICE}" in str(info.value), str(info.value)
+    assert_no_leaks()
 
 
 def test_a_failing_rank_ends_the_run_with_its_error(fabric_ready, tmp_path):
