@@ -110,6 +110,65 @@ def test_a_run_recorded_before_run_id_columns_still_loads():
     assert rundir.load_run(sample)["collectives"].height > 0
 
 
+I64, STR, F64 = pl.Int64, pl.String, pl.Float64
+RECORDED = {  # every table's columns and dtypes as runs have recorded them (before "run_id")
+    "collectives": {"policy": STR, "op": I64, "rank": I64, "host": STR, "start_ns": I64,
+                    "end_ns": I64, "wrong": I64, "compute_ns": I64, "exposed_ns": I64,
+                    "bubble_ns": I64},
+    "phases": {"policy": STR, "op": I64, "rank": I64, "host": STR, "phase": STR,
+               "start_ns": I64, "end_ns": I64},
+    "transport": {"policy": STR, "host": STR, "rank": I64, "packets_sent": I64,
+                  "retransmits": I64, "timeouts": I64, "naks": I64, "out_of_order": I64,
+                  "bytes_received": I64, "cpu_user_s": F64, "cpu_sys_s": F64, "cnps": I64},
+    "queue": {"policy": STR, "t_ns": I64, "port": STR, "classid": STR, "lane": STR,
+              "bytes": I64, "packets": I64, "drops": I64, "overlimits": I64,
+              "backlog_bytes": I64, "backlog_packets": I64},
+    "lanes": {"policy": STR, "t_ns": I64, "port": STR, "lane": STR, "offered_packets": I64,
+              "offered_bytes": I64, "enqueued_packets": I64, "enqueued_bytes": I64,
+              "dropped_packets": I64, "dropped_bytes": I64},
+    "sojourn": {"policy": STR, "t_ns": I64, "port": STR, "lane": STR, "sojourn_ns": I64,
+                "bytes": I64, "stamp_ns": I64, "seq": I64},
+    "latency": {"policy": STR, "t_ns": I64, "lane": STR, "latency_ns": I64, "bytes": I64,
+                "stamp_ns": I64, "seq": I64},
+    "histograms": {"policy": STR, "kind": STR, "port": STR, "lane": STR, "bucket": I64,
+                   "count": I64},
+    "gaps": {"policy": STR, "t_ns": I64, "port": STR, "gap_ns": I64, "bytes": I64,
+             "busy_bytes": I64},
+    "flows": {"policy": STR, "host": STR, "entry": STR, "t_ns": I64, "bytes": I64},
+    "ios": {"policy": STR, "host": STR, "entry": STR, "t_ns": I64, "latency_ns": I64,
+            "bytes": I64},
+    "cpu": {"policy": STR, "t_ns": I64, "busy": F64},
+    "pauses": {"policy": STR, "t_ns": I64, "port": STR, "classid": STR, "lane": STR,
+               "cause": STR, "reaction_ns": I64, "wake_ns": I64, "paused_ns": I64,
+               "resume_ns": I64},
+    "controller": {"policy": STR, "t_ns": I64, "valve": STR, "lane": STR, "old_mbps": F64,
+                   "new_mbps": F64, "old_busy_mbps": F64, "new_busy_mbps": F64,
+                   "busy_from_ns": I64, "busy_until_ns": I64, "reason": STR},
+    "program_ops": {"policy": STR, "rank": I64, "host": STR, "iteration": I64, "op": STR,
+                    "bytes": I64, "start_ns": I64, "end_ns": I64},
+    "bursts": {"policy": STR, "host": STR, "start_ns": I64, "end_ns": I64, "bytes": I64,
+               "packets": I64},
+}
+
+
+def test_schemas_are_the_recorded_ones():
+    """Tables, columns, their order and dtypes are what recorded runs hold."""
+    assert list(rundir.SCHEMAS) == list(RECORDED)
+    for name, schema in RECORDED.items():
+        assert list(rundir.SCHEMAS[name].items()) == list(schema.items()), name
+
+
+SAMPLES = rundir.bpf.REPO_ROOT / "data/sample"
+
+
+@pytest.mark.parametrize("sample", sorted(
+    str(m.parent.relative_to(SAMPLES)) for m in SAMPLES.rglob("manifest.json")
+    if json.loads(m.read_text()).get("kind") in (None, "run")))
+def test_every_sample_run_loads_in_its_schemas(sample):
+    run = rundir.load_run(SAMPLES / sample)
+    assert {name: dict(frame.schema) for name, frame in run.tables.items()} == RECORDED
+
+
 def test_every_row_type_names_its_table_columns():
     """Rows are named where they are produced; their fields are the table's columns."""
     from labkit.kernel.capture import CpuRow, LaneRow, QueueRow
