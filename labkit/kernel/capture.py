@@ -17,11 +17,11 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import NamedTuple
 
 from labkit.kernel import sched, tc
 from labkit.kernel.netns import Netns
 from labkit.model.abi import LANES
+from labkit.model.tables import CpuRow, LaneRow, QueueRow
 
 LaneReader = Callable[[], dict[str, tuple[int, int]]]
 
@@ -39,39 +39,6 @@ class WatchedPort:
         return self.ifname
 
 
-class QueueRow(NamedTuple):
-    """One tc class of a watched port at one sample (rundir's ``queue`` table)."""
-
-    t_ns: int
-    port: str
-    classid: int
-    bytes: int
-    packets: int
-    drops: int
-    overlimits: int
-    backlog_bytes: int
-    backlog_packets: int
-
-
-class LaneRow(NamedTuple):
-    """One lane of a watched port at one sample, running totals (``lanes`` table)."""
-
-    t_ns: int
-    port: str
-    lane: str
-    offered_packets: int
-    offered_bytes: int
-    enqueued_packets: int
-    enqueued_bytes: int
-    dropped_packets: int
-    dropped_bytes: int
-
-
-class CpuRow(NamedTuple):
-    t_ns: int
-    busy: float  # the machine's busy share since the previous sample
-
-
 LANES_EVERY = 4  # lane counters read with every this many queue samples (no controller)
 
 
@@ -87,7 +54,9 @@ class QueuePoller:
         # 52 us): a controller gets them every sample, the run's record every fourth
         self.lanes_every = 1 if listener else LANES_EVERY
         self._samples: dict[str, int] = {}  # per port: the poller thread alone counts them
-        self.rows: list[QueueRow] = []
+        # per class and sample: (t_ns, port, classid, its counters in QueueRow's order),
+        # a plain tuple, the cheapest to make; :meth:`queue_rows` names class and lane
+        self.queue_samples: list[tuple] = []
         self.lane_rows: list[LaneRow] = []
         self.errors: list[BaseException] = []
         self._stop = threading.Event()
@@ -137,8 +106,9 @@ class QueuePoller:
         now = time.monotonic_ns()
         classes = reader.read(p.ifindex)
         for s in classes:
-            self.rows.append(QueueRow(now, p.label, s.classid, s.bytes, s.packets, s.drops,
-                                      s.overlimits, s.backlog_bytes, s.backlog_packets))
+            self.queue_samples.append((now, p.label, s.classid, s.bytes, s.packets,
+                                       s.drops, s.overlimits, s.backlog_bytes,
+                                       s.backlog_packets))
         n = self._samples[p.label] = self._samples.get(p.label, -1) + 1
         if not last and n % self.lanes_every:
             return
@@ -150,6 +120,14 @@ class QueuePoller:
         for lane in LANES:
             self.lane_rows.append(LaneRow(now, p.label, lane, *offered[lane], *enqueued[lane],
                                           *dropped[lane]))
+
+    def queue_rows(self, layout: str) -> list[QueueRow]:
+        """The ``queue`` table's rows: each class by its name and its lane under the
+        ports' ``layout`` (:mod:`labkit.kernel.tc`)."""
+        names = {c: (tc.classid_str(c), tc.lane_of_class(c, layout))
+                 for c in {s[2] for s in self.queue_samples}}
+        return [QueueRow(t, port, *names[c], *counters)
+                for t, port, c, *counters in self.queue_samples]
 
     def stop(self) -> None:
         self._stop.set()
@@ -196,7 +174,7 @@ class CpuSampler:
         self._thread.start()
         return self
 
-    def stop(self) -> list[tuple[int, float]]:
+    def stop(self) -> list[CpuRow]:
         self._stop.set()
         self._thread.join(timeout=2)
         return self.rows

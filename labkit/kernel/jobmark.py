@@ -16,25 +16,15 @@ cooperation, and only where the job meets storage), once a burst across has carr
 from __future__ import annotations
 
 import socket
-from typing import NamedTuple
 
 from labkit.kernel import bpf, tc
 from labkit.kernel.cgroups import Cgroup
 from labkit.kernel.netns import Netns
 from labkit.model.abi import BURST, LANE_COUNTERS, MAX_BURSTS, JobmarkConfig, JobState
+from labkit.model.tables import BurstRow
 
 PROGRAM = "lk_jobmark"
 OPEN_BYTES = 16 << 10  # a burst across a bottleneck opens the window from this many bytes
-
-
-class BurstRow(NamedTuple):
-    """One burst of the job's traffic out of a rank host's NIC (``bursts`` table)."""
-
-    host: str
-    start_ns: int
-    end_ns: int
-    bytes: int
-    packets: int
 
 
 class JobMark:

@@ -45,6 +45,7 @@ from labkit.kernel import bpf, tc
 from labkit.kernel.fabric import mac_for
 from labkit.model.abi import LANES, PAUSE_EVENT, PAUSE_XOFF, PausePort, PauseQueue, PortKey
 from labkit.model.lossless import Queue, upstream
+from labkit.model.tables import PauseRow
 from labkit.model.topo import Port
 
 POLL_MS = 100  # the pauser wakes on each event; this only bounds how long stop() waits
@@ -68,20 +69,6 @@ def classes_to_pause(lane: str, layout: str) -> tuple[int, ...]:
     if layout == "held":
         return (tc.LANE_CLASS["vip"] if lane == "vip" else tc.HELD_CLASS,)
     return (tc.LANE_CLASS[lane],)
-
-
-class PauseRow(NamedTuple):
-    """One pause of one neighbour's queue (``pauses`` table)."""
-
-    t_ns: int  # when the queue that asked crossed xoff (the XOFF's time in the kernel)
-    port: str  # the paused port, "<node>/<ifname>"
-    classid: str  # its paused class ("1:10")
-    lane: str  # the lane the asking queue carries ("all" under fifo)
-    cause: str  # the asking queue's port
-    reaction_ns: int  # XOFF to the pause in force
-    wake_ns: int  # of which: XOFF to the pauser acting on it
-    paused_ns: int  # pause in force to resumed
-    resume_ns: int  # XON (or the end of the run) to resumed
 
 
 class _Open(NamedTuple):

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, replace
-from typing import NamedTuple
 
 from labkit.kernel import bpf, tc
 from labkit.kernel.netns import Netns
 from labkit.model.abi import LANES, PHASES, JobPhase, ValveConfig, ValveCounters, ValveLane
+from labkit.model.tables import Decision
 
 PROGRAM = "lk_valve_egress"
 GATE_LANE = "low"  # a held NIC's gate: the lane setting the controllers move
@@ -100,21 +100,6 @@ class Valve:
 
     def close(self) -> None:
         self.obj.close()
-
-
-class Decision(NamedTuple):
-    """One change of a valve's lane, or a job phase relayed to it (``controller`` table)."""
-
-    t_ns: int
-    valve: str  # a host, or a bottleneck port
-    lane: str
-    old_mbps: float | None
-    new_mbps: float | None
-    old_busy_mbps: float | None
-    new_busy_mbps: float | None
-    busy_from_ns: int | None
-    busy_until_ns: int | None
-    reason: str
 
 
 class Valves:

@@ -29,17 +29,16 @@ from collections.abc import Callable, Mapping
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import NamedTuple
 
 from labkit.analysis import nccltests
 from labkit.control import CONTROLLERS, Controller
 from labkit.control.session import ControlSession
 from labkit.kernel import bpf, cgroups, interrupts, loss, tc
-from labkit.kernel.capture import CpuRow, CpuSampler, LaneRow, QueuePoller, QueueRow, WatchedPort
+from labkit.kernel.capture import CpuSampler, QueuePoller, WatchedPort
 from labkit.kernel.fabric import Fabric
-from labkit.kernel.jobmark import BurstRow, JobMarks
+from labkit.kernel.jobmark import JobMarks
 from labkit.kernel.lanes import Classifier
-from labkit.kernel.pauser import Pauser, PauseRow
+from labkit.kernel.pauser import Pauser
 from labkit.kernel.pcap import PacketCapture, PcapRequest
 from labkit.kernel.registry import Registry
 from labkit.kernel.telemetry import (
@@ -48,11 +47,28 @@ from labkit.kernel.telemetry import (
     QueueProbe,
     sample_every_for,
 )
-from labkit.kernel.valve import Decision
 from labkit.model import lossless
 from labkit.model.abi import EV_GAP, EV_SOJOURN, LANES
 from labkit.model.scenario import Scenario
 from labkit.model.scenario import policy as scenario_policy
+from labkit.model.tables import (
+    BurstRow,
+    CollectiveRow,
+    CpuRow,
+    Decision,
+    FlowRow,
+    GapRow,
+    HistRow,
+    IoRow,
+    LaneRow,
+    LatencyRow,
+    OpRow,
+    PauseRow,
+    PhaseRow,
+    QueueRow,
+    SojournRow,
+    TransportRow,
+)
 from labkit.model.topo import Topology
 from labkit.model.traffic.jobs import sent_bytes
 from labkit.traffic.agents import (
@@ -69,78 +85,25 @@ from labkit.traffic.agents import (
 )
 from labkit.traffic.collective import plan_for
 from labkit.traffic.commands import Commands
-from labkit.traffic.programs import OpRow, Programs, iterations_from_ops, ops_from_bursts
+from labkit.traffic.programs import Programs, iterations_from_ops, ops_from_bursts
 
 STORAGE_WARMUP_S = 1.0
 
 
-class SojournRow(NamedTuple):
-    """A sampled packet's time in a watched port's queue (``sojourn`` table)."""
-
-    t_ns: int
-    port: str
-    lane: str
-    sojourn_ns: int
-    bytes: int
-    stamp_ns: int
-    seq: int
-
-
-class LatencyRow(NamedTuple):
-    """A sampled packet's one-way delay, sender stamp to receiver (``latency`` table)."""
-
-    t_ns: int
-    lane: str
-    latency_ns: int
-    bytes: int
-    stamp_ns: int
-    seq: int
-
-
-class GapRow(NamedTuple):
-    """Two dequeues of a watched port with packets waiting between them (``gaps``)."""
-
-    t_ns: int
-    port: str
-    gap_ns: int  # between the two dequeues
-    bytes: int  # the first packet, as the qdisc counted it: its wire time at the port's rate
-    busy_bytes: int  # what the port sent since its queue was last empty, before that packet
-
-
-class PhaseRow(NamedTuple):
-    """A span of one rank's op in one phase (``phases`` table): computing, or waiting for
-    a peer that had not sent (bubble) or for data on the wire (wire_wait)."""
-
-    op: int
-    rank: int
-    host: str
-    phase: str
-    start_ns: int
-    end_ns: int
-
-
-class HistRow(NamedTuple):
-    """One non-empty log2 bucket of a sojourn or latency histogram (``histograms``)."""
-
-    kind: str
-    port: str
-    lane: str
-    bucket: int
-    count: int
-
-
 @dataclass
 class PolicyResult:
-    """Everything one policy produced, in memory (see :mod:`labkit.runs.rundir` for files)."""
+    """Everything one policy produced, in memory: each table's rows in the attribute of
+    its name (:data:`labkit.model.tables.TABLES`; :mod:`labkit.runs.rundir` writes them),
+    and what the summary says besides."""
 
     policy: str
     port_layout: str  # the router ports' queues (labkit.kernel.tc): "lanes" or "fifo"
-    ops: list[dict] = field(default_factory=list)  # one row per (op, rank)
+    collectives: list[CollectiveRow] = field(default_factory=list)  # per (op, rank)
     phases: list[PhaseRow] = field(default_factory=list)  # the ops' phases, as spans
-    ranks: list[dict] = field(default_factory=list)  # per-rank transport counters
+    transport: list[TransportRow] = field(default_factory=list)  # per rank
     queue: list[QueueRow] = field(default_factory=list)
-    flows: list[dict] = field(default_factory=list)  # storage data received, sampled
-    ios: list[dict] = field(default_factory=list)  # storage I/Os completed
+    flows: list[FlowRow] = field(default_factory=list)  # storage data received, sampled
+    ios: list[IoRow] = field(default_factory=list)  # storage I/Os completed
     storage_errors: list[str] = field(default_factory=list)  # before storage was stopped
     storage_stopped_ns: int = 0
     cpu: list[CpuRow] = field(default_factory=list)
@@ -154,7 +117,7 @@ class PolicyResult:
     unpaired: int = 0  # dequeues whose enqueue the tracepoint did not report
     orchestrator_cpu_share: float = 0.0  # of one core, while the collective ran
     loss_drops: dict[str, int] = field(default_factory=dict)  # per lossy link
-    decisions: list[Decision] = field(default_factory=list)  # controller.parquet rows
+    controller: list[Decision] = field(default_factory=list)  # the valves' decisions
     control: dict | None = None  # valve totals and the controller's own figures
     commands: list[dict] = field(default_factory=list)  # the command entries, as they ended
     pauses: list[PauseRow] = field(default_factory=list)  # a lossless fabric's pauses
@@ -325,7 +288,7 @@ def _run_traffic(pf: PolicyFabric, workdir: Path, duration_s: float | None,
             _collect_program(result, programs, pf.marks)
         result.loss_drops = pf.lossy.drops()
         if control:
-            result.decisions = control.valves.decisions
+            result.controller = control.valves.decisions
             result.control = control.summary_counters()
         return result
     finally:
@@ -418,7 +381,8 @@ def _drive(result: PolicyResult, ring: list[Agent], storage: list[Agent],
         if control:
             control.stop()
         poller.stop()
-        result.queue, result.lanes, result.cpu = poller.rows, poller.lane_rows, cpu.stop()
+        result.queue, result.lanes = poller.queue_rows(result.port_layout), poller.lane_rows
+        result.cpu = cpu.stop()
 
 
 def _own_cpu_s() -> float:
@@ -430,19 +394,18 @@ def _own_cpu_s() -> float:
 def _collect(result: PolicyResult, ring: list[Agent], storage: list[Agent]) -> None:
     for a in ring:
         r = a.result()
-        result.ops.extend({**op, "host": a.node} for op in r["ops"])
+        result.collectives.extend(CollectiveRow(**op, host=a.node) for op in r["ops"])
         result.phases.extend(PhaseRow(op, r["rank"], a.node, *span)
                              for op, *span in r["phases"])
-        result.ranks.append({k: v for k, v in r.items() if k not in ("ops", "phases")}
-                            | {"host": a.node})
+        # a rank that never started reports no counters: zeros
+        result.transport.append(TransportRow(**{k: r.get(k, 0) for k in TransportRow._fields}
+                                             | {"host": a.node}))
         result.aborted |= r["aborted"]
     for a in storage:
         r = a.result()
         for entry, samples in r["samples"].items():
-            result.flows += [{"host": a.node, "entry": entry, "t_ns": t_ns, "bytes": total}
-                             for t_ns, total in samples]
-        result.ios += [{"host": a.node, "entry": entry, "t_ns": t_ns, "latency_ns": ns,
-                        "bytes": size} for entry, t_ns, ns, size in r["ios"]]
+            result.flows += [FlowRow(a.node, entry, t_ns, total) for t_ns, total in samples]
+        result.ios += [IoRow(a.node, entry, t_ns, ns, size) for entry, t_ns, ns, size in r["ios"]]
         result.storage_errors += [f"{a.node}: {e}" for t_ns, e in r["errors"]
                                   if t_ns < result.storage_stopped_ns]
 
@@ -462,11 +425,11 @@ def _collect_program(result: PolicyResult, programs: Programs, marks: JobMarks) 
                                              {h: r for r, h in enumerate(spec.ranks)},
                                              int(spec.quiet_ms * 1e6))
     iterations = reported or iterations_from_ops(result.program_ops)
-    result.ops = [{"op": it.i, "rank": rank, "host": host, "start_ns": it.start_ns,
-                   "end_ns": it.end_ns, "wrong": 0, "bubble_ns": 0,
-                   "exposed_ns": it.exposed_ns or 0,
-                   "compute_ns": it.end_ns - it.start_ns - (it.exposed_ns or 0)}
-                  for rank, host, it in iterations]
+    result.collectives = [
+        CollectiveRow(op=it.i, rank=rank, host=host, start_ns=it.start_ns, end_ns=it.end_ns,
+                      wrong=0, compute_ns=it.end_ns - it.start_ns - (it.exposed_ns or 0),
+                      exposed_ns=it.exposed_ns or 0, bubble_ns=0)
+        for rank, host, it in iterations]
     result.program = {
         "name": spec.name, "source": source, "warmup": spec.warmup, "bad_lines": bad,
         "bursts_lost": lost,

@@ -29,8 +29,10 @@ from typing import TYPE_CHECKING
 
 import polars as pl
 
-from labkit.kernel import bpf, fabric, tc
+from labkit.kernel import bpf, fabric
 from labkit.model.autotune import Model
+from labkit.model.tables import TABLES
+from labkit.model.tables import schema as row_schema
 from labkit.traffic.hotpath import LIBRARY as HOTPATH
 
 if TYPE_CHECKING:
@@ -39,49 +41,9 @@ if TYPE_CHECKING:
 RUNS_DIR = Path(os.environ.get("LABKIT_RUNS_DIR", bpf.REPO_ROOT / "data" / "runs"))
 # collective cost models (labkit tune), one directory per fabric key, one file per tuning
 MODELS_DIR = Path(os.environ.get("LABKIT_MODELS_DIR", bpf.REPO_ROOT / "data" / "models"))
-I64, STR, F64 = pl.Int64, pl.Utf8, pl.Float64
-
+# every table's columns and their dtypes: its row type's (labkit.model.tables), "policy" first
 SCHEMAS: dict[str, dict[str, pl.DataType]] = {
-    "collectives": {"policy": STR, "op": I64, "rank": I64, "host": STR, "start_ns": I64,
-                    "end_ns": I64, "wrong": I64, "compute_ns": I64, "exposed_ns": I64,
-                    "bubble_ns": I64},
-    "phases": {"policy": STR, "op": I64, "rank": I64, "host": STR, "phase": STR,
-               "start_ns": I64, "end_ns": I64},
-    "transport": {"policy": STR, "host": STR, "rank": I64, "packets_sent": I64,
-                  "retransmits": I64, "timeouts": I64, "naks": I64, "out_of_order": I64,
-                  "bytes_received": I64, "cpu_user_s": F64, "cpu_sys_s": F64, "cnps": I64},
-    "queue": {"policy": STR, "t_ns": I64, "port": STR, "classid": STR, "lane": STR,
-              "bytes": I64, "packets": I64, "drops": I64, "overlimits": I64,
-              "backlog_bytes": I64, "backlog_packets": I64},
-    "lanes": {"policy": STR, "t_ns": I64, "port": STR, "lane": STR, "offered_packets": I64,
-              "offered_bytes": I64, "enqueued_packets": I64, "enqueued_bytes": I64,
-              "dropped_packets": I64, "dropped_bytes": I64},
-    "sojourn": {"policy": STR, "t_ns": I64, "port": STR, "lane": STR, "sojourn_ns": I64,
-                "bytes": I64, "stamp_ns": I64, "seq": I64},
-    "latency": {"policy": STR, "t_ns": I64, "lane": STR, "latency_ns": I64, "bytes": I64,
-                "stamp_ns": I64, "seq": I64},
-    "histograms": {"policy": STR, "kind": STR, "port": STR, "lane": STR, "bucket": I64,
-                   "count": I64},
-    "gaps": {"policy": STR, "t_ns": I64, "port": STR, "gap_ns": I64, "bytes": I64,
-             "busy_bytes": I64},
-    "flows": {"policy": STR, "host": STR, "entry": STR, "t_ns": I64, "bytes": I64},
-    "ios": {"policy": STR, "host": STR, "entry": STR, "t_ns": I64, "latency_ns": I64,
-            "bytes": I64},
-    "cpu": {"policy": STR, "t_ns": I64, "busy": F64},
-    "pauses": {"policy": STR, "t_ns": I64, "port": STR, "classid": STR, "lane": STR,
-               "cause": STR, "reaction_ns": I64, "wake_ns": I64, "paused_ns": I64,
-               "resume_ns": I64},
-    "controller": {"policy": STR, "t_ns": I64, "valve": STR, "lane": STR, "old_mbps": F64,
-                   "new_mbps": F64, "old_busy_mbps": F64, "new_busy_mbps": F64,
-                   "busy_from_ns": I64, "busy_until_ns": I64, "reason": STR},
-    "program_ops": {"policy": STR, "rank": I64, "host": STR, "iteration": I64, "op": STR,
-                    "bytes": I64, "start_ns": I64, "end_ns": I64},
-    "bursts": {"policy": STR, "host": STR, "start_ns": I64, "end_ns": I64, "bytes": I64,
-               "packets": I64},
-}
-
-
-ROWS_OF = {"controller": "decisions"}  # PolicyResult attributes named otherwise
+    name: {"policy": pl.String, **row_schema(row)} for name, row in TABLES.items()}
 # tables newer than the first runs: a manifest without a "tables" list predates them,
 # and such a run loads with them empty (as does one whose list lacks them)
 ADDED_LATER = {"ios", "controller", "gaps", "phases", "pauses", "program_ops", "bursts"}
@@ -114,23 +76,11 @@ def new_run_id(scenario: str) -> str:
 
 
 def tables_from(results: list[PolicyResult]) -> dict[str, pl.DataFrame]:
-    """The run's tables, one row set per policy, in the documented schemas."""
-    rows: dict[str, list[dict]] = {name: [] for name in SCHEMAS}
-    for r in results:
-        p = r.policy
-        rows["collectives"] += [{"policy": p, **o} for o in r.ops]
-        rows["transport"] += [{"policy": p, **{k: x.get(k, 0) for k in SCHEMAS["transport"]
-                                               if k != "policy"}} for x in r.ranks]
-        layout = r.port_layout
-        rows["queue"] += [{"policy": p, **q._asdict(), "classid": tc.classid_str(q.classid),
-                           "lane": tc.lane_of_class(q.classid, layout)} for q in r.queue]
-        for name in ("lanes", "sojourn", "latency", "histograms", "controller", "cpu", "gaps",
-                     "phases", "pauses", "program_ops", "bursts"):
-            rows[name] += [{"policy": p, **row._asdict()}
-                           for row in getattr(r, ROWS_OF.get(name, name))]
-        rows["flows"] += [{"policy": p, **f} for f in r.flows]
-        rows["ios"] += [{"policy": p, **io} for io in r.ios]
-    return {name: pl.DataFrame(rows[name], schema=SCHEMAS[name]) for name in SCHEMAS}
+    """The run's tables: every policy's rows of each (its :class:`PolicyResult` attribute
+    of the table's name), behind its policy."""
+    return {name: pl.DataFrame([(r.policy, *row) for r in results for row in getattr(r, name)],
+                               schema=schema, orient="row")
+            for name, schema in SCHEMAS.items()}
 
 
 def git_revision() -> str:

@@ -247,7 +247,7 @@ def run(scenario: str | Path | Scenario, policies: Sequence[str] | None = None, 
                     telemetry=telemetry, controllers={**CONTROLLERS, **users},
                     classifier_object=kept)
                 results.append(result)
-                tell(Progress(policy, "done", len({o["op"] for o in result.ops}), total))
+                tell(Progress(policy, "done", len({o.op for o in result.collectives}), total))
             tables = rundir.tables_from(results)
             summary = metrics.summarize(tables, experiment.summary_meta(sc, topology, run_id,
                                                                          results))

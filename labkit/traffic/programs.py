@@ -32,13 +32,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
 
 from labkit.kernel import bpf, cgroups, sched
 from labkit.kernel.cgroups import Cgroup
 from labkit.kernel.fabric import Fabric
 from labkit.kernel.registry import MARKER
 from labkit.model.scenario import HOST_REF, ProgramSpec, ScenarioError
+from labkit.model.tables import OpRow
 from labkit.model.topo import Topology
 from labkit.model.traffic import lines
 
@@ -323,25 +323,11 @@ class Programs:
 SIGNIFICANT = 0.10  # of a host's largest burst: smaller ones are chatter, not collectives
 
 
-class OpRow(NamedTuple):
-    """One collective op of one rank (``program_ops`` table): reported by the program, or
-    seen as a burst of its traffic (op ``burst``); ``iteration`` as the program numbered
-    it (None: not said)."""
-
-    rank: int
-    host: str
-    iteration: int | None
-    op: str
-    bytes: int | None
-    start_ns: int
-    end_ns: int
-
-
 def ops_from_bursts(bursts: list, ranks: dict[str, int], quiet_ns: int) -> list[OpRow]:
     """The collectives a program's traffic shows: each host's bursts of at least
     :data:`SIGNIFICANT` of its largest, pooled across hosts; bursts that overlap or lie
     within ``quiet_ns`` of each other are one op, numbered in time order. ``bursts`` are
-    :class:`labkit.kernel.jobmark.BurstRow`; ``ranks`` maps hosts to ranks."""
+    :class:`labkit.model.tables.BurstRow`; ``ranks`` maps hosts to ranks."""
     largest: dict[str, int] = {}
     for b in bursts:
         largest[b.host] = max(largest.get(b.host, 0), b.bytes)

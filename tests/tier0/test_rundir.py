@@ -110,18 +110,103 @@ def test_a_run_recorded_before_run_id_columns_still_loads():
     assert rundir.load_run(sample)["collectives"].height > 0
 
 
-def test_every_row_type_names_its_table_columns():
-    """Rows are named where they are produced; their fields are the table's columns."""
-    from labkit.kernel.capture import CpuRow, LaneRow, QueueRow
-    from labkit.kernel.valve import Decision
-    from labkit.runs.experiment import GapRow, HistRow, LatencyRow, PhaseRow, SojournRow
+I64, STR, F64 = pl.Int64, pl.String, pl.Float64
+RECORDED = {  # every table's columns and dtypes as runs have recorded them (before "run_id")
+    "collectives": {"policy": STR, "op": I64, "rank": I64, "host": STR, "start_ns": I64,
+                    "end_ns": I64, "wrong": I64, "compute_ns": I64, "exposed_ns": I64,
+                    "bubble_ns": I64},
+    "phases": {"policy": STR, "op": I64, "rank": I64, "host": STR, "phase": STR,
+               "start_ns": I64, "end_ns": I64},
+    "transport": {"policy": STR, "host": STR, "rank": I64, "packets_sent": I64,
+                  "retransmits": I64, "timeouts": I64, "naks": I64, "out_of_order": I64,
+                  "bytes_received": I64, "cpu_user_s": F64, "cpu_sys_s": F64, "cnps": I64},
+    "queue": {"policy": STR, "t_ns": I64, "port": STR, "classid": STR, "lane": STR,
+              "bytes": I64, "packets": I64, "drops": I64, "overlimits": I64,
+              "backlog_bytes": I64, "backlog_packets": I64},
+    "lanes": {"policy": STR, "t_ns": I64, "port": STR, "lane": STR, "offered_packets": I64,
+              "offered_bytes": I64, "enqueued_packets": I64, "enqueued_bytes": I64,
+              "dropped_packets": I64, "dropped_bytes": I64},
+    "sojourn": {"policy": STR, "t_ns": I64, "port": STR, "lane": STR, "sojourn_ns": I64,
+                "bytes": I64, "stamp_ns": I64, "seq": I64},
+    "latency": {"policy": STR, "t_ns": I64, "lane": STR, "latency_ns": I64, "bytes": I64,
+                "stamp_ns": I64, "seq": I64},
+    "histograms": {"policy": STR, "kind": STR, "port": STR, "lane": STR, "bucket": I64,
+                   "count": I64},
+    "gaps": {"policy": STR, "t_ns": I64, "port": STR, "gap_ns": I64, "bytes": I64,
+             "busy_bytes": I64},
+    "flows": {"policy": STR, "host": STR, "entry": STR, "t_ns": I64, "bytes": I64},
+    "ios": {"policy": STR, "host": STR, "entry": STR, "t_ns": I64, "latency_ns": I64,
+            "bytes": I64},
+    "cpu": {"policy": STR, "t_ns": I64, "busy": F64},
+    "pauses": {"policy": STR, "t_ns": I64, "port": STR, "classid": STR, "lane": STR,
+               "cause": STR, "reaction_ns": I64, "wake_ns": I64, "paused_ns": I64,
+               "resume_ns": I64},
+    "controller": {"policy": STR, "t_ns": I64, "valve": STR, "lane": STR, "old_mbps": F64,
+                   "new_mbps": F64, "old_busy_mbps": F64, "new_busy_mbps": F64,
+                   "busy_from_ns": I64, "busy_until_ns": I64, "reason": STR},
+    "program_ops": {"policy": STR, "rank": I64, "host": STR, "iteration": I64, "op": STR,
+                    "bytes": I64, "start_ns": I64, "end_ns": I64},
+    "bursts": {"policy": STR, "host": STR, "start_ns": I64, "end_ns": I64, "bytes": I64,
+               "packets": I64},
+}
 
-    for table, row in (("lanes", LaneRow), ("sojourn", SojournRow), ("latency", LatencyRow),
-                       ("gaps", GapRow), ("phases", PhaseRow),
-                       ("histograms", HistRow), ("controller", Decision), ("cpu", CpuRow)):
-        assert ("policy", *row._fields) == tuple(rundir.SCHEMAS[table]), table
-    assert ("policy", *QueueRow._fields) == tuple(c for c in rundir.SCHEMAS["queue"]
-                                                  if c != "lane")  # lane: from the classid
+
+def test_schemas_are_the_recorded_ones():
+    """Tables, columns, their order and dtypes are what recorded runs hold."""
+    assert list(rundir.SCHEMAS) == list(RECORDED)
+    for name, schema in RECORDED.items():
+        assert list(rundir.SCHEMAS[name].items()) == list(schema.items()), name
+
+
+SAMPLES = rundir.bpf.REPO_ROOT / "data/sample"
+
+
+@pytest.mark.parametrize("sample", sorted(
+    str(m.parent.relative_to(SAMPLES)) for m in SAMPLES.rglob("manifest.json")
+    if json.loads(m.read_text()).get("kind") in (None, "run")))
+def test_every_sample_run_loads_in_its_schemas(sample):
+    run = rundir.load_run(SAMPLES / sample)
+    assert {name: dict(frame.schema) for name, frame in run.tables.items()} == RECORDED
+
+
+ROUND_TRIP = ["checkpoint-burst", "lossless/lossless", "pytorch-ddp"]  # rows of every table
+
+
+@pytest.mark.parametrize("sample", ROUND_TRIP)
+def test_every_table_goes_through_its_row_type_unchanged(sample):
+    """The row types are the tables (SCHEMAS is derived from them): recorded rows, made
+    row types again and put in their policy's attribute of the table's name, come out of
+    tables_from as they were recorded."""
+    from labkit.model.tables import TABLES
+    from labkit.runs.experiment import PolicyResult
+
+    recorded = {name: frame.head(300) for name, frame in rundir.load_run(SAMPLES / sample)
+                .tables.items()}
+    if sample == ROUND_TRIP[0]:
+        assert not [name for name in TABLES if all(
+            rundir.load_run(SAMPLES / s)[name].is_empty() for s in ROUND_TRIP)]
+    policies = {p: PolicyResult(p, "lanes") for frame in recorded.values()
+                for p in frame["policy"]}
+    for name, row in TABLES.items():
+        for policy, *values in recorded[name].iter_rows():
+            getattr(policies[policy], name).append(row(*values))
+    written = rundir.tables_from(list(policies.values()))
+    for name, frame in recorded.items():
+        assert written[name].sort("policy", maintain_order=True).equals(
+            frame.sort("policy", maintain_order=True)), name
+
+
+def test_the_queue_pollers_samples_become_rows_with_their_class_and_lane():
+    from labkit.kernel.capture import QueuePoller
+    from labkit.model.tables import QueueRow
+
+    poller = QueuePoller([])
+    poller.queue_samples = [(5, "s1-eth1", 0x10010, 1, 2, 3, 4, 5, 6),
+                            (5, "s1-eth1", 0x10030, 7, 8, 9, 10, 11, 12)]
+    assert poller.queue_rows("lanes") == [QueueRow(5, "s1-eth1", "1:10", "vip", 1, 2, 3, 4, 5, 6),
+                                          QueueRow(5, "s1-eth1", "1:30", "low", 7, 8, 9, 10,
+                                                   11, 12)]
+    assert {r.lane for r in poller.queue_rows("fifo")} == {"all"}
 
 
 PIPELINE = {"parallelism": "pipeline", "microbatches": 4, "activation_bytes": 1 << 16,
