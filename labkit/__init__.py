@@ -16,7 +16,7 @@ The API, imported on first use (``import labkit`` stays light for notebooks with
   (scenario keys x policies x seeds) here or as Slurm jobs and returns the recorded
   :class:`Batch`;
 * ``labkit.load_run(path)`` reads a recorded run back (``labkit.load_tuning(path)`` a
-  tuning); ``labkit.load_runs(paths)`` reads
+  :class:`Tuning`); ``labkit.load_runs(paths)`` reads
   many runs (or a batch) as one polars frame, a row per run and policy;
 * ``labkit.load_scenario(path)`` and ``labkit.load_grid(path)`` parse and check a
   scenario or a grid file.
@@ -42,7 +42,7 @@ from types import FrameType
 
 _RUNNER, _RUNDIR, _BATCH = "labkit.runs.runner", "labkit.runs.rundir", "labkit.runs.batch"
 _API = {"run": _RUNNER, "sweep": _RUNNER, "shell": _RUNNER, "calibrate": _RUNNER,
-        "Calibration": "labkit.analysis.calibration", "tune": _RUNNER, "Tuning": _RUNNER,
+        "Calibration": "labkit.analysis.calibration", "tune": _RUNNER, "Tuning": _RUNDIR,
         "load_tuning": _RUNDIR, "Progress": _RUNNER, "Sweep": _RUNNER, "NotReady": _RUNNER,
         "RunFailed": _RUNNER, "Run": _RUNDIR, "load_run": _RUNDIR, "RunDataError": _RUNDIR,
         "ScenarioError": "labkit.model.scenario", "load_scenario": "labkit.model.scenario",

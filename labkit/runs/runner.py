@@ -41,7 +41,7 @@ from labkit.model import scenario as scenario_mod
 from labkit.model.scenario import Scenario, ScenarioError
 from labkit.model.topo import Topology
 from labkit.runs import rundir
-from labkit.runs.rundir import Run, RunWriter
+from labkit.runs.rundir import Run, RunWriter, Tuning
 from labkit.traffic import commands, hotpath
 
 MAX_SNAPLEN = 262144  # tcpdump's largest snapshot length
@@ -329,17 +329,6 @@ AUTO = scenario_mod.AUTO  # the algorithm a model chooses by size (labkit.model.
 TUNE_SIZES = (64 << 10, 256 << 10, 1 << 20, 4 << 20)
 
 
-@dataclass
-class Tuning:
-    """A finished ``labkit tune``: the sweeps of every algorithm, the model fitted from
-    them and where it is kept (``model_path``, found again by ``algo: auto``)."""
-
-    path: Path
-    sweeps: dict[str, list[dict]]
-    model: autotune.Model
-    model_path: Path
-
-
 def tune(scenario: str | Path | Scenario, sizes: Sequence[int] = TUNE_SIZES, iters: int = 5,
          *, out: str | Path | None = None, on_row: Callable | None = None,
          argv: Sequence[str] | None = None, models: Path | None = None) -> Tuning:
@@ -384,7 +373,8 @@ def tune(scenario: str | Path | Scenario, sizes: Sequence[int] = TUNE_SIZES, ite
             writer.write_manifest(not_fitted=sorted(set(sweeps) - set(fitted)), notes=notes)
             model = autotune.Model.fit(fitted, model_key(sc))
     path = rundir.finish_tune(writer, sweeps, model)
-    return Tuning(path, sweeps, model, rundir.save_model(model, run_id, models))
+    manifest = rundir.read_documents(path, ("manifest.json",))["manifest.json"]
+    return Tuning(path, sweeps, model, rundir.save_model(model, run_id, models), manifest)
 
 
 def _runs(sc: Scenario, algo: str, sizes: Sequence[int]) -> bool:
