@@ -611,10 +611,10 @@ def parse(doc: Any, file: str = "<scenario>") -> Scenario:
     if program and emulation.rate_factor != 1:
         c.fail("emulation.rate_factor", "a program's compute time is its own, which labkit "
                "cannot scale with the links: leave the rate factor at 1")
-    return Scenario(name, file, scale, seed, fabric, lanes, allreduce, storage, policies,
-                    description, job=job, control=control, commands=commands,
-                    kinds=kinds, kind_entries=kind_entries, classifier=classifier,
-                    emulation=emulation, program=program)
+    return Scenario(name, file, scale, seed, fabric, lanes, allreduce, storage,
+                    tuple(p.name for p in policies), description, job=job, control=control,
+                    commands=commands, kinds=kinds, kind_entries=kind_entries,
+                    classifier=classifier, emulation=emulation, program=program)
 
 
 def _with_program_rule(c: _Checker, lanes: tuple[LaneRule, ...], program: ProgramSpec
@@ -1274,15 +1274,15 @@ def name_problem(name: str, built_in: Sequence[str] = (*CONTROLLERS, *LAYOUTS)
 
 
 def _policies(c: _Checker, policies, key: str, controllers: Sequence[str] = ()
-              ) -> tuple[str, ...]:
-    out = []
+              ) -> tuple[Policy, ...]:
+    out: list[Policy] = []
     for i, p in enumerate(c.seq(policies, key)):
         try:
-            policy(p if isinstance(p, str) else repr(p), controllers)
+            pol = policy(p if isinstance(p, str) else repr(p), controllers)
         except ValueError as exc:
             c.fail(f"{key}[{i}]", str(exc))
-        if p not in out:
-            out.append(p)
+        if pol not in out:
+            out.append(pol)
     if not out:
         c.fail(key, "must name at least one policy")
     return tuple(out)
@@ -1294,7 +1294,8 @@ def parse_size(text: str, what: str) -> int:
 
 
 def check_policies(names: list[str], file: str, controllers: Sequence[str] = ()
-                   ) -> tuple[str, ...]:
-    """Validate the policy names asked for beside a scenario file (``--policy``), where
-    ``controllers`` names the controllers besides the built-in ones."""
+                   ) -> tuple[Policy, ...]:
+    """The policies ``names`` asks for beside a scenario file (``--policy``), each once,
+    where ``controllers`` names the controllers besides the built-in ones; ScenarioError
+    says what is wrong with one."""
     return _policies(_Checker(file), list(names), "policies", controllers)
