@@ -104,8 +104,10 @@ bench: setup
 soak: setup
 	$(PY) -m tests.soak
 
+# ruff, then mypy over the folders pyproject.toml's [tool.mypy] names: any error fails.
 lint: setup
 	$(VENV)/bin/ruff check labkit tests benchmarks
+	$(VENV)/bin/mypy
 
 clean-build:
 	rm -rf bpf/build $(HOTPATH)

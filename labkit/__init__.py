@@ -16,7 +16,7 @@ The API, imported on first use (``import labkit`` stays light for notebooks with
   (scenario keys x policies x seeds) here or as Slurm jobs and returns the recorded
   :class:`Batch`;
 * ``labkit.load_run(path)`` reads a recorded run back (``labkit.load_tuning(path)`` a
-  tuning); ``labkit.load_runs(paths)`` reads
+  :class:`Tuning`); ``labkit.load_runs(paths)`` reads
   many runs (or a batch) as one polars frame, a row per run and policy;
 * ``labkit.load_scenario(path)`` and ``labkit.load_grid(path)`` parse and check a
   scenario or a grid file.
@@ -35,12 +35,14 @@ module ``labkit/analysis.py`` then) is served by ``labkit/analysis/__init__.py``
 import sys
 import warnings
 from importlib import import_module
+from importlib._abc import Loader  # importlib.abc's (which imports tempfile, lzma, ...)
 from importlib.machinery import ModuleSpec
 from importlib.util import find_spec
+from types import FrameType
 
 _RUNNER, _RUNDIR, _BATCH = "labkit.runs.runner", "labkit.runs.rundir", "labkit.runs.batch"
 _API = {"run": _RUNNER, "sweep": _RUNNER, "shell": _RUNNER, "calibrate": _RUNNER,
-        "Calibration": "labkit.analysis.calibration", "tune": _RUNNER, "Tuning": _RUNNER,
+        "Calibration": "labkit.analysis.calibration", "tune": _RUNNER, "Tuning": _RUNDIR,
         "load_tuning": _RUNDIR, "Progress": _RUNNER, "Sweep": _RUNNER, "NotReady": _RUNNER,
         "RunFailed": _RUNNER, "Run": _RUNDIR, "load_run": _RUNDIR, "RunDataError": _RUNDIR,
         "ScenarioError": "labkit.model.scenario", "load_scenario": "labkit.model.scenario",
@@ -86,7 +88,8 @@ def _new_path(name: str) -> str | None:
 def _warn(old: str, new: str) -> None:
     """The DeprecationWarning, attributed to the code that named ``old``: past this file
     and importlib (warnings itself skips importlib's bootstrap frames as it counts)."""
-    level, frame = 2, sys._getframe(1)
+    level = 2
+    frame: FrameType | None = sys._getframe(1)
     while frame is not None:
         file = frame.f_code.co_filename
         if file == __file__ or file.endswith(("importlib/__init__.py", "importlib/util.py")):
@@ -98,7 +101,7 @@ def _warn(old: str, new: str) -> None:
                   DeprecationWarning, stacklevel=level)
 
 
-class _OldPaths:
+class _OldPaths(Loader):
     """A meta path finder and loader: an old module path imports as the module at its new
     path (the same object, in ``sys.modules`` under both names); ``python -m`` with an old
     path runs the new module's code."""
@@ -125,10 +128,15 @@ class _OldPaths:
         _warn(old.name, module.__name__)
 
     def get_code(self, name):  # runpy: python -m <old path>
+        from importlib.abc import InspectLoader
+
         new = _new_path(name)
+        real = find_spec(new) if new else None
+        if new is None or real is None or not isinstance(real.loader, InspectLoader):
+            raise ImportError(f"no code for {name!r}", name=name)  # find_spec served it
         if not name.endswith(".__main__"):  # a package's: its import has warned
             _warn(name, new)
-        return find_spec(new).loader.get_code(new)
+        return real.loader.get_code(new)
 
 
 sys.meta_path[:] = [f for f in sys.meta_path if type(f).__module__ != __name__]  # reloaded

@@ -51,16 +51,25 @@ def counter_delta(frame: pl.DataFrame, keys: list[str], columns: list[str], star
     return joined.select(*keys, *[(pl.col(c) - pl.col(f"{c}_0")).alias(c) for c in columns])
 
 
+def _num(value: object) -> float:
+    """A numeric column's aggregate (``mean``, ``sum``, ``max``, ``median``, ``quantile``)
+    as a float. polars types an aggregate as any scalar a column can hold; labkit's are
+    numbers, and an empty column's is null: an error here, as ``float(None)`` was."""
+    if isinstance(value, int | float):
+        return float(value)
+    raise TypeError(f"expected a number from a numeric column, got {value!r}")
+
+
 def _quantile(series: pl.Series, q: float) -> float:
-    return float(series.quantile(q, interpolation="linear"))
+    return _num(series.quantile(q, interpolation="linear"))
 
 
 def allreduce(ops: pl.DataFrame, size_bytes: int, ranks: int) -> dict:
     ms = ops["ms"]
-    mean_s = float(ms.mean()) / 1e3
+    mean_s = _num(ms.mean()) / 1e3
     algbw = size_bytes * 8 / mean_s / 1e6
     return {"ops": ops.height, "p50_ms": _quantile(ms, 0.5), "p99_ms": _quantile(ms, 0.99),
-            "mean_ms": float(ms.mean()), "algbw_mbps": algbw,
+            "mean_ms": _num(ms.mean()), "algbw_mbps": algbw,
             "busbw_mbps": algbw * 2 * (ranks - 1) / ranks, "wrong": int(ops["wrong"].sum())}
 
 
@@ -81,12 +90,12 @@ def job(ops: pl.DataFrame, collectives: pl.DataFrame, meta: dict, port: str) -> 
     return {
         "parallelism": meta["job"]["parallelism"], "iterations": ops.height,
         "p50_ms": _quantile(ms, 0.5), "p99_ms": _quantile(ms, 0.99),
-        "mean_ms": float(ms.mean()),
-        "compute_ms": float(per_rank["compute_ns"].mean()) / 1e6,
-        "exposed_comm_ms": float(per_rank["exposed"].mean()) / 1e6,
-        "exposed_comm_fraction": float((per_rank["exposed"] / per_rank["t"]).mean()),
-        "bubble_fraction": float((per_rank["bubble_ns"] / per_rank["t"]).mean()),
-        "wire_wait_fraction": float((per_rank["exposed_ns"] / per_rank["t"]).mean()),
+        "mean_ms": _num(ms.mean()),
+        "compute_ms": _num(per_rank["compute_ns"].mean()) / 1e6,
+        "exposed_comm_ms": _num(per_rank["exposed"].mean()) / 1e6,
+        "exposed_comm_fraction": _num((per_rank["exposed"] / per_rank["t"]).mean()),
+        "bubble_fraction": _num((per_rank["bubble_ns"] / per_rank["t"]).mean()),
+        "wire_wait_fraction": _num((per_rank["exposed_ns"] / per_rank["t"]).mean()),
         "bytes_per_iteration": meta["bytes_per_iteration"],
         "bottleneck_bytes_per_iteration": meta["bytes_per_iteration"].get(hop, 0),
         "wrong": int(ops["wrong"].sum()),
@@ -134,12 +143,14 @@ def program(ops: pl.DataFrame, collectives: pl.DataFrame, program_ops: pl.DataFr
         mine = instances.filter(pl.col("op") == name)
         t = mine["ms"]
         nbytes = mine["bytes"].drop_nulls()
-        entry = {"count": mine.height, "p50_ms": _quantile(t, 0.5),
-                 "p99_ms": _quantile(t, 0.99), "mean_ms": float(t.mean()),
-                 "bytes": int(nbytes.median()) if nbytes.len() else None}
+        mean_ms = _num(t.mean())
+        size = int(_num(nbytes.median())) if nbytes.len() else None
+        entry: dict[str, float | None] = {
+            "count": mine.height, "p50_ms": _quantile(t, 0.5), "p99_ms": _quantile(t, 0.99),
+            "mean_ms": mean_ms, "bytes": size}
         alone = mine.group_by("iteration").len()["len"].max() == 1  # not overlapping others
-        if name == "all_reduce" and entry["bytes"] and alone:
-            algbw = entry["bytes"] * 8 / (entry["mean_ms"] / 1e3) / 1e6
+        if name == "all_reduce" and size and alone:
+            algbw = size * 8 / (mean_ms / 1e3) / 1e6
             entry["busbw_mbps"] = algbw * 2 * (ranks - 1) / ranks
         by_op[name] = entry
     seen = info["ranks"]
@@ -148,10 +159,10 @@ def program(ops: pl.DataFrame, collectives: pl.DataFrame, program_ops: pl.DataFr
         "warmup": info.get("warmup", 0),
         "p50_ms": _quantile(ms, 0.5) if ops.height else None,
         "p99_ms": _quantile(ms, 0.99) if ops.height else None,
-        "mean_ms": float(ms.mean()) if ops.height else None,
-        "compute_ms": float(per_rank["compute_ns"].mean()) / 1e6 if ops.height else None,
-        "exposed_comm_ms": float(per_rank["exposed_ns"].mean()) / 1e6 if ops.height else None,
-        "exposed_comm_fraction": float((per_rank["exposed_ns"] / per_rank["t"]).mean())
+        "mean_ms": _num(ms.mean()) if ops.height else None,
+        "compute_ms": _num(per_rank["compute_ns"].mean()) / 1e6 if ops.height else None,
+        "exposed_comm_ms": _num(per_rank["exposed_ns"].mean()) / 1e6 if ops.height else None,
+        "exposed_comm_fraction": _num((per_rank["exposed_ns"] / per_rank["t"]).mean())
         if ops.height else None,
         "ops": by_op,
         "bottleneck_bytes_per_iteration": vip_bytes / ops.height if ops.height else None,
@@ -168,7 +179,7 @@ def goodput_mbps(flows: pl.DataFrame, start: int, end: int) -> float:
     if flows.is_empty():
         return 0.0
     grown = counter_delta(flows, ["host", "entry"], ["bytes"], start, end)
-    return float(grown["bytes"].sum()) * 8 / ((end - start) / 1e9) / 1e6
+    return _num(grown["bytes"].sum()) * 8 / ((end - start) / 1e9) / 1e6
 
 
 def storage(flows: pl.DataFrame, ios: pl.DataFrame, start: int, end: int) -> dict:
@@ -205,7 +216,7 @@ def lossless(pauses: pl.DataFrame, info: dict) -> dict:
             "paused_ms": {f"{r['port']} {r['classid']}": {"pauses": r["pauses"], "ms": r["ms"]}
                           for r in paused.iter_rows(named=True)},
             "reaction_us": {q: _us(reaction, v) for q, v in (("p50", 0.5), ("p99", 0.99))}
-            | {"max": float(reaction.max()) / 1e3 if pauses.height else None},
+            | {"max": _num(reaction.max()) / 1e3 if pauses.height else None},
             "resume_us": {q: _us(resume, v) for q, v in (("p50", 0.5), ("p99", 0.99))},
             "wake_us": {q: _us(pauses["wake_ns"], v) for q, v in (("p50", 0.5), ("p99", 0.99))},
             "packet_us": info["packet_us"], "budget_us": info["budget_us"]}
@@ -276,7 +287,7 @@ def lane_stats(lanes: pl.DataFrame, port: str, start: int, end: int) -> dict:
 
 def cpu_busy(cpu: pl.DataFrame, start: int, end: int) -> float | None:
     inside = cpu.filter(pl.col("t_ns").is_between(start, end))
-    return float(inside["busy"].mean()) if inside.height else None
+    return _num(inside["busy"].mean()) if inside.height else None
 
 
 def _us(values: pl.Series, q: float) -> float | None:
@@ -368,13 +379,13 @@ def dequeue_fidelity(gaps: pl.DataFrame, rate_mbps: float, burst_bytes: int,
         return empty
     dev = kept["dev"].abs()
     over = LATE_OF_SOJOURN * sojourn_p99_us * 1e3
-    late_share = float(kept.filter(pl.col("late_ns") > over)["late_ns"].sum()
-                       / kept["gap_ns"].sum())
-    excess = float(kept["gap_ns"].sum() / kept.select(wire_ns.sum()).item() - 1)
-    return {**empty, "p50": float(dev.quantile(0.5, interpolation="linear")),
-            "p90": float(dev.quantile(0.9, interpolation="linear")),
-            "p99": float(dev.quantile(0.99, interpolation="linear")),
-            "mean": float(kept["dev"].mean()), "excess": excess, "late_share": late_share,
+    gap_sum = _num(kept["gap_ns"].sum())
+    late_share = _num(kept.filter(pl.col("late_ns") > over)["late_ns"].sum()) / gap_sum
+    excess = gap_sum / _num(kept.select(wire_ns.sum()).item()) - 1
+    return {**empty, "p50": _num(dev.quantile(0.5, interpolation="linear")),
+            "p90": _num(dev.quantile(0.9, interpolation="linear")),
+            "p99": _num(dev.quantile(0.99, interpolation="linear")),
+            "mean": _num(kept["dev"].mean()), "excess": excess, "late_share": late_share,
             "flagged": late_share > LATE_SHARE_LIMIT or excess > SLOW_LIMIT}
 
 
@@ -400,7 +411,7 @@ def fidelity(tables: dict, policy: str, meta: dict, start: int, end: int,
         w = congested_windows(queue, port, start, end)
         if w.height < 5:
             continue
-        share = float((w["mbps"] >= AT_RATE * info["rate_mbps"]).mean())
+        share = _num((w["mbps"] >= AT_RATE * info["rate_mbps"]).mean())
         if share < AT_RATE_WINDOWS:
             at_rate = False
             notes.append(f"{port} had a queue but sent at {AT_RATE:.0%} of its "
@@ -414,7 +425,7 @@ def fidelity(tables: dict, policy: str, meta: dict, start: int, end: int,
             dequeue[port] = dequeue_fidelity(
                 gaps.filter(pl.col("port") == port), info["rate_mbps"],
                 info.get("burst_bytes", 0),
-                float(waits.quantile(0.99, interpolation="linear")) / 1e3 if len(waits)
+                _num(waits.quantile(0.99, interpolation="linear")) / 1e3 if len(waits)
                 else None)
     for port, d in dequeue.items():
         if d["flagged"]:
@@ -438,7 +449,7 @@ def _policy(tables: dict, meta: dict, policy: str, ops: pl.DataFrame, start: int
     sent = port_utilization(of("queue"), start, end)
     util = {r["port"]: r["bytes"] * 8 / seconds / 1e6 / meta["ports"][r["port"]]["rate_mbps"]
             for r in sent.iter_rows(named=True)}
-    port = max(util, key=util.get) if util else next(iter(meta["ports"]))
+    port = max(util, key=util.__getitem__) if util else next(iter(meta["ports"]))
     info = meta["ports"][port]
     lanes = lane_stats(of("lanes"), port, start, end)
     delays = lane_delays(of("sojourn"), of("latency"), port, info["senders"], start, end)
@@ -601,9 +612,9 @@ def watched_ports(queue: pl.DataFrame) -> list[str]:
     return queue["port"].unique().sort().to_list()
 
 
-PORT_BACKLOG_COLUMNS = {"policy": pl.Utf8, "port": pl.Utf8, "backlog_kib": pl.Float64,
-                        "max_kib": pl.Float64, "mbps": pl.Float64,
-                        **{f"{lane}_drops": pl.Int64 for lane in LANES}}
+PORT_BACKLOG_COLUMNS = pl.Schema({"policy": pl.Utf8, "port": pl.Utf8, "backlog_kib": pl.Float64,
+                                  "max_kib": pl.Float64, "mbps": pl.Float64,
+                                  **{f"{lane}_drops": pl.Int64 for lane in LANES}})
 
 
 def port_backlogs(queue: pl.DataFrame, lanes: pl.DataFrame, spans: dict[str, tuple[int, int]],

@@ -67,7 +67,7 @@ class Proactive(Controller):
                 t - self.last_active >= QUIET_MS * 1_000_000
                 or (len(self.bursts) >= LEARN_FROM
                     and self.last_active - self.active_since >= DUE * self.length_ns)):
-            self._ended()
+            self._ended(self.active_since)
 
     def _started(self, t: int) -> None:
         if self.predicted is not None:
@@ -80,9 +80,10 @@ class Proactive(Controller):
         self.active_since = self.bursts.pop()[0]
         self.predicted = None
 
-    def _ended(self) -> None:
-        """A burst is over: learn from it, and predict the next one's start."""
-        self.bursts = (self.bursts + [(self.active_since, self.last_active)])[-HISTORY:]
+    def _ended(self, since: int) -> None:
+        """The burst active since ``since`` is over: learn from it, and predict the next
+        one's start."""
+        self.bursts = (self.bursts + [(since, self.last_active)])[-HISTORY:]
         self.active_since = None
         if len(self.bursts) >= LEARN_FROM:
             self.predicted = self.last_active + self.quiet_ns

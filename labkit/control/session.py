@@ -37,8 +37,8 @@ def storage_senders(sc: Scenario, topo: Topology) -> dict[str, float]:
     fair share in Mbit/s: a contended port's rate split evenly among the senders through
     it (a host crossing several takes its smallest share). These are the hosts a
     controller holds back (servers of reads, clients of writes)."""
-    contended = {f"{p.node}->{p.peer}": (p.link.rate_mbps, set())
-                 for p in topo.bottleneck_ports()}
+    contended: dict[str, tuple[float, set[str]]] = {
+        f"{p.node}->{p.peer}": (p.link.rate_mbps, set()) for p in topo.bottleneck_ports()}
     for rank in sc.ranks:
         nic = topo.ports[rank][0]
         contended[f"{rank}->{nic.peer}"] = (nic.link.rate_mbps, set())
@@ -95,9 +95,16 @@ class ControlSession:
         self.controller = controller(Plant(
             self.valves, senders, list(sc.ranks), min(self.ports.values()), self.feed, spec))
 
+    @property
+    def _gates(self) -> Gates:
+        """The gates (``gates`` is None only in a session whose build failed, being closed)."""
+        if self.gates is None:
+            raise RuntimeError("the control session was not built")
+        return self.gates
+
     def start(self) -> None:
         self.started_ns = time.monotonic_ns()
-        self.gates.start()
+        self._gates.start()
         self.controller.start()
 
     def stop(self) -> None:
@@ -105,7 +112,7 @@ class ControlSession:
         try:
             self.controller.stop()
         finally:
-            self.gates.stop()
+            self._gates.stop()
 
     def summary_counters(self) -> dict:
         """Valve totals per lane: what the hosts' valves passed (mean Mbit/s while the
@@ -128,7 +135,7 @@ class ControlSession:
         return {"host_valves": hosts, "by_valve": {k: v for k, v in by_host.items() if v},
                 "port_ce_marks": ports,
                 "prediction_error_ms": self.controller.prediction_error_ms,
-                "wakes": self.gates.wakes, "ceiling_changes": self.gates.ceiling_changes,
+                "wakes": self._gates.wakes, "ceiling_changes": self._gates.ceiling_changes,
                 "senders": self.controller.plant.senders}
 
     def close(self) -> None:

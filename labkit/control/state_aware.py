@@ -54,8 +54,10 @@ class StateAware(Controller):
         next windows, from the first start to the last end."""
         windows = []
         for host in self.plant.gpu_hosts:
-            p = JobPhase.from_buffer_copy(
-                self.plant.valves.valves[host].obj.maps["lk_phase"].lookup(0))
+            raw = self.plant.valves.valves[host].obj.maps["lk_phase"].lookup(0)
+            if not isinstance(raw, bytes):  # an array map (one value) has every slot
+                raise RuntimeError(f"{host}'s lk_phase map has no phase in slot 0")
+            p = JobPhase.from_buffer_copy(raw)
             if p.busy_until_ns > now_ns:
                 windows.append((p.busy_from_ns, p.busy_until_ns))
         open_now = [w for w in windows if w[0] <= now_ns]

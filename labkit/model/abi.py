@@ -160,12 +160,12 @@ MIRRORS: dict[str, type[ctypes.Structure]] = {
     "lk_job_state": JobState,
 }
 
-_CODES = {u8: "B", u16: "H", u32: "I", u64: "Q"}
+_CODES: dict[type, str] = {u8: "B", u16: "H", u32: "I", u64: "Q"}
 
 
 def packer(mirror: type[ctypes.Structure]) -> struct.Struct:
     """A host-order :class:`struct.Struct` with the fields of a flat, unpadded ``mirror``."""
-    fmt = "=" + "".join(_CODES[kind] for _, kind in mirror._fields_)
+    fmt = "=" + "".join(_CODES[field[1]] for field in mirror._fields_)  # (name, type[, bits])
     packed = struct.Struct(fmt)
     if packed.size != ctypes.sizeof(mirror):
         raise TypeError(f"{mirror.__name__} has padding: no packer for it")

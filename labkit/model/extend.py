@@ -40,6 +40,8 @@ def load_class(spec: str, base: type, method: str) -> type:
         raise ValueError(f"{file} does not exist")
     digest = hashlib.sha256(str(file.resolve()).encode()).hexdigest()[:12]
     module_spec = importlib.util.spec_from_file_location(f"labkit_user_{digest}", file)
+    if module_spec is None or module_spec.loader is None:  # a suffix Python cannot import
+        raise ValueError(f"{file} is not a Python source file")
     module = importlib.util.module_from_spec(module_spec)
     sys.modules[module_spec.name] = module  # so that inspect finds its source
     try:
@@ -65,7 +67,8 @@ def check_class(cls, base: type, method: str) -> None:
 def source_of(cls: type) -> str | None:
     """The source text of the module that defines ``cls`` (None when Python cannot tell:
     a class typed into an interpreter)."""
-    for where in (inspect.getmodule(cls), cls):
+    module = inspect.getmodule(cls)
+    for where in (cls,) if module is None else (module, cls):
         try:
             return inspect.getsource(where)
         except (OSError, TypeError):

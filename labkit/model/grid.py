@@ -134,13 +134,13 @@ class Grid:
         """Every combination, in a stable order (see the module's docstring), each with its
         scenario parsed and validated."""
         out = []
-        value_lists = [list(enumerate(a.values)) for a in self.axes]
-        for i, (*chosen, policies, seed) in enumerate(
-                itertools.product(*value_lists, self.policies, self.seeds)):
+        combinations = itertools.product(*(a.values for a in self.axes))
+        for i, (chosen, policies, seed) in enumerate(
+                itertools.product(combinations, self.policies, self.seeds)):
             doc = self.base_doc
-            for axis, (_, value) in zip(self.axes, chosen, strict=True):
+            for axis, value in zip(self.axes, chosen, strict=True):
                 doc = apply(doc, axis.path, value)
-            params = {axis.key: value for axis, (_, value) in zip(self.axes, chosen, strict=True)}
+            params = {axis.key: value for axis, value in zip(self.axes, chosen, strict=True)}
             try:
                 sc = self._parse(doc)
             except ScenarioError as exc:

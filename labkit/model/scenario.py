@@ -13,10 +13,11 @@ import re
 import shlex
 from collections import Counter
 from collections.abc import Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import asdict, dataclass, field, replace
 from fractions import Fraction
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import yaml
 
@@ -411,7 +412,10 @@ class Scenario:
     @property
     def workload(self) -> AllReduceSpec | JobSpec | ProgramSpec:
         """The collective workload: labkit's All-Reduce or job, or the user's program."""
-        return self.allreduce or self.job or self.program
+        workload = self.allreduce or self.job or self.program
+        if workload is None:  # parse() refuses such a scenario
+            raise ValueError(f"scenario {self.name!r} has no collective workload")
+        return workload
 
     @property
     def ranks(self) -> tuple[str, ...]:
@@ -433,11 +437,11 @@ class _Checker:
     def __init__(self, file: str):
         self.file = file
 
-    def fail(self, key: str, reason: str):
+    def fail(self, key: str, reason: str) -> NoReturn:
         raise ScenarioError(self.file, key, reason)
 
     def mapping(self, value, key: str, allowed: set[str] | None,
-                required: set[str] = frozenset()):
+                required: AbstractSet[str] = frozenset()):
         """``value`` as a mapping whose keys are all ``allowed`` (None: any string)."""
         if not isinstance(value, dict):
             self.fail(key, f"must be a mapping, got {kind_of(value)}")
@@ -480,6 +484,14 @@ class _Checker:
         if problem := bound.problem(value):
             self.fail(key, problem)
         return value if bound.integer else float(value)
+
+    def integer(self, value, key: str, limit: str) -> int:
+        """``value`` within ``LIMITS[limit]``, an integer limit."""
+        if not LIMITS[limit].integer:
+            raise TypeError(f"LIMITS[{limit!r}] is not an integer limit")  # labkit's own slip
+        if problem := LIMITS[limit].problem(value):
+            self.fail(key, problem)
+        return value
 
     def boolean(self, value, key: str) -> bool:
         if not isinstance(value, bool):
@@ -580,7 +592,7 @@ def parse(doc: Any, file: str = "<scenario>") -> Scenario:
                        "path, where '.' and '/' are not allowed)")
     description = c.string(top["description"], "description") if "description" in top else ""
     scale = c.number(top.get("scale_factor", 1), "scale_factor", "scale_factor")
-    seed = c.number(top.get("seed", 1), "seed", "seed")
+    seed = c.integer(top.get("seed", 1), "seed", "seed")
     link_defaults = _link_defaults(c, top.get("defaults", {}))
     fabric = _fabric(c, top["fabric"], link_defaults)
     lanes_doc = top.get("lanes", {"vip": [{"roce": True}], "low": [{"tcp_port": 4420}]})
@@ -599,10 +611,10 @@ def parse(doc: Any, file: str = "<scenario>") -> Scenario:
     if program and emulation.rate_factor != 1:
         c.fail("emulation.rate_factor", "a program's compute time is its own, which labkit "
                "cannot scale with the links: leave the rate factor at 1")
-    return Scenario(name, file, scale, seed, fabric, lanes, allreduce, storage, policies,
-                    description, job=job, control=control, commands=commands,
-                    kinds=kinds, kind_entries=kind_entries, classifier=classifier,
-                    emulation=emulation, program=program)
+    return Scenario(name, file, scale, seed, fabric, lanes, allreduce, storage,
+                    tuple(p.name for p in policies), description, job=job, control=control,
+                    commands=commands, kinds=kinds, kind_entries=kind_entries,
+                    classifier=classifier, emulation=emulation, program=program)
 
 
 def _with_program_rule(c: _Checker, lanes: tuple[LaneRule, ...], program: ProgramSpec
@@ -626,7 +638,7 @@ def _with_program_rule(c: _Checker, lanes: tuple[LaneRule, ...], program: Progra
 
 def _emulation(c: _Checker, doc, key: str) -> EmulationSpec:
     c.mapping(doc, key, set(EmulationSpec.__dataclass_fields__))
-    gso = c.number(doc.get("gso_packets", 1), f"{key}.gso_packets", "gso_packets")
+    gso = c.integer(doc.get("gso_packets", 1), f"{key}.gso_packets", "gso_packets")
     factor = doc.get("rate_factor", 1.0)
     if factor != AUTO:
         if LIMITS["rate_factor"].problem(factor):
@@ -643,8 +655,8 @@ def _control(c: _Checker, doc, key: str) -> ControlSpec:
         if isinstance(doc, dict) and gone in doc:
             c.fail(f"{key}.{gone}", f"no longer a setting: {why}")
     c.mapping(doc, key, set(fields))
-    values = {k: c.number(v, f"{key}.{k}", k) for k, v in doc.items()
-              if k not in ("dcqcn", "controllers")}
+    values: dict[str, Any] = {k: c.number(v, f"{key}.{k}", k) for k, v in doc.items()
+                              if k not in ("dcqcn", "controllers")}
     if "controllers" in doc:
         values["controllers"] = class_files(c, doc["controllers"], f"{key}.controllers",
                                             (*CONTROLLERS, *LAYOUTS))
@@ -742,7 +754,7 @@ def _fabric(c: _Checker, fab, link_defaults: dict) -> FabricSpec:
                                f"has room for {MAX_SUBNETS} (link j is 10.1.j.0/24)")
     links = tuple(host_links + router_links)
     pairs = {frozenset((link.a, link.b)) for link in links}
-    bottlenecks = []
+    bottlenecks: list[tuple[str, str]] = []
     for i, ends in enumerate(c.seq(fab["bottlenecks"], "fabric.bottlenecks")):
         key = f"fabric.bottlenecks[{i}]"
         a, b = _pair(c, ends, key, nodes)
@@ -781,7 +793,7 @@ def _servers(c: _Checker, fab: dict, hosts: list[HostSpec], names: set[str],
              link_defaults: dict) -> tuple[tuple[ServerSpec, ...], tuple[LinkSpec, ...]]:
     """``fabric.gpus_per_host`` (1-8) and ``fabric.nvlink``: each router's GPU hosts, in
     scenario order, make servers of that many, each joined by a switch ``nvs<k>``."""
-    n = c.number(fab.get("gpus_per_host", 1), "fabric.gpus_per_host", "gpus_per_host")
+    n = c.integer(fab.get("gpus_per_host", 1), "fabric.gpus_per_host", "gpus_per_host")
     if n == 1:
         if "nvlink" in fab:
             c.fail("fabric.nvlink", "needs fabric.gpus_per_host of 2 or more")
@@ -789,7 +801,7 @@ def _servers(c: _Checker, fab: dict, hosts: list[HostSpec], names: set[str],
     props = _link_props(c, c.mapping(fab.get("nvlink", {}), "fabric.nvlink",
                                      {"rate_mbps", "mtu", "buffer_kb"}), "fabric.nvlink",
                         "nvlink.rate_mbps")
-    servers = []
+    servers: list[ServerSpec] = []
     for router in dict.fromkeys(h.router for h in hosts):
         gpus = [h.name for h in hosts if h.router == router and h.role == "gpu"]
         if len(gpus) % n:
@@ -853,7 +865,7 @@ def _pair(c: _Checker, ends, key: str, nodes: set[str]) -> tuple[str, str]:
 
 
 def _check_connected(c: _Checker, routers: list[str], links: list[LinkSpec]) -> None:
-    adj = {r: set() for r in routers}
+    adj: dict[str, set[str]] = {r: set() for r in routers}
     for link in links:
         if link.a in adj and link.b in adj:
             adj[link.a].add(link.b)
@@ -905,12 +917,12 @@ def _rule(c: _Checker, rule, key: str, lane: str) -> LaneRule:
                 fields.update(roce=True, dport=ROCEV2_PORT)
                 proto = _same_proto(c, kk, proto, "udp")
         elif k == "dscp":
-            fields["dscp"] = c.number(v, kk, "dscp")
+            fields["dscp"] = c.integer(v, kk, "dscp")
         else:
             p, which = k.split("_")
             proto = _same_proto(c, kk, proto, p)
             target = which[0] + "port" if which != "port" else "port"
-            fields[target] = c.number(v, kk, "port")
+            fields[target] = c.integer(v, kk, "port")
     if fields.get("port") and (fields.get("sport") or fields.get("dport")):
         c.fail(key, "a rule names either a *_port (either side) or *_sport/*_dport, not both")
     fields["proto"] = proto
@@ -932,17 +944,17 @@ def _selection(c: _Checker, value, key: str, fabric: FabricSpec) -> tuple[str, .
             c.fail(key, f"the fabric has no {value} hosts")
         return out
     items = [value] if isinstance(value, str) else c.seq(value, key)
-    out = []
+    chosen: list[str] = []
     for i, h in enumerate(items):
         k = f"{key}[{i}]" if isinstance(value, list) else key
         if not isinstance(h, str) or h not in names:
             c.fail(k, f"{h!r} is not a host of this fabric (or a role: {', '.join(ROLES)})")
-        if h in out:
+        if h in chosen:
             c.fail(k, f"host {h!r} is listed twice")
-        out.append(h)
-    if not out:
+        chosen.append(h)
+    if not chosen:
         c.fail(key, "must select at least one host")
-    return tuple(out)
+    return tuple(chosen)
 
 
 def _job(c: _Checker, t: dict, key: str, fabric: FabricSpec) -> JobSpec:
@@ -967,7 +979,7 @@ def _job(c: _Checker, t: dict, key: str, fabric: FabricSpec) -> JobSpec:
             c.fail(f"{key}.schedule", f"must be one of {', '.join(PIPELINE_SCHEDULES)}, "
                                       f"got {schedule!r}")
         params["schedule"] = schedule
-    return JobSpec(kind, ranks, c.number(t["iterations"], f"{key}.iterations", "iterations"),
+    return JobSpec(kind, ranks, c.integer(t["iterations"], f"{key}.iterations", "iterations"),
                    tuple(sorted(params.items())))
 
 
@@ -987,7 +999,7 @@ def _storage(c: _Checker, t: dict, key: str, fabric: FabricSpec) -> StorageSpec:
     clients = _selection(c, t["clients"], f"{key}.clients", fabric)
     if server in clients:
         c.fail(f"{key}.clients", f"the server {server!r} cannot be its own client")
-    queues = c.number(t.get("queues", 1), f"{key}.queues", "queues")
+    queues = c.integer(t.get("queues", 1), f"{key}.queues", "queues")
     if len(clients) * queues > MAX_STORAGE_CONNECTIONS:
         c.fail(f"{key}.queues", f"{len(clients)} clients x {queues} queues is more than "
                                 f"{MAX_STORAGE_CONNECTIONS} connections; use fewer queues")
@@ -999,11 +1011,11 @@ def _storage(c: _Checker, t: dict, key: str, fabric: FabricSpec) -> StorageSpec:
         server=server, clients=clients, name=name, mix=mix, pattern=pattern,
         offered_load=c.number(t.get("offered_load", d["offered_load"]), f"{key}.offered_load",
                               "offered_load"),
-        port=c.number(t.get("port", 4420), f"{key}.port", "port"),
+        port=c.integer(t.get("port", 4420), f"{key}.port", "port"),
         queues=queues,
         io_bytes=io_bytes,
-        queue_depth=c.number(t.get("queue_depth", d["queue_depth"]), f"{key}.queue_depth",
-                             "queue_depth"),
+        queue_depth=c.integer(t.get("queue_depth", d["queue_depth"]), f"{key}.queue_depth",
+                              "queue_depth"),
         arrival=_arrival(c, t["arrival"], f"{key}.arrival") if "arrival" in t else d["arrival"],
     )
 
@@ -1091,9 +1103,9 @@ def _program_entry(c: _Checker, t: dict, key: str, fabric: FabricSpec) -> Progra
             c.fail(f"{key}.imports[{j}]", f"{m!r} is not a Python module name")
     duration = (c.number(t["duration_s"], f"{key}.duration_s", "duration_s")
                 if t.get("duration_s") is not None else None)
-    iterations = (c.number(t["iterations"], f"{key}.iterations", "iterations")
+    iterations = (c.integer(t["iterations"], f"{key}.iterations", "iterations")
                   if "iterations" in t else None)
-    warmup = c.number(t.get("warmup", 1), f"{key}.warmup", "warmup")
+    warmup = c.integer(t.get("warmup", 1), f"{key}.warmup", "warmup")
     if iterations is not None and warmup >= iterations:
         c.fail(f"{key}.warmup", f"leaves no iteration to measure: must be below iterations "
                                 f"({iterations}), got {warmup}")
@@ -1102,8 +1114,8 @@ def _program_entry(c: _Checker, t: dict, key: str, fabric: FabricSpec) -> Progra
         name=name, ranks=ranks, run=run, cwd=str(Path(c.file).parent.resolve()),
         python=python, iterations=iterations, warmup=warmup,
         env=tuple(sorted((k, str(v)) for k, v in env.items())),
-        master_port=c.number(t.get("master_port", 29500), f"{key}.master_port", "master_port"),
-        dscp=c.number(t.get("dscp", JOB_DSCP), f"{key}.dscp", "program.dscp"),
+        master_port=c.integer(t.get("master_port", 29500), f"{key}.master_port", "master_port"),
+        dscp=c.integer(t.get("dscp", JOB_DSCP), f"{key}.dscp", "program.dscp"),
         quiet_ms=quiet, duration_s=duration, imports=tuple(imports), key=key)
 
 
@@ -1129,7 +1141,12 @@ WORKLOADS = ("allreduce", "job", "program")  # the kinds that are a collective w
 
 
 def _traffic(c: _Checker, traffic, fabric: FabricSpec, kinds: dict[str, str]):
-    allreduce, job, program, storage, commands, kind_entries = None, None, None, [], [], []
+    allreduce: AllReduceSpec | None = None
+    job: JobSpec | None = None
+    program: ProgramSpec | None = None
+    storage: list[StorageSpec] = []
+    commands: list[CommandSpec] = []
+    kind_entries: list[KindEntry] = []
     known = ", ".join((*BUILT_IN_KINDS, *kinds))
     for i, t in enumerate(c.seq(traffic, "traffic")):
         key = f"traffic[{i}]"
@@ -1159,7 +1176,7 @@ def _traffic(c: _Checker, traffic, fabric: FabricSpec, kinds: dict[str, str]):
             allreduce = AllReduceSpec(
                 ranks=ranks,
                 size_bytes=c.size(t["size_bytes"], f"{key}.size_bytes"),
-                iterations=c.number(t["iterations"], f"{key}.iterations", "iterations"),
+                iterations=c.integer(t["iterations"], f"{key}.iterations", "iterations"),
                 compute_ms=c.number(t.get("compute_ms", 0), f"{key}.compute_ms", "compute_ms"),
                 algo=t.get("algo", "ring"),
             )
@@ -1257,15 +1274,15 @@ def name_problem(name: str, built_in: Sequence[str] = (*CONTROLLERS, *LAYOUTS)
 
 
 def _policies(c: _Checker, policies, key: str, controllers: Sequence[str] = ()
-              ) -> tuple[str, ...]:
-    out = []
+              ) -> tuple[Policy, ...]:
+    out: list[Policy] = []
     for i, p in enumerate(c.seq(policies, key)):
         try:
-            policy(p if isinstance(p, str) else repr(p), controllers)
+            pol = policy(p if isinstance(p, str) else repr(p), controllers)
         except ValueError as exc:
             c.fail(f"{key}[{i}]", str(exc))
-        if p not in out:
-            out.append(p)
+        if pol not in out:
+            out.append(pol)
     if not out:
         c.fail(key, "must name at least one policy")
     return tuple(out)
@@ -1277,7 +1294,8 @@ def parse_size(text: str, what: str) -> int:
 
 
 def check_policies(names: list[str], file: str, controllers: Sequence[str] = ()
-                   ) -> tuple[str, ...]:
-    """Validate the policy names asked for beside a scenario file (``--policy``), where
-    ``controllers`` names the controllers besides the built-in ones."""
+                   ) -> tuple[Policy, ...]:
+    """The policies ``names`` asks for beside a scenario file (``--policy``), each once,
+    where ``controllers`` names the controllers besides the built-in ones; ScenarioError
+    says what is wrong with one."""
     return _policies(_Checker(file), list(names), "policies", controllers)

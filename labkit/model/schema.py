@@ -11,6 +11,7 @@ scenario's own traffic kinds. Pure: nothing here touches anything.
 
 from __future__ import annotations
 
+from collections.abc import Set as AbstractSet
 from typing import Any
 
 from labkit.model import scenario
@@ -60,7 +61,7 @@ def _whole(pattern: str) -> dict:
     return {"type": "string", "pattern": f"^(?:{pattern})(?![\\s\\S])"}
 
 
-def _closed(properties: dict, required: set[str] = frozenset()) -> dict:
+def _closed(properties: dict, required: AbstractSet[str] = frozenset()) -> dict:
     """An object of these keys only."""
     out = {"type": "object", "properties": properties, "additionalProperties": False}
     return {**out, "required": sorted(required)} if required else out

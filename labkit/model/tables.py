@@ -123,7 +123,7 @@ class HistRow(NamedTuple):
     port: Str  # "" for latency
     lane: Str
     bucket: Int
-    count: Int
+    count: Int  # type: ignore[assignment]  # the column's name on disk; shadows tuple.count
 
 
 class GapRow(NamedTuple):
@@ -226,5 +226,5 @@ def schema(row: type[tuple]) -> dict:
     """``row``'s columns in order, each with its polars dtype."""
     import polars as pl  # here, not above: see the module's docstring
 
-    hints = get_type_hints(row, include_extras=True)
-    return {name: getattr(pl, hints[name].__metadata__[0]) for name in row._fields}
+    hints = get_type_hints(row, include_extras=True)  # in the order the fields are declared
+    return {name: getattr(pl, hint.__metadata__[0]) for name, hint in hints.items()}

@@ -49,8 +49,7 @@ from labkit.kernel.telemetry import (
 )
 from labkit.model import lossless
 from labkit.model.abi import EV_GAP, EV_SOJOURN, LANES
-from labkit.model.scenario import Scenario
-from labkit.model.scenario import policy as scenario_policy
+from labkit.model.scenario import Policy, Scenario
 from labkit.model.tables import (
     BurstRow,
     CollectiveRow,
@@ -135,13 +134,16 @@ class PolicyFabric:
     Use as a context manager; everything is torn down on exit, also after a failure while
     it was being built."""
 
-    def __init__(self, sc: Scenario, topo: Topology, policy: str, registry: Registry,
+    def __init__(self, sc: Scenario, topo: Topology, policy: Policy, registry: Registry,
                  telemetry: bool = True,
                  controllers: Mapping[str, type[Controller]] = CONTROLLERS,
                  classifier_object: Path | None = None):
-        self.pol = scenario_policy(policy, list(controllers))
-        if self.pol.controller and not telemetry:
-            raise ValueError(f"policy {policy} steers its valves from telemetry: keep it on")
+        self.pol = policy
+        if policy.controller and policy.controller not in controllers:
+            raise ValueError(f"policy {policy.name}: no controller {policy.controller!r} "
+                             f"(known: {', '.join(controllers)})")
+        if policy.controller and not telemetry:
+            raise ValueError(f"policy {policy.name} steers its valves from telemetry: keep it on")
         self.sc, self.topo, self.registry = sc, topo, registry
         self.telemetry, self.controllers = telemetry, controllers
         self.classifier_object = classifier_object
@@ -223,7 +225,7 @@ class PolicyFabric:
                     steps.callback(held.close)
 
 
-def run_policy(sc: Scenario, topo: Topology, policy: str, registry: Registry, workdir: Path,
+def run_policy(sc: Scenario, topo: Topology, policy: Policy, registry: Registry, workdir: Path,
                duration_s: float | None = None, progress: Callable[[int], None] | None = None,
                pcap: PcapRequest | None = None, pcap_dir: Path | None = None,
                telemetry: bool = True,

@@ -214,17 +214,25 @@ def finish_tune(writer: RunWriter, sweeps: dict[str, list[dict]], model: Model) 
 
 
 @dataclass
-class Tuned:
-    """A recorded tuning: its manifest, every algorithm's sweep rows, the model fitted."""
+class Tuning:
+    """A tuning (``labkit tune``): every algorithm's sweep rows, the model fitted from them,
+    its run directory (``path``, ``manifest``) and the file that keeps the model for
+    ``algo: auto`` (``model_path``, see :func:`save_model`; None for a tuning read back
+    whose model is not kept here, e.g. one recorded on another machine)."""
 
     path: Path
-    manifest: dict
     sweeps: dict[str, list[dict]]
     model: Model
+    model_path: Path | None
+    manifest: dict
 
 
-def load_tuning(path: str | Path) -> Tuned:
-    """Read back a tuning that ``labkit tune`` recorded."""
+Tuned = Tuning  # its name before issue 29, for one release
+
+
+def load_tuning(path: str | Path, models: Path | None = None) -> Tuning:
+    """Read back a tuning that ``labkit tune`` recorded (its model kept in ``models``,
+    default data/models, when it is there)."""
     path = Path(path)
     manifest = read_documents(path, ("manifest.json",))["manifest.json"]
     if manifest.get("kind") != "tune":
@@ -232,7 +240,9 @@ def load_tuning(path: str | Path) -> Tuned:
     rows = pl.read_parquet(path / "tune.parquet").drop("run_id", strict=False)
     sweeps = {algo: rows.filter(pl.col("algo") == algo).to_dicts()
               for algo in rows["algo"].unique(maintain_order=True)}
-    return Tuned(path, manifest, sweeps, Model.from_json((path / "model.json").read_text()))
+    model = Model.from_json((path / "model.json").read_text())
+    kept = (models or MODELS_DIR) / model.fabric_key / f"{manifest.get('run_id')}.json"
+    return Tuning(path, sweeps, model, kept if kept.is_file() else None, manifest)
 
 
 def save_model(model: Model, run_id: str, models: Path | None = None) -> Path:

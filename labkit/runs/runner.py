@@ -41,7 +41,7 @@ from labkit.model import scenario as scenario_mod
 from labkit.model.scenario import Scenario, ScenarioError
 from labkit.model.topo import Topology
 from labkit.runs import rundir
-from labkit.runs.rundir import Run, RunWriter
+from labkit.runs.rundir import Run, RunWriter, Tuning
 from labkit.traffic import commands, hotpath
 
 MAX_SNAPLEN = 262144  # tcpdump's largest snapshot length
@@ -196,8 +196,7 @@ def run(scenario: str | Path | Scenario, policies: Sequence[str] | None = None, 
     users = _user_controllers(sc, source, controllers or {})
     policies = [policies] if isinstance(policies, str) else policies
     pcap = [pcap] if isinstance(pcap, str) else pcap
-    policies = (scenario_mod.check_policies(list(policies), source, list(users)) if policies
-                else sc.policies)
+    pols = scenario_mod.check_policies(list(policies or sc.policies), source, list(users))
     if duration is not None and (problem := scenario_mod.LIMITS["duration_s"].problem(duration)):
         raise ScenarioError(source, "duration", f"{problem} (seconds)")
     if not 0 <= pcap_snaplen <= MAX_SNAPLEN:
@@ -207,7 +206,7 @@ def run(scenario: str | Path | Scenario, policies: Sequence[str] | None = None, 
     topology = topo.Topology(sc.fabric)
     if sc.program:
         programs.check(sc.program, topology, source)
-    steered = [p for p in policies if scenario_mod.policy(p, list(users)).controller]
+    steered = [p.name for p in pols if p.controller]
     if not telemetry and steered:
         raise ScenarioError(source, "telemetry", f"policy {steered[0]} steers its valves from "
                             "telemetry; leave the policy out or keep telemetry on")
@@ -225,7 +224,8 @@ def run(scenario: str | Path | Scenario, policies: Sequence[str] | None = None, 
         writer = _writer_for(out, run_id)
         kept = _keep_program(writer.tmp, sc, program)
         writer.write_manifest(run_id=run_id, scenario=sc.to_dict(), scenario_sha256=sc.sha256,
-                              policies=list(policies), seed=sc.seed, duration_s=duration,
+                              policies=[p.name for p in pols], seed=sc.seed,
+                              duration_s=duration,
                               start_time=rundir.now_iso(),
                               argv=list(argv) if argv else None,
                               batch=dict(batch) if batch else None,
@@ -237,11 +237,11 @@ def run(scenario: str | Path | Scenario, policies: Sequence[str] | None = None, 
                               auto=auto, rates=rates, **rundir.provenance())
         with _recorded(writer), _caller_objects_frozen():
             registry = Registry(run_id)
-            for policy in policies:
-                total = sc.iterations
+            for pol in pols:
+                policy, total = pol.name, sc.iterations
                 tell(Progress(policy, "building", 0, total))
                 result = experiment.run_policy(
-                    sc, topology, policy, registry, writer.agents_dir / policy,
+                    sc, topology, pol, registry, writer.agents_dir / policy,
                     duration_s=duration, pcap=request, pcap_dir=writer.tmp / policy,
                     progress=lambda done, p=policy, n=total: tell(Progress(p, "running", done, n)),
                     telemetry=telemetry, controllers={**CONTROLLERS, **users},
@@ -267,13 +267,13 @@ def shell(scenario: str | Path | Scenario, policy: str = "fifo",
 
     sc, source, _ = _scenario(scenario, None)
     users = _user_controllers(sc, source, controllers or {})
-    (policy,) = scenario_mod.check_policies([policy], source, list(users))
+    (pol,) = scenario_mod.check_policies([policy], source, list(users))
     if problem := not_ready():
         raise NotReady(problem)
     with _claimed(f"shell-{sc.name}") as run_id, work_dir(run_id) as build:
         program = _classifier_program(sc, source, build)
         with experiment.PolicyFabric(
-                sc, topo.Topology(sc.fabric), policy, Registry(run_id),
+                sc, topo.Topology(sc.fabric), pol, Registry(run_id),
                 controllers={**CONTROLLERS, **users}, classifier_object=program) as pf:
             if pf.control:
                 pf.control.start()
@@ -329,17 +329,6 @@ AUTO = scenario_mod.AUTO  # the algorithm a model chooses by size (labkit.model.
 TUNE_SIZES = (64 << 10, 256 << 10, 1 << 20, 4 << 20)
 
 
-@dataclass
-class Tuning:
-    """A finished ``labkit tune``: the sweeps of every algorithm, the model fitted from
-    them and where it is kept (``model_path``, found again by ``algo: auto``)."""
-
-    path: Path
-    sweeps: dict[str, list[dict]]
-    model: autotune.Model
-    model_path: Path
-
-
 def tune(scenario: str | Path | Scenario, sizes: Sequence[int] = TUNE_SIZES, iters: int = 5,
          *, out: str | Path | None = None, on_row: Callable | None = None,
          argv: Sequence[str] | None = None, models: Path | None = None) -> Tuning:
@@ -384,7 +373,8 @@ def tune(scenario: str | Path | Scenario, sizes: Sequence[int] = TUNE_SIZES, ite
             writer.write_manifest(not_fitted=sorted(set(sweeps) - set(fitted)), notes=notes)
             model = autotune.Model.fit(fitted, model_key(sc))
     path = rundir.finish_tune(writer, sweeps, model)
-    return Tuning(path, sweeps, model, rundir.save_model(model, run_id, models))
+    manifest = rundir.read_documents(path, ("manifest.json",))["manifest.json"]
+    return Tuning(path, sweeps, model, rundir.save_model(model, run_id, models), manifest)
 
 
 def _runs(sc: Scenario, algo: str, sizes: Sequence[int]) -> bool:
@@ -459,9 +449,9 @@ def calibrate(scenario: str | Path | Scenario, policies: Sequence[str] | None = 
     if seconds <= 0:
         raise ScenarioError(source, "seconds", f"must be > 0, got {seconds}")
     if policies:  # checked here, not by the first trial, which would be recorded as failed
-        policies = scenario_mod.check_policies(
+        policies = [p.name for p in scenario_mod.check_policies(
             [policies] if isinstance(policies, str) else list(policies), source,
-            list(_user_controllers(sc, source, {})))
+            list(_user_controllers(sc, source, {})))]
     if problem := not_ready():
         raise NotReady(problem)
     base_rate = cal.bottleneck_rate(sc)

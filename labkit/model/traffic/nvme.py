@@ -9,6 +9,8 @@ addresses and data offsets at the byte offsets in :mod:`labkit.model.traffic.wir
 
 from __future__ import annotations
 
+from typing import Any
+
 from scapy.fields import (
     ByteEnumField,
     ByteField,
@@ -95,8 +97,10 @@ bind_layers(TCP, NVMeTCP, sport=wire.NVME_TCP_PORT)
 def templates(io_bytes: int) -> dict[str, bytes]:
     """Every PDU the storage agent sends, for I/Os of ``io_bytes`` (data not included)."""
     blocks = io_bytes // wire.BLOCK
-    ch = dict(flags=0, pdo=0)
-    data = dict(hlen=wire.DATA_HDR_LEN, pdo=wire.DATA_HDR_LEN)
+    # scapy fields, passed by keyword (a dict[str, int] could fill Packet's positional
+    # parameters as far as a type checker can tell)
+    ch: dict[str, Any] = dict(flags=0, pdo=0)
+    data: dict[str, Any] = dict(hlen=wire.DATA_HDR_LEN, pdo=wire.DATA_HDR_LEN)
     return {k: bytes(v) for k, v in {
         "icreq": NVMeTCP(pdu_type=wire.ICREQ, hlen=wire.IC_LEN, **ch) / ICReq(),
         "icresp": NVMeTCP(pdu_type=wire.ICRESP, hlen=wire.IC_LEN, **ch) / ICResp(),

@@ -255,9 +255,10 @@ def _pipeline_down(parent: dict[int, int | None], rank: int, chunks: int, nbytes
     depth = _depths(parent)
     children = [r for r, p in parent.items() if p == rank]
     steps = [Step() for _ in range(chunks + max(depth.values()))]
+    up = parent[rank]
     for c in range(chunks):
-        if parent[rank] is not None:
-            steps[c + depth[rank] - 1].recv.append(Msg(parent[rank], first_chunk + c, nbytes))
+        if up is not None:
+            steps[c + depth[rank] - 1].recv.append(Msg(up, first_chunk + c, nbytes))
         for child in children:
             steps[c + depth[rank]].send.append(Msg(child, first_chunk + c, nbytes))
     return steps
@@ -277,11 +278,12 @@ def _pipeline_up(parent: dict[int, int | None], rank: int, chunks: int, nbytes: 
 
     top = max(h(r) for r in parent)
     steps = [Step() for _ in range(chunks + top)]
+    up = parent[rank]
     for c in range(chunks):
         for child in children[rank]:
             steps[c + h(rank) - 1].recv.append(Msg(child, first_chunk + c, nbytes, reduce=True))
-        if parent[rank] is not None:
-            steps[c + h(rank)].send.append(Msg(parent[rank], first_chunk + c, nbytes))
+        if up is not None:
+            steps[c + h(rank)].send.append(Msg(up, first_chunk + c, nbytes))
     return steps
 
 

@@ -92,8 +92,9 @@ def simulate(plans: Sequence[Plan], transfer_ns: Transfer | None = None) -> Time
         raise ValueError("the plans deadlock: a step waits for a message never sent")
     end = []
     for r, plan in enumerate(plans):
-        last = [arrival.get(key) for key in recvs[r][-1]] if plan.steps else []
-        if None in last:
+        awaited = [arrival.get(key) for key in recvs[r][-1]] if plan.steps else []
+        last = [t for t in awaited if t is not None]
+        if len(last) < len(awaited):
             raise ValueError(f"rank {r} awaits a message that is never sent")
         end.append(max([clock[r], ready[r], *last]))
     compute = tuple(float(sum(s.compute_ns for s in p.steps)) for p in plans)
