@@ -46,8 +46,13 @@ View = Callable[[Selection], tuple[go.Figure, str, pl.DataFrame]]
 
 
 class Panel:
-    """A plotly FigureWidget with a captioned table under it, redrawn in place together
-    (``css``: a class on its box, for styling and for the browser test)."""
+    """A plotly FigureWidget with a captioned table under it, redrawn together (``css``:
+    a class on its box, for styling and for the browser test).
+
+    A redraw puts a new FigureWidget in the box rather than editing the shown one:
+    plotly 7.1's widget lost a whole in-place edit (traces and title) about one time in
+    six in a headless browser, while the table beside it, a plain widget value, followed;
+    a new widget arrives whole, as the table's value does."""
 
     def __init__(self, figure: go.Figure, caption: str, rows: pl.DataFrame, css: str):
         self.figure = go.FigureWidget(figure)
@@ -57,13 +62,10 @@ class Panel:
         self._table(caption, rows)
 
     def show(self, figure: go.Figure, caption: str, rows: pl.DataFrame) -> None:
-        """Replace the traces, title, lines and notes by ``figure``'s, and the table."""
-        with self.figure.batch_update():
-            self.figure.data = []
-            self.figure.add_traces(list(figure.data))
-            self.figure.layout.title.text = figure.layout.title.text
-            self.figure.layout.shapes = figure.layout.shapes
-            self.figure.layout.annotations = figure.layout.annotations
+        """Show ``figure`` and the table of ``rows`` instead of what the panel shows."""
+        shown, self.figure = self.figure, go.FigureWidget(figure)
+        self.box.children = (self.figure, self.table)
+        shown.close()
         self._table(caption, rows)
 
     def _table(self, caption: str, rows: pl.DataFrame) -> None:
