@@ -103,30 +103,40 @@ def test_explorer_redraws_when_a_control_moves():
             for name in ("bottleneck", "checkpoint-burst")}
     box = widgets.explorer(runs)
     (which, pick, lanes, ports), (window, pct) = box.children[0].children, box.children[1].children
-    (figure, table), (queue, port_table) = box.children[2].children, box.children[3].children
-    assert len(figure.data) == 5  # isolated has no low-lane packets at the bottleneck
+    table, port_table = box.children[2].children[1], box.children[3].children[1]
+
+    def figure():  # the panels' plots as shown now: a redraw shows a new FigureWidget
+        return box.children[2].children[0]
+
+    def queue():
+        return box.children[3].children[0]
+
+    shown = figure()
+    assert len(figure().data) == 5  # isolated has no low-lane packets at the bottleneck
     assert ports.options == ("leaf1-eth4", "spine1-eth0") and ports.value == ("spine1-eth0",)
-    assert [t.name for t in queue.data] == ["isolated", "fifo", "priority"]
+    assert [t.name for t in queue().data] == ["isolated", "fifo", "priority"]
     lanes.value = ("vip",)
-    assert len(figure.data) == 3 and all("vip" in t.name for t in figure.data)
+    assert figure() is not shown and shown.comm is None  # the one it replaced is closed
+    assert len(figure().data) == 3 and all("vip" in t.name for t in figure().data)
     before = table.value, port_table.value
     pct.value = "p50"
     assert table.value != before[0] and "p50" in table.value
     assert port_table.value != before[1] and "p50" in port_table.value
     pick.value = ("fifo",)
-    assert [t.name for t in figure.data] == ["fifo · vip"]
-    assert [t.name for t in queue.data] == ["fifo"]
+    assert [t.name for t in figure().data] == ["fifo · vip"]
+    assert [t.name for t in queue().data] == ["fifo"]
     ports.value = ("leaf1-eth4", "spine1-eth0")
-    assert [t.name for t in queue.data] == ["fifo · leaf1-eth4", "fifo · spine1-eth0"]
-    assert "leaf1-eth4, spine1-eth0" in queue.layout.title.text and "leaf1-eth4" in port_table.value
-    last = max(queue.data[1].x)
+    assert [t.name for t in queue().data] == ["fifo · leaf1-eth4", "fifo · spine1-eth0"]
+    assert "leaf1-eth4, spine1-eth0" in queue().layout.title.text
+    assert "leaf1-eth4" in port_table.value
+    last = max(queue().data[1].x)
     window.value = (0.5, 1.0)
-    assert min(queue.data[1].x) > 0.4 * last
+    assert min(queue().data[1].x) > 0.4 * last
     which.value = "checkpoint-burst"  # another run: its own policies, all picked
-    assert "state-aware" in pick.options and len(figure.data) == 5
-    assert "checkpoint-burst" in figure.layout.title.text
-    assert ports.value == ("spine1-eth0",) and len(queue.data) == 5
-    assert "checkpoint-burst" in queue.layout.title.text
+    assert "state-aware" in pick.options and len(figure().data) == 5
+    assert "checkpoint-burst" in figure().layout.title.text
+    assert ports.value == ("spine1-eth0",) and len(queue().data) == 5
+    assert "checkpoint-burst" in queue().layout.title.text
 
 
 def test_port_backlogs_sum_classes_over_each_policys_span():
@@ -184,17 +194,21 @@ def test_sweep_explorer_redraws_and_keeps_each_sweeps_colour():
     from labkit.ui import widgets
 
     box = widgets.sweep_explorer(rundir.load_sweeps(REPO / "data/sample/sweeps"), "sub")
-    (names, sizes), (figure, table) = box.children[0].children, box.children[1].children
-    colour = {t.name: t.line.color for t in figure.data}
-    assert len(colour) == 6 and len(set(colour.values())) == 6 and figure.layout.shapes
+    (names, sizes), table = box.children[0].children, box.children[1].children[1]
+
+    def figure():  # the plot as shown now
+        return box.children[1].children[0]
+
+    colour = {t.name: t.line.color for t in figure().data}
+    assert len(colour) == 6 and len(set(colour.values())) == 6 and figure().layout.shapes
     names.value = ("ring-lossy", "ring")  # drawn in the sweeps' order, in their own colours
-    assert [(t.name, t.line.color) for t in figure.data] == [
+    assert [(t.name, t.line.color) for t in figure().data] == [
         ("ring", colour["ring"]), ("ring-lossy", colour["ring-lossy"])]
     sizes.value = (262144, 1048576)
-    assert all(t.x == (262144, 1048576) for t in figure.data)
+    assert all(t.x == (262144, 1048576) for t in figure().data)
     assert table.value.count("<td>262144</td>") == 2 and "<td>65536</td>" not in table.value
     names.value = ()
-    assert not figure.data and not figure.layout.shapes and not figure.layout.annotations
+    assert not figure().data and not figure().layout.shapes and not figure().layout.annotations
     assert widgets.size_label(65536) == "64 KiB" and widgets.size_label(4 << 20) == "4 MiB"
 
 

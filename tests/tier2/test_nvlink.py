@@ -39,11 +39,12 @@ def test_inside_a_server_packets_take_nvlink_and_keep_their_nic_address(fabric_r
         assert nvlink > 20 * 8000 and nic < 1000
         # g3 saw g1's NIC address, whichever way the packets came
         assert f"from {topo.host_ip('g3')}" in out
-        tcpdump = fabric.nodes["g3"].popen(
-            ["tcpdump", "-c", "1", "-n", "--immediate-mode", "-i", "g3-eth1", "icmp"],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         # the pings go once it captures ("listening on ..."): a loaded machine took more
         # than their 0.6 s to start tcpdump, which then waited for a packet that had passed
+        # (stderr unbuffered: a line read leaves nothing behind that select cannot see)
+        tcpdump = fabric.nodes["g3"].popen(
+            ["tcpdump", "-c", "1", "-n", "--immediate-mode", "-i", "g3-eth1", "icmp"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, bufsize=0)
         said = b""
         while b"listening on" not in said:
             assert select.select([tcpdump.stderr], [], [], 30)[0], f"tcpdump said {said}"
