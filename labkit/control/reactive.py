@@ -10,11 +10,11 @@ otherwise it grows by a quarter of the fair share per interval, up to ``idle_sha
 from __future__ import annotations
 
 from labkit.control.base import Controller
+from labkit.kernel.capture import POLL_MS
 
 INCREASE = 0.25  # of the senders' fair share, per interval
 DECREASE = 0.5
 FLOOR = 0.01  # of the senders' fair share: never shut storage out entirely
-POLL_MS = 8  # the fabric telemetry's sampling period (labkit.capture.QueuePoller)
 
 
 class Reactive(Controller):

@@ -39,13 +39,14 @@ class WatchedPort:
         return self.ifname
 
 
+POLL_MS = 8  # the queue poller's period: the fabric telemetry a controller sees
 LANES_EVERY = 4  # lane counters read with every this many queue samples (no controller)
 
 
 class QueuePoller:
     """Sample the tc classes of ``ports`` every ``period_s`` until :meth:`stop`."""
 
-    def __init__(self, ports: list[WatchedPort], period_s: float = 0.008,
+    def __init__(self, ports: list[WatchedPort], period_s: float = POLL_MS / 1e3,
                  listener: Callable[[int, str, list, dict], None] | None = None):
         self.ports = ports
         self.listener = listener  # told of every sample: (t_ns, port, classes, offered)

@@ -489,9 +489,7 @@ class _Checker:
         """``value`` within ``LIMITS[limit]``, an integer limit."""
         if not LIMITS[limit].integer:
             raise TypeError(f"LIMITS[{limit!r}] is not an integer limit")  # labkit's own slip
-        if problem := LIMITS[limit].problem(value):
-            self.fail(key, problem)
-        return value
+        return int(self.number(value, key, limit))
 
     def boolean(self, value, key: str) -> bool:
         if not isinstance(value, bool):
