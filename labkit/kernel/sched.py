@@ -8,7 +8,7 @@ control plane (the queue poller, the controllers, the gates, the event reader) a
 the ranks (``CONTROL_NICE``): eight ranks at -10 outweigh a thread at nice 0 by ten to
 one whenever they are busy. (Measured on checkpoint-burst.yaml, three runs each on a
 2-core VM: the poller's 8 ms period stretched to 17-22 ms at the 90th percentile at nice
-0, and to 14-18 ms at -15; what is left is the machine's own noise.) Linux keeps a nice
+0, and to 14-19 ms at -15; what is left is the machine's own noise.) Linux keeps a nice
 value per thread, so it ends with the thread: nothing outlives the run.
 """
 

@@ -50,7 +50,7 @@ class Panel:
     a class on its box, for styling and for the browser test).
 
     A redraw puts a new FigureWidget in the box rather than editing the shown one:
-    plotly 7.1's widget lost a whole in-place edit (traces and title) in 3 of 20 tries in
+    plotly 7.1's widget lost a whole in-place edit (traces and title) in 5 of 26 tries in
     a headless browser, while the table beside it, a plain widget value, followed; a new
     widget arrives whole, as the table's value does."""
 
