@@ -5,6 +5,9 @@ Every interval it looks at the bottleneck as the fabric telemetry shows it
 than ``target_us``, storage's share of its fair share is halved (at most once per
 round trip of the control loop, so one observation is not punished twice);
 otherwise it grows by a quarter of the fair share per interval, up to ``idle_share``.
+Once no vip packet has arrived for ``IDLE_MS`` of telemetry (the job computes), there
+is nothing to protect: storage gets ``idle_share`` at once instead of climbing back
+over the compute phase's first tens of milliseconds.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from labkit.kernel.capture import POLL_MS
 INCREASE = 0.25  # of the senders' fair share, per interval
 DECREASE = 0.5
 FLOOR = 0.01  # of the senders' fair share: never shut storage out entirely
+IDLE_MS = 16  # two telemetry samples with no vip packet: the vip lane is idle
 
 
 class Reactive(Controller):
@@ -24,6 +28,7 @@ class Reactive(Controller):
         super().__init__(plant)
         self.share = plant.spec.idle_share
         self.last_cut = 0
+        self.last_vip_ns = 0  # the newest sample in which vip packets arrived
         spec = plant.spec
         self.loop_ns = int((spec.telemetry_delay_ms + POLL_MS + spec.interval_ms) * 1e6)
 
@@ -31,6 +36,9 @@ class Reactive(Controller):
         views = self.plant.feed.view(now_ns)
         if not views:
             return
+        newest = max(v.t_ns for v in views.values())
+        if any(v.vip_new_bytes for v in views.values()):
+            self.last_vip_ns = newest
         # no vip packet arrived, none waited: storage's own queue is not the vip lane's
         delay_us = max(v.vip_delay_ns if v.vip_new_bytes else 0 for v in views.values()) / 1e3
         if delay_us > self.plant.spec.target_us:
@@ -39,6 +47,9 @@ class Reactive(Controller):
             self.share = max(self.share * DECREASE, FLOOR)
             self.last_cut = now_ns
             reason = f"vip delay {delay_us:.0f} us > target: x{DECREASE}"
+        elif newest - self.last_vip_ns >= IDLE_MS * 1_000_000:
+            self.share = self.plant.spec.idle_share
+            reason = f"no vip packet for {IDLE_MS} ms: idle share"
         else:
             self.share = min(self.share + INCREASE, self.plant.spec.idle_share)
             reason = f"vip delay {delay_us:.0f} us <= target: +{INCREASE:.0%}"

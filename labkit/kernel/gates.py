@@ -21,8 +21,11 @@ out inside the host's namespace:
   leaves at that rate too, not as one burst at the NIC's speed: the ceiling moves up
   to 2 ms after the kernel's rate does, and a burst at a storage server's 1 Gbit/s
   left 50 ms queues at the bottleneck as each window of ``pytorch-ddp.yaml`` ended.
-  A controller's own hold (its rate after it is unknown) sends the ceiling back to
-  the link, so that what was queued leaves at once. A hold is never a ceiling: HTB
+  A controller's own hold (its rate after it is unknown) keeps the ceiling in force:
+  what was queued leaves at the rate it was admitted at. (Sending it to the link
+  instead let a ``reactive`` controller's last cut release what its earlier, higher
+  rates had queued — up to 1 MB from a storage server on ``pytorch-ddp.yaml`` — into
+  the middle of the job's all-reduce, the very queue it cut for.) A hold is never a ceiling: HTB
   charges a packet at the ceiling in force when it leaves, as time, so one 64 KiB
   packet let out at a hold's 0.1 Mbit/s would leave the class five seconds in debt,
   which no later ceiling forgives;
@@ -47,22 +50,30 @@ from labkit.kernel.netns import Netns
 from labkit.kernel.valve import GATE_LANE, Valves
 
 POLL_MS = 2.0
+GSO_MAX_BYTES = 65536  # the largest packet a host's TCP hands its NIC (one GSO run)
 
 
 def ceiling(gate_mbps: float, horizon_ms: float, mtu: int,
-            outside_mbps: float | None = None) -> float | None:
+            outside_mbps: float | None = None, current: float | None = None) -> float | None:
     """The held class's ceiling (Mbit/s; None: the link) for a gate at ``gate_mbps``: the
     gate's rate; the link when it is open; when it holds (its bucket takes no full-size
     packet), the rate outside the job's window (``outside_mbps``) if that one admits,
-    else the link."""
+    else the ceiling in force (``current``). Never below the rate at which the largest
+    packet takes a bucket's time: HTB charges a packet at the ceiling in force when it
+    leaves, and a 64 KiB packet admitted at 49 Mbit/s that left at 1.5 Mbit/s put the
+    class 340 ms in debt — storage then sat out the whole compute phase after the gate
+    reopened."""
     def holds(mbps: float) -> bool:
         return mbps * horizon_ms * 1e3 / 8 < mtu
+    lowest = GSO_MAX_BYTES * 8 / (horizon_ms * 1e3)
 
     if gate_mbps == float("inf"):
         return None
     if not holds(gate_mbps):
-        return gate_mbps
-    return outside_mbps if outside_mbps is not None and not holds(outside_mbps) else None
+        return max(gate_mbps, lowest)
+    if outside_mbps is not None and not holds(outside_mbps):
+        return max(outside_mbps, lowest)
+    return current
 
 
 class HostWorker:
@@ -122,7 +133,8 @@ class Gates:
             allowed = valve.gate(time.monotonic_ns())
             worker = self.workers[host]
             setting = valve.lanes[GATE_LANE]
-            ceil = ceiling(allowed, setting.horizon_ms, self.nics[host][1].mtu, setting.mbps)
+            ceil = ceiling(allowed, setting.horizon_ms, self.nics[host][1].mtu, setting.mbps,
+                           self.ceilings[host])
             if ceil != self.ceilings[host]:
                 worker.submit(lambda ipr, nic=self.nics[host], c=ceil:
                               tc.set_held_ceil(ipr, *nic, c))
