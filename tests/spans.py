@@ -8,6 +8,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import json
+from dataclasses import replace
 
 import polars as pl
 
@@ -77,7 +78,7 @@ def job_run(base: Run, transfer_ns: dict[str, int], iterations: int = 2) -> Run:
     virtual ranks running its job (one policy per entry of ``transfer_ns``: how long a
     message takes under it), through the agents' results path
     (:func:`labkit.runs.experiment._collect`, :func:`labkit.runs.rundir.tables_from`)."""
-    job = base.manifest["scenario"]["job"]
+    job = base.manifest.scenario["job"]
     params = {"parallelism": job["parallelism"], **dict(job["params"])}
     hosts = job["ranks"]
     plans = [jobs.plan(params, len(hosts), r) for r in range(len(hosts))]
@@ -88,14 +89,15 @@ def job_run(base: Run, transfer_ns: dict[str, int], iterations: int = 2) -> Run:
             hosts, results(plans, ns, iterations), strict=True)], [])
     tables = {**base.tables, **{name: frame for name, frame in rundir.tables_from(policies)
                                  .items() if name in ("collectives", "phases")}}
-    manifest = {**base.manifest, "tables": sorted({*base.manifest["tables"], "phases"})}
+    manifest = replace(base.manifest, tables=tuple(sorted({*base.manifest.tables, "phases"})))
     return Run(base.path, manifest, base.summary, tables)
 
 
 def before_phases(run: Run) -> Run:
     """``run`` as if recorded before the ``phases`` table (the sample runs were, until
     re-recorded): not among its manifest's tables, and empty."""
-    manifest = {**run.manifest, "tables": [t for t in run.manifest["tables"] if t != "phases"]}
+    manifest = replace(run.manifest,
+                       tables=tuple(t for t in run.manifest.tables if t != "phases"))
     return Run(run.path, manifest, run.summary, {**run.tables, "phases": run["phases"].clear()})
 
 

@@ -27,10 +27,27 @@ class ManifestError(DocumentError):
 
 
 @dataclass(frozen=True, kw_only=True)
-class _Recording:
-    """What every manifest type does: read and write its document; and, kept for one
-    release with a DeprecationWarning, ``manifest["key"]`` and ``manifest.get("key")`` as
-    manifests were read before they had types."""
+class _ReadByKey:
+    """``record["key"]`` and ``record.get("key")``, as manifests and their batch points
+    were read before they had types: kept for one release, with a DeprecationWarning."""
+
+    def to_json(self) -> dict[str, Any]:
+        return records.written(self)
+
+    def __getitem__(self, name: str) -> Any:
+        warnings.warn(f"{type(self).__name__}[{name!r}] goes in the next release: read its "
+                      "attributes (labkit.model.manifest)", DeprecationWarning, stacklevel=2)
+        return self.to_json()[name]
+
+    def get(self, name: str, default: Any = None) -> Any:
+        warnings.warn(f"{type(self).__name__}.get({name!r}) goes in the next release: read "
+                      "its attributes (labkit.model.manifest)", DeprecationWarning, stacklevel=2)
+        return self.to_json().get(name, default)
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Recording(_ReadByKey):
+    """What every manifest type does: read and write its document."""
 
     @classmethod
     def from_json(cls, doc: Any) -> Self:
@@ -40,21 +57,6 @@ class _Recording:
             raise
         except DocumentError as exc:
             raise ManifestError(str(exc)) from None
-
-    def to_json(self) -> dict[str, Any]:
-        return records.written(self)
-
-    def __getitem__(self, name: str) -> Any:
-        warnings.warn(f"manifest[{name!r}] goes in the next release: read the attribute "
-                      f"(labkit.model.manifest, {type(self).__name__})", DeprecationWarning,
-                      stacklevel=2)
-        return self.to_json()[name]
-
-    def get(self, name: str, default: Any = None) -> Any:
-        warnings.warn(f"manifest.get({name!r}) goes in the next release: read the attribute "
-                      f"(labkit.model.manifest, {type(self).__name__})", DeprecationWarning,
-                      stacklevel=2)
-        return self.to_json().get(name, default)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -273,7 +275,7 @@ POINT_STATUSES = ("pending", "submitted", "running", "complete", "failed", "inte
 
 
 @dataclass(frozen=True, kw_only=True)
-class BatchPoint:
+class BatchPoint(_ReadByKey):
     """One point of a batch as it stands: its index, name, parameters, policies and seed,
     its run directory (relative to the batch; None: it kept none), status (one of
     :data:`POINT_STATUSES`), run id, host, Slurm job id and error, and once said, its job's
@@ -335,6 +337,11 @@ def kind_of(doc: Any) -> str:
     if kind not in KINDS:
         raise ManifestError(f"manifest.json: kind {kind!r} is none of {', '.join(KINDS)}")
     return kind
+
+
+def kind_name(kind: type[Manifest]) -> str:
+    """The kind a manifest type records (one of :data:`KINDS`)."""
+    return next(name for name, cls in OF_KIND.items() if cls is kind)
 
 
 def from_json(doc: Any) -> Manifest:

@@ -107,10 +107,13 @@ def test_a_kind_is_its_type_s_constant():
 
 def test_reading_by_key_still_works_for_one_release_and_says_so():
     run = manifest.RunManifest.from_json(read("run-complete"))
-    with pytest.warns(DeprecationWarning, match=r"manifest\['status'\] goes.*attribute"):
+    with pytest.warns(DeprecationWarning, match=r"RunManifest\['status'\] goes.*attributes"):
         assert run["status"] == "complete"
-    with pytest.warns(DeprecationWarning, match=r"manifest.get\('rates'\)"):
+    with pytest.warns(DeprecationWarning, match=r"RunManifest.get\('rates'\)"):
         assert run.get("rates")["factor"] == 0.5
+    point = manifest.BatchManifest.from_json(read("batch-stopped")).points[0]
+    with pytest.warns(DeprecationWarning, match=r"BatchPoint\['log'\]"):
+        assert point["log"] == point.log
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert run.status == "complete"

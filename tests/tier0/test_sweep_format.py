@@ -79,10 +79,11 @@ def test_a_sweep_is_recorded_like_a_run(tmp_path):
     import polars as pl
 
     from labkit.runs import rundir
+    from tests.recorded import sweep_manifest
 
     rows = [nccltests.measure("all_reduce", 4, s, ops(4, s / 10), 100.0) for s in (4096, 8192)]
     writer = rundir.RunWriter(tmp_path / "s1")
-    writer.write_manifest(run_id="s1", kind="sweep")
+    writer.write_manifest(sweep_manifest("s1"))
     path = rundir.finish_sweep(writer, [asdict(r) for r in rows])
     manifest = json.loads((path / "manifest.json").read_text())
     assert manifest["status"] == "complete" and manifest["tables"] == ["sweep"]
