@@ -13,19 +13,20 @@ from dataclasses import replace
 import polars as pl
 
 from labkit.model.traffic import jobs, schedules
+from labkit.model.traffic.results import CollectiveResult, OpResult, Span
 from labkit.runs import experiment, rundir
 from labkit.runs.rundir import Run
 from labkit.traffic.collective import Op
 
 
 def run_op(plans: list[schedules.Plan], transfer_ns: int, start_ns: int = 0,
-           index: int = 0) -> tuple[list[Op], list[dict]]:
+           index: int = 0) -> tuple[list[Op], list[OpResult]]:
     """Every rank's op ``index`` (rank r runs ``plans[r]``), all started at ``start_ns``
     and looked at as the agent's loop does (:meth:`Op.step`) at every event: a compute's
     end or a message's arrival, ``transfer_ns`` (> 0) after it left. Each op finishes
     when it has received everything. Returns the ops and their ``collectives`` rows."""
     ops = [Op(p, start_ns) for p in plans]
-    rows: dict[int, dict] = {}
+    rows: dict[int, OpResult] = {}
     wire: list[tuple] = []  # (arrival_ns, order, dst, src, chunk, value, sent_ns)
     order = itertools.count()
     now = start_ns
@@ -48,28 +49,32 @@ def run_op(plans: list[schedules.Plan], transfer_ns: int, start_ns: int = 0,
     return ops, [rows[r] for r in range(len(ops))]
 
 
-def results(plans: list[schedules.Plan], transfer_ns: int, iterations: int = 1) -> list[dict]:
-    """Per rank, the ``rank``, ``ops`` and ``phases`` of its results JSON (as read back)
-    for ``iterations`` iterations of ``plans``, each started by every rank once the last
-    rank has finished the one before."""
-    out: list[dict] = [{"rank": r, "ops": [], "phases": []} for r in range(len(plans))]
+def results(plans: list[schedules.Plan], transfer_ns: int,
+            iterations: int = 1) -> list[CollectiveResult]:
+    """Per rank, its results (ops and phases, no counters) as read back from its results
+    JSON, for ``iterations`` iterations of ``plans``, each started by every rank once the
+    last rank has finished the one before."""
+    ops: list[list[OpResult]] = [[] for _ in plans]
+    phases: list[list[Span]] = [[] for _ in plans]
     start = 0
     for k in range(iterations):
-        ops, rows = run_op(plans, transfer_ns, start, k)
-        for r, (op, row) in enumerate(zip(ops, rows, strict=True)):
-            out[r]["ops"].append(row)
-            out[r]["phases"] += [(k, *span) for span in op.spans]
-        start = max(row["end_ns"] for row in rows)
-    return json.loads(json.dumps(out))
+        op_states, rows = run_op(plans, transfer_ns, start, k)
+        for r, (op, row) in enumerate(zip(op_states, rows, strict=True)):
+            ops[r].append(row)
+            phases[r] += [Span(k, *span) for span in op.spans]
+        start = max(row.end_ns for row in rows)
+    return [CollectiveResult.from_json(json.loads(json.dumps(CollectiveResult(
+        rank=r, ops=tuple(ops[r]), phases=tuple(phases[r]), aborted=False).to_json())))
+            for r in range(len(plans))]
 
 
 class FakeRank:
-    """A collective agent that has finished: its host and its results JSON."""
+    """A collective agent that has finished: its host and its results."""
 
-    def __init__(self, node: str, result: dict):
-        self.node, self._result = node, result | {"aborted": False}
+    def __init__(self, node: str, result: CollectiveResult):
+        self.node, self._result = node, result
 
-    def result(self) -> dict:
+    def result(self) -> CollectiveResult:
         return self._result
 
 

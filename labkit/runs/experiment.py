@@ -70,6 +70,7 @@ from labkit.model.tables import (
 )
 from labkit.model.topo import Topology
 from labkit.model.traffic.jobs import sent_bytes
+from labkit.model.traffic.results import NOT_COUNTED, CollectiveResult, StorageResult
 from labkit.traffic.agents import (
     Agent,
     await_lines,
@@ -253,12 +254,12 @@ def _run_traffic(pf: PolicyFabric, workdir: Path, duration_s: float | None,
     sc, topo, fabric, pol, control = pf.sc, pf.topo, pf.fabric, pf.pol, pf.control
     result = PolicyResult(pol.name, pol.port_layout)
     commands = programs = None
-    agents: list[Agent] = []
+    agents: list[Agent[CollectiveResult] | Agent[StorageResult]] = []
     pauser = pf.pauser.start() if pf.pauser else None
     try:
         rng = random.Random(f"{sc.seed}/{pol.name}")
         if sc.program:  # the user's program is the collective workload: no labkit ranks
-            ring = []
+            ring: list[Agent[CollectiveResult]] = []
             programs = Programs(sc.program, topo, fabric, pf.groups, workdir / "program",
                                 control.phase_maps if control else None).launch()
         else:
@@ -271,7 +272,7 @@ def _run_traffic(pf: PolicyFabric, workdir: Path, duration_s: float | None,
                 1 if pcap else sc.emulation.gso_packets,
                 lossless.carries_collectives(sc.fabric, pol.port_layout))
         storage = start_storage(sc, topo, fabric, workdir) if pol.storage else []
-        agents = ring + storage
+        agents = [*ring, *storage]
         if pol.storage and sc.commands:  # the user's programs compete as storage does
             commands = Commands(sc.commands, topo, fabric, workdir / "commands").serve()
         await_ready(agents)
@@ -341,7 +342,8 @@ def _collect_telemetry(result: PolicyResult, events: list[tuple], queues: QueueP
     result.events_lost, result.packets_sampled, result.unpaired = queues.delivery()
 
 
-def _drive(result: PolicyResult, ring: list[Agent], storage: list[Agent],
+def _drive(result: PolicyResult, ring: list[Agent[CollectiveResult]],
+           storage: list[Agent[StorageResult]],
            watched: list[WatchedPort], duration_s: float | None, iterations: int | None,
            progress: Callable[[int], None] | None, control: ControlSession | None,
            commands: Commands | None = None, programs: Programs | None = None) -> None:
@@ -393,22 +395,27 @@ def _own_cpu_s() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def _collect(result: PolicyResult, ring: list[Agent], storage: list[Agent]) -> None:
+def _collect(result: PolicyResult, ring: list[Agent[CollectiveResult]],
+             storage: list[Agent[StorageResult]]) -> None:
     for a in ring:
         r = a.result()
-        result.collectives.extend(CollectiveRow(**op, host=a.node) for op in r["ops"])
-        result.phases.extend(PhaseRow(op, r["rank"], a.node, *span)
-                             for op, *span in r["phases"])
-        # a rank that never started reports no counters: zeros
-        result.transport.append(TransportRow(**{k: r.get(k, 0) for k in TransportRow._fields}
-                                             | {"host": a.node}))
-        result.aborted |= r["aborted"]
+        result.collectives.extend(
+            CollectiveRow(o.op, o.rank, a.node, o.start_ns, o.end_ns, o.wrong, o.compute_ns,
+                          o.exposed_ns, o.bubble_ns) for o in r.ops)
+        result.phases.extend(PhaseRow(s.op, r.rank, a.node, s.phase, s.start_ns, s.end_ns)
+                             for s in r.phases)
+        c = r.counters or NOT_COUNTED  # a rank that never started counted nothing
+        result.transport.append(TransportRow(
+            a.node, r.rank, c.packets_sent, c.retransmits, c.timeouts, c.naks, c.out_of_order,
+            c.bytes_received, c.cpu_user_s, c.cpu_sys_s, c.cnps))
+        result.aborted |= r.aborted
     for a in storage:
-        r = a.result()
-        for entry, samples in r["samples"].items():
+        s = a.result()
+        for entry, samples in s.samples.items():
             result.flows += [FlowRow(a.node, entry, t_ns, total) for t_ns, total in samples]
-        result.ios += [IoRow(a.node, entry, t_ns, ns, size) for entry, t_ns, ns, size in r["ios"]]
-        result.storage_errors += [f"{a.node}: {e}" for t_ns, e in r["errors"]
+        result.ios += [IoRow(a.node, io.entry, io.t_ns, io.latency_ns, io.bytes)
+                       for io in s.ios]
+        result.storage_errors += [f"{a.node}: {e}" for t_ns, e in s.errors
                                   if t_ns < result.storage_stopped_ns]
 
 
@@ -471,7 +478,8 @@ def run_sweep(sc: Scenario, op: str, algo: str | Mapping[int, str], size_list: l
                                                                                "fifo"))
                 try:
                     ops = run_agents(procs, iterations + 1)
-                    resent = sum(a.result()["retransmits"] for a in procs)
+                    resent = sum((a.result().counters or NOT_COUNTED).retransmits
+                                 for a in procs)
                 finally:
                     for a in procs:
                         a.close()
