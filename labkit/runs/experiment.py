@@ -70,7 +70,12 @@ from labkit.model.tables import (
 )
 from labkit.model.topo import Topology
 from labkit.model.traffic.jobs import sent_bytes
-from labkit.model.traffic.results import NOT_COUNTED, CollectiveResult, StorageResult
+from labkit.model.traffic.results import (
+    NOT_COUNTED,
+    CollectiveResult,
+    CommandEnd,
+    StorageResult,
+)
 from labkit.traffic.agents import (
     Agent,
     await_lines,
@@ -119,7 +124,7 @@ class PolicyResult:
     loss_drops: dict[str, int] = field(default_factory=dict)  # per lossy link
     controller: list[Decision] = field(default_factory=list)  # the valves' decisions
     control: dict | None = None  # valve totals and the controller's own figures
-    commands: list[dict] = field(default_factory=list)  # the command entries, as they ended
+    commands: list[CommandEnd] = field(default_factory=list)  # the command entries, as they ended
     pauses: list[PauseRow] = field(default_factory=list)  # a lossless fabric's pauses
     pause_notes: list[str] = field(default_factory=list)  # what the pauser could not do
     program_ops: list[OpRow] = field(default_factory=list)  # a program's collectives
@@ -442,8 +447,8 @@ def _collect_program(result: PolicyResult, programs: Programs, marks: JobMarks) 
     result.program = {
         "name": spec.name, "source": source, "warmup": spec.warmup, "bad_lines": bad,
         "bursts_lost": lost,
-        "ranks": [{**row, "packets": per_host[row["host"]][0],
-                   "bytes": per_host[row["host"]][1]} for row in programs.rows()]}
+        "ranks": [{**row.to_json(), "packets": per_host[row.host][0],
+                   "bytes": per_host[row.host][1]} for row in programs.rows()]}
 
 
 def run_sweep(sc: Scenario, op: str, algo: str | Mapping[int, str], size_list: list[int],
@@ -560,7 +565,8 @@ def summary_meta(sc: Scenario, topo: Topology, run_id: str, results: list[Policy
                                      "orchestrator_cpu_share": r.orchestrator_cpu_share}
                           for r in results},
             "loss_drops": {r.policy: r.loss_drops for r in results},
-            "commands": {r.policy: r.commands for r in results if r.commands},
+            "commands": {r.policy: [c.to_json() for c in r.commands]
+                         for r in results if r.commands},
             "storage_errors": {r.policy: r.storage_errors for r in results},
             "program": {r.policy: r.program for r in results} if sc.program else None,
             "warmup": sc.program.warmup if sc.program else 0,

@@ -1,6 +1,7 @@
-"""What the traffic agents report (labkit.model.traffic.results): each result file, as
+"""What the traffic reports (labkit.model.traffic.results): each agent's result file, as
 the agents wrote it before it had a type, reads back as its type and writes again byte
-for byte; the run reads their attributes into its tables."""
+for byte; the run reads their attributes into its tables; the users' programs' ends are
+written for the summary as they were."""
 
 import json
 
@@ -8,8 +9,10 @@ import pytest
 
 from labkit.model.traffic.results import (
     CollectiveResult,
+    CommandEnd,
     IoDone,
     OpResult,
+    ProgramRankEnd,
     RankCounters,
     Span,
     StorageResult,
@@ -77,3 +80,16 @@ def test_the_run_reads_the_results_into_its_tables():
                                       ("fifo", "s1", "dataset", 60, 8192)]
     assert tables["ios"].rows() == [("fifo", "s1", "dataset", 5, 1200, 4096)]
     assert policy.storage_errors == []  # after storage was stopped: not an error
+
+
+def test_the_users_programs_ends_are_written_as_before():
+    command = CommandEnd(name="bulk", role="serve", host="g2", argv=("iperf3", "-s"), exit=-15,
+                         stopped_by_labkit=True)
+    assert json.dumps(command.to_json()) == json.dumps(
+        {"name": "bulk", "role": "serve", "host": "g2", "argv": ["iperf3", "-s"], "exit": -15,
+         "stopped_by_labkit": True})
+    rank = ProgramRankEnd(rank=0, host="g1", argv=("python", "train.py"), exit=None,
+                          stopped_by_labkit=True, lingered=False, cpu_s=1.5)
+    assert json.dumps(rank.to_json()) == json.dumps(
+        {"rank": 0, "host": "g1", "argv": ["python", "train.py"], "exit": None,
+         "stopped_by_labkit": True, "lingered": False, "cpu_s": 1.5})

@@ -1,10 +1,12 @@
-"""What each traffic agent reports when it ends: dataclasses shared by the agents (which
-write them as JSON next to their config) and the run (:mod:`labkit.traffic.agents` reads
-them back), as :mod:`.configs` is for what they start with.
+"""What the traffic reports when it ends: dataclasses shared by the agents (which write
+them as JSON next to their config) and the run (:mod:`labkit.traffic.agents` reads them
+back), as :mod:`.configs` is for what they start with; and how the users' programs ended
+(a command entry's, :mod:`labkit.traffic.commands`; a program's ranks,
+:mod:`labkit.traffic.programs`), which the summary lists.
 
-``to_json`` writes what the agents have always written, key for key (the files stay in a
-run's ``agents/`` folder); ``from_json`` reads it back. Standard library only: agents
-start fast.
+``to_json`` writes what has always been written, key for key (the agents' files stay in
+a run's ``agents/`` folder); ``from_json`` reads an agent's back. Standard library only:
+agents start fast.
 """
 
 from __future__ import annotations
@@ -118,3 +120,38 @@ class StorageResult:
                             for entry, samples in doc["samples"].items()},
                    ios=tuple(IoDone(*io) for io in doc["ios"]), aborted=doc["aborted"],
                    errors=tuple((t, message) for t, message in doc["errors"]))
+
+
+@dataclass(frozen=True)
+class CommandEnd:
+    """How one program of a scenario's command entry ended: the entry's name, the
+    program's role (run or serve), host and argv as started (addresses expanded), its exit
+    code, and whether labkit had to stop it."""
+
+    name: str
+    role: str
+    host: str
+    argv: tuple[str, ...]
+    exit: int | None
+    stopped_by_labkit: bool
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "argv": list(self.argv)}
+
+
+@dataclass(frozen=True)
+class ProgramRankEnd:
+    """How one rank of a user's program ended: its rank, host and argv, its exit code,
+    whether labkit stopped it (and, of those, whether it had reported every iteration and
+    lingered), and the CPU seconds its cgroup used."""
+
+    rank: int
+    host: str
+    argv: tuple[str, ...]
+    exit: int | None
+    stopped_by_labkit: bool
+    lingered: bool
+    cpu_s: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "argv": list(self.argv)}
