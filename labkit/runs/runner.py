@@ -29,6 +29,7 @@ import shutil
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
+from functools import partial
 from pathlib import Path
 
 import polars as pl
@@ -141,7 +142,7 @@ def resolve_rates(sc: Scenario, source: str) -> tuple[Scenario, Rates | None]:
     if factor == 1:
         return written, None
     found = None
-    if factor == AUTO:
+    if isinstance(factor, str):  # auto, the only word the scenario's checker lets through
         key = "emulation.rate_factor"
         found = rundir.newest_calibration(written.to_dict())
         if found is None:
@@ -161,6 +162,12 @@ def resolve_rates(sc: Scenario, source: str) -> tuple[Scenario, Rates | None]:
         factor=factor, calibration=str(found[0]) if found else None,
         bottleneck_rate_mbps=cal.bottleneck_rate(written) * factor,
         scale_factor=written.scale_factor / factor)
+
+
+def _running(tell: Callable[[Progress], None], policy: str, total: int | None
+             ) -> Callable[[int], None]:
+    """What tells ``tell`` how many of ``total`` ops a policy's first rank has done."""
+    return lambda done: tell(Progress(policy, "running", done, total))
 
 
 @contextmanager
@@ -227,7 +234,7 @@ def run(scenario: str | Path | Scenario, policies: Sequence[str] | None = None, 
         check_links(topology, list(pcap))
     except KeyError as exc:
         raise ScenarioError(source, "pcap", exc.args[0]) from None
-    if problem := not_ready() or (sc.program and cgroups.problem()):
+    if problem := not_ready() or (cgroups.problem() if sc.program else None):
         raise NotReady(problem)
     tell = on_progress or (lambda _: None)
     request = PcapRequest(tuple(pcap), pcap_snaplen) if pcap else None
@@ -254,7 +261,7 @@ def run(scenario: str | Path | Scenario, policies: Sequence[str] | None = None, 
                 result = experiment.run_policy(
                     sc, topology, pol, registry, writer.agents_dir / policy,
                     duration_s=duration, pcap=request, pcap_dir=writer.tmp / policy,
-                    progress=lambda done, p=policy, n=total: tell(Progress(p, "running", done, n)),
+                    progress=_running(tell, policy, total),
                     telemetry=telemetry, controllers={**CONTROLLERS, **users},
                     classifier_object=kept)
                 results.append(result)
@@ -309,7 +316,9 @@ def sweep(scenario: str | Path | Scenario, op: str = "all_reduce", algo: str = "
 
     sc, source, rates = _scenario(scenario, None)
     check_sweep(sc, op, algo, sizes, iters)
-    ranks, algos, auto = sc.ranks, algo, None
+    ranks = sc.ranks
+    algos: str | dict[int, str] = algo
+    auto: AutoChoices | None = None
     if algo == AUTO:
         model, path = _model_of(sc, source)
         ranks = autotune.ring_order(Topology(sc.fabric), sc.ranks)
@@ -375,8 +384,8 @@ def tune(scenario: str | Path | Scenario, sizes: Sequence[int] = TUNE_SIZES, ite
             for algo in algos:
                 rows = experiment.run_sweep(
                     sc, "all_reduce", algo, list(sizes), iters, Registry(run_id),
-                    work / algo, on_row=(lambda row, a=algo: on_row(a, row)) if on_row
-                    else None, ranks=ranks, notes=notes)
+                    work / algo, on_row=partial(on_row, algo) if on_row else None,
+                    ranks=ranks, notes=notes)
                 sweeps[algo] = [asdict(r) for r in rows]
             (writer.tmp / "tune.json").write_text(json.dumps(sweeps, indent=1) + "\n")
             # an algorithm with wrong values at all but one size cannot be fitted: left out
@@ -475,6 +484,7 @@ def calibrate(scenario: str | Path | Scenario, policies: Sequence[str] | None = 
     tell = on_trial or (lambda *_: None)
 
     def trial(factor: float) -> bool:
+        found: tuple[str, ...]
         tell(factor, "running")
         try:
             done = run(cal.scaled(sc, factor), policies, duration=seconds,
@@ -524,7 +534,7 @@ def _classifier_program(sc: Scenario, source: str, build: Path) -> Path | None:
 def _keep_program(run_dir: Path, sc: Scenario, program: Path | None) -> Path | None:
     """Copy the user's classifier (its source too, if given) into ``programs/`` of the run;
     the kept object, which the run then loads."""
-    if program is None:
+    if program is None or sc.classifier is None:
         return None
     (run_dir / "programs").mkdir()
     if sc.classifier.endswith(".bpf.c"):
@@ -538,7 +548,8 @@ def _user_controllers(sc: Scenario, source: str, given: Mapping[str, str | type]
     from labkit import control
 
     out = {}
-    named = [(f"control.controllers.{n}", n, spec) for n, spec in sc.control.controllers]
+    named: list[tuple[str, str, str | type]] = [
+        (f"control.controllers.{n}", n, spec) for n, spec in sc.control.controllers]
     named += [(f"controllers.{n}", n, spec) for n, spec in given.items()]
     for key, name, spec in named:
         if problem := scenario_mod.name_problem(name):
