@@ -28,6 +28,7 @@ from rich.table import Table
 
 from labkit.analysis.calibration import TRIAL_SECONDS
 from labkit.model import scenario as scenario_mod
+from labkit.model.manifest import BatchPoint, Rates
 
 console = Console(width=max(120, Console().width))
 err = Console(stderr=True, soft_wrap=True)
@@ -536,9 +537,8 @@ def cmd_run(args) -> int:
     return 0
 
 
-def _rates_line(rates) -> str:
-    """What ``emulation.rate_factor`` did to a run (a :class:`labkit.model.manifest.Rates`),
-    in a sentence."""
+def _rates_line(rates: Rates) -> str:
+    """What ``emulation.rate_factor`` did to a run, in a sentence."""
     where = (f"the newest calibration, {rates.calibration}" if rates.calibration
              else "emulation.rate_factor")
     return (f"rates x{rates.factor:g} ({where}): the bottleneck at "
@@ -608,7 +608,7 @@ def cmd_batch(args) -> int:
         overall = progress.add_task(f"{g.name}: runs ({args.executor})", total=g.size)
         current = progress.add_task("", total=None, visible=False)
 
-        def on_point(point, entry) -> None:
+        def on_point(point, entry: BatchPoint) -> None:
             status = entry.status
             if status in ended:
                 progress.update(overall, advance=1)
