@@ -1,6 +1,6 @@
-"""What a recorded directory's ``manifest.json`` says, one type per kind: a run
-(:class:`RunManifest`), a sweep, a tuning, a calibration and a batch, each run's with the
-:class:`Provenance` of what recorded it (docs/data-model.md).
+"""What a recorded directory's ``manifest.json`` says, one type per kind (:data:`OF_KIND`):
+a run (:class:`RunManifest`), a sweep, a tuning, a calibration and a batch, the first four
+with the :class:`Provenance` of what recorded them (docs/data-model.md).
 
 Each is written as it is recorded and rewritten as it ends: ``status`` first, then what
 the recording was asked to do, then how it ended (``error``, ``end_time``) and the tables
@@ -18,8 +18,6 @@ from typing import Any, Self
 
 from labkit.model import records
 from labkit.model.records import FLAT, NULL, DocumentError
-
-KINDS = ("run", "sweep", "tune", "calibration", "batch")
 
 
 class ManifestError(DocumentError):
@@ -329,6 +327,7 @@ Manifest = RunManifest | SweepManifest | TuneManifest | CalibrationManifest | Ba
 OF_KIND: dict[str, type[Manifest]] = {
     "run": RunManifest, "sweep": SweepManifest, "tune": TuneManifest,
     "calibration": CalibrationManifest, "batch": BatchManifest}
+KINDS = tuple(OF_KIND)
 
 
 def kind_of(doc: Any) -> str:
