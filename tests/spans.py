@@ -8,23 +8,25 @@ from __future__ import annotations
 import heapq
 import itertools
 import json
+from dataclasses import replace
 
 import polars as pl
 
 from labkit.model.traffic import jobs, schedules
+from labkit.model.traffic.results import CollectiveResult, OpResult, Span
 from labkit.runs import experiment, rundir
 from labkit.runs.rundir import Run
 from labkit.traffic.collective import Op
 
 
 def run_op(plans: list[schedules.Plan], transfer_ns: int, start_ns: int = 0,
-           index: int = 0) -> tuple[list[Op], list[dict]]:
+           index: int = 0) -> tuple[list[Op], list[OpResult]]:
     """Every rank's op ``index`` (rank r runs ``plans[r]``), all started at ``start_ns``
     and looked at as the agent's loop does (:meth:`Op.step`) at every event: a compute's
     end or a message's arrival, ``transfer_ns`` (> 0) after it left. Each op finishes
     when it has received everything. Returns the ops and their ``collectives`` rows."""
     ops = [Op(p, start_ns) for p in plans]
-    rows: dict[int, dict] = {}
+    rows: dict[int, OpResult] = {}
     wire: list[tuple] = []  # (arrival_ns, order, dst, src, chunk, value, sent_ns)
     order = itertools.count()
     now = start_ns
@@ -47,28 +49,32 @@ def run_op(plans: list[schedules.Plan], transfer_ns: int, start_ns: int = 0,
     return ops, [rows[r] for r in range(len(ops))]
 
 
-def results(plans: list[schedules.Plan], transfer_ns: int, iterations: int = 1) -> list[dict]:
-    """Per rank, the ``rank``, ``ops`` and ``phases`` of its results JSON (as read back)
-    for ``iterations`` iterations of ``plans``, each started by every rank once the last
-    rank has finished the one before."""
-    out: list[dict] = [{"rank": r, "ops": [], "phases": []} for r in range(len(plans))]
+def results(plans: list[schedules.Plan], transfer_ns: int,
+            iterations: int = 1) -> list[CollectiveResult]:
+    """Per rank, its results (ops and phases, no counters) as read back from its results
+    JSON, for ``iterations`` iterations of ``plans``, each started by every rank once the
+    last rank has finished the one before."""
+    ops: list[list[OpResult]] = [[] for _ in plans]
+    phases: list[list[Span]] = [[] for _ in plans]
     start = 0
     for k in range(iterations):
-        ops, rows = run_op(plans, transfer_ns, start, k)
-        for r, (op, row) in enumerate(zip(ops, rows, strict=True)):
-            out[r]["ops"].append(row)
-            out[r]["phases"] += [(k, *span) for span in op.spans]
-        start = max(row["end_ns"] for row in rows)
-    return json.loads(json.dumps(out))
+        op_states, rows = run_op(plans, transfer_ns, start, k)
+        for r, (op, row) in enumerate(zip(op_states, rows, strict=True)):
+            ops[r].append(row)
+            phases[r] += [Span(k, *span) for span in op.spans]
+        start = max(row.end_ns for row in rows)
+    return [CollectiveResult.from_json(json.loads(json.dumps(CollectiveResult(
+        rank=r, ops=tuple(ops[r]), phases=tuple(phases[r]), aborted=False).to_json())))
+            for r in range(len(plans))]
 
 
 class FakeRank:
-    """A collective agent that has finished: its host and its results JSON."""
+    """A collective agent that has finished: its host and its results."""
 
-    def __init__(self, node: str, result: dict):
-        self.node, self._result = node, result | {"aborted": False}
+    def __init__(self, node: str, result: CollectiveResult):
+        self.node, self._result = node, result
 
-    def result(self) -> dict:
+    def result(self) -> CollectiveResult:
         return self._result
 
 
@@ -77,7 +83,7 @@ def job_run(base: Run, transfer_ns: dict[str, int], iterations: int = 2) -> Run:
     virtual ranks running its job (one policy per entry of ``transfer_ns``: how long a
     message takes under it), through the agents' results path
     (:func:`labkit.runs.experiment._collect`, :func:`labkit.runs.rundir.tables_from`)."""
-    job = base.manifest["scenario"]["job"]
+    job = base.manifest.scenario["job"]
     params = {"parallelism": job["parallelism"], **dict(job["params"])}
     hosts = job["ranks"]
     plans = [jobs.plan(params, len(hosts), r) for r in range(len(hosts))]
@@ -88,14 +94,15 @@ def job_run(base: Run, transfer_ns: dict[str, int], iterations: int = 2) -> Run:
             hosts, results(plans, ns, iterations), strict=True)], [])
     tables = {**base.tables, **{name: frame for name, frame in rundir.tables_from(policies)
                                  .items() if name in ("collectives", "phases")}}
-    manifest = {**base.manifest, "tables": sorted({*base.manifest["tables"], "phases"})}
+    manifest = replace(base.manifest, tables=tuple(sorted({*base.manifest.tables, "phases"})))
     return Run(base.path, manifest, base.summary, tables)
 
 
 def before_phases(run: Run) -> Run:
     """``run`` as if recorded before the ``phases`` table (the sample runs were, until
     re-recorded): not among its manifest's tables, and empty."""
-    manifest = {**run.manifest, "tables": [t for t in run.manifest["tables"] if t != "phases"]}
+    manifest = replace(run.manifest,
+                       tables=tuple(t for t in run.manifest.tables if t != "phases"))
     return Run(run.path, manifest, run.summary, {**run.tables, "phases": run["phases"].clear()})
 
 

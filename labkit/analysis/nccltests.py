@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from labkit.model.topo import Topology
 from labkit.model.traffic import schedules
+from labkit.model.traffic.results import OpResult
 
 COLUMNS = "#       size        count    type   redop    root      time    algbw    busbw  #wrong"
 _UNITS_HEAD = "#        (B)   (elements)                               (us)"
@@ -105,15 +106,15 @@ def link_rate(topo: Topology, ranks: tuple[str, ...]) -> float:
                for link in topo.links_on_path(a, b))
 
 
-def measure(op: str, n: int, size: int, ops: list[dict], link_mbps: float,
+def measure(op: str, n: int, size: int, ops: list[OpResult], link_mbps: float,
             retransmits: int = 0, algo: str = "") -> Row:
     """One row from every rank's ops (op 0 is the warm-up and does not count)."""
     spans: dict[int, tuple[int, int, int]] = {}
     for o in ops:
-        if o["op"] == 0:
+        if o.op == 0:
             continue
-        lo, hi, wrong = spans.get(o["op"], (o["start_ns"], o["end_ns"], 0))
-        spans[o["op"]] = (min(lo, o["start_ns"]), max(hi, o["end_ns"]), wrong + o["wrong"])
+        lo, hi, wrong = spans.get(o.op, (o.start_ns, o.end_ns, 0))
+        spans[o.op] = (min(lo, o.start_ns), max(hi, o.end_ns), wrong + o.wrong)
     time_us = sum(hi - lo for lo, hi, _ in spans.values()) / len(spans) / 1e3
     algbw = size * 8 / time_us  # bits per microsecond = Mbit/s
     return Row(size, param_count(op, size, n), "float",

@@ -35,7 +35,7 @@ import subprocess
 import time
 from collections.abc import Callable, Iterable
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -45,9 +45,17 @@ from labkit.analysis import metrics
 from labkit.kernel.registry import RunLock
 from labkit.model import grid as grid_mod
 from labkit.model.grid import Grid, Point
+from labkit.model.manifest import (
+    BatchManifest,
+    BatchPoint,
+    BatchRef,
+    GridRecord,
+    RunManifest,
+    ScenarioFile,
+)
 from labkit.model.scenario import Scenario, ScenarioError
 from labkit.runs import rundir, runner
-from labkit.runs.rundir import RunDataError, RunWriter
+from labkit.runs.rundir import PolarsDataType, RunDataError, RunWriter
 
 EXECUTORS = ("local", "slurm")
 ENDED = ("complete", "failed", "interrupted", "cancelled")
@@ -57,7 +65,7 @@ SLURM_ALIVE = {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "
                "RESV_DEL_HOLD", "STOPPED", "POWER_UP_NODE"}
 POLL_S = 5.0  # how often the slurm executor looks at its jobs
 GONE_GRACE_S = 60.0  # an ended job's result may reach a shared filesystem this late
-BASE_COLUMNS: dict[str, pl.DataType] = {"run_id": pl.Utf8, "scenario": pl.Utf8,
+BASE_COLUMNS: dict[str, PolarsDataType] = {"run_id": pl.Utf8, "scenario": pl.Utf8,
                                         "batch": pl.Utf8, "point": pl.Int64, "seed": pl.Int64}
 
 
@@ -70,7 +78,20 @@ class PointJob:
     policies: tuple[str, ...]
     duration: float | None
     out: str  # the run directory to create
-    batch: dict  # recorded in the run's manifest: id, point, parameters
+    batch: BatchRef  # recorded in the run's manifest
+
+
+@dataclass(frozen=True)
+class PointOutcome:
+    """How a point's run went, as the function that ran it says: ``status`` (complete,
+    failed or interrupted) and what it knows of the rest (None: not said)."""
+
+    status: str
+    run_id: str | None = None
+    host: str | None = None
+    error: str | None = None
+    start_time: str | None = None
+    end_time: str | None = None
 
 
 @dataclass(frozen=True)
@@ -78,15 +99,15 @@ class Batch:
     """A recorded batch: its directory and manifest (``points`` lists how each ended)."""
 
     path: Path
-    manifest: dict
+    manifest: BatchManifest
 
     @property
-    def points(self) -> list[dict]:
-        return self.manifest["points"]
+    def points(self) -> tuple[BatchPoint, ...]:
+        return self.manifest.points
 
     @property
     def complete(self) -> bool:
-        return all(p["status"] == "complete" for p in self.points)
+        return all(p.status == "complete" for p in self.points)
 
     def frame(self) -> pl.DataFrame:
         return load_runs(self.path)
@@ -96,24 +117,23 @@ class Batch:
 
 
 def run_point(job: PointJob, on_progress: Callable[[runner.Progress], None] | None = None
-              ) -> dict:
-    """Run one point here and say how it went: ``status`` (complete or failed), ``run_id``,
-    ``host``, ``error``, ``start_time``, ``end_time``. A run that fails is an answer, not an
-    exception; ``KeyboardInterrupt`` still stops the caller."""
-    out = {"host": rundir.host_label(), "start_time": rundir.now_iso()}
+              ) -> PointOutcome:
+    """Run one point here and say how it went (complete or failed). A run that fails is
+    an answer, not an exception; ``KeyboardInterrupt`` still stops the caller."""
+    host, start_time = rundir.host_label(), rundir.now_iso()
     try:
         run = runner.run(job.scenario, list(job.policies), out=job.out, duration=job.duration,
                          on_progress=on_progress, batch=job.batch)
     except KeyboardInterrupt:
         raise
     except Exception as exc:  # a scenario the machine refuses, a run that failed: recorded
-        return {**out, "status": "failed", "error": f"{type(exc).__name__}: {exc}",
-                "end_time": rundir.now_iso()}
-    return {**out, "status": "complete", "run_id": run.manifest["run_id"],
-            "end_time": rundir.now_iso()}
+        return PointOutcome("failed", host=host, start_time=start_time,
+                            error=f"{type(exc).__name__}: {exc}", end_time=rundir.now_iso())
+    return PointOutcome("complete", host=host, start_time=start_time,
+                        run_id=run.manifest.run_id, end_time=rundir.now_iso())
 
 
-def job_main(job: PointJob) -> dict:
+def job_main(job: PointJob) -> PointOutcome:
     """A Slurm job's work: :func:`run_point`. Slurm's signals — SIGTERM when the job is
     cancelled or reaches its time limit — stop the run as Ctrl-C does: it tears down what it
     built and is recorded as interrupted (a second signal cannot cut the teardown short)."""
@@ -128,9 +148,10 @@ def job_main(job: PointJob) -> dict:
     try:
         return run_point(job)
     except KeyboardInterrupt:
-        return {"host": rundir.host_label(), "status": "interrupted",
-                "error": f"stopped by {signal.Signals(stopping[0]).name if stopping else 'SIGINT'}"
-                         " (scancel, or the job's time limit)", "end_time": rundir.now_iso()}
+        signame = signal.Signals(stopping[0]).name if stopping else "SIGINT"
+        return PointOutcome("interrupted", host=rundir.host_label(),
+                            error=f"stopped by {signame} (scancel, or the job's time limit)",
+                            end_time=rundir.now_iso())
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
@@ -149,45 +170,62 @@ class _Record:
         self.dir = self.writer.tmp
         (self.dir / "grid.yaml").write_text(grid.text or Path(grid.path).read_text())
         (self.dir / "runs").mkdir()
-        self.points = [{"point": p.index, "name": p.name, "parameters": p.parameters,
-                        "policies": list(p.policies), "seed": p.seed,
-                        "run": f"runs/{p.name}", "status": "pending", "run_id": None,
-                        "host": None, "job_id": None, "error": None}
+        self.points = [BatchPoint(point=p.index, name=p.name, parameters=p.parameters,
+                                  policies=p.policies, seed=p.seed, run=f"runs/{p.name}")
                        for p in grid.points]
-        self.writer.write_manifest(
-            run_id=self.batch_id, kind="batch", status="running",
-            grid={"file": str(Path(grid.path).resolve()), "sha256": grid.sha256,
-                  "name": grid.name, "description": grid.description,
-                  "axes": {a.key: list(a.values) for a in grid.axes},
-                  "policies": [list(p) for p in grid.policies], "seeds": list(grid.seeds),
-                  "duration_s": grid.duration},
-            scenario={"file": str(Path(grid.scenario_path).resolve()),
-                      "sha256": grid.base.sha256, "name": grid.base.name},
+        self.manifest = BatchManifest(
+            run_id=self.batch_id,
+            grid=GridRecord(file=str(Path(grid.path).resolve()), sha256=grid.sha256,
+                            name=grid.name, description=grid.description,
+                            axes={a.key: tuple(a.values) for a in grid.axes},
+                            policies=grid.policies, seeds=grid.seeds, duration_s=grid.duration),
+            scenario=ScenarioFile(file=str(Path(grid.scenario_path).resolve()),
+                                  sha256=grid.base.sha256, name=grid.base.name),
             executor=executor, host=rundir.host_label(), start_time=rundir.now_iso(),
-            argv=argv, labkit_revision=rundir.git_revision(), points=self.points)
+            argv=tuple(argv) if argv is not None else None,
+            labkit_revision=rundir.git_revision(), points=tuple(self.points))
+        self.writer.write_manifest(self.manifest)
 
     def job(self, grid: Grid, p: Point) -> PointJob:
         return PointJob(p.index, p.scenario, p.policies, grid.duration,
                         str((self.dir / "runs" / p.name).resolve()),
-                        {"id": self.batch_id, "point": p.index, "parameters": p.parameters})
+                        BatchRef(id=self.batch_id, point=p.index, parameters=p.parameters))
 
-    def update(self, index: int, **fields) -> dict:
-        entry = self.points[index]
-        entry.update(fields)
-        if entry["status"] in ENDED and entry["status"] != "complete":
+    def update(self, index: int, status: str, *, run_id: str | None = None,
+               host: str | None = None, job_id: str | None = None, error: str | None = None,
+               log: str | None = None, start_time: str | None = None,
+               end_time: str | None = None) -> BatchPoint:
+        """Point ``index`` now at ``status``, with what else is said (None: as it was),
+        recorded."""
+        p = self.points[index]
+        point = replace(p, status=status, run_id=_said(run_id, p.run_id),
+                        host=_said(host, p.host), job_id=_said(job_id, p.job_id),
+                        error=_said(error, p.error), log=_said(log, p.log),
+                        start_time=_said(start_time, p.start_time),
+                        end_time=_said(end_time, p.end_time))
+        if point.status in ENDED and point.status != "complete":
             # what the run kept, if it started: its directory under the temporary name
-            kept = rundir.incomplete_path(self.dir / "runs" / entry["name"])
-            entry["run"] = f"runs/{kept.name}" if kept.exists() else None
-        self.writer.write_manifest(points=self.points)
-        return dict(entry)
+            kept = rundir.incomplete_path(self.dir / "runs" / point.name)
+            point = replace(point, run=f"runs/{kept.name}" if kept.exists() else None)
+        self.points[index] = point
+        self.manifest = replace(self.manifest, points=tuple(self.points))
+        self.writer.write_manifest(self.manifest)
+        return point
+
+    def ended(self, index: int, outcome: PointOutcome) -> BatchPoint:
+        """Point ``index`` as its run's ``outcome`` says it went, recorded."""
+        o = outcome
+        return self.update(index, o.status, run_id=o.run_id, host=o.host, error=o.error,
+                           start_time=o.start_time, end_time=o.end_time)
 
     def stopped(self, status: str, error: str | None = None) -> None:
         """The batch did not finish: ``interrupted``, or ``incomplete`` with the error."""
-        self.writer.write_manifest(status=status, error=error, end_time=rundir.now_iso(),
-                                   points=self.points)
+        self.manifest = replace(self.manifest, status=status, error=error,
+                                end_time=rundir.now_iso())
+        self.writer.write_manifest(self.manifest)
 
     def finish(self) -> Batch:
-        counts = {s: sum(p["status"] == s for p in self.points) for s in ENDED}
+        counts = {s: sum(p.status == s for p in self.points) for s in ENDED}
         summary = {"kind": "batch", "points": len(self.points), **counts}
         try:
             frame = load_runs(self.dir)
@@ -198,12 +236,16 @@ class _Record:
                 str(self.dir), str(self.writer.target), literal=True)
             ).write_parquet(self.dir / "runs.parquet")
         path = self.writer.finish({}, summary)
-        return Batch(path, json.loads((path / "manifest.json").read_text()))
+        return Batch(path, rundir.read_manifest(path, BatchManifest))
+
+
+def _said(new: str | None, old: str | None) -> str | None:
+    return old if new is None else new
 
 
 def run_batch(grid: str | Path | Grid, executor: str = "local", *,
               out: str | Path | None = None,
-              on_point: Callable[[Point, dict], None] | None = None,
+              on_point: Callable[[Point, BatchPoint], None] | None = None,
               on_progress: Callable[[Point, runner.Progress], None] | None = None,
               argv: list[str] | None = None, run_fn: Callable | None = None,
               cluster: str = "slurm", poll_s: float = POLL_S,
@@ -211,7 +253,8 @@ def run_batch(grid: str | Path | Grid, executor: str = "local", *,
     """Run every point of ``grid`` (a grid file or a loaded :class:`~labkit.model.grid.Grid`)
     with ``executor`` and record the batch in ``out`` (default data/runs/<batch-id>).
 
-    ``on_point(point, entry)`` hears every change of a point's record (its manifest entry);
+    ``on_point(point, entry)`` hears every change of a point's record (its
+    :class:`~labkit.model.manifest.BatchPoint` in the manifest);
     ``on_progress(point, progress)`` each run's progress (local executor). ``run_fn``
     replaces what runs a point (:func:`run_point` locally, :func:`job_main` in a Slurm
     job) and ``cluster`` submitit's executor ("slurm"; "local" runs the jobs as local
@@ -247,16 +290,16 @@ def run_batch(grid: str | Path | Grid, executor: str = "local", *,
 
 def _run_local(record: _Record, g: Grid, tell, on_progress, run_fn) -> None:
     for p in g.points:
-        tell(p, record.update(p.index, status="running", host=rundir.host_label(),
+        tell(p, record.update(p.index, "running", host=rundir.host_label(),
                               start_time=rundir.now_iso()))
         progress = (lambda pr, p=p: on_progress(p, pr)) if on_progress else None
         try:
-            result = run_fn(record.job(g, p), on_progress=progress)
+            outcome = run_fn(record.job(g, p), on_progress=progress)
         except KeyboardInterrupt:
-            tell(p, record.update(p.index, status="interrupted", end_time=rundir.now_iso(),
+            tell(p, record.update(p.index, "interrupted", end_time=rundir.now_iso(),
                                   error="interrupted (Ctrl-C or SIGTERM)"))
             raise
-        tell(p, record.update(p.index, **result))
+        tell(p, record.ended(p.index, outcome))
 
 
 # --- Slurm ------------------------------------------------------------------------------------
@@ -312,21 +355,21 @@ def _run_slurm(record: _Record, g: Grid, tell, run_fn, cluster: str, poll_s: flo
             try:
                 job = ex.submit(run_fn, record.job(g, p))
             except Exception as exc:  # sbatch refused it: recorded, the others go on
-                tell(p, record.update(p.index, status="failed",
+                tell(p, record.update(p.index, "failed",
                                       error=f"not submitted: {type(exc).__name__}: {exc}"))
                 continue
             jobs[p.index] = job
-            tell(p, record.update(p.index, status="submitted", job_id=str(job.job_id),
+            tell(p, record.update(p.index, "submitted", job_id=str(job.job_id),
                                   log=_relative(job.paths.stderr, record.dir)))
         _wait(record, g, jobs, tell, cluster, poll_s, gone_grace_s)
     except BaseException as exc:  # Ctrl-C, or this process failing: no job runs on untended
         why = ("the batch was interrupted" if isinstance(exc, KeyboardInterrupt) else
                f"the batch stopped: {type(exc).__name__}: {exc}")
         for index, job in jobs.items():
-            if record.points[index]["status"] not in ENDED:
+            if record.points[index].status not in ENDED:
                 job.cancel(check=False)
                 try:
-                    tell(g.points[index], record.update(index, status="cancelled", error=why))
+                    tell(g.points[index], record.update(index, "cancelled", error=why))
                 except Exception:  # noqa: S110 - the record may be what failed; cancel the rest
                     pass
         raise
@@ -354,10 +397,10 @@ def _wait(record: _Record, g: Grid, jobs: dict[int, Any], tell, cluster: str,
             p = g.points[index]
             if job.paths.result_pickle.exists() or (cluster != "slurm" and job.done()):
                 try:
-                    result = job.result()
+                    outcome = job.result()
                 except Exception as exc:  # raised in the job, outside labkit's own handling
-                    result = {"status": "failed", "error": f"{type(exc).__name__}: {exc}"}
-                tell(p, record.update(index, **result))
+                    outcome = PointOutcome("failed", error=f"{type(exc).__name__}: {exc}")
+                tell(p, record.ended(index, outcome))
                 del waiting[index]
                 continue
             if states is None:
@@ -365,11 +408,11 @@ def _wait(record: _Record, g: Grid, jobs: dict[int, Any], tell, cluster: str,
             state, nodes = states.get(str(job.job_id), (None, ""))
             if state in SLURM_ALIVE:
                 alive_at[index] = time.monotonic()
-                if state == "RUNNING" and record.points[index]["status"] != "running":
-                    tell(p, record.update(index, status="running", host=nodes))
+                if state == "RUNNING" and record.points[index].status != "running":
+                    tell(p, record.update(index, "running", host=nodes))
             elif time.monotonic() - alive_at[index] > gone_grace_s:
                 tail = _last_line(job.paths.stderr)
-                tell(p, record.update(index, status="failed", error=(
+                tell(p, record.update(index, "failed", error=(
                     f"Slurm job {job.job_id} ended ({state or 'no longer listed'}) without a "
                     f"result; its stderr: {job.paths.stderr}" + (f": {tail}" if tail else ""))))
                 del waiting[index]
@@ -428,26 +471,27 @@ def load_runs(paths: str | Path | Iterable[str | Path]) -> pl.DataFrame:
     runs = []
     for d in _run_dirs([paths] if isinstance(paths, str | Path) else list(paths)):
         docs = rundir.read_documents(d)
-        manifest, summary = docs["manifest.json"], docs["summary.json"]
-        if manifest.get("kind"):
-            raise RunDataError(f"{d}: a {manifest['kind']}, not a run")
+        manifest = rundir.manifest_of(d, docs["manifest.json"], RunManifest)
+        summary = docs["summary.json"]
         if not isinstance(summary.get("policies"), dict):
             raise RunDataError(f"{d / 'summary.json'}: no policies")
-        runs.append((d, manifest, summary, manifest.get("batch") or {}))
+        runs.append((d, manifest, summary))
     keys: dict[str, list] = {}
-    for *_, b in runs:
-        for k, v in (b.get("parameters") or {}).items():
+    for _, manifest, _ in runs:
+        for k, v in (manifest.batch.parameters if manifest.batch else {}).items():
             keys.setdefault(k, []).append(v)
     reserved = {*BASE_COLUMNS, *metrics.SUMMARY_COLUMNS, "path"}
     columns = {k: (f"grid:{k}" if k in reserved else k, _dtype(v)) for k, v in keys.items()}
-    schema = {**BASE_COLUMNS, **{name: t for name, t in columns.values()},
-              **metrics.SUMMARY_COLUMNS, "path": pl.Utf8}
+    schema: dict[str, PolarsDataType] = {
+        **BASE_COLUMNS, **{name: t for name, t in columns.values()},
+        **metrics.SUMMARY_COLUMNS, "path": pl.Utf8}
     frames = []
-    for d, manifest, summary, b in runs:
-        params = b.get("parameters") or {}
-        lits = [pl.lit(manifest.get("run_id") or summary.get("run_id") or d.name, pl.Utf8),
-                pl.lit(summary.get("scenario"), pl.Utf8), pl.lit(b.get("id"), pl.Utf8),
-                pl.lit(b.get("point"), pl.Int64), pl.lit(manifest.get("seed"), pl.Int64)]
+    for d, manifest, summary in runs:
+        b = manifest.batch
+        params = b.parameters if b else {}
+        lits = [pl.lit(manifest.run_id, pl.Utf8),
+                pl.lit(summary.get("scenario"), pl.Utf8), pl.lit(b and b.id, pl.Utf8),
+                pl.lit(b and b.point, pl.Int64), pl.lit(manifest.seed, pl.Int64)]
         lits = [x.alias(n) for x, n in zip(lits, BASE_COLUMNS, strict=True)]
         lits += [pl.lit(_cell(params.get(k), t), t).alias(name)
                  for k, (name, t) in columns.items()]
@@ -476,15 +520,15 @@ def _run_dirs(paths: list) -> list[Path]:
 def _expand_recorded(d: Path, explicit: bool) -> list[Path]:
     """A run (itself), a batch (its complete points' runs), anything else: itself when
     named (load_runs then says what it is), nothing when found in a directory."""
-    manifest = rundir.read_documents(d, ("manifest.json",))["manifest.json"]
-    kind = manifest.get("kind")
+    doc = rundir.read_documents(d, ("manifest.json",))["manifest.json"]
+    kind = rundir.kind_of(d, doc)
     if kind == "batch":
-        return [d / p["run"] for p in manifest.get("points", [])
-                if p.get("status") == "complete" and p.get("run")]
-    return [d] if explicit or kind is None else []
+        return [d / p.run for p in rundir.manifest_of(d, doc, BatchManifest).points
+                if p.status == "complete" and p.run]
+    return [d] if explicit or kind == "run" else []
 
 
-def _dtype(values: list) -> pl.DataType:
+def _dtype(values: list) -> PolarsDataType:
     present = [v for v in values if v is not None]
     if present and all(isinstance(v, bool) for v in present):
         return pl.Boolean
@@ -495,7 +539,7 @@ def _dtype(values: list) -> pl.DataType:
     return pl.Utf8
 
 
-def _cell(value, dtype: pl.DataType):
+def _cell(value, dtype: PolarsDataType):
     if value is None:
         return None
     if dtype == pl.Float64:

@@ -28,6 +28,7 @@ import time
 from collections.abc import Callable, Mapping
 from contextlib import ExitStack
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 from labkit.analysis import nccltests
@@ -38,6 +39,7 @@ from labkit.kernel.capture import CpuSampler, QueuePoller, WatchedPort
 from labkit.kernel.fabric import Fabric
 from labkit.kernel.jobmark import JobMarks
 from labkit.kernel.lanes import Classifier
+from labkit.kernel.loss import LossyLinks
 from labkit.kernel.pauser import Pauser
 from labkit.kernel.pcap import PacketCapture, PcapRequest
 from labkit.kernel.registry import Registry
@@ -49,7 +51,7 @@ from labkit.kernel.telemetry import (
 )
 from labkit.model import lossless
 from labkit.model.abi import EV_GAP, EV_SOJOURN, LANES
-from labkit.model.scenario import Policy, Scenario
+from labkit.model.scenario import Policy, ProgramSpec, Scenario
 from labkit.model.tables import (
     BurstRow,
     CollectiveRow,
@@ -70,6 +72,12 @@ from labkit.model.tables import (
 )
 from labkit.model.topo import Topology
 from labkit.model.traffic.jobs import sent_bytes
+from labkit.model.traffic.results import (
+    NOT_COUNTED,
+    CollectiveResult,
+    CommandEnd,
+    StorageResult,
+)
 from labkit.traffic.agents import (
     Agent,
     await_lines,
@@ -118,7 +126,7 @@ class PolicyResult:
     loss_drops: dict[str, int] = field(default_factory=dict)  # per lossy link
     controller: list[Decision] = field(default_factory=list)  # the valves' decisions
     control: dict | None = None  # valve totals and the controller's own figures
-    commands: list[dict] = field(default_factory=list)  # the command entries, as they ended
+    commands: list[CommandEnd] = field(default_factory=list)  # the command entries, as they ended
     pauses: list[PauseRow] = field(default_factory=list)  # a lossless fabric's pauses
     pause_notes: list[str] = field(default_factory=list)  # what the pauser could not do
     program_ops: list[OpRow] = field(default_factory=list)  # a program's collectives
@@ -151,7 +159,13 @@ class PolicyFabric:
                              host_layout="fifo" if self.pol.controller is None else "held",
                              pausable=bool(sc.fabric.lossless),
                              cgroup=cgroups.fabric_path(registry.run_id, self.pol.name))
-        self.classifier = self.queues = self.latency = self.lossy = self.control = None
+        # built by __enter__ (each None until then; queues and latency without telemetry,
+        # control without a controller)
+        self.lossy: LossyLinks | None = None
+        self.classifier: Classifier | None = None
+        self.queues: QueueProbe | None = None
+        self.latency: LatencyProbe | None = None
+        self.control: ControlSession | None = None
         self.pauser: Pauser | None = None
         self.watched: list[WatchedPort] = []
         self.marks: JobMarks | None = None  # a program's job markers, one per rank host
@@ -170,17 +184,19 @@ class PolicyFabric:
         sc, topo, registry, fabric = self.sc, self.topo, self.registry, self.fabric
         fabric.start()
         self.lossy = loss.attach(topo, fabric, record=registry.add)
-        self.classifier = Classifier(sc.lanes, self.pol.port_layout, record=registry.add,
-                                     path=self.classifier_object)
+        classifier = self.classifier = Classifier(sc.lanes, self.pol.port_layout,
+                                                  record=registry.add,
+                                                  path=self.classifier_object)
         if self.telemetry:
-            self.queues = QueueProbe(sample_every_for(len(sc.ranks)), record=registry.add)
-            self.latency = LatencyProbe(self.classifier.shared.maps["lk_config"], self.queues,
+            queues = self.queues = QueueProbe(sample_every_for(len(sc.ranks)),
+                                              record=registry.add)
+            self.latency = LatencyProbe(classifier.shared.maps["lk_config"], queues,
                                         record=registry.add)
-        self.watched = _attach_probes(topo, fabric, self.classifier, self.queues, self.latency,
+        self.watched = _attach_probes(topo, fabric, classifier, self.queues, self.latency,
                                       sc.ranks)
         pins = bpf.pin_dir(registry.run_id)
         registry.add_pin_dir(pins)
-        self.classifier.pin(pins)
+        classifier.pin(pins)
         if self.queues:
             self.queues.pin(pins)
         if sc.fabric.lossless:
@@ -189,15 +205,15 @@ class PolicyFabric:
         if self.pol.controller:
             self.control = ControlSession(sc, topo, fabric, self.pol,
                                           self.controllers[self.pol.controller],
-                                          self.classifier.shared.maps["lk_config"],
+                                          classifier.shared.maps["lk_config"],
                                           registry.add)
         if sc.program:
-            self._mark_program()
+            self._mark_program(sc.program)
 
-    def _mark_program(self) -> None:
-        """A cgroup per rank of the user's program, and on each rank host's NIC the job
-        marker that knows the cgroup (writing the host's valve's phase, when held)."""
-        spec = self.sc.program
+    def _mark_program(self, spec: ProgramSpec) -> None:
+        """A cgroup per rank of the user's program (``spec``), and on each rank host's NIC
+        the job marker that knows the cgroup (writing the host's valve's phase, when
+        held)."""
         base = cgroups.fabric_dir(self.registry.run_id, self.pol.name)
         self.marks = JobMarks(self.registry.add)
         for host in spec.ranks:
@@ -234,9 +250,10 @@ def run_policy(sc: Scenario, topo: Topology, policy: Policy, registry: Registry,
     """Build a fresh fabric, run the scenario's traffic under ``policy``, tear down.
 
     ``progress(n)`` is called as the n-th op completes on the first rank; ``pcap``
-    names links to capture into ``pcap_dir``. ``telemetry=False`` leaves out the queue
-    and latency probes and the queue poller (only to measure what they cost: such a run
-    has no queue, lanes, sojourn or latency rows, and cannot steer a controller).
+    names links to capture into ``pcap_dir`` (default ``workdir``). ``telemetry=False``
+    leaves out the queue and latency probes and the queue poller (only to measure what
+    they cost: such a run has no queue, lanes, sojourn or latency rows, and cannot steer a
+    controller).
     ``controllers`` holds every controller a policy may name, built-in or the user's;
     ``classifier_object`` is the user's classifier (None: the built-in one).
     """
@@ -253,42 +270,47 @@ def _run_traffic(pf: PolicyFabric, workdir: Path, duration_s: float | None,
     sc, topo, fabric, pol, control = pf.sc, pf.topo, pf.fabric, pf.pol, pf.control
     result = PolicyResult(pol.name, pol.port_layout)
     commands = programs = None
-    agents: list[Agent] = []
+    agents: list[Agent[CollectiveResult] | Agent[StorageResult]] = []
     pauser = pf.pauser.start() if pf.pauser else None
     try:
         rng = random.Random(f"{sc.seed}/{pol.name}")
         if sc.program:  # the user's program is the collective workload: no labkit ranks
-            ring = []
+            ring: list[Agent[CollectiveResult]] = []
+            ring_ops = 0
             programs = Programs(sc.program, topo, fabric, pf.groups, workdir / "program",
                                 control.phase_maps if control else None).launch()
         else:
-            work, gap_ms = workload(sc)
+            work, gap_ms, ring_ops = workload(sc)
             ring = start_collective(
-                fabric, topo, sc.ranks, work, sc.iterations, gap_ms, workdir, rng, duration_s,
+                fabric, topo, sc.ranks, work, ring_ops, gap_ms, workdir, rng, duration_s,
                 control.phase_maps if control else None, sc.control.dcqcn,
                 # a capture shows packets as the fabric carries them: whole packets, so
                 # tshark reads each one (and checks its ICRC)
                 1 if pcap else sc.emulation.gso_packets,
                 lossless.carries_collectives(sc.fabric, pol.port_layout))
         storage = start_storage(sc, topo, fabric, workdir) if pol.storage else []
-        agents = ring + storage
+        agents = [*ring, *storage]
         if pol.storage and sc.commands:  # the user's programs compete as storage does
             commands = Commands(sc.commands, topo, fabric, workdir / "commands").serve()
         await_ready(agents)
-        capture = PacketCapture(fabric, topo, pcap, pcap_dir).start() if pcap else None
-        events = EventReader(pf.queues).start() if pf.queues else None
+        capture = PacketCapture(fabric, topo, pcap, pcap_dir or workdir).start() if pcap \
+            else None
+        queues = pf.queues
+        events = EventReader(queues).start() if queues else None
         try:
-            _drive(result, ring, storage, pf.watched, duration_s, sc.iterations, progress,
+            _drive(result, ring, storage, pf.watched, duration_s, ring_ops, progress,
                    control, commands, programs)
         finally:
-            if events:
-                _collect_telemetry(result, events.stop(), pf.queues, pf.latency)
+            if events and queues:
+                _collect_telemetry(result, events.stop(), queues, pf.latency)
             if capture:
                 capture.stop()
         _collect(result, ring, storage)
         if programs:
+            assert pf.marks is not None, "a program's fabric marks its ranks' traffic"
             _collect_program(result, programs, pf.marks)
-        result.loss_drops = pf.lossy.drops()
+        if pf.lossy:
+            result.loss_drops = pf.lossy.drops()
         if control:
             result.controller = control.valves.decisions
             result.control = control.summary_counters()
@@ -310,24 +332,25 @@ def _attach_probes(topo: Topology, fabric: Fabric, classifier: Classifier,
                    receivers: tuple[str, ...]) -> list[WatchedPort]:
     """The classifier on every router port, the queue probe on the bottleneck ports, the
     latency probe at the receivers' NICs (without probes: the classifier alone)."""
-    for host in receivers if latency else ():
-        nic = fabric.nic(host)
-        latency.attach(nic.ns, nic.ifname, nic.ifindex)
+    if latency:
+        for host in receivers:
+            nic = fabric.nic(host)
+            latency.attach(nic.ns, nic.ifname, nic.ifindex)
     watched = []
     bottleneck_ports = topo.bottleneck_ports() if queues else ()
     for port in topo.router_ports():
         h = fabric.handle(port)
         is_bottleneck = port in bottleneck_ports
         classifier.attach(h.ns, h.ifname, h.ifindex, watch=is_bottleneck)
-        if is_bottleneck:
+        if is_bottleneck and queues:
             watched.append(WatchedPort(h.ns, h.ifname, h.ifindex,
-                                       offered=lambda key=h.key: classifier.counters(key),
+                                       offered=partial(classifier.counters, h.key),
                                        queued=queues.watch(h.ns, h.ifindex, h.ifname)))
     return watched
 
 
 def _collect_telemetry(result: PolicyResult, events: list[tuple], queues: QueueProbe,
-                       latency: LatencyProbe) -> None:
+                       latency: LatencyProbe | None) -> None:
     for t_ns, stamp, value, length, where, lane, kind, seq in events:
         if kind == EV_SOJOURN:
             result.sojourn.append(SojournRow(t_ns, queues.labels[where], LANES[lane], value,
@@ -337,17 +360,20 @@ def _collect_telemetry(result: PolicyResult, events: list[tuple], queues: QueueP
         else:
             result.latency.append(LatencyRow(t_ns, LANES[lane], value, length, stamp, seq))
     result.histograms = ([HistRow("sojourn", *row) for row in queues.histograms()] +
-                         [HistRow("latency", "", *row) for row in latency.histograms()])
+                         [HistRow("latency", "", *row)
+                          for row in (latency.histograms() if latency else [])])
     result.events_lost, result.packets_sampled, result.unpaired = queues.delivery()
 
 
-def _drive(result: PolicyResult, ring: list[Agent], storage: list[Agent],
-           watched: list[WatchedPort], duration_s: float | None, iterations: int | None,
+def _drive(result: PolicyResult, ring: list[Agent[CollectiveResult]],
+           storage: list[Agent[StorageResult]],
+           watched: list[WatchedPort], duration_s: float | None, ring_ops: int,
            progress: Callable[[int], None] | None, control: ControlSession | None,
            commands: Commands | None = None, programs: Programs | None = None) -> None:
     """Start storage (and the user's commands), let it warm up, run the collective
-    workload to the end (labkit's ranks, or the user's program), stop storage; record
-    telemetry meanwhile (and let the controller, if any, act on it)."""
+    workload to the end (labkit's ranks, ``ring_ops`` ops or iterations each, or the
+    user's program), stop storage; record telemetry meanwhile (and let the controller, if
+    any, act on it)."""
     poller = QueuePoller(watched, listener=control.feed.push if control else None).start()
     cpu = CpuSampler().start()
     try:
@@ -369,7 +395,7 @@ def _drive(result: PolicyResult, ring: list[Agent], storage: list[Agent],
                 if progress and agent is ring[0] and line.startswith("OP "):
                     progress(int(line.split()[1]) + 1)
 
-            limit_s = duration_s + 30 if duration_s else max(120, 5 * iterations)
+            limit_s = duration_s + 30 if duration_s else max(120, 5 * ring_ops)
             finish_together(ring, limit_s, on_line)
         result.orchestrator_cpu_share = ((_own_cpu_s() - before[0])
                                          / max(time.monotonic() - before[1], 1e-3))
@@ -393,22 +419,27 @@ def _own_cpu_s() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def _collect(result: PolicyResult, ring: list[Agent], storage: list[Agent]) -> None:
+def _collect(result: PolicyResult, ring: list[Agent[CollectiveResult]],
+             storage: list[Agent[StorageResult]]) -> None:
     for a in ring:
         r = a.result()
-        result.collectives.extend(CollectiveRow(**op, host=a.node) for op in r["ops"])
-        result.phases.extend(PhaseRow(op, r["rank"], a.node, *span)
-                             for op, *span in r["phases"])
-        # a rank that never started reports no counters: zeros
-        result.transport.append(TransportRow(**{k: r.get(k, 0) for k in TransportRow._fields}
-                                             | {"host": a.node}))
-        result.aborted |= r["aborted"]
-    for a in storage:
-        r = a.result()
-        for entry, samples in r["samples"].items():
-            result.flows += [FlowRow(a.node, entry, t_ns, total) for t_ns, total in samples]
-        result.ios += [IoRow(a.node, entry, t_ns, ns, size) for entry, t_ns, ns, size in r["ios"]]
-        result.storage_errors += [f"{a.node}: {e}" for t_ns, e in r["errors"]
+        result.collectives.extend(
+            CollectiveRow(o.op, o.rank, a.node, o.start_ns, o.end_ns, o.wrong, o.compute_ns,
+                          o.exposed_ns, o.bubble_ns) for o in r.ops)
+        result.phases.extend(PhaseRow(s.op, r.rank, a.node, s.phase, s.start_ns, s.end_ns)
+                             for s in r.phases)
+        c = r.counters or NOT_COUNTED  # a rank that never started counted nothing
+        result.transport.append(TransportRow(
+            a.node, r.rank, c.packets_sent, c.retransmits, c.timeouts, c.naks, c.out_of_order,
+            c.bytes_received, c.cpu_user_s, c.cpu_sys_s, c.cnps))
+        result.aborted |= r.aborted
+    for host in storage:
+        s = host.result()
+        for entry, samples in s.samples.items():
+            result.flows += [FlowRow(host.node, entry, t_ns, total) for t_ns, total in samples]
+        result.ios += [IoRow(host.node, io.entry, io.t_ns, io.latency_ns, io.bytes)
+                       for io in s.ios]
+        result.storage_errors += [f"{host.node}: {e}" for t_ns, e in s.errors
                                   if t_ns < result.storage_stopped_ns]
 
 
@@ -435,8 +466,8 @@ def _collect_program(result: PolicyResult, programs: Programs, marks: JobMarks) 
     result.program = {
         "name": spec.name, "source": source, "warmup": spec.warmup, "bad_lines": bad,
         "bursts_lost": lost,
-        "ranks": [{**row, "packets": per_host[row["host"]][0],
-                   "bytes": per_host[row["host"]][1]} for row in programs.rows()]}
+        "ranks": [{**row.to_json(), "packets": per_host[row.host][0],
+                   "bytes": per_host[row.host][1]} for row in programs.rows()]}
 
 
 def run_sweep(sc: Scenario, op: str, algo: str | Mapping[int, str], size_list: list[int],
@@ -471,7 +502,8 @@ def run_sweep(sc: Scenario, op: str, algo: str | Mapping[int, str], size_list: l
                                                                                "fifo"))
                 try:
                     ops = run_agents(procs, iterations + 1)
-                    resent = sum(a.result()["retransmits"] for a in procs)
+                    resent = sum((a.result().counters or NOT_COUNTED).retransmits
+                                 for a in procs)
                 finally:
                     for a in procs:
                         a.close()
@@ -488,13 +520,16 @@ def run_sweep(sc: Scenario, op: str, algo: str | Mapping[int, str], size_list: l
     return rows
 
 
-def workload(sc: Scenario) -> tuple[dict, float]:
-    """The agents' workload for the scenario, and the compute time between its ops."""
+def workload(sc: Scenario) -> tuple[dict, float, int]:
+    """The agents' workload for the scenario, the compute time between its ops and how
+    many ops or iterations they run."""
     if sc.job:
-        return {"kind": "job", "job": sc.job.as_dict()}, 0.0
+        return {"kind": "job", "job": sc.job.as_dict()}, 0.0, sc.job.iterations
     ar = sc.allreduce
+    if ar is None:
+        raise ValueError(f"scenario {sc.name}: a user's program is not run by labkit's agents")
     return (collective("all_reduce", ar.algo, ar.size_bytes, sc.fabric.gpus_per_host),
-            ar.compute_ms)
+            ar.compute_ms, ar.iterations)
 
 
 def bytes_per_iteration(sc: Scenario, topo: Topology) -> tuple[dict[str, int], dict[str, set]]:
@@ -504,7 +539,7 @@ def bytes_per_iteration(sc: Scenario, topo: Topology) -> tuple[dict[str, int], d
     senders: dict[str, set] = {}
     if sc.program:  # the user's program: what it sends is measured, not planned
         return per_hop, senders
-    work, _ = workload(sc)
+    work, _, _ = workload(sc)
     ranks = sc.ranks
     for r in range(len(ranks)):
         plan = plan_for(work, len(ranks), r)
@@ -552,7 +587,8 @@ def summary_meta(sc: Scenario, topo: Topology, run_id: str, results: list[Policy
                                      "orchestrator_cpu_share": r.orchestrator_cpu_share}
                           for r in results},
             "loss_drops": {r.policy: r.loss_drops for r in results},
-            "commands": {r.policy: r.commands for r in results if r.commands},
+            "commands": {r.policy: [c.to_json() for c in r.commands]
+                         for r in results if r.commands},
             "storage_errors": {r.policy: r.storage_errors for r in results},
             "program": {r.policy: r.program for r in results} if sc.program else None,
             "warmup": sc.program.warmup if sc.program else 0,

@@ -22,15 +22,27 @@ import shutil
 import socket
 import subprocess
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import polars as pl
+from polars.datatypes import DataTypeClass
 
 from labkit.kernel import bpf, fabric
+from labkit.model import manifest as manifest_mod
 from labkit.model.autotune import Model
+from labkit.model.manifest import (
+    BatchManifest,
+    CalibrationManifest,
+    Manifest,
+    ManifestError,
+    Provenance,
+    RunManifest,
+    SweepManifest,
+    TuneManifest,
+)
 from labkit.model.tables import TABLES
 from labkit.model.tables import schema as row_schema
 from labkit.traffic.hotpath import LIBRARY as HOTPATH
@@ -38,11 +50,13 @@ from labkit.traffic.hotpath import LIBRARY as HOTPATH
 if TYPE_CHECKING:
     from labkit.runs.experiment import PolicyResult
 
+PolarsDataType = pl.DataType | DataTypeClass  # a dtype, or its class (pl.Int64)
+M = TypeVar("M", RunManifest, SweepManifest, TuneManifest, CalibrationManifest, BatchManifest)
 RUNS_DIR = Path(os.environ.get("LABKIT_RUNS_DIR", bpf.REPO_ROOT / "data" / "runs"))
 # collective cost models (labkit tune), one directory per fabric key, one file per tuning
 MODELS_DIR = Path(os.environ.get("LABKIT_MODELS_DIR", bpf.REPO_ROOT / "data" / "models"))
 # every table's columns and their dtypes: its row type's (labkit.model.tables), "policy" first
-SCHEMAS: dict[str, dict[str, pl.DataType]] = {
+SCHEMAS: dict[str, dict[str, PolarsDataType]] = {
     name: {"policy": pl.String, **row_schema(row)} for name, row in TABLES.items()}
 # tables newer than the first runs: a manifest without a "tables" list predates them,
 # and such a run loads with them empty (as does one whose list lacks them)
@@ -111,21 +125,17 @@ def python_packages() -> dict[str, str]:
     return dict(sorted(found.items()))
 
 
-def provenance() -> dict:
+def provenance() -> Provenance:
+    """What records here: this machine, its tools and labkit's own files."""
     lock = bpf.REPO_ROOT / "requirements.lock"
     objects = sorted(bpf.BUILD_DIR.glob("*.bpf.o"))
-    return {
-        "kernel": platform.release(),
-        "labkit_revision": git_revision(),
-        "bpf_objects": {o.name: sha256_file(o) for o in objects},
-        "python": platform.python_version(),
-        "packages": python_packages(),
-        "requirements_lock": sha256_file(lock) if lock.exists() else None,
-        "tools": _tool_versions(),
-        "cpus": os.cpu_count(),
-        "host": socket.gethostname(),
-        "hotpath": sha256_file(HOTPATH) if HOTPATH.exists() else None,
-    }
+    return Provenance(
+        kernel=platform.release(), labkit_revision=git_revision(),
+        bpf_objects={o.name: sha256_file(o) for o in objects},
+        python=platform.python_version(), packages=python_packages(),
+        requirements_lock=sha256_file(lock) if lock.exists() else None,
+        tools=_tool_versions(), cpus=os.cpu_count(), host=socket.gethostname(),
+        hotpath=sha256_file(HOTPATH) if HOTPATH.exists() else None)
 
 
 def _tool_versions() -> dict[str, str]:
@@ -162,27 +172,42 @@ class RunWriter:
                                   "overwrites a run: choose another --out, or move it away")
         self.tmp.mkdir(parents=True)
         self.agents_dir = self.tmp / "agents"
-        self.manifest: dict = {"status": "incomplete"}
+        self._manifest: Manifest | None = None
 
     def discard(self) -> None:
         """Remove the directory of a run that never started: all in it is this writer's
         (it refuses a directory that exists), none of it a measurement."""
         shutil.rmtree(self.tmp)
 
-    def write_manifest(self, **fields) -> None:
-        self.manifest.update(fields)
-        _write_json(self.tmp / "manifest.json", self.manifest)
+    @property
+    def manifest(self) -> Manifest:
+        """The manifest as last written."""
+        if self._manifest is None:
+            raise RuntimeError(f"{self.tmp}: no manifest written yet")
+        return self._manifest
+
+    def write_manifest(self, manifest: Manifest) -> None:
+        """Write ``manifest`` (the whole of it: each write replaces the last)."""
+        self._manifest = manifest
+        _write_json(self.tmp / "manifest.json", manifest.to_json())
+
+    def ended(self, status: str, error: str | None = None) -> None:
+        """Say in the manifest that the recording ended without finishing: ``status``
+        (interrupted, or incomplete with the ``error``)."""
+        self.write_manifest(replace(self.manifest, status=status, error=error,
+                                    end_time=now_iso()))
 
     def finish(self, tables: dict[str, pl.DataFrame], summary: dict) -> Path:
         """Write the tables (each file leads with a ``run_id`` column, so many runs read
         as one: ``pl.scan_parquet("data/runs/*/collectives.parquet")``), the summary, and
         move the run into place."""
-        run_id = self.manifest.get("run_id", self.target.name)
+        run_id = self.manifest.run_id
         for name, frame in tables.items():
             frame.select(pl.lit(run_id, pl.String).alias("run_id"), pl.all()).write_parquet(
                 self.tmp / f"{name}.parquet")
         _write_json(self.tmp / "summary.json", summary)
-        self.write_manifest(status="complete", end_time=now_iso(), tables=sorted(tables))
+        self.write_manifest(replace(self.manifest, status="complete", end_time=now_iso(),
+                                    tables=tuple(sorted(tables))))
         if self.target.exists():
             raise FileExistsError(f"{self.target} appeared while the run was in progress; "
                                   f"the run stays in {self.tmp}")
@@ -224,7 +249,7 @@ class Tuning:
     sweeps: dict[str, list[dict]]
     model: Model
     model_path: Path | None
-    manifest: dict
+    manifest: TuneManifest
 
 
 Tuned = Tuning  # its name before issue 29, for one release
@@ -234,14 +259,15 @@ def load_tuning(path: str | Path, models: Path | None = None) -> Tuning:
     """Read back a tuning that ``labkit tune`` recorded (its model kept in ``models``,
     default data/models, when it is there)."""
     path = Path(path)
-    manifest = read_documents(path, ("manifest.json",))["manifest.json"]
-    if manifest.get("kind") != "tune":
-        raise RunDataError(f"{path}: not a tuning (kind {manifest.get('kind', 'run')!r})")
+    doc = read_documents(path, ("manifest.json",))["manifest.json"]
+    if (kind := kind_of(path, doc)) != "tune":
+        raise RunDataError(f"{path}: not a tuning (kind {kind!r})")
+    manifest = manifest_of(path, doc, TuneManifest)
     rows = pl.read_parquet(path / "tune.parquet").drop("run_id", strict=False)
     sweeps = {algo: rows.filter(pl.col("algo") == algo).to_dicts()
               for algo in rows["algo"].unique(maintain_order=True)}
     model = Model.from_json((path / "model.json").read_text())
-    kept = (models or MODELS_DIR) / model.fabric_key / f"{manifest.get('run_id')}.json"
+    kept = (models or MODELS_DIR) / model.fabric_key / f"{manifest.run_id}.json"
     return Tuning(path, sweeps, model, kept if kept.is_file() else None, manifest)
 
 
@@ -279,7 +305,7 @@ class Run:
     """A recorded run: its directory, manifest, summary and typed tables."""
 
     path: Path
-    manifest: dict
+    manifest: RunManifest
     summary: dict
     tables: dict[str, pl.DataFrame]
 
@@ -304,11 +330,38 @@ def read_documents(path: Path, names: tuple[str, ...] = ("manifest.json", "summa
     return docs
 
 
+def kind_of(path: Path, doc: dict) -> str:
+    """What ``doc``, the manifest of the directory ``path``, records (one of
+    :data:`labkit.model.manifest.KINDS`); RunDataError when it says none of them."""
+    try:
+        return manifest_mod.kind_of(doc)
+    except ManifestError as exc:
+        raise RunDataError(f"{path}/{exc}") from None
+
+
+def read_manifest(path: Path, kind: type[M]) -> M:
+    """The manifest of the directory ``path``, as ``kind``; RunDataError says when it is
+    missing, another kind's, or does not fit."""
+    return manifest_of(path, read_documents(path, ("manifest.json",))["manifest.json"], kind)
+
+
+def manifest_of(path: Path, doc: dict, kind: type[M]) -> M:
+    """``doc``, the manifest of the directory ``path``, as ``kind``; RunDataError says
+    when it is another kind's, or does not fit."""
+    found = kind_of(path, doc)
+    if manifest_mod.OF_KIND[found] is not kind:
+        raise RunDataError(f"{path}: a {found}, not a {manifest_mod.kind_name(kind)}")
+    try:
+        return kind.from_json(doc)
+    except ManifestError as exc:
+        raise RunDataError(f"{path}/{exc}") from None
+
+
 def load_run(path: str | Path) -> Run:
     """Load and validate a run directory."""
     path = Path(path)
     docs = read_documents(path)
-    kind = docs["manifest.json"].get("kind")
+    kind = kind_of(path, docs["manifest.json"])
     if kind == "sweep":
         raise RunDataError(f"{path}: a sweep, not a run: its table is sweep.parquet "
                            "(also sweep.csv and sweep.json)")
@@ -321,8 +374,9 @@ def load_run(path: str | Path) -> Run:
     if kind == "batch":
         raise RunDataError(f"{path}: a batch, not a run: labkit.load_runs({str(path)!r}) reads "
                            "its runs as one frame; each is in its runs/ folder")
+    manifest = manifest_of(path, docs["manifest.json"], RunManifest)
     tables = {}
-    required = set(docs["manifest.json"].get("tables", set(SCHEMAS) - ADDED_LATER))
+    required = set(manifest.tables if manifest.tables is not None else set(SCHEMAS) - ADDED_LATER)
     for name, schema in SCHEMAS.items():
         f = path / f"{name}.parquet"
         if not f.exists() and name not in required:
@@ -344,12 +398,12 @@ def load_run(path: str | Path) -> Run:
                 raise RunDataError(f"{f}: column {col!r} is {frame.schema[col]}, "
                                    f"expected {dtype}")
         tables[name] = frame.select(list(schema))
-    return Run(path, docs["manifest.json"], docs["summary.json"], tables)
+    return Run(path, manifest, docs["summary.json"], tables)
 
 
 def list_runs(root: Path = RUNS_DIR) -> list[dict]:
     """Every run under ``root`` (complete or not) with its status and size."""
-    out = []
+    out: list[dict] = []
     if not root.is_dir():
         return out
     for d in sorted(root.iterdir()):
@@ -376,13 +430,16 @@ def newest_calibration(scenario: dict, root: Path | None = None) -> tuple[Path, 
         if d.name.startswith(".") or not (d / "summary.json").is_file():
             continue  # an interrupted calibration, or not a run
         try:
-            manifest = json.loads((d / "manifest.json").read_text())
-        except (OSError, ValueError):
+            doc = json.loads((d / "manifest.json").read_text())
+            if manifest_mod.kind_of(doc) != "calibration":
+                continue
+            manifest = CalibrationManifest.from_json(doc)
+        except (OSError, ValueError):  # not readable, or not a manifest labkit wrote
             continue
-        if (manifest.get("kind") == "calibration" and manifest.get("host") == socket.gethostname()
-                and _as_calibrated(manifest.get("scenario") or {}) == want
-                and (newest is None or manifest.get("start_time", "") >= newest[0])):
-            newest = (manifest.get("start_time", ""), d)
+        if (manifest.provenance.host == socket.gethostname()
+                and _as_calibrated(manifest.scenario) == want
+                and (newest is None or manifest.start_time >= newest[0])):
+            newest = (manifest.start_time, d)
     return newest and (newest[1], json.loads((newest[1] / "summary.json").read_text()))
 
 

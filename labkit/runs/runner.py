@@ -29,6 +29,7 @@ import shutil
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
+from functools import partial
 from pathlib import Path
 
 import polars as pl
@@ -38,6 +39,19 @@ from labkit.kernel import bpf
 from labkit.kernel.registry import Registry, RunLock, RunLockedError, work_dir
 from labkit.model import autotune
 from labkit.model import scenario as scenario_mod
+from labkit.model.manifest import (
+    AutoChoice,
+    AutoChoices,
+    BatchRef,
+    CalibrationManifest,
+    Choice,
+    KeptObject,
+    Rates,
+    RunManifest,
+    SweepManifest,
+    TuneManifest,
+    UserClass,
+)
 from labkit.model.scenario import Scenario, ScenarioError
 from labkit.model.topo import Topology
 from labkit.runs import rundir
@@ -103,7 +117,7 @@ def not_ready(euid: int | None = None) -> str | None:
 
 
 def _scenario(scenario: str | Path | Scenario,
-              seed: int | None) -> tuple[Scenario, str, dict | None]:
+              seed: int | None) -> tuple[Scenario, str, Rates | None]:
     """The scenario at the rates its ``emulation.rate_factor`` asks for, its name for
     errors, and where the factor came from (:func:`resolve_rates`)."""
     sc, source = _loaded(scenario)
@@ -117,7 +131,7 @@ def _loaded(scenario: str | Path | Scenario) -> tuple[Scenario, str]:
     return sc, str(scenario) if not isinstance(scenario, Scenario) else f"scenario {sc.name}"
 
 
-def resolve_rates(sc: Scenario, source: str) -> tuple[Scenario, dict | None]:
+def resolve_rates(sc: Scenario, source: str) -> tuple[Scenario, Rates | None]:
     """``sc`` at the rates its ``emulation.rate_factor`` asks for, and where the factor
     came from (None: the rates as written). ``auto`` takes the best factor of the newest
     calibration of this scenario (its rate factor aside) recorded on this machine."""
@@ -128,7 +142,7 @@ def resolve_rates(sc: Scenario, source: str) -> tuple[Scenario, dict | None]:
     if factor == 1:
         return written, None
     found = None
-    if factor == AUTO:
+    if isinstance(factor, str):  # auto, the only word the scenario's checker lets through
         key = "emulation.rate_factor"
         found = rundir.newest_calibration(written.to_dict())
         if found is None:
@@ -144,10 +158,16 @@ def resolve_rates(sc: Scenario, source: str) -> tuple[Scenario, dict | None]:
                                 f"rate this machine holds: {found[1]['advice']}; a number "
                                 "below 1 still runs it, slower than written")
     # the file's hash stays: the manifest's `rates` says how its rates were changed
-    return replace(cal.scaled(written, factor), sha256=sc.sha256), {
-        "factor": factor, "calibration": str(found[0]) if found else None,
-        "bottleneck_rate_mbps": cal.bottleneck_rate(written) * factor,
-        "scale_factor": written.scale_factor / factor}
+    return replace(cal.scaled(written, factor), sha256=sc.sha256), Rates(
+        factor=factor, calibration=str(found[0]) if found else None,
+        bottleneck_rate_mbps=cal.bottleneck_rate(written) * factor,
+        scale_factor=written.scale_factor / factor)
+
+
+def _running(tell: Callable[[Progress], None], policy: str, total: int | None
+             ) -> Callable[[int], None]:
+    """What tells ``tell`` how many of ``total`` ops a policy's first rank has done."""
+    return lambda done: tell(Progress(policy, "running", done, total))
 
 
 @contextmanager
@@ -169,7 +189,7 @@ def run(scenario: str | Path | Scenario, policies: Sequence[str] | None = None, 
         duration: float | None = None, on_progress: Callable[[Progress], None] | None = None,
         controllers: Mapping[str, str | type] | None = None,
         pcap: Sequence[str] = (), pcap_snaplen: int = 0, telemetry: bool = True,
-        argv: Sequence[str] | None = None, batch: Mapping | None = None) -> Run:
+        argv: Sequence[str] | None = None, batch: BatchRef | None = None) -> Run:
     """Run ``scenario`` under ``policies`` (default: the scenario's own), each on a fresh
     fabric, and record it in ``out`` (default data/runs/<run-id>).
 
@@ -214,7 +234,7 @@ def run(scenario: str | Path | Scenario, policies: Sequence[str] | None = None, 
         check_links(topology, list(pcap))
     except KeyError as exc:
         raise ScenarioError(source, "pcap", exc.args[0]) from None
-    if problem := not_ready() or (sc.program and cgroups.problem()):
+    if problem := not_ready() or (cgroups.problem() if sc.program else None):
         raise NotReady(problem)
     tell = on_progress or (lambda _: None)
     request = PcapRequest(tuple(pcap), pcap_snaplen) if pcap else None
@@ -223,18 +243,16 @@ def run(scenario: str | Path | Scenario, policies: Sequence[str] | None = None, 
         program = _classifier_program(sc, source, build)
         writer = _writer_for(out, run_id)
         kept = _keep_program(writer.tmp, sc, program)
-        writer.write_manifest(run_id=run_id, scenario=sc.to_dict(), scenario_sha256=sc.sha256,
-                              policies=[p.name for p in pols], seed=sc.seed,
-                              duration_s=duration,
-                              start_time=rundir.now_iso(),
-                              argv=list(argv) if argv else None,
-                              batch=dict(batch) if batch else None,
-                              controllers=_keep_sources(writer.tmp, "controllers", users),
-                              kinds=_keep_sources(writer.tmp, "kinds", kinds),
-                              classifier=kept and {
-                                  "object": str(kept.relative_to(writer.tmp)),
-                                  "sha256": rundir.sha256_file(kept)},
-                              auto=auto, rates=rates, **rundir.provenance())
+        manifest = RunManifest(
+            run_id=run_id, scenario=sc.to_dict(), scenario_sha256=sc.sha256,
+            policies=tuple(p.name for p in pols), seed=sc.seed, duration_s=duration,
+            start_time=rundir.now_iso(), argv=tuple(argv) if argv else None, batch=batch,
+            controllers=_keep_sources(writer.tmp, "controllers", users),
+            kinds=_keep_sources(writer.tmp, "kinds", kinds),
+            classifier=KeptObject(object=str(kept.relative_to(writer.tmp)),
+                                  sha256=rundir.sha256_file(kept)) if kept else None,
+            auto=auto, rates=rates, provenance=rundir.provenance())
+        writer.write_manifest(manifest)
         with _recorded(writer), _caller_objects_frozen():
             registry = Registry(run_id)
             for pol in pols:
@@ -243,7 +261,7 @@ def run(scenario: str | Path | Scenario, policies: Sequence[str] | None = None, 
                 result = experiment.run_policy(
                     sc, topology, pol, registry, writer.agents_dir / policy,
                     duration_s=duration, pcap=request, pcap_dir=writer.tmp / policy,
-                    progress=lambda done, p=policy, n=total: tell(Progress(p, "running", done, n)),
+                    progress=_running(tell, policy, total),
                     telemetry=telemetry, controllers={**CONTROLLERS, **users},
                     classifier_object=kept)
                 results.append(result)
@@ -251,7 +269,8 @@ def run(scenario: str | Path | Scenario, policies: Sequence[str] | None = None, 
             tables = rundir.tables_from(results)
             summary = metrics.summarize(tables, experiment.summary_meta(sc, topology, run_id,
                                                                          results))
-    writer.write_manifest(fidelity={p: s["fidelity"] for p, s in summary["policies"].items()})
+    writer.write_manifest(replace(manifest, fidelity={p: s["fidelity"] for p, s
+                                                      in summary["policies"].items()}))
     return rundir.load_run(writer.finish(tables, summary))
 
 
@@ -297,30 +316,34 @@ def sweep(scenario: str | Path | Scenario, op: str = "all_reduce", algo: str = "
 
     sc, source, rates = _scenario(scenario, None)
     check_sweep(sc, op, algo, sizes, iters)
-    ranks, algos, auto = sc.ranks, algo, None
+    ranks = sc.ranks
+    algos: str | dict[int, str] = algo
+    auto: AutoChoices | None = None
     if algo == AUTO:
         model, path = _model_of(sc, source)
         ranks = autotune.ring_order(Topology(sc.fabric), sc.ranks)
         allowed = runnable(sc, model, sizes)
         choices = {size: model.choose(size, allowed) for size in sizes}
         algos = {size: c.algo for size, c in choices.items()}
-        auto = {"model": str(path), "ranks": list(ranks),
-                "choices": {str(size): {"algo": c.algo, "reason": c.reason}
-                            for size, c in choices.items()}}
+        auto = AutoChoices(model=str(path), ranks=tuple(ranks),
+                           choices={str(size): Choice(algo=c.algo, reason=c.reason)
+                                    for size, c in choices.items()})
     if problem := not_ready():
         raise NotReady(problem)
     notes: list[str] = []
     with _claimed(f"sweep-{sc.name}") as run_id:
         writer = _writer_for(out, run_id)
-        writer.write_manifest(run_id=run_id, kind="sweep", scenario=sc.to_dict(),
-                              scenario_sha256=sc.sha256, op=op, algo=algo, sizes=list(sizes),
-                              iters=iters, start_time=rundir.now_iso(), auto=auto, rates=rates,
-                              argv=list(argv) if argv else None, **rundir.provenance())
+        manifest = SweepManifest(
+            run_id=run_id, scenario=sc.to_dict(), scenario_sha256=sc.sha256, op=op,
+            algo=algo, sizes=tuple(sizes), iters=iters, start_time=rundir.now_iso(),
+            auto=auto, rates=rates, argv=tuple(argv) if argv else None,
+            provenance=rundir.provenance())
+        writer.write_manifest(manifest)
         with _recorded(writer), _caller_objects_frozen(), work_dir(run_id) as work:
             rows = experiment.run_sweep(sc, op, algos, list(sizes), iters, Registry(run_id),
                                         work, on_row=on_row, ranks=ranks, notes=notes)
             if notes:
-                writer.write_manifest(notes=notes)
+                writer.write_manifest(replace(manifest, notes=tuple(notes)))
     path = rundir.finish_sweep(writer, [asdict(r) for r in rows])
     return Sweep(path, rows, pl.read_parquet(path / "sweep.parquet").drop("run_id"))
 
@@ -351,17 +374,18 @@ def tune(scenario: str | Path | Scenario, sizes: Sequence[int] = TUNE_SIZES, ite
     notes: list[str] = []
     with _claimed(f"tune-{sc.name}") as run_id:
         writer = _writer_for(out, run_id)
-        writer.write_manifest(run_id=run_id, kind="tune", scenario=sc.to_dict(),
-                              scenario_sha256=sc.sha256, algos=algos, sizes=list(sizes),
-                              iters=iters, ranks=list(ranks), start_time=rundir.now_iso(),
-                              rates=rates, argv=list(argv) if argv else None,
-                              **rundir.provenance())
+        manifest = TuneManifest(
+            run_id=run_id, scenario=sc.to_dict(), scenario_sha256=sc.sha256,
+            algos=tuple(algos), sizes=tuple(sizes), iters=iters, ranks=tuple(ranks),
+            start_time=rundir.now_iso(), rates=rates, argv=tuple(argv) if argv else None,
+            provenance=rundir.provenance())
+        writer.write_manifest(manifest)
         with _recorded(writer), _caller_objects_frozen(), work_dir(run_id) as work:
             for algo in algos:
                 rows = experiment.run_sweep(
                     sc, "all_reduce", algo, list(sizes), iters, Registry(run_id),
-                    work / algo, on_row=(lambda row, a=algo: on_row(a, row)) if on_row
-                    else None, ranks=ranks, notes=notes)
+                    work / algo, on_row=partial(on_row, algo) if on_row else None,
+                    ranks=ranks, notes=notes)
                 sweeps[algo] = [asdict(r) for r in rows]
             (writer.tmp / "tune.json").write_text(json.dumps(sweeps, indent=1) + "\n")
             # an algorithm with wrong values at all but one size cannot be fitted: left out
@@ -370,11 +394,12 @@ def tune(scenario: str | Path | Scenario, sizes: Sequence[int] = TUNE_SIZES, ite
             if not fitted:
                 raise RuntimeError("no algorithm ran without wrong values at two sizes: "
                                    "nothing to fit (every row is kept in tune.json)")
-            writer.write_manifest(not_fitted=sorted(set(sweeps) - set(fitted)), notes=notes)
+            left_out = tuple(sorted(set(sweeps) - set(fitted)))
+            writer.write_manifest(replace(manifest, not_fitted=left_out, notes=tuple(notes)))
             model = autotune.Model.fit(fitted, model_key(sc))
     path = rundir.finish_tune(writer, sweeps, model)
-    manifest = rundir.read_documents(path, ("manifest.json",))["manifest.json"]
-    return Tuning(path, sweeps, model, rundir.save_model(model, run_id, models), manifest)
+    return Tuning(path, sweeps, model, rundir.save_model(model, run_id, models),
+                  rundir.read_manifest(path, TuneManifest))
 
 
 def _runs(sc: Scenario, algo: str, sizes: Sequence[int]) -> bool:
@@ -410,7 +435,7 @@ def _model_of(sc: Scenario, source: str) -> tuple[autotune.Model, Path]:
     return found
 
 
-def resolve_auto(sc: Scenario, source: str) -> tuple[Scenario, dict | None]:
+def resolve_auto(sc: Scenario, source: str) -> tuple[Scenario, AutoChoice | None]:
     """A scenario whose All-Reduce says ``algo: auto`` with the algorithm the fabric's model
     chooses at its size and the ranks in ring order, and what was chosen and why (None
     when there is nothing to choose)."""
@@ -421,8 +446,8 @@ def resolve_auto(sc: Scenario, source: str) -> tuple[Scenario, dict | None]:
     choice = model.choose(ar.size_bytes, runnable(sc, model, [ar.size_bytes]))
     ranks = autotune.ring_order(Topology(sc.fabric), ar.ranks)
     return (replace(sc, allreduce=replace(ar, algo=choice.algo, ranks=ranks)),
-            {"algo": choice.algo, "reason": choice.reason, "model": str(path),
-             "ranks": list(ranks)})
+            AutoChoice(algo=choice.algo, reason=choice.reason, model=str(path),
+                       ranks=tuple(ranks)))
 
 
 def calibrate(scenario: str | Path | Scenario, policies: Sequence[str] | None = None, *,
@@ -459,6 +484,7 @@ def calibrate(scenario: str | Path | Scenario, policies: Sequence[str] | None = 
     tell = on_trial or (lambda *_: None)
 
     def trial(factor: float) -> bool:
+        found: tuple[str, ...]
         tell(factor, "running")
         try:
             done = run(cal.scaled(sc, factor), policies, duration=seconds,
@@ -476,9 +502,10 @@ def calibrate(scenario: str | Path | Scenario, policies: Sequence[str] | None = 
     # the machine is the calibration's from its first trial to its last
     with _claimed(f"calibrate-{sc.name}") as run_id:
         writer = _writer_for(out, run_id)
-        writer.write_manifest(run_id=run_id, kind="calibration", scenario=sc.to_dict(),
-                              scenario_sha256=sc.sha256, start_time=rundir.now_iso(),
-                              argv=list(argv) if argv else None, **rundir.provenance())
+        writer.write_manifest(CalibrationManifest(
+            run_id=run_id, scenario=sc.to_dict(), scenario_sha256=sc.sha256,
+            start_time=rundir.now_iso(), argv=tuple(argv) if argv else None,
+            provenance=rundir.provenance()))
         with _recorded(writer):
             cal.factors_to_try(trial)
     result = cal.Calibration(sc.name, base_rate, sc.scale_factor,
@@ -507,7 +534,7 @@ def _classifier_program(sc: Scenario, source: str, build: Path) -> Path | None:
 def _keep_program(run_dir: Path, sc: Scenario, program: Path | None) -> Path | None:
     """Copy the user's classifier (its source too, if given) into ``programs/`` of the run;
     the kept object, which the run then loads."""
-    if program is None:
+    if program is None or sc.classifier is None:
         return None
     (run_dir / "programs").mkdir()
     if sc.classifier.endswith(".bpf.c"):
@@ -521,7 +548,8 @@ def _user_controllers(sc: Scenario, source: str, given: Mapping[str, str | type]
     from labkit import control
 
     out = {}
-    named = [(f"control.controllers.{n}", n, spec) for n, spec in sc.control.controllers]
+    named: list[tuple[str, str, str | type]] = [
+        (f"control.controllers.{n}", n, spec) for n, spec in sc.control.controllers]
     named += [(f"controllers.{n}", n, spec) for n, spec in given.items()]
     for key, name, spec in named:
         if problem := scenario_mod.name_problem(name):
@@ -537,7 +565,8 @@ def _user_controllers(sc: Scenario, source: str, given: Mapping[str, str | type]
     return out
 
 
-def _keep_sources(run_dir: Path, folder: str, classes: Mapping[str, type]) -> dict:
+def _keep_sources(run_dir: Path, folder: str, classes: Mapping[str, type]
+                  ) -> dict[str, UserClass]:
     """Keep the source of each user class in ``<folder>/<name>.py`` of the run; what the
     manifest says of them."""
     from labkit.model.extend import source_of
@@ -548,9 +577,10 @@ def _keep_sources(run_dir: Path, folder: str, classes: Mapping[str, type]) -> di
         if text is not None:
             (run_dir / folder).mkdir(exist_ok=True)
             (run_dir / folder / f"{name}.py").write_text(text)
-        recorded[name] = {"class": cls.__qualname__,
-                          "source": f"{folder}/{name}.py" if text is not None else None,
-                          "sha256": hashlib.sha256(text.encode()).hexdigest() if text else None}
+        recorded[name] = UserClass(
+            qualname=cls.__qualname__,
+            source=f"{folder}/{name}.py" if text is not None else None,
+            sha256=hashlib.sha256(text.encode()).hexdigest() if text else None)
     return recorded
 
 
@@ -602,9 +632,8 @@ def _recorded(writer: RunWriter) -> Iterator[None]:
         writer.discard()  # nothing was recorded: the --out stays free for the retry
         raise
     except KeyboardInterrupt:
-        writer.write_manifest(status="interrupted", end_time=rundir.now_iso())
+        writer.ended("interrupted")
         raise
     except Exception as exc:  # agents, the kernel, or a user's controller: recorded, kept
-        writer.write_manifest(status="incomplete", error=f"{type(exc).__name__}: {exc}",
-                              end_time=rundir.now_iso())
+        writer.ended("incomplete", f"{type(exc).__name__}: {exc}")
         raise RunFailed(f"{exc}; partial data kept in {writer.tmp}", writer.tmp) from exc

@@ -4,8 +4,9 @@ An agent is ``python -m labkit.traffic.<module> CONFIG.json`` started with
 :meth:`labkit.kernel.fabric.Fabric.popen` (so it is in the run registry). It prints
 ``READY`` once its sockets are bound, starts on ``GO <t0_ns>``, and prints
 ``DONE`` after writing its results next to its config (ranks first print
-``FINISHED`` and wait for ``END``: :func:`finish_together`). Configurations carry the
-packet templates built here with scapy; agents only patch them.
+``FINISHED`` and wait for ``END``: :func:`finish_together`), which :meth:`Agent.result`
+reads back as its kind's type (:mod:`labkit.model.traffic.results`). Configurations carry
+the packet templates built here with scapy; agents only patch them.
 """
 
 from __future__ import annotations
@@ -20,11 +21,13 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, replace
 from pathlib import Path
+from typing import Generic, TypeVar
 
 from labkit.kernel.fabric import Fabric
 from labkit.model.scenario import Scenario
 from labkit.model.topo import Topology
 from labkit.model.traffic import configs, nvme, roce, wire
+from labkit.model.traffic.results import CollectiveResult, OpResult, StorageResult
 
 ROCE_MTUS = (4096, 2048, 1024, 512, 256)
 HEADERS = 20 + 8 + wire.BTH_LEN + wire.RETH_LEN + wire.ICRC_LEN  # IPv4 + UDP + RoCE
@@ -43,11 +46,16 @@ def roce_payload_bytes(mtu: int) -> int:
     return next(m for m in ROCE_MTUS if m + HEADERS <= mtu)
 
 
-class Agent:
+R = TypeVar("R", CollectiveResult, StorageResult)
+
+
+class Agent(Generic[R]):
+    """One agent process; :meth:`result` reads what it reported as ``reports``."""
+
     def __init__(self, fabric: Fabric, node: str, module: str,
-                 cfg: configs.Collective | configs.Storage, workdir: Path, what: str,
-                 pass_fds: tuple[int, ...] = ()):
-        self.node, self.what = node, what
+                 cfg: configs.Collective | configs.Storage, reports: type[R], workdir: Path,
+                 what: str, pass_fds: tuple[int, ...] = ()):
+        self.node, self.what, self.reports = node, what, reports
         self.cfg_path = workdir / f"{what}-{node}.json"
         self.out = workdir / f"{what}-{node}.result.json"
         self.err_path = workdir / f"{what}-{node}.stderr"
@@ -80,9 +88,9 @@ class Agent:
         tail = self.err_path.read_text().strip().splitlines()[-8:]
         return f"{self.what} on {self.node} exited ({self.proc.poll()}): " + "\n".join(tail)
 
-    def result(self) -> dict:
+    def result(self) -> R:
         try:
-            return json.loads(self.out.read_text())
+            return self.reports.from_json(json.loads(self.out.read_text()))
         except (OSError, ValueError) as exc:
             raise AgentError(self.failure()) from exc
 
@@ -133,7 +141,7 @@ def start_collective(fabric: Fabric, topo: Topology, ranks: tuple[str, ...], wor
                      iterations: int, compute_ms: float, workdir: Path, rng: random.Random,
                      duration_s: float | None = None, phase_maps: dict[str, int] | None = None,
                      dcqcn: bool = False, gso_packets: int = 1,
-                     lossless: bool = False) -> list[Agent]:
+                     lossless: bool = False) -> list[Agent[CollectiveResult]]:
     """One agent per rank (``labkit.traffic.collective``) running ``workload`` (see
     :func:`collective`, or a training job: ``{"kind": "job", "job": {...}}``).
     ``phase_maps``: per host, the fd of the map its agent publishes its phase to;
@@ -160,7 +168,7 @@ def start_collective(fabric: Fabric, topo: Topology, ranks: tuple[str, ...], wor
                   replace(common, rank=i, ip=topo.host_ip(host),
                           phase_map_fd=phase_maps.get(host),
                           dcqcn_line_mbps=topo.ports[host][0].link.rate_mbps if dcqcn else None),
-                  workdir, "collective",
+                  CollectiveResult, workdir, "collective",
                   pass_fds=(phase_maps[host],) if host in phase_maps else ())
             for i, host in enumerate(ranks)]
 
@@ -193,13 +201,14 @@ def storage_configs(sc: Scenario, topo: Topology) -> dict[str, configs.Storage]:
             for host in (*served, *(h for h in clients if h not in served))}
 
 
-def start_storage(sc: Scenario, topo: Topology, fabric: Fabric, workdir: Path) -> list[Agent]:
+def start_storage(sc: Scenario, topo: Topology, fabric: Fabric, workdir: Path
+                  ) -> list[Agent[StorageResult]]:
     """One storage agent per host that serves or is a client of a storage entry."""
-    return [Agent(fabric, node, "labkit.traffic.storage", cfg, workdir, "storage")
+    return [Agent(fabric, node, "labkit.traffic.storage", cfg, StorageResult, workdir, "storage")
             for node, cfg in storage_configs(sc, topo).items()]
 
 
-def finish_together(ranks: list[Agent], timeout_s: float,
+def finish_together(ranks: list[Agent[CollectiveResult]], timeout_s: float,
                     on_line: Callable[[Agent, str], None] | None = None) -> None:
     """Wait until every rank has finished its ops, then let them all end (ranks keep
     acknowledging until then, and none exits while another is still in its last op)."""
@@ -226,9 +235,9 @@ def go(agents: list[Agent], at_ns: int) -> None:
         a.send(f"GO {at_ns}")
 
 
-def run_agents(agents: list[Agent], iterations: int) -> list[dict]:
+def run_agents(agents: list[Agent[CollectiveResult]], iterations: int) -> list[OpResult]:
     """Start collective agents together, wait for them, return their ops."""
     await_ready(agents)
     go(agents, start_time())
     finish_together(agents, max(120, 10 * iterations))
-    return [op for a in agents for op in a.result()["ops"]]
+    return [op for a in agents for op in a.result().ops]

@@ -38,6 +38,7 @@ import time
 from labkit.kernel import sched
 from labkit.model import abi
 from labkit.model.traffic import configs, jobs, schedules, wire
+from labkit.model.traffic.results import CollectiveResult, OpResult, RankCounters, Span
 from labkit.traffic import hotpath, rc
 
 SO_RCVBUFFORCE = 33
@@ -142,15 +143,15 @@ class Op:
     def total_ns(self, phase: str) -> int:
         return sum(end - start for p, start, end in self.spans if p == phase)
 
-    def finish(self, index: int, rank: int, now: int) -> dict:
+    def finish(self, index: int, rank: int, now: int) -> OpResult:
         """End the op at ``now`` (a wait still open ends with it): its row of the
         ``collectives`` table."""
         if self.waiting_since is not None:
             self.waited(self.waiting_since, now)
             self.waiting_since = None
-        return {"op": index, "rank": rank, "start_ns": self.start_ns, "end_ns": now,
-                "wrong": self.wrong(), "compute_ns": self.total_ns(COMPUTE),
-                "exposed_ns": self.total_ns(WIRE_WAIT), "bubble_ns": self.total_ns(BUBBLE)}
+        return OpResult(op=index, rank=rank, start_ns=self.start_ns, end_ns=now,
+                        wrong=self.wrong(), compute_ns=self.total_ns(COMPUTE),
+                        exposed_ns=self.total_ns(WIRE_WAIT), bubble_ns=self.total_ns(BUBBLE))
 
 
 def plan_for(workload: dict, n: int, rank: int) -> schedules.Plan:
@@ -206,7 +207,7 @@ def _udp_socket() -> socket.socket:
     return s
 
 
-def run(cfg: configs.Collective, stdin, stdout) -> dict:
+def run(cfg: configs.Collective, stdin, stdout) -> CollectiveResult:
     rank = cfg.rank
     plan = plan_for(cfg.workload, cfg.n, rank)
     peers = cfg.peers
@@ -256,7 +257,7 @@ def run(cfg: configs.Collective, stdin, stdout) -> dict:
     print("READY", file=stdout, flush=True)
     line = stdin.readline().split()
     if not line or line[0] != "GO":
-        return {"rank": rank, "ops": [], "phases": [], "aborted": True}
+        return CollectiveResult(rank=rank, ops=(), phases=(), aborted=True)
     t0 = int(line[1])
     stop_at = t0 + int(cfg.duration_s * 1e9) if cfg.duration_s else None
     stopping = []
@@ -277,8 +278,8 @@ def run(cfg: configs.Collective, stdin, stdout) -> dict:
             else:
                 senders[p].on_cnp(time.monotonic_ns())
 
-    ops: list[dict] = []
-    phases: list[tuple[int, str, int, int]] = []  # (op, phase, start_ns, end_ns)
+    ops: list[OpResult] = []
+    phases: list[Span] = []
     op_index, next_op_at = 0, t0
     op_bytes = sum(m.nbytes for step in plan.steps for m in step.send)
     board = PhaseBoard(cfg.phase_map_fd)
@@ -306,7 +307,7 @@ def run(cfg: configs.Collective, stdin, stdout) -> dict:
         now = time.monotonic_ns()
         if op and op.received_all() and all(s.idle() for s in senders.values()):
             ops.append(op.finish(op_index, rank, now))
-            phases += [(op_index, *span) for span in op.spans]
+            phases += [Span(op_index, *span) for span in op.spans]
             print(f"OP {op_index}", file=stdout, flush=True)
             op_state.clear()
             op_index += 1
@@ -351,18 +352,18 @@ def run(cfg: configs.Collective, stdin, stdout) -> dict:
         drain()
     usage = resource.getrusage(resource.RUSAGE_SELF)
     received = [receiver.stats(i) for i in by_index]
-    return {
-        "cpu_user_s": usage.ru_utime, "cpu_sys_s": usage.ru_stime,
-        "rank": rank, "ops": ops, "phases": phases,
-        "aborted": bool(stopping) or op_index < cfg.iterations,
-        "retransmits": sum(s.retransmits for s in senders.values()),
-        "timeouts": sum(s.timeouts for s in senders.values()),
-        "naks": sum(s.naks for s in senders.values()),
-        "cnps": sum(s.cnps for s in senders.values()),  # received, each a rate cut
-        "out_of_order": sum(st["out_of_order"] for st in received),
-        "bytes_received": sum(st["bytes"] for st in received),
-        "packets_sent": sum(s.high for s in senders.values()),
-    }
+    return CollectiveResult(
+        rank=rank, ops=tuple(ops), phases=tuple(phases),
+        aborted=bool(stopping) or op_index < cfg.iterations,
+        counters=RankCounters(
+            cpu_user_s=usage.ru_utime, cpu_sys_s=usage.ru_stime,
+            retransmits=sum(s.retransmits for s in senders.values()),
+            timeouts=sum(s.timeouts for s in senders.values()),
+            naks=sum(s.naks for s in senders.values()),
+            cnps=sum(s.cnps for s in senders.values()),
+            out_of_order=sum(st["out_of_order"] for st in received),
+            bytes_received=sum(st["bytes"] for st in received),
+            packets_sent=sum(s.high for s in senders.values())))
 
 
 def main() -> None:
@@ -370,7 +371,7 @@ def main() -> None:
     sched.run_ahead(sched.RANK_NICE)  # a rank's compute ends on time, its packets leave when due
     result = run(cfg, sys.stdin, sys.stdout)
     with open(cfg.out, "w") as f:
-        json.dump(result, f)
+        json.dump(result.to_json(), f)
     print("DONE", flush=True)
 
 

@@ -28,6 +28,7 @@ from labkit.kernel.fabric import Fabric
 from labkit.kernel.registry import MARKER, stop_marked
 from labkit.model.scenario import HOST_REF, CommandSpec, Scenario, ScenarioError
 from labkit.model.topo import Topology
+from labkit.model.traffic.results import CommandEnd
 
 STOP_GRACE_S = 3.0
 
@@ -92,7 +93,7 @@ class Commands:
         for spec in self.specs:
             self._start(spec, "run")
 
-    def stop(self) -> list[dict]:
+    def stop(self) -> list[CommandEnd]:
         """End every program still running (clients first), reap all; one row each:
         name, role, host, argv, exit code and whether labkit had to stop it."""
         for s in sorted(self.started, key=lambda s: s.role != "run"):
@@ -105,8 +106,8 @@ class Commands:
                     s.proc.kill()
                     s.proc.wait()
         stop_marked(self.fabric.registry.run_id, STOP_GRACE_S)  # what they left running
-        rows = [{"name": s.spec.name, "role": s.role, "host": s.host, "argv": s.argv,
-                 "exit": s.proc.returncode, "stopped_by_labkit": s.stopped_by_labkit}
+        rows = [CommandEnd(name=s.spec.name, role=s.role, host=s.host, argv=tuple(s.argv),
+                           exit=s.proc.returncode, stopped_by_labkit=s.stopped_by_labkit)
                 for s in self.started]
         self.started.clear()
         return rows

@@ -41,6 +41,7 @@ from labkit.model.scenario import HOST_REF, ProgramSpec, ScenarioError
 from labkit.model.tables import OpRow
 from labkit.model.topo import Topology
 from labkit.model.traffic import lines
+from labkit.model.traffic.results import ProgramRankEnd
 
 # sh -c SCRIPT NAME CWD ARGV...: wait for the release, then become the program
 HELD = 'cd -- "$1" && shift && read -r go && exec "$@" < /dev/null'
@@ -271,7 +272,7 @@ class Programs:
                 return
             time.sleep(POLL_S)
 
-    def stop(self) -> list[dict]:
+    def stop(self) -> list[ProgramRankEnd]:
         """End every rank still running (SIGTERM, then the cgroup's kill after
         :data:`STOP_GRACE_S`), reap them; one row per rank: its host, argv, exit code,
         whether labkit stopped it and the CPU its cgroup used."""
@@ -297,10 +298,10 @@ class Programs:
                 rank.proc.stdin.close()
         return self.rows()
 
-    def rows(self) -> list[dict]:
-        return [{"rank": r.rank, "host": r.host, "argv": r.argv, "exit": r.exit,
-                 "stopped_by_labkit": r.stopped_by_labkit, "lingered": r.lingered,
-                 "cpu_s": r.cpu_s} for r in self.ranks]
+    def rows(self) -> list[ProgramRankEnd]:
+        return [ProgramRankEnd(rank=r.rank, host=r.host, argv=tuple(r.argv), exit=r.exit,
+                               stopped_by_labkit=r.stopped_by_labkit, lingered=r.lingered,
+                               cpu_s=r.cpu_s) for r in self.ranks]
 
     def reported(self) -> tuple[list[tuple[int, str, lines.Iteration]],
                                 list[tuple[int, str, lines.Op]], int]:

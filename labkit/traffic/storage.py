@@ -39,6 +39,7 @@ import time
 from collections import deque
 
 from labkit.model.traffic import configs, wire
+from labkit.model.traffic.results import IoDone, StorageResult
 
 SO_MAX_PACING_RATE = 47
 SAMPLE_NS = 50_000_000
@@ -146,7 +147,7 @@ class Issuer:
     after it is released, so a blocked send never holds up the reader.
     """
 
-    def __init__(self, stream: Stream, entry: configs.Client, ios: list):
+    def __init__(self, stream: Stream, entry: configs.Client, ios: list[IoDone]):
         self.stream, self.entry, self.ios = stream, entry, ios
         self.command = entry.templates["read" if entry.pattern == "read" else "write"]
         self.blocks = entry.io_bytes // wire.BLOCK
@@ -179,7 +180,7 @@ class Issuer:
             t = self.arrived.pop(cid, None)
             if t is None:
                 return
-            self.ios.append((self.entry.name, t, now - t, self.entry.io_bytes))
+            self.ios.append(IoDone(self.entry.name, t, now - t, self.entry.io_bytes))
             self.free.append(cid)
         self._fill()
 
@@ -235,11 +236,11 @@ def drive_arrivals(issuers: list[Issuer], arrival: dict, t0_ns: int, rng: random
             rng.choice(issuers).arrive()
 
 
-def run(cfg: configs.Storage, stdin) -> dict:
+def run(cfg: configs.Storage, stdin) -> StorageResult:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     counters: dict[str, Counter] = {}
-    ios: list[tuple] = []
+    ios: list[IoDone] = []
     conns: list[socket.socket] = []
     errors: list[tuple[int, str]] = []  # (when, what)
     serve_cfg = cfg.serve
@@ -255,7 +256,7 @@ def run(cfg: configs.Storage, stdin) -> dict:
     print("READY", flush=True)
     line = stdin.readline().split()
     if not line or line[0] != "GO":
-        return {"samples": {}, "ios": [], "aborted": True, "errors": []}
+        return StorageResult(samples={}, ios=(), aborted=True, errors=())
     t0_ns = int(line[1])
 
     def start(stream: Stream, pacing: int, body) -> None:
@@ -320,15 +321,15 @@ def run(cfg: configs.Storage, stdin) -> dict:
             conn.shutdown(socket.SHUT_RDWR)
         except OSError:
             pass
-    return {"samples": {name: c.samples for name, c in counters.items()},
-            "ios": ios, "aborted": False, "errors": errors}
+    return StorageResult(samples={name: tuple(c.samples) for name, c in counters.items()},
+                         ios=tuple(ios), aborted=False, errors=tuple(errors))
 
 
 def main() -> None:
     cfg = configs.read_storage(sys.argv[1])
     result = run(cfg, sys.stdin)
     with open(cfg.out, "w") as f:
-        json.dump(result, f)
+        json.dump(result.to_json(), f)
     print("DONE", flush=True)
 
 

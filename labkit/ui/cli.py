@@ -28,6 +28,7 @@ from rich.table import Table
 
 from labkit.analysis.calibration import TRIAL_SECONDS
 from labkit.model import scenario as scenario_mod
+from labkit.model.manifest import BatchPoint, Rates
 
 console = Console(width=max(120, Console().width))
 err = Console(stderr=True, soft_wrap=True)
@@ -527,22 +528,22 @@ def cmd_run(args) -> int:
         _print_json("report", {"run_dir": str(run.path), "status": "complete",
                                "summary": run.summary})
         return 0
-    if rates := run.manifest.get("rates"):
+    if rates := run.manifest.rates:
         console.print(_rates_line(rates), highlight=False)
-    if auto := run.manifest.get("auto"):
-        console.print(f"algo auto: {auto['reason']}", highlight=False)
+    if auto := run.manifest.auto:
+        console.print(f"algo auto: {auto.reason}", highlight=False)
     _print_summary(run.summary)
     console.print(f"\nrun recorded in [bold]{run.path}[/]")
     return 0
 
 
-def _rates_line(rates: dict) -> str:
+def _rates_line(rates: Rates) -> str:
     """What ``emulation.rate_factor`` did to a run, in a sentence."""
-    where = (f"the newest calibration, {rates['calibration']}" if rates["calibration"]
+    where = (f"the newest calibration, {rates.calibration}" if rates.calibration
              else "emulation.rate_factor")
-    return (f"rates x{rates['factor']:g} ({where}): the bottleneck at "
-            f"{rates['bottleneck_rate_mbps']:g} Mbit/s, 1 emulated Mbit/s stands for "
-            f"{rates['scale_factor']:g} real")
+    return (f"rates x{rates.factor:g} ({where}): the bottleneck at "
+            f"{rates.bottleneck_rate_mbps:g} Mbit/s, 1 emulated Mbit/s stands for "
+            f"{rates.scale_factor:g} real")
 
 
 def cmd_calibrate(args) -> int:
@@ -607,18 +608,18 @@ def cmd_batch(args) -> int:
         overall = progress.add_task(f"{g.name}: runs ({args.executor})", total=g.size)
         current = progress.add_task("", total=None, visible=False)
 
-        def on_point(point, entry: dict) -> None:
-            status = entry["status"]
+        def on_point(point, entry: BatchPoint) -> None:
+            status = entry.status
             if status in ended:
                 progress.update(overall, advance=1)
                 progress.update(current, visible=False)
-                where = entry["error"] if status != "complete" else entry["run"]
+                where = entry.error if status != "complete" else entry.run
                 progress.console.print(f"{point.name} [{ended[status]}]{status}[/] "
                                        f"{escape(point.label)} [dim]{escape(str(where))}[/]",
                                        highlight=False)
             elif status == "running" and args.executor == "slurm":
-                progress.console.print(f"{point.name} running on {entry['host']} (job "
-                                       f"{entry['job_id']})", highlight=False)
+                progress.console.print(f"{point.name} running on {entry.host} (job "
+                                       f"{entry.job_id})", highlight=False)
 
         def on_progress(point, p: runner.Progress) -> None:
             what = {"building": "building fabric", "running": "ops"}.get(p.stage, p.stage)
@@ -658,7 +659,7 @@ def _print_batch(done) -> None:
     params = [c for c in frame.columns if c not in ("run_id", "scenario", "batch", "point",
                                                     "seed", "path")
               and c not in _summary_columns()]
-    t = Table(title=f"batch {done.manifest['run_id']}", caption="times in ms; rates in "
+    t = Table(title=f"batch {done.manifest.run_id}", caption="times in ms; rates in "
               "emulated Mbit/s", caption_justify="left")
     for col in ("point", *params, "seed", "policy", "p99", "slowdown p99", "busbw",
                 "storage", "CPU-bound"):
@@ -671,8 +672,8 @@ def _print_batch(done) -> None:
                   "yes" if r["cpu_bound"] else "no")
     console.print(t)
     for p in done.points:
-        if p["status"] != "complete":
-            console.print(f"[yellow]{p['name']} {p['status']}:[/] {escape(str(p['error']))}",
+        if p.status != "complete":
+            console.print(f"[yellow]{p.name} {p.status}:[/] {escape(str(p.error))}",
                           highlight=False)
 
 
@@ -911,7 +912,7 @@ def cmd_report(args) -> int:
     if run is None:
         return 2
     if args.json:
-        _print_json("report", {"run_dir": str(args.run_dir), "status": run.manifest["status"],
+        _print_json("report", {"run_dir": str(args.run_dir), "status": run.manifest.status,
                                "summary": run.summary})
     else:
         _print_summary(run.summary)

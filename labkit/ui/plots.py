@@ -393,7 +393,7 @@ def job_timeline(run: Run, ops: tuple[int, ...] = (0, 1),
         raise ValueError(f"{run.path}: no training job in this run (a job scenario, e.g. "
                          "topologies/tensor-parallel.yaml, records one)")
     policies = policies or jobs
-    recorded = "phases" in run.manifest.get("tables", ())
+    recorded = "phases" in (run.manifest.tables or ())
     fig = make_subplots(rows=len(policies), cols=1, shared_xaxes=True, vertical_spacing=0.1,
                         subplot_titles=[f"{p}: iteration{'s' if len(ops) > 1 else ''} "
                                         + " and ".join(str(o) for o in ops)

@@ -274,9 +274,9 @@ def test_auto_runs_what_the_newest_model_of_the_fabric_chooses(tmp_path, monkeyp
     assert old != new and old.exists()  # a tuning never replaces another
     assert rundir.newest_model(key)[1] == new
     resolved, auto = runner.resolve_auto(sc, "ls.yaml")
-    assert resolved.allreduce.algo == auto["algo"] == model.choose(2 << 20).algo
+    assert resolved.allreduce.algo == auto.algo == model.choose(2 << 20).algo
     assert resolved.allreduce.ranks == ("g5", "g6", "g1", "g2")  # each leaf's ranks together
-    assert auto["reason"].startswith(auto["algo"]) and auto["model"] == str(new)
+    assert auto.reason.startswith(auto.algo) and auto.model == str(new)
     runner.check_sweep(sc, "all_reduce", "auto", [65536, 4 << 20], 1)  # a model: fine
 
 
@@ -293,4 +293,4 @@ def test_auto_chooses_only_what_the_ranks_can_run(tmp_path, monkeypatch):
                     {"size": 1 << 22, "time_us": 9e4, "wrong": 0}]
     rundir.save_model(autotune.Model.fit(fits, runner.model_key(sc)), "20260101-000000-x")
     resolved, auto = runner.resolve_auto(sc, "ls.yaml")  # 6 ranks: no halving-doubling
-    assert resolved.allreduce.algo == "ring" and auto["algo"] == "ring"
+    assert resolved.allreduce.algo == "ring" and auto.algo == "ring"

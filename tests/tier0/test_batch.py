@@ -18,8 +18,10 @@ import yaml
 
 import labkit
 from labkit.model import grid
+from labkit.model.manifest import BatchRef
 from labkit.runs import batch, rundir, runner
 from labkit.runs.rundir import RunDataError
+from tests.recorded import run_manifest
 
 REPO = Path(__file__).resolve().parents[2]
 BOTTLENECK = REPO / "topologies/bottleneck.yaml"
@@ -40,8 +42,9 @@ def synthetic_run(job: batch.PointJob) -> str:
     the point's scenario and batch in the manifest."""
     run_id = rundir.new_run_id(job.scenario.name)
     w = rundir.RunWriter(Path(job.out))
-    w.write_manifest(run_id=run_id, scenario=job.scenario.to_dict(), seed=job.scenario.seed,
-                     policies=list(job.policies), duration_s=job.duration, batch=job.batch)
+    w.write_manifest(run_manifest(run_id, scenario=job.scenario.to_dict(),
+                                  seed=job.scenario.seed, policies=job.policies,
+                                  duration_s=job.duration, batch=job.batch))
     w.finish({}, {**SAMPLE_SUMMARY, "run_id": run_id})
     return run_id
 
@@ -52,14 +55,14 @@ def fake_run_point(job, on_progress=None):
     if job.point == 5:
         return batch.run_point(replace(job, duration=-1.0))
     on_progress(runner.Progress("fifo", "running", 1, 2))
-    return {"status": "complete", "run_id": synthetic_run(job), "host": rundir.host_label()}
+    return batch.PointOutcome("complete", run_id=synthetic_run(job), host=rundir.host_label())
 
 
 def fake_job(job):
     """A Slurm job's function in the submitit test: seed 2 raises inside the job."""
     if job.scenario.seed == 2:
         raise RuntimeError("this point breaks in its job")
-    return {"status": "complete", "run_id": synthetic_run(job), "host": rundir.host_label()}
+    return batch.PointOutcome("complete", run_id=synthetic_run(job), host=rundir.host_label())
 
 
 @pytest.fixture(scope="module")
@@ -68,7 +71,7 @@ def local_batch(tmp_path_factory):
     seen, progress = [], []
     done = batch.run_batch(write_grid(tmp, axes=AXES, seeds=[1, 2], duration=3), "local",
                            out=tmp / "b", run_fn=fake_run_point,
-                           on_point=lambda p, e: seen.append((p.index, e["status"])),
+                           on_point=lambda p, e: seen.append((p.index, e.status)),
                            on_progress=lambda p, pr: progress.append((p.index, pr.stage)))
     return done, seen, progress
 
@@ -76,33 +79,33 @@ def local_batch(tmp_path_factory):
 def test_a_local_batch_runs_every_point_in_order_and_records_it(local_batch):
     done, seen, progress = local_batch
     m = done.manifest
-    assert m["kind"] == "batch" and m["status"] == "complete" and m["executor"] == "local"
-    assert m["run_id"].endswith(f"-{rundir.host_label()}-batch-tiny")
+    assert m.kind == "batch" and m.status == "complete" and m.executor == "local"
+    assert m.run_id.endswith(f"-{rundir.host_label()}-batch-tiny")
     assert done.path.name == "b" and not (done.path.parent / ".b.incomplete").exists()
     assert seen == [(i, s) for i in range(8) for s in ("running", "complete" if i != 5
                                                         else "failed")]
     assert progress == [(i, "running") for i in range(8) if i != 5]
     assert (done.path / "grid.yaml").read_text() == (done.path.parent / "grid.yaml").read_text()
-    assert m["grid"]["axes"] == AXES and m["grid"]["seeds"] == [1, 2]
-    assert m["grid"]["duration_s"] == 3.0 and m["grid"]["sha256"]
-    assert m["scenario"]["file"] == str(BOTTLENECK)
+    assert m.grid.axes == {k: tuple(v) for k, v in AXES.items()} and m.grid.seeds == (1, 2)
+    assert m.grid.duration_s == 3.0 and m.grid.sha256
+    assert m.scenario.file == str(BOTTLENECK)
     points = done.points
-    assert [p["parameters"] for p in points][:2] == [
+    assert [p.parameters for p in points][:2] == [
         {"traffic[0].size_bytes": "1MiB", "defaults.link.rate_mbps": 50}] * 2
-    assert [p["seed"] for p in points] == [1, 2] * 4
+    assert [p.seed for p in points] == [1, 2] * 4
     for p in points:
-        assert p["policies"] == ["isolated", "fifo", "priority"] and p["host"]
-        if p["point"] == 5:
+        assert p.policies == ("isolated", "fifo", "priority") and p.host
+        if p.point == 5:
             continue
-        assert p["status"] == "complete" and p["run"] == f"runs/{p['name']}"
-        run = labkit.load_run(done.path / p["run"])  # an ordinary run directory
-        assert run.manifest["run_id"] == p["run_id"]
-        assert run.manifest["batch"] == {"id": m["run_id"], "point": p["point"],
-                                         "parameters": p["parameters"]}
-        sc = run.manifest["scenario"]  # the point's own scenario, recorded whole
+        assert p.status == "complete" and p.run == f"runs/{p.name}"
+        run = labkit.load_run(done.path / p.run)  # an ordinary run directory
+        assert run.manifest.run_id == p.run_id
+        assert run.manifest.batch == BatchRef(id=m.run_id, point=p.point,
+                                              parameters=p.parameters)
+        sc = run.manifest.scenario  # the point's own scenario, recorded whole
         assert sc["allreduce"]["size_bytes"] == {"1MiB": 1 << 20, "4MiB": 4 << 20}[
-            p["parameters"]["traffic[0].size_bytes"]]
-        assert sc["seed"] == p["seed"]
+            p.parameters["traffic[0].size_bytes"]]
+        assert sc["seed"] == p.seed
     assert json.loads((done.path / "summary.json").read_text()) == {
         "kind": "batch", "points": 8, "complete": 7, "failed": 1, "interrupted": 0,
         "cancelled": 0}
@@ -111,10 +114,10 @@ def test_a_local_batch_runs_every_point_in_order_and_records_it(local_batch):
 def test_a_failed_point_is_recorded_and_the_batch_goes_on(local_batch):
     done, _, _ = local_batch
     failed = done.points[5]
-    assert failed["status"] == "failed" and failed["run"] is None
-    assert failed["error"].startswith("ScenarioError: ") and "duration" in failed["error"]
+    assert failed.status == "failed" and failed.run is None
+    assert failed.error.startswith("ScenarioError: ") and "duration" in failed.error
     assert not done.complete
-    assert [p["status"] for p in done.points[6:]] == ["complete", "complete"]
+    assert [p.status for p in done.points[6:]] == ["complete", "complete"]
     with pytest.raises(RunDataError, match="a batch, not a run: labkit.load_runs"):
         labkit.load_run(done.path)
 
@@ -129,11 +132,11 @@ def test_load_runs_gives_one_frame_over_a_batch(local_batch):
     assert frame.schema["defaults.link.rate_mbps"] == pl.Int64
     assert frame.height == 7 * 3  # complete runs x their policies
     assert frame["point"].unique().sort().to_list() == [0, 1, 2, 3, 4, 6, 7]
-    assert set(frame["batch"]) == {done.manifest["run_id"]}
+    assert set(frame["batch"]) == {done.manifest.run_id}
     first = frame.filter(pl.col("point") == 6)
     assert first["policy"].to_list() == ["isolated", "fifo", "priority"]
     row = first.row(0, named=True)
-    assert (row["run_id"], row["scenario"], row["seed"]) == (done.points[6]["run_id"],
+    assert (row["run_id"], row["scenario"], row["seed"]) == (done.points[6].run_id,
                                                              "bottleneck", 1)
     assert (row["traffic[0].size_bytes"], row["defaults.link.rate_mbps"]) == ("4MiB", 100)
     assert row["path"] == str(done.path / "runs/p006")
@@ -208,7 +211,7 @@ def test_ctrl_c_stops_the_batch_and_keeps_its_record(tmp_path):
     def stop_at_two(job, on_progress=None):
         if job.point == 2:
             raise KeyboardInterrupt
-        return {"status": "complete", "run_id": synthetic_run(job), "host": "h"}
+        return batch.PointOutcome("complete", run_id=synthetic_run(job), host="h")
 
     with pytest.raises(KeyboardInterrupt):
         batch.run_batch(write_grid(tmp_path, seeds=[1, 2, 3, 4]), "local", out=tmp_path / "b",
@@ -243,7 +246,7 @@ def test_a_job_stops_its_run_on_slurm_s_signal(monkeypatch):
     monkeypatch.setattr(batch, "run_point", run_until_signalled)
     before = signal.getsignal(signal.SIGTERM)
     result = batch.job_main(None)
-    assert result["status"] == "interrupted" and "SIGTERM" in result["error"]
+    assert result.status == "interrupted" and "SIGTERM" in result.error
     assert signal.getsignal(signal.SIGTERM) is before
 
 
@@ -353,7 +356,7 @@ def test_the_slurm_executor_submits_one_exclusive_job_per_point(tmp_path, fake_s
         write_grid(tmp_path, seeds=[1, 2, 3], policies=[["isolated", "fifo"]],
                    slurm={"time_min": 15, "partition": "lab"}),
         "slurm", out=tmp_path / "b", run_fn=fake_job, poll_s=0.2, gone_grace_s=20,
-        on_point=lambda p, e: seen.append((p.index, e["status"])))
+        on_point=lambda p, e: seen.append((p.index, e.status)))
     scripts = [(state / f"{n}.sh").read_text() for n in (1, 2, 3)]
     for script in scripts:
         for line in ("#SBATCH --exclusive", "#SBATCH --nodes=1", "#SBATCH --ntasks-per-node=1",
@@ -363,11 +366,11 @@ def test_the_slurm_executor_submits_one_exclusive_job_per_point(tmp_path, fake_s
         assert "srun" not in script  # the job's batch step holds the whole node
         assert "-m submitit.core._submit" in script
     points = done.points
-    assert [p["job_id"] for p in points] == ["1", "2", "3"]
-    assert [p["status"] for p in points] == ["complete", "failed", "complete"], points
-    assert "this point breaks in its job" in points[1]["error"]
+    assert [p.job_id for p in points] == ["1", "2", "3"]
+    assert [p.status for p in points] == ["complete", "failed", "complete"], points
+    assert "this point breaks in its job" in points[1].error
     assert (1, "submitted") in seen and (0, "complete") in seen
-    assert all(p["log"].startswith("slurm/") for p in points)
+    assert all(p.log.startswith("slurm/") for p in points)
     frame = labkit.load_runs(done.path)
     # two runs, each of the three policies in the sample summary they copy
     assert frame.height == 2 * 3 and sorted(set(frame["seed"])) == [1, 3]
@@ -377,7 +380,7 @@ def test_ctrl_c_cancels_the_jobs_that_have_not_ended(tmp_path, fake_slurm, monke
     monkeypatch.setenv("FAKE_SLURM_RUNS", "no")  # submitted, never run
 
     def stop_after_submitting(point, entry):
-        if entry["status"] == "submitted" and point.index == 1:
+        if entry.status == "submitted" and point.index == 1:
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):

@@ -14,11 +14,11 @@ NOTEBOOKS = sorted((REPO / "notebooks").glob("*.ipynb"))
 
 def test_sample_runs_load():
     run = rundir.load_run(REPO / "data/sample/bottleneck")
-    assert run.manifest["status"] == "complete"
+    assert run.manifest.status == "complete"
     assert set(run.summary["policies"]) == {"isolated", "fifo", "priority"}
     for name in ("checkpoint-burst", "tensor-parallel", "pipeline-parallel", "lossless/lossy",
                  "lossless/lossless", "pytorch-ddp"):
-        assert rundir.load_run(REPO / "data/sample" / name).manifest["status"] == "complete"
+        assert rundir.load_run(REPO / "data/sample" / name).manifest.status == "complete"
     assert len(list((REPO / "data/sample/sweeps").glob("*/sweep.json"))) == 6
 
 

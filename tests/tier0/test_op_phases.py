@@ -4,6 +4,7 @@ in-memory plans (tests/spans.py), with no network."""
 import pytest
 
 from labkit.model.traffic import jobs, schedules, timeline
+from labkit.model.traffic.results import OpResult
 from labkit.model.traffic.schedules import Msg, Plan, Step
 from labkit.traffic.collective import BUBBLE, COMPUTE, WIRE_WAIT, Op
 from tests.spans import run_op
@@ -26,8 +27,8 @@ def test_a_wait_is_a_bubble_until_the_message_left_then_a_wire_wait():
     assert op.received_all()
     row = op.finish(3, 2, 160)  # from 157 the op awaited its sends' ACKs: on the wire
     assert op.spans[-1] == (WIRE_WAIT, 157, 160)
-    assert row == {"op": 3, "rank": 2, "start_ns": 100, "end_ns": 160, "wrong": 0,
-                   "compute_ns": 5, "exposed_ns": 23, "bubble_ns": 30}
+    assert row == OpResult(op=3, rank=2, start_ns=100, end_ns=160, wrong=0, compute_ns=5,
+                           exposed_ns=23, bubble_ns=30)
     for sent_ns in (20, 0):  # left before the wait began, or unknown: the wire's
         early = Op(plan, 50)
         early.step(50)
@@ -59,7 +60,7 @@ def test_pipeline_stages_record_their_staircase():
             assert op.spans[:2] == [(BUBBLE, 0, r * f + (r - 1) * d),
                                     (WIRE_WAIT, r * f + (r - 1) * d, r * (f + d))]
     assert ops[0].spans[0] == (COMPUTE, 0, f)
-    ends = [row["end_ns"] for row in rows]
+    ends = [row.end_ns for row in rows]
     assert ends == sorted(ends, reverse=True)  # the first stage waits for the last gradient
 
 
@@ -76,17 +77,17 @@ def test_spans_follow_each_other_and_add_up_to_the_ops_sums(name):
     for op, row, plan, end, busy in zip(ops, rows, plans, model.end_ns, model.busy_ns,
                                         strict=True):
         # the agent's own logic keeps the plans' model time (labkit.model.traffic.timeline)
-        assert row["end_ns"] - start == end
+        assert row.end_ns - start == end
         assert [(s - start, e - start) for p, s, e in op.spans if p == COMPUTE] == list(busy)
         spans = op.spans
         assert spans and len(spans) <= 3 * len(plan.steps)  # bounded by the plan
         assert all(s < e for _, s, e in spans)
-        ends = [row["start_ns"], *(t for _, s, e in spans for t in (s, e)), row["end_ns"]]
+        ends = [row.start_ns, *(t for _, s, e in spans for t in (s, e)), row.end_ns]
         assert ends == sorted(ends), "spans overlap or leave the op"
         for phase, column in ((COMPUTE, "compute_ns"), (WIRE_WAIT, "exposed_ns"),
                               (BUBBLE, "bubble_ns")):
-            assert sum(e - s for p, s, e in spans if p == phase) == row[column]
-        assert row["compute_ns"] == sum(s.compute_ns for s in plan.steps)
+            assert sum(e - s for p, s, e in spans if p == phase) == getattr(row, column)
+        assert row.compute_ns == sum(s.compute_ns for s in plan.steps)
         # virtual time has no loop to run: no sending or other work, the spans tile the op
-        assert sum(e - s for _, s, e in spans) == row["end_ns"] - row["start_ns"]
-        assert row["wrong"] == 0
+        assert sum(e - s for _, s, e in spans) == row.end_ns - row.start_ns
+        assert row.wrong == 0

@@ -11,8 +11,10 @@ import yaml
 
 from labkit.analysis import calibration
 from labkit.model import scenario
+from labkit.model.manifest import Rates
 from labkit.model.scenario import ScenarioError
 from labkit.runs import rundir, runner
+from tests.recorded import PROVENANCE, calibration_manifest
 
 REPO = Path(__file__).resolve().parents[2]
 SOURCE = str(REPO / "topologies/bottleneck.yaml")
@@ -39,9 +41,9 @@ def test_a_number_scales_rates_compute_times_and_the_scale_factor():
     assert sc.scale_factor == written.scale_factor / 2
     assert sc.allreduce.compute_ms == written.allreduce.compute_ms / 2
     assert sc.emulation.rate_factor == 1.0  # applied once
-    assert rates == {"factor": 2.0, "calibration": None,
-                     "bottleneck_rate_mbps": 2 * calibration.bottleneck_rate(written),
-                     "scale_factor": written.scale_factor / 2}
+    assert rates == Rates(factor=2.0, calibration=None,
+                          bottleneck_rate_mbps=2 * calibration.bottleneck_rate(written),
+                          scale_factor=written.scale_factor / 2)
 
 
 def record_calibration(root: Path, sc: scenario.Scenario, best: float | None, start: str,
@@ -49,9 +51,9 @@ def record_calibration(root: Path, sc: scenario.Scenario, best: float | None, st
     """A calibration's record as labkit.calibrate leaves it (the parts auto reads)."""
     d = root / f"{start}-{host or 'here'}-calibrate-{sc.name}"
     d.mkdir()
-    (d / "manifest.json").write_text(json.dumps({
-        "kind": "calibration", "host": host or socket.gethostname(), "start_time": start,
-        "scenario": calibration.as_written(sc).to_dict()}))
+    (d / "manifest.json").write_text(json.dumps(calibration_manifest(
+        d.name, scenario=calibration.as_written(sc).to_dict(), start_time=start,
+        provenance=replace(PROVENANCE, host=host or socket.gethostname())).to_json()))
     (d / "summary.json").write_text(json.dumps({
         "kind": "calibration", "best_factor": best,
         "advice": "no rate down to x0.0625 held on this machine" if best is None else ""}))
@@ -72,7 +74,7 @@ def test_auto_takes_the_newest_calibration_of_this_scenario_on_this_machine(tmp_
     interrupted = record_calibration(tmp_path, auto, 8.0, "2026-11-30T13:00:00")
     (interrupted / "summary.json").unlink()
     sc, rates = runner.resolve_rates(auto, SOURCE)
-    assert rates["factor"] == 2.0 and rates["calibration"] == str(chosen)
+    assert rates.factor == 2.0 and rates.calibration == str(chosen)
     assert calibration.bottleneck_rate(sc) == 2 * calibration.bottleneck_rate(bottleneck())
 
 

@@ -6,11 +6,12 @@ import pytest
 
 from labkit.runs import rundir
 from labkit.runs.rundir import RunDataError
+from tests.recorded import run_manifest
 
 
 def write_run(path):
     w = rundir.RunWriter(path)
-    w.write_manifest(run_id="r1")
+    w.write_manifest(run_manifest("r1"))
     tables = {name: pl.DataFrame([], schema=schema) for name, schema in rundir.SCHEMAS.items()}
     return w, w.finish(tables, {"scenario": "t", "policies": {}})
 
@@ -19,7 +20,7 @@ def test_written_run_loads_back(tmp_path):
     w, path = write_run(tmp_path / "r1")
     assert path == tmp_path / "r1" and not w.tmp.exists()
     run = rundir.load_run(path)
-    assert run.manifest["status"] == "complete"
+    assert run.manifest.status == "complete"
     assert set(run.tables) == set(rundir.SCHEMAS)
     assert run["queue"].schema == pl.Schema(rundir.SCHEMAS["queue"])
 
@@ -32,15 +33,27 @@ def test_never_overwrites(tmp_path):
 
 def test_an_unfinished_run_is_kept_and_named_when_its_out_is_reused(tmp_path):
     w = rundir.RunWriter(tmp_path / "r2")
-    w.write_manifest(run_id="r2", status="interrupted")
+    w.write_manifest(run_manifest("r2", status="interrupted"))
     with pytest.raises(FileExistsError, match="did not finish.*choose another --out"):
         rundir.RunWriter(tmp_path / "r2")
     assert (w.tmp / "manifest.json").exists()
 
 
+def test_a_recording_that_ends_early_says_how_after_what_it_was_asked(tmp_path):
+    w = rundir.RunWriter(tmp_path / "r2")
+    w.write_manifest(run_manifest("r2"))
+    w.ended("incomplete", "AgentError: g1 exited")
+    doc = json.loads((w.tmp / "manifest.json").read_text())
+    assert list(doc)[0] == "status" and list(doc)[-2:] == ["error", "end_time"]
+    assert doc["status"] == "incomplete" and doc["error"] == "AgentError: g1 exited"
+    w.ended("interrupted")
+    assert "error" not in json.loads((w.tmp / "manifest.json").read_text())
+    assert w.manifest.status == "interrupted" and w.manifest.end_time
+
+
 def test_a_run_that_never_started_leaves_nothing(tmp_path):
     w = rundir.RunWriter(tmp_path / "r3")
-    w.write_manifest(run_id="r3")
+    w.write_manifest(run_manifest("r3"))
     w.discard()
     assert not w.tmp.exists()
     rundir.RunWriter(tmp_path / "r3")  # the same --out, free again
@@ -48,7 +61,7 @@ def test_a_run_that_never_started_leaves_nothing(tmp_path):
 
 def test_incomplete_run_is_listed_as_such(tmp_path):
     w = rundir.RunWriter(tmp_path / "r2")
-    w.write_manifest(run_id="r2")
+    w.write_manifest(run_manifest("r2"))
     write_run(tmp_path / "r1")
     listed = {r["run_id"]: r["status"] for r in rundir.list_runs(tmp_path)}
     assert listed == {"r1": "complete", "r2": "incomplete"}
@@ -63,6 +76,10 @@ def test_incomplete_run_is_listed_as_such(tmp_path):
         p / "cpu.parquet"), "cpu.parquet: column 't_ns' is Float64, expected Int64"),
     (lambda p: (p / "summary.json").write_text("{"), "summary.json: not valid JSON"),
     (lambda p: (p / "manifest.json").unlink(), "manifest.json: missing"),
+    (lambda p: (p / "manifest.json").write_text('{"status": "complete"}'),
+     "manifest.json: 'run_id' is missing"),
+    (lambda p: (p / "manifest.json").write_text('{"kind": "nightly"}'),
+     "manifest.json: kind 'nightly' is none of run, sweep"),
 ])
 def test_damaged_run_gives_a_clear_error(tmp_path, damage, message):
     _, path = write_run(tmp_path / "r1")
@@ -79,7 +96,7 @@ def test_provenance_names_every_python_package_and_the_lock():
     from importlib.metadata import version
 
     prov = rundir.provenance()
-    packages = prov["packages"]
+    packages = prov.packages
     for name in ("polars", "plotly", "scapy", "pyroute2", "pyyaml", "rich", "labkit"):
         assert packages[name] == version(name), name
     lock = rundir.bpf.REPO_ROOT / "requirements.lock"
@@ -87,13 +104,13 @@ def test_provenance_names_every_python_package_and_the_lock():
                   if "==" in line and not line.startswith((" ", "#")))
     assert pinned, "requirements.lock pins nothing"
     assert {n: packages.get(n) for n in pinned} == pinned, "the venv does not match the lock"
-    assert prov["requirements_lock"] == rundir.sha256_file(lock)
+    assert prov.requirements_lock == rundir.sha256_file(lock)
 
 
 def test_every_table_file_leads_with_its_run_id_so_runs_query_as_one(tmp_path):
     for run_id in ("r1", "r2"):
         w = rundir.RunWriter(tmp_path / run_id)
-        w.write_manifest(run_id=run_id)
+        w.write_manifest(run_manifest(run_id))
         tables = {name: pl.DataFrame([], schema=schema)
                   for name, schema in rundir.SCHEMAS.items()}
         tables["cpu"] = pl.DataFrame({"policy": ["fifo"], "t_ns": [1], "busy": [0.5]},
@@ -224,10 +241,10 @@ def test_phases_go_from_the_agents_results_to_their_table_and_back(tmp_path):
     experiment._collect(policy, ranks, [])
     tables = rundir.tables_from([policy])
     w = rundir.RunWriter(tmp_path / "r")
-    w.write_manifest(run_id="r")
+    w.write_manifest(run_manifest("r"))
     run = rundir.load_run(w.finish(tables, {"scenario": "t", "policies": {}}))
     phases = run["phases"]
-    assert "phases" in run.manifest["tables"] and phases.equals(tables["phases"])
+    assert "phases" in run.manifest.tables and phases.equals(tables["phases"])
     assert phases.schema == pl.Schema(rundir.SCHEMAS["phases"])
     assert set(phases["phase"]) == {"compute", "wire_wait", "bubble"}
     assert set(zip(phases["rank"], phases["host"], strict=True)) == {(0, "g1"), (1, "g2"),

@@ -8,6 +8,7 @@ from dataclasses import asdict
 import pytest
 
 from labkit.analysis import nccltests
+from labkit.model.traffic.results import OpResult
 
 DATA = re.compile(r"^\s*(\d+)\s+(\d+)\s+(\w+)\s+(\w+)\s+(-?\d+)\s+([\d.]+)\s+([\d.]+)\s+"
                   r"([\d.]+)\s+(\d+|N/A)")
@@ -32,9 +33,10 @@ def parse_nccl_tests(text: str) -> dict:
     return {"rows": rows, "avg_busbw": avg, "wrong": wrong}
 
 
-def ops(n_ranks: int, op_us: float, n_ops: int = 3) -> list[dict]:
-    return [{"op": o, "start_ns": 0, "end_ns": int(op_us * 1e3), "wrong": 0}
-            for o in range(n_ops + 1) for _ in range(n_ranks)]
+def ops(n_ranks: int, op_us: float, n_ops: int = 3) -> list[OpResult]:
+    return [OpResult(op=o, rank=r, start_ns=0, end_ns=int(op_us * 1e3), wrong=0,
+                     compute_ns=0, exposed_ns=0, bubble_ns=0)
+            for o in range(n_ops + 1) for r in range(n_ranks)]
 
 
 def render(rows, scale=None) -> str:
@@ -79,10 +81,11 @@ def test_a_sweep_is_recorded_like_a_run(tmp_path):
     import polars as pl
 
     from labkit.runs import rundir
+    from tests.recorded import sweep_manifest
 
     rows = [nccltests.measure("all_reduce", 4, s, ops(4, s / 10), 100.0) for s in (4096, 8192)]
     writer = rundir.RunWriter(tmp_path / "s1")
-    writer.write_manifest(run_id="s1", kind="sweep")
+    writer.write_manifest(sweep_manifest("s1"))
     path = rundir.finish_sweep(writer, [asdict(r) for r in rows])
     manifest = json.loads((path / "manifest.json").read_text())
     assert manifest["status"] == "complete" and manifest["tables"] == ["sweep"]

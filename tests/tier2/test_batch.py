@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 import labkit
+from labkit.model.manifest import BatchManifest, BatchRef
 from labkit.runs import rundir
 from tests.conftest import require
 from tests.leaks import assert_no_leaks
@@ -55,22 +56,22 @@ def grid_file(tmp_path_factory) -> Path:
 
 def _check(done: labkit.Batch, executor: str) -> None:
     m = done.manifest
-    assert m["status"] == "complete" and m["executor"] == executor
-    assert [p["status"] for p in done.points] == ["complete"] * 8, \
-        [(p["name"], p["error"]) for p in done.points]
+    assert m.status == "complete" and m.executor == executor
+    assert [p.status for p in done.points] == ["complete"] * 8, \
+        [(p.name, p.error) for p in done.points]
     # size x policy x seed, the seed fastest
-    assert [(p["parameters"][KEY], p["policies"], p["seed"]) for p in done.points] == [
+    assert [(p.parameters[KEY], list(p.policies), p.seed) for p in done.points] == [
         (size, [policy], seed) for size in SIZES for policy in ("fifo", "priority")
         for seed in (1, 2)]
     for p in done.points:
-        run = labkit.load_run(done.path / p["run"])  # an ordinary, complete run
-        assert run.manifest["status"] == "complete" and run.manifest["run_id"] == p["run_id"]
-        assert f"-{rundir.host_label()}-tiny" in p["run_id"]  # the host is in the id
-        assert run.manifest["batch"] == {"id": m["run_id"], "point": p["point"],
-                                         "parameters": p["parameters"]}
-        assert run.manifest["seed"] == p["seed"] and run.manifest["duration_s"] == 3
-        assert run.manifest["scenario"]["allreduce"]["size_bytes"] == SIZES[p["parameters"][KEY]]
-        (policy,) = p["policies"]
+        run = labkit.load_run(done.path / p.run)  # an ordinary, complete run
+        assert run.manifest.status == "complete" and run.manifest.run_id == p.run_id
+        assert f"-{rundir.host_label()}-tiny" in p.run_id  # the host is in the id
+        assert run.manifest.batch == BatchRef(id=m.run_id, point=p.point,
+                                              parameters=p.parameters)
+        assert run.manifest.seed == p.seed and run.manifest.duration_s == 3
+        assert run.manifest.scenario["allreduce"]["size_bytes"] == SIZES[p.parameters[KEY]]
+        (policy,) = p.policies
         ar = run.summary["policies"][policy]["allreduce"]
         assert ar["ops"] > 0 and ar["wrong"] == 0
     assert_no_leaks()
@@ -82,8 +83,7 @@ def test_labkit_batch_runs_a_2x2x2_grid_here(fabric_ready, grid_file):
                           capture_output=True, text=True, timeout=600, cwd=REPO)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "p007 complete" in proc.stdout and f"batch recorded in {out}" in proc.stdout
-    _check(labkit.Batch(out, rundir.read_documents(out, ("manifest.json",))["manifest.json"]),
-           "local")
+    _check(labkit.Batch(out, rundir.read_manifest(out, BatchManifest)), "local")
 
 
 @pytest.fixture(scope="module")
@@ -108,9 +108,9 @@ def test_the_grid_runs_as_exclusive_jobs_on_a_single_node_slurm(fabric_ready, gr
         monkeypatch.setenv(k, v)
     seen = []
     done = labkit.run_batch(grid_file, "slurm", out=grid_file.parent / "slurm", poll_s=2,
-                            on_point=lambda p, e: seen.append((p.name, e["status"], e["host"])))
+                            on_point=lambda p, e: seen.append((p.name, e.status, e.host)))
     _check(done, "slurm")
-    job_ids = [p["job_id"] for p in done.points]
+    job_ids = [p.job_id for p in done.points]
     assert len(set(job_ids)) == 8 and all(j.isdigit() for j in job_ids)
     assert any(status == "running" and host == slurm.node for _, status, host in seen)
     states = slurm.run(["squeue", "--noheader", "--states=all", "--format=%i %T %C"]).stdout
@@ -122,7 +122,7 @@ def test_the_grid_runs_as_exclusive_jobs_on_a_single_node_slurm(fabric_ready, gr
         # each job held the whole node: every CPU of it
         assert f"{job_id} COMPLETED {os.cpu_count()}" in states.splitlines(), states
     for p in done.points:
-        assert p["host"] == rundir.host_label()  # the job's own answer, from the node
+        assert p.host == rundir.host_label()  # the job's own answer, from the node
 
 
 def test_load_runs_reads_both_batches_as_one_frame(grid_file):

@@ -75,12 +75,13 @@ def test_the_fabric_keeps_each_flow_in_order(fabric_ready, bottleneck_run):
 def test_tables_and_manifest(fabric_ready, bottleneck_run):
     run, _, _ = bottleneck_run
     m = run.manifest
-    assert m["status"] == "complete" and m["scenario"]["name"] == "bottleneck"
-    assert set(m["bpf_objects"]) >= {"classifier.bpf.o", "queues.bpf.o"}
-    assert m["kernel"] and m["labkit_revision"] and m["seed"] == 1
-    assert m["start_time"] <= m["end_time"]
-    assert m["packages"]["polars"] == pl.__version__ and "plotly" in m["packages"]
-    assert len(m["requirements_lock"]) == 64
+    assert m.status == "complete" and m.scenario["name"] == "bottleneck"
+    prov = m.provenance
+    assert set(prov.bpf_objects) >= {"classifier.bpf.o", "queues.bpf.o"}
+    assert prov.kernel and prov.labkit_revision and m.seed == 1
+    assert m.start_time <= m.end_time
+    assert prov.packages["polars"] == pl.__version__ and "plotly" in prov.packages
+    assert len(prov.requirements_lock) == 64
     coll = run["collectives"]
     assert coll.filter(coll["policy"] == "fifo")["op"].n_unique() == 40
     q = run["queue"].filter(run["queue"]["policy"] == "priority")
@@ -182,7 +183,7 @@ def test_the_python_api_runs_a_scenario_and_reports_progress(fabric_ready, tmp_p
     seen: list[labkit.Progress] = []
     run = labkit.run(REPO / "topologies/bottleneck.yaml", ["fifo"], duration=3,
                      out=tmp_path / "api", on_progress=seen.append)
-    assert run.path == tmp_path / "api" and run.manifest["status"] == "complete"
+    assert run.path == tmp_path / "api" and run.manifest.status == "complete"
     assert list(run.summary["policies"]) == ["fifo"]
     assert run["collectives"].height > 0
     stages = [p.stage for p in seen]
