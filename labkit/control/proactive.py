@@ -9,9 +9,11 @@ From the last bursts it learns the rhythm of training: how long a burst lasts an
 how long the quiet between two bursts (the compute) lasts, so the next burst is due
 one quiet after the last one ended (the period follows from the two, and the last
 end fixes its phase even when bursts stretch under congestion). Storage is held to
-``busy_share`` of its fair share from ``lead_ms`` (plus the telemetry's age) before
-the predicted start until the predicted end, and while a burst is seen going on;
-otherwise to ``idle_share``. Each prediction is scored when its burst really starts
+``busy_share`` of its fair share from ``lead_ms`` before the predicted start until the
+predicted end, and while a burst is seen going on — until it has lasted its learned
+length, unless a sample from after that shows it still going on: the telemetry shows
+an end a poll and ``telemetry_delay_ms`` late, and a prediction needs no telemetry.
+Otherwise to ``idle_share``. Each prediction is scored when its burst really starts
 (prediction error).
 """
 
@@ -98,14 +100,26 @@ class Proactive(Controller):
     def length_ns(self) -> int:
         return int(statistics.median(end - start for start, end in self.bursts))
 
+    def _due_to_end(self, now_ns: int) -> bool:
+        """The burst under way has lasted its learned length, and no sample since has seen
+        it go on: it is over now, though the telemetry, ``telemetry_delay_ms`` and a poll
+        old, cannot show it yet."""
+        if self.active_since is None or len(self.bursts) < LEARN_FROM:
+            return False
+        end = self.active_since + self.length_ns
+        return now_ns >= end and self.last_active <= end
+
     def step(self, now_ns: int) -> None:
         self._observe(now_ns)
         spec = self.plant.spec
         if self.active_since is not None:
-            self.hold(spec.busy_share, "vip burst under way")
+            if self._due_to_end(now_ns):
+                self.hold(spec.idle_share, "vip burst at its learned end")
+            else:
+                self.hold(spec.busy_share, "vip burst under way")
             return
         if self.predicted is not None:
-            lead = int((spec.lead_ms + spec.telemetry_delay_ms) * 1e6)
+            lead = int(spec.lead_ms * 1e6)
             if self.predicted - lead <= now_ns < self.predicted + self.length_ns:
                 ahead_ms = (self.predicted - now_ns) / 1e6
                 self.hold(spec.busy_share, f"vip burst predicted in {ahead_ms:.0f} ms")
