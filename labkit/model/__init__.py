@@ -3,7 +3,8 @@
 Scenario and grid files parsed into frozen dataclasses (:mod:`.scenario`,
 :mod:`.fabric_spec`, :mod:`.grid`, :mod:`.schema`), the fabric's graph (:mod:`.topo`), a
 lossless fabric's plan (:mod:`.lossless`), ``algo: auto``'s models (:mod:`.autotune`), the
-BPF programs' structs (:mod:`.abi`), users' classes (:mod:`.extend`), and the traffic's
+BPF programs' structs (:mod:`.abi`), a run's tables and summary as types (:mod:`.tables`,
+:mod:`.summary`), users' classes (:mod:`.extend`), and the traffic's
 model (:mod:`.traffic`: wire formats, collective schedules, job plans in virtual time,
 agent configs, a program's lines). docs/architecture.md draws the layers.
 """
