@@ -31,6 +31,7 @@ import polars as pl
 
 from labkit.kernel import bpf, fabric
 from labkit.model.autotune import Model
+from labkit.model.summary import Summary, SummaryError
 from labkit.model.tables import TABLES
 from labkit.model.tables import schema as row_schema
 from labkit.traffic.hotpath import LIBRARY as HOTPATH
@@ -173,15 +174,17 @@ class RunWriter:
         self.manifest.update(fields)
         _write_json(self.tmp / "manifest.json", self.manifest)
 
-    def finish(self, tables: dict[str, pl.DataFrame], summary: dict) -> Path:
+    def finish(self, tables: dict[str, pl.DataFrame], summary: Summary | dict) -> Path:
         """Write the tables (each file leads with a ``run_id`` column, so many runs read
-        as one: ``pl.scan_parquet("data/runs/*/collectives.parquet")``), the summary, and
-        move the run into place."""
+        as one: ``pl.scan_parquet("data/runs/*/collectives.parquet")``), the summary (a
+        run's :class:`Summary`, or the document of a sweep, tuning or batch), and move the
+        run into place."""
         run_id = self.manifest.get("run_id", self.target.name)
         for name, frame in tables.items():
             frame.select(pl.lit(run_id, pl.String).alias("run_id"), pl.all()).write_parquet(
                 self.tmp / f"{name}.parquet")
-        _write_json(self.tmp / "summary.json", summary)
+        _write_json(self.tmp / "summary.json",
+                    summary.to_json() if isinstance(summary, Summary) else summary)
         self.write_manifest(status="complete", end_time=now_iso(), tables=sorted(tables))
         if self.target.exists():
             raise FileExistsError(f"{self.target} appeared while the run was in progress; "
@@ -280,7 +283,7 @@ class Run:
 
     path: Path
     manifest: dict
-    summary: dict
+    summary: Summary
     tables: dict[str, pl.DataFrame]
 
     def __getitem__(self, name: str) -> pl.DataFrame:
@@ -344,7 +347,11 @@ def load_run(path: str | Path) -> Run:
                 raise RunDataError(f"{f}: column {col!r} is {frame.schema[col]}, "
                                    f"expected {dtype}")
         tables[name] = frame.select(list(schema))
-    return Run(path, docs["manifest.json"], docs["summary.json"], tables)
+    try:
+        summary = Summary.from_json(docs["summary.json"], "summary")
+    except SummaryError as exc:
+        raise RunDataError(f"{path / 'summary.json'}: {exc}") from None
+    return Run(path, docs["manifest.json"], summary, tables)
 
 
 def list_runs(root: Path = RUNS_DIR) -> list[dict]:

@@ -251,7 +251,7 @@ def run(scenario: str | Path | Scenario, policies: Sequence[str] | None = None, 
             tables = rundir.tables_from(results)
             summary = metrics.summarize(tables, experiment.summary_meta(sc, topology, run_id,
                                                                          results))
-    writer.write_manifest(fidelity={p: s["fidelity"] for p, s in summary["policies"].items()})
+    writer.write_manifest(fidelity={p: s.fidelity.to_json() for p, s in summary.policies.items()})
     return rundir.load_run(writer.finish(tables, summary))
 
 

@@ -525,7 +525,7 @@ def cmd_run(args) -> int:
             return _failed(exc)
     if args.json:
         _print_json("report", {"run_dir": str(run.path), "status": "complete",
-                               "summary": run.summary})
+                               "summary": run.summary.to_json()})
         return 0
     if rates := run.manifest.get("rates"):
         console.print(_rates_line(rates), highlight=False)
@@ -912,7 +912,7 @@ def cmd_report(args) -> int:
         return 2
     if args.json:
         _print_json("report", {"run_dir": str(args.run_dir), "status": run.manifest["status"],
-                               "summary": run.summary})
+                               "summary": run.summary.to_json()})
     else:
         _print_summary(run.summary)
     return 0
