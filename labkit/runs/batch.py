@@ -428,11 +428,10 @@ def load_runs(paths: str | Path | Iterable[str | Path]) -> pl.DataFrame:
     runs = []
     for d in _run_dirs([paths] if isinstance(paths, str | Path) else list(paths)):
         docs = rundir.read_documents(d)
-        manifest, summary = docs["manifest.json"], docs["summary.json"]
+        manifest = docs["manifest.json"]
         if manifest.get("kind"):
             raise RunDataError(f"{d}: a {manifest['kind']}, not a run")
-        if not isinstance(summary.get("policies"), dict):
-            raise RunDataError(f"{d / 'summary.json'}: no policies")
+        summary = rundir.read_summary(d, docs["summary.json"])
         runs.append((d, manifest, summary, manifest.get("batch") or {}))
     keys: dict[str, list] = {}
     for *_, b in runs:
@@ -445,8 +444,8 @@ def load_runs(paths: str | Path | Iterable[str | Path]) -> pl.DataFrame:
     frames = []
     for d, manifest, summary, b in runs:
         params = b.get("parameters") or {}
-        lits = [pl.lit(manifest.get("run_id") or summary.get("run_id") or d.name, pl.Utf8),
-                pl.lit(summary.get("scenario"), pl.Utf8), pl.lit(b.get("id"), pl.Utf8),
+        lits = [pl.lit(manifest.get("run_id") or summary.run_id, pl.Utf8),
+                pl.lit(summary.scenario, pl.Utf8), pl.lit(b.get("id"), pl.Utf8),
                 pl.lit(b.get("point"), pl.Int64), pl.lit(manifest.get("seed"), pl.Int64)]
         lits = [x.alias(n) for x, n in zip(lits, BASE_COLUMNS, strict=True)]
         lits += [pl.lit(_cell(params.get(k), t), t).alias(name)

@@ -6,8 +6,8 @@ crashed run keeps the temporary name and its manifest says ``incomplete``.
 Nothing is ever overwritten: an existing target is an error.
 
 :func:`load_run` reads a run back and checks every table against its schema
-(docs/data-model.md), raising :class:`RunDataError` that names the file and
-what is wrong.
+(docs/data-model.md) and its summary against :mod:`labkit.model.summary`, raising
+:class:`RunDataError` that names the file and what is wrong.
 """
 
 from __future__ import annotations
@@ -347,11 +347,16 @@ def load_run(path: str | Path) -> Run:
                 raise RunDataError(f"{f}: column {col!r} is {frame.schema[col]}, "
                                    f"expected {dtype}")
         tables[name] = frame.select(list(schema))
+    return Run(path, docs["manifest.json"], read_summary(path, docs["summary.json"]), tables)
+
+
+def read_summary(path: Path, doc: dict) -> Summary:
+    """The run at ``path``'s summary from its summary.json document ``doc``; RunDataError
+    names the file and the key that does not fit."""
     try:
-        summary = Summary.from_json(docs["summary.json"], "summary")
+        return Summary.from_json(doc, "summary")
     except SummaryError as exc:
         raise RunDataError(f"{path / 'summary.json'}: {exc}") from None
-    return Run(path, docs["manifest.json"], summary, tables)
 
 
 def list_runs(root: Path = RUNS_DIR) -> list[dict]:

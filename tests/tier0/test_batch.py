@@ -186,6 +186,16 @@ def test_load_runs_refuses_what_is_not_a_run(tmp_path):
     assert empty.height == 0 and empty.columns[0] == "run_id" and "slowdown_p99" in empty.columns
 
 
+def test_load_runs_names_a_summary_that_does_not_fit(tmp_path):
+    run = tmp_path / "r"
+    run.mkdir()
+    (run / "manifest.json").write_text(json.dumps({"status": "complete", "run_id": "r"}))
+    (run / "summary.json").write_text(json.dumps({**SAMPLE_SUMMARY, "policies": {"fifo": {}}}))
+    with pytest.raises(RunDataError, match=r"r/summary.json: summary.policies.fifo: expected "
+                                           "one workload of allreduce, job, program"):
+        labkit.load_runs(run)
+
+
 def test_duckdb_reads_the_frame_and_the_tables(local_batch, tmp_path):
     duckdb = pytest.importorskip("duckdb")
     done, _, _ = local_batch
