@@ -130,17 +130,6 @@ def job(ops: pl.DataFrame, collectives: pl.DataFrame, meta: dict, port: str) -> 
         wrong=int(ops["wrong"].sum()))
 
 
-WORKLOADS = ("allreduce", "job", "program")  # a policy summary's workload section
-
-
-def workload_of(p: dict) -> tuple[str, dict]:
-    """A policy summary's collective workload: its kind and its section (empty when the
-    policy recorded none)."""
-    kind = next((k for k in WORKLOADS if p.get(k)), next((k for k in WORKLOADS if k in p),
-                                                        WORKLOADS[0]))
-    return kind, p.get(kind) or {}
-
-
 def op_instances(program_ops: pl.DataFrame) -> pl.DataFrame:
     """One row per collective op of a program across its ranks (``op``, ``iteration``,
     ``n``, ``start_ns``, ``end_ns``, ``ranks``, ``bytes``, ``ms``): each rank's ops of one
@@ -631,16 +620,16 @@ def cdf(values: pl.Series, points: int = 400) -> tuple[list[float], list[float]]
     return [v[i] for i in keep], [(i + 1) / n for i in keep]
 
 
-def lane_sojourns(sojourn: pl.DataFrame, summary: dict, spans: dict) -> pl.DataFrame:
+def lane_sojourns(sojourn: pl.DataFrame, summary: Summary, spans: dict) -> pl.DataFrame:
     """Sampled sojourns (µs) at each policy's bottleneck port within its window:
     ``policy, lane, sojourn_us``."""
     parts = []
-    for policy, p in summary["policies"].items():
+    for policy, p in summary.policies.items():
         if policy not in spans:
             continue
         start, end = spans[policy]
         parts.append(sojourn.filter((pl.col("policy") == policy)
-                                    & (pl.col("port") == p["bottleneck"]["port"])
+                                    & (pl.col("port") == p.bottleneck.port)
                                     & pl.col("t_ns").is_between(start, end))
                       .select("policy", "lane", (pl.col("sojourn_ns") / 1e3).alias("sojourn_us")))
     return pl.concat(parts) if parts else pl.DataFrame(
@@ -730,28 +719,27 @@ SUMMARY_COLUMNS = {
 }
 
 
-def summary_frame(summary: dict, digits: int | None = None) -> pl.DataFrame:
+def summary_frame(summary: Summary, digits: int | None = None) -> pl.DataFrame:
     """One row per policy of a run's summary: its collective's (or job's) ops or
     iterations, completion times and slowdowns, bus bandwidth (collectives) or exposed
     communication, bubbles and bytes per iteration across the bottleneck (jobs), storage
     goodput, the bottleneck's use and drops per lane. What ``labkit run`` prints and the
     notebooks show (``digits``: floats rounded for display)."""
     rows = []
-    for policy, p in summary["policies"].items():
-        kind, w = workload_of(p)
-        b, job = p["bottleneck"], kind != "allreduce"
-        per_iter = w.get("bottleneck_bytes_per_iteration")
+    for policy, p in summary.policies.items():
+        w, b = p.workload, p.bottleneck
+        per_iter = None if isinstance(w, AllReduce) else w.bottleneck_bytes_per_iteration
         rows.append({
-            "policy": policy, "ops": w["iterations"] if job else w["ops"],
-            "p50_ms": w["p50_ms"], "p99_ms": w["p99_ms"],
-            "slowdown_p50": w["slowdown_p50"], "slowdown_p99": w["slowdown_p99"],
-            "busbw_mbps": None if job else w["busbw_mbps"],
-            "exposed_comm": w["exposed_comm_fraction"] if job else None,
-            "bubbles": w.get("bubble_fraction"),
+            "policy": policy, "ops": w.ops if isinstance(w, AllReduce) else w.iterations,
+            "p50_ms": w.p50_ms, "p99_ms": w.p99_ms,
+            "slowdown_p50": w.slowdown_p50, "slowdown_p99": w.slowdown_p99,
+            "busbw_mbps": w.busbw_mbps if isinstance(w, AllReduce) else None,
+            "exposed_comm": None if isinstance(w, AllReduce) else w.exposed_comm_fraction,
+            "bubbles": w.bubble_fraction if isinstance(w, Job) else None,
             "bottleneck_mb_per_iter": per_iter / 1e6 if per_iter is not None else None,
-            "storage_mbps": p["storage"]["goodput_mbps"], "bottleneck_used": b["utilization"],
-            "vip_drops": b["lanes"]["vip"]["drops"], "low_drops": b["lanes"]["low"]["drops"],
-            "cpu_bound": bool(p["cpu_bound"])})
+            "storage_mbps": p.storage.goodput_mbps, "bottleneck_used": b.utilization,
+            "vip_drops": b.lanes.vip.drops, "low_drops": b.lanes.low.drops,
+            "cpu_bound": p.cpu_bound})
     frame = pl.DataFrame(rows, schema=SUMMARY_COLUMNS)
     return frame if digits is None else frame.with_columns(
         pl.col(pl.Float64).round(digits))
@@ -764,7 +752,7 @@ FIDELITY_COLUMNS = {"policy": pl.Utf8, "cpu_busy": pl.Float64, "cpu_bound": pl.B
                     "late_share": pl.Float64, "kept_time": pl.Boolean}
 
 
-def fidelity_frame(summary: dict, digits: int | None = None) -> pl.DataFrame:
+def fidelity_frame(summary: Summary, digits: int | None = None) -> pl.DataFrame:
     """One row per policy and watched port that queued: how faithfully the run emulated
     its fabric (``fidelity`` in summary.json, docs/data-model.md): the machine's busy
     share, whether it was CPU-bound, whether the All-Reduce alone was limited by its
@@ -772,17 +760,14 @@ def fidelity_frame(summary: dict, digits: int | None = None) -> pl.DataFrame:
     (deviation quantiles, ``excess``, ``late_share``; ``kept_time`` false when flagged).
     A policy whose ports never queued has one row with no port."""
     rows = []
-    for policy, p in summary["policies"].items():
-        fid = p.get("fidelity", {})
-        head = {"policy": policy, "cpu_busy": p.get("cpu_busy"),
-                "cpu_bound": bool(fid.get("cpu_bound")),
-                "generator_limited": bool(fid.get("generator_limited")),
-                "links_at_rate": fid.get("links_at_rate", True)}
-        queued = {port: d for port, d in fid.get("dequeue", {}).items() if d.get("p50") is not None}
-        rows += [{**head, "port": port, "pairs": d["pairs"], "dev_p50": d["p50"],
-                  "dev_p90": d["p90"], "dev_p99": d["p99"], "excess": d.get("excess"),
-                  "late_share": d["late_share"], "kept_time": not d["flagged"]}
-                 for port, d in queued.items()] or [head]
+    for policy, p in summary.policies.items():
+        fid = p.fidelity
+        head = {"policy": policy, "cpu_busy": p.cpu_busy, "cpu_bound": fid.cpu_bound,
+                "generator_limited": fid.generator_limited, "links_at_rate": fid.links_at_rate}
+        rows += [{**head, "port": port, "pairs": d.pairs, "dev_p50": d.p50, "dev_p90": d.p90,
+                  "dev_p99": d.p99, "excess": d.excess, "late_share": d.late_share,
+                  "kept_time": not d.flagged}
+                 for port, d in fid.dequeue.items() if d.p50 is not None] or [head]
     frame = pl.DataFrame(rows, schema=FIDELITY_COLUMNS)
     return frame if digits is None else frame.with_columns(pl.col(pl.Float64).round(digits))
 
@@ -800,20 +785,20 @@ def latency_cdfs(latency: pl.DataFrame, spans: dict[str, tuple[int, int]],
     return out
 
 
-def job_breakdown(summary: dict) -> pl.DataFrame:
+def job_breakdown(summary: Summary) -> pl.DataFrame:
     """Per policy with a training job (labkit's, or the user's program): mean iteration
     split into compute, waits for data on the wire (a program's exposed communication)
     and bubbles (ms), and bytes per iteration across the bottleneck."""
     rows = []
-    for policy, p in summary["policies"].items():
-        kind, w = workload_of(p)
-        if kind == "allreduce" or w.get("mean_ms") is None:
+    for policy, p in summary.policies.items():
+        w = p.workload
+        if isinstance(w, AllReduce) or w.mean_ms is None:
             continue
-        per_iter = w["bottleneck_bytes_per_iteration"]
-        rows.append({"policy": policy, "compute_ms": w["compute_ms"],
-                     "wire_wait_ms": (w["wire_wait_fraction"] * w["mean_ms"] if kind == "job"
-                                      else w["exposed_comm_ms"]),
-                     "bubble_ms": w["bubble_fraction"] * w["mean_ms"] if kind == "job" else 0.0,
+        per_iter = w.bottleneck_bytes_per_iteration
+        rows.append({"policy": policy, "compute_ms": w.compute_ms,
+                     "wire_wait_ms": (w.wire_wait_fraction * w.mean_ms if isinstance(w, Job)
+                                      else w.exposed_comm_ms),
+                     "bubble_ms": w.bubble_fraction * w.mean_ms if isinstance(w, Job) else 0.0,
                      "bottleneck_mb": per_iter / 1e6 if per_iter is not None else None})
     return pl.DataFrame(rows, schema={"policy": pl.Utf8, "compute_ms": pl.Float64,
                                       "wire_wait_ms": pl.Float64, "bubble_ms": pl.Float64,
@@ -826,13 +811,15 @@ PROGRAM_OP_COLUMNS = {"policy": pl.Utf8, "op": pl.Utf8, "count": pl.Int64,
                       "busbw_mbps": pl.Float64}
 
 
-def program_ops_frame(summary: dict, digits: int | None = None) -> pl.DataFrame:
+def program_ops_frame(summary: Summary, digits: int | None = None) -> pl.DataFrame:
     """One row per policy and collective of a user's program (as it reported them, or the
     bursts of its traffic): how many, their size, times, slowdowns and, for a blocking
     All-Reduce, its bus bandwidth."""
-    rows = [{"policy": policy, "op": name, **{c: o.get(c) for c in list(PROGRAM_OP_COLUMNS)[2:]}}
-            for policy, p in summary["policies"].items() if p.get("program")
-            for name, o in p["program"]["ops"].items()]
+    rows = [{"policy": policy, "op": name, "count": o.count, "bytes": o.bytes,
+             "p50_ms": o.p50_ms, "p99_ms": o.p99_ms, "slowdown_p50": o.slowdown_p50,
+             "slowdown_p99": o.slowdown_p99, "busbw_mbps": o.busbw_mbps}
+            for policy, p in summary.policies.items() if isinstance(p.workload, Program)
+            for name, o in p.workload.ops.items()]
     frame = pl.DataFrame(rows, schema=PROGRAM_OP_COLUMNS)
     return frame if digits is None else frame.with_columns(pl.col(pl.Float64).round(digits))
 
@@ -853,19 +840,20 @@ def port_senders(sojourn: pl.DataFrame, collectives: pl.DataFrame, policy: str, 
 STAGES = {1: "the bottleneck", 2: "priority lanes", 3: "adaptive control"}
 
 
-def stage_of(policy: str, p: dict) -> int | None:
+def stage_of(policy: str, controlled: bool) -> int | None:
     """Which of the three stages (:data:`STAGES`) a policy of a summary stands for: ``fifo``
-    the bottleneck, ``priority`` the lanes, any policy with a controller adaptive control;
-    ``isolated`` (the baseline) none."""
-    if p.get("controller") is not None or policy.rpartition("+")[2] not in LAYOUTS:
+    the bottleneck, ``priority`` the lanes, any policy with a controller (``controlled``:
+    its summary has one) adaptive control; ``isolated`` (the baseline) none."""
+    if controlled or policy.rpartition("+")[2] not in LAYOUTS:
         return 3
     return {"fifo": 1, "priority": 2}.get(policy)
 
 
-def stage_frame(summary: dict) -> pl.DataFrame:
+def stage_frame(summary: Summary) -> pl.DataFrame:
     """:func:`summary_frame` of the policies that stand for a stage, with their ``stage``
     (1-3), sorted by stage (the summary's order within one)."""
-    stages = {policy: stage_of(policy, p) for policy, p in summary["policies"].items()}
+    stages = {policy: stage_of(policy, p.controller is not None)
+              for policy, p in summary.policies.items()}
     return (summary_frame(summary)
             .with_columns(pl.col("policy").replace_strict(stages, return_dtype=pl.Int64)
                           .alias("stage"))
@@ -951,13 +939,13 @@ def pick_sweeps(sweeps: dict[str, list[dict]], names: list[str],
     return {n: [r for r in sweeps[n] if sizes[0] <= r["size"] <= sizes[1]] for n in names}
 
 
-def placement_frame(summaries: dict[str, dict], policy: str = "isolated") -> pl.DataFrame:
+def placement_frame(summaries: dict[str, Summary], policy: str = "isolated") -> pl.DataFrame:
     """One training job placed several ways (a run each, named by the keys of
     ``summaries``), under ``policy``: iteration time p50 and its split (as
     :func:`job_breakdown`), and how many times slower each placement is than the fastest."""
     parts = [job_breakdown(s).filter(pl.col("policy") == policy)
              .with_columns(pl.lit(name).alias("placement"),
-                           pl.lit(s["policies"][policy]["job"]["p50_ms"]).alias("p50_ms"))
+                           pl.lit(s.policies[policy].workload.p50_ms).alias("p50_ms"))
              for name, s in summaries.items()]
     frame = pl.concat(parts)
     return frame.select("placement", "p50_ms", "compute_ms", "wire_wait_ms", "bubble_ms",
@@ -984,22 +972,23 @@ LOSSLESS_COLUMNS = {"run": pl.Utf8, "policy": pl.Utf8, "lossless": pl.Boolean,
                     "reaction_max_us": pl.Float64, "frame_us": pl.Float64}
 
 
-def lossless_frame(summaries: dict[str, dict], digits: int | None = None) -> pl.DataFrame:
+def lossless_frame(summaries: dict[str, Summary], digits: int | None = None) -> pl.DataFrame:
     """One row per run (named by the keys of ``summaries``) and policy: whether its fabric
-    was lossless, vip drops at the bottleneck, go-back-N resends, the collective's
-    slowdowns, and the pauses with how fast they acted against one frame's wire time."""
+    was lossless, vip drops at the bottleneck, go-back-N resends (null: recorded before
+    they were), the collective's slowdowns, and the pauses with how fast they acted
+    against one frame's wire time."""
     rows = []
     for name, summary in summaries.items():
-        for policy, p in summary["policies"].items():
-            (_, w), ll = workload_of(p), p.get("lossless") or {}
-            rows.append({"run": name, "policy": policy, "lossless": bool(ll),
-                         "vip_drops": p["bottleneck"]["lanes"]["vip"]["drops"],
-                         "resends": p["transport"]["retransmits"],
-                         "slowdown_p50": w["slowdown_p50"], "slowdown_p99": w["slowdown_p99"],
-                         "pauses": ll.get("pauses", 0),
-                         "reaction_p50_us": ll.get("reaction_us", {}).get("p50"),
-                         "reaction_max_us": ll.get("reaction_us", {}).get("max"),
-                         "frame_us": ll.get("packet_us")})
+        for policy, p in summary.policies.items():
+            w, ll = p.workload, p.lossless
+            rows.append({"run": name, "policy": policy, "lossless": ll is not None,
+                         "vip_drops": p.bottleneck.lanes.vip.drops,
+                         "resends": p.transport.retransmits if p.transport else None,
+                         "slowdown_p50": w.slowdown_p50, "slowdown_p99": w.slowdown_p99,
+                         "pauses": ll.pauses if ll else 0,
+                         "reaction_p50_us": ll.reaction_us.p50 if ll else None,
+                         "reaction_max_us": ll.reaction_us.max if ll else None,
+                         "frame_us": ll.packet_us if ll else None})
     frame = pl.DataFrame(rows, schema=LOSSLESS_COLUMNS)
     return frame if digits is None else frame.with_columns(pl.col(pl.Float64).round(digits))
 

@@ -15,6 +15,7 @@ from plotly.subplots import make_subplots
 
 from labkit.analysis import metrics
 from labkit.analysis.describe import KIND_NAMES, kind_text, rate_text
+from labkit.model.summary import Job, Program
 from labkit.runs.rundir import Run
 
 POLICY_COLORS = {"isolated": "#009E73", "fifo": "#D55E00", "priority": "#0072B2",
@@ -233,9 +234,10 @@ def _rgba(color: str, alpha: float) -> str:
 def _workload(run: Run) -> str:
     """What the collective lanes carry in this run: a training job, the user's program or
     the All-Reduce."""
-    kind, w = metrics.workload_of(next(iter(run.summary["policies"].values())))
-    return {"job": f"{w.get('parallelism')}-parallel job",
-            "program": f"your program {w.get('name')}"}.get(kind, "All-Reduce")
+    w = next(iter(run.summary.policies.values())).workload
+    if isinstance(w, Job):
+        return f"{w.parallelism}-parallel job"
+    return f"your program {w.name}" if isinstance(w, Program) else "All-Reduce"
 
 
 def _policy_of(run: Run, policy: str) -> dict:

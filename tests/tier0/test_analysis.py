@@ -168,17 +168,18 @@ def test_dequeue_fidelity_flags_a_port_that_stalls_for_its_queue_times():
 
 
 def test_the_fidelity_frame_has_a_row_per_port_that_queued():
-    import json
     from pathlib import Path
 
-    summary = json.loads((Path(__file__).resolve().parents[2] /
-                          "data/sample/checkpoint-burst/summary.json").read_text())
+    summary = Summary.from_json(json.loads((Path(__file__).resolve().parents[2] /
+                                            "data/sample/checkpoint-burst/summary.json")
+                                           .read_text()))
     frame = metrics.fidelity_frame(summary)
     fifo = frame.filter(pl.col("policy") == "fifo")
     assert sorted(fifo["port"]) == ["leaf1-eth4", "spine1-eth0"]
-    d = summary["policies"]["fifo"]["fidelity"]["dequeue"]["spine1-eth0"]
+    d = summary.policies["fifo"].fidelity.dequeue["spine1-eth0"]
     row = fifo.filter(pl.col("port") == "spine1-eth0").row(0, named=True)
-    assert (row["pairs"], row["dev_p99"], row["kept_time"]) == (d["pairs"], d["p99"], True)
+    assert (row["pairs"], row["dev_p99"], row["kept_time"]) == (d.pairs, d.p99, True)
+    assert row["excess"] is None  # recorded before it was
     iso = frame.filter(pl.col("policy") == "isolated")  # no port queued: one row, no port
     assert iso.height == 1 and iso["port"][0] is None
-    assert list(frame["policy"].unique(maintain_order=True)) == list(summary["policies"])
+    assert list(frame["policy"].unique(maintain_order=True)) == list(summary.policies)

@@ -42,10 +42,13 @@ def test_allowed_storage_sums_valves_and_applies_relayed_windows():
 
 
 def test_job_breakdown_splits_the_mean_iteration():
-    summary = {"policies": {
-        "fifo": {"job": {"mean_ms": 100.0, "compute_ms": 40.0, "wire_wait_fraction": 0.5,
-                         "bubble_fraction": 0.1, "bottleneck_bytes_per_iteration": 2e6}},
-        "isolated": {"allreduce": {}}}}
+    job = _sample("tensor-parallel").summary
+    fifo = job.policies["fifo"]
+    summary = replace(job, policies={
+        "fifo": replace(fifo, workload=replace(
+            fifo.workload, mean_ms=100.0, compute_ms=40.0, wire_wait_fraction=0.5,
+            bubble_fraction=0.1, bottleneck_bytes_per_iteration=2_000_000)),
+        "isolated": _sample("bottleneck").summary.policies["isolated"]})  # an All-Reduce
     frame = metrics.job_breakdown(summary)
     assert frame.row(0, named=True) == {"policy": "fifo", "compute_ms": 40.0,
                                         "wire_wait_ms": 50.0, "bubble_ms": 10.0,
@@ -57,7 +60,7 @@ def test_summary_frame_has_one_row_per_policy_for_collectives_and_jobs():
         run = rundir.load_run(REPO / "data/sample" / name)
         frame = metrics.summary_frame(run.summary, digits=2)
         assert frame.columns == list(metrics.SUMMARY_COLUMNS)
-        assert frame["policy"].to_list() == list(run.summary["policies"])
+        assert frame["policy"].to_list() == list(run.summary.policies)
         assert frame["busbw_mbps"].is_not_null().all() == busbw
         assert frame["bubbles"].is_null().all() == busbw
         assert frame.filter(pl.col("policy") == "isolated")["slowdown_p99"].item() == 1.0
@@ -76,7 +79,10 @@ def test_lane_sojourns_keep_each_policys_port_and_window():
     soj = pl.DataFrame([{"policy": "a", "t_ns": t, "port": port, "lane": "vip",
                          "sojourn_ns": 1000 * t, "bytes": 1, "stamp_ns": 0, "seq": 0}
                         for t in range(10) for port in ("p1", "p2")], schema=SCHEMAS["sojourn"])
-    summary = {"policies": {"a": {"bottleneck": {"port": "p2"}}}}
+    sample = _sample("bottleneck").summary
+    fifo = sample.policies["fifo"]
+    summary = replace(sample, policies={
+        "a": replace(fifo, bottleneck=replace(fifo.bottleneck, port="p2"))})
     frame = metrics.lane_sojourns(soj, summary, {"a": (2, 5)})
     assert frame["sojourn_us"].to_list() == [2.0, 3.0, 4.0, 5.0]
 
@@ -277,10 +283,10 @@ def test_new_figures_give_byte_identical_svg(tmp_path, sample, name):
 
 
 def test_stage_of_sorts_policies_into_the_three_stages():
-    assert [metrics.stage_of(p, {}) for p in ("isolated", "fifo", "priority")] == [None, 1, 2]
-    assert {metrics.stage_of(p, {}) for p in ("reactive", "priority+state-aware",
-                                               "fifo+proactive")} == {3}
-    assert metrics.stage_of("calm", {"controller": {"decisions": 3}}) == 3
+    assert [metrics.stage_of(p, False) for p in ("isolated", "fifo", "priority")] == [None, 1, 2]
+    assert {metrics.stage_of(p, False) for p in ("reactive", "priority+state-aware",
+                                                  "fifo+proactive")} == {3}
+    assert metrics.stage_of("calm", True) == 3  # a user's controller, by its summary
 
 
 def test_funnel_shows_the_summarys_rates_delays_and_drops():

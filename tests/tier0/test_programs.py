@@ -2,6 +2,7 @@
 and command lines, the line protocol, and what is derived from lines or traffic."""
 
 import io
+import json
 import os
 import subprocess
 import sys
@@ -18,7 +19,7 @@ from labkit.kernel import cgroups
 from labkit.kernel.jobmark import BurstRow
 from labkit.model import scenario, topo
 from labkit.model.scenario import ScenarioError
-from labkit.model.summary import ProgramRank
+from labkit.model.summary import ProgramRank, Summary
 from labkit.model.traffic import lines
 from labkit.traffic import programs
 
@@ -281,10 +282,10 @@ def test_a_program_summary_and_its_slowdown():
     assert slow.slowdown_p50 == pytest.approx(2.0)
     assert slow.ops["all_reduce"].slowdown_p50 == pytest.approx(3.5)
     assert metrics.with_slowdowns(slow, None).slowdown_p50 is None
-    p = {"program": slow.to_json(), "bottleneck": {"utilization": 0.5, "lanes": {
-        lane: {"drops": 0} for lane in scenario.LANES}}, "storage": {"goodput_mbps": 0.0},
-        "cpu_bound": False}
-    row = metrics.summary_frame({"policies": {"x": p}}).row(0, named=True)
+    ddp = Summary.from_json(json.loads((REPO / "data/sample/pytorch-ddp/summary.json")
+                                       .read_text()))
+    p = replace(ddp.policies["fifo"], workload=slow)
+    row = metrics.summary_frame(replace(ddp, policies={"x": p})).row(0, named=True)
     assert row["ops"] == 4 and row["busbw_mbps"] is None and row["exposed_comm"] > 0
 
 
