@@ -183,3 +183,14 @@ def test_the_fidelity_frame_has_a_row_per_port_that_queued():
     iso = frame.filter(pl.col("policy") == "isolated")  # no port queued: one row, no port
     assert iso.height == 1 and iso["port"][0] is None
     assert list(frame["policy"].unique(maintain_order=True)) == list(summary.policies)
+
+
+def test_the_lossless_frame_reads_runs_recorded_before_transport():
+    from pathlib import Path
+
+    old = Summary.from_json(json.loads((Path(__file__).resolve().parents[2] /
+                                        "data/sample/bottleneck/summary.json").read_text()))
+    frame = metrics.lossless_frame({"old": old})
+    assert frame["resends"].to_list() == [None] * 3 and not frame["lossless"].any()
+    assert frame["vip_drops"].to_list() == [p.bottleneck.lanes.vip.drops
+                                            for p in old.policies.values()]

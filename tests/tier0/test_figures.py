@@ -173,7 +173,7 @@ def test_queue_timeline_draws_the_chosen_ports_over_the_window():
 
     run = rundir.load_run(REPO / "data/sample/bottleneck")
     whole = plots.queue_timeline(run)
-    assert [t.name for t in whole.data] == list(run.summary["policies"])
+    assert [t.name for t in whole.data] == list(run.summary.policies)
     assert "the bottleneck port" in whole.layout.title.text
     half = plots.queue_timeline(run, ["leaf1-eth4", "spine1-eth0"], ["fifo"], (0.5, 1.0))
     assert [t.name for t in half.data] == ["fifo · leaf1-eth4", "fifo · spine1-eth0"]
@@ -279,7 +279,7 @@ def test_new_figures_give_byte_identical_svg(tmp_path, sample, name):
     assert sorted(p.name for p in first) == [f"{name}.html", f"{name}.png", f"{name}.svg"]
     svg = (tmp_path / "a" / f"{name}.svg").read_bytes()
     assert svg == (tmp_path / "b" / f"{name}.svg").read_bytes()
-    assert run.summary["run_id"].encode() in svg
+    assert run.summary.run_id.encode() in svg
 
 
 def test_stage_of_sorts_policies_into_the_three_stages():
@@ -293,23 +293,22 @@ def test_funnel_shows_the_summarys_rates_delays_and_drops():
     run = _sample("bottleneck")
     fig = plots.bottleneck_funnel(run)
     sankey = next(t for t in fig.data if t.type == "sankey")
-    lanes = run.summary["policies"]["fifo"]["bottleneck"]["lanes"]
+    lanes = run.summary.policies["fifo"].bottleneck.lanes
     labels = list(sankey.node.label)
     through = next(i for i, label in enumerate(labels) if label.startswith("through"))
     into_queue = [v for t, v in zip(sankey.link.target, sankey.link.value, strict=True)
                   if t == through]
-    assert into_queue == pytest.approx([lanes["vip"]["mbps"], lanes["low"]["mbps"]])
-    assert f"{lanes['vip']['drops'] + lanes['low']['drops']} packets" in labels[through + 1]
+    assert into_queue == pytest.approx([lanes.vip.mbps, lanes.low.mbps])
+    assert f"{lanes.vip.drops + lanes.low.drops} packets" in labels[through + 1]
     assert any("from g8" in label for label in labels)  # the ring's hop across the port
     assert "spine1-eth0" in fig.layout.title.text
     bars = {(t.name, t.yaxis): t.y for t in fig.data if t.type == "bar"}
-    policies = run.summary["policies"]
+    at_port = [p.bottleneck.lanes for p in run.summary.policies.values()]
     for lane in ("vip", "low"):
-        p99 = [None if (v := policies[p]["bottleneck"]["lanes"][lane]["sojourn_p99_us"]) is None
-               else v / 1e3 for p in policies]
+        p99 = [None if (v := lanes.of(lane).sojourn_p99_us) is None else v / 1e3
+               for lanes in at_port]
         assert list(bars[f"{lane} lane", "y"]) == p99
-        assert list(bars[f"{lane} lane", "y3"]) == [
-            policies[p]["bottleneck"]["lanes"][lane]["drops"] for p in policies]
+        assert list(bars[f"{lane} lane", "y3"]) == [lanes.of(lane).drops for lanes in at_port]
 
 
 def test_three_stages_show_each_stages_measured_figures():
@@ -341,8 +340,8 @@ def _iteration_bars(fig, run: rundir.Run, policy: str) -> tuple[pl.DataFrame, di
 
 def test_job_timeline_falls_back_to_the_sums_for_runs_recorded_before_phases():
     run = before_phases(_sample("tensor-parallel"))
-    job = run.summary["policies"]["fifo"]["job"]
-    fig = plots.job_timeline(run, ops=tuple(range(job["iterations"])), policies=["fifo"])
+    job = run.summary.policies["fifo"].workload
+    fig = plots.job_timeline(run, ops=tuple(range(job.iterations)), policies=["fifo"])
     rows, by_phase = _iteration_bars(fig, run, "fifo")
     assert list(by_phase) == ["sending/other", "compute", "data on the wire", "bubble"]
     t0 = rows["start_ns"].min()
@@ -353,10 +352,10 @@ def test_job_timeline_falls_back_to_the_sums_for_runs_recorded_before_phases():
     assert list(first.base) == pytest.approx(starts)  # the sums, laid from the start
     ends = [b + w for b, w in zip(last.base, last.x, strict=True)]
     assert ends == pytest.approx(((rows["end_ns"] - t0) / 1e6).to_list())  # measured end
-    assert sum(first.x) / len(first.x) == pytest.approx(job["compute_ms"])
-    assert (pl.Series(last.x) / spans).mean() == pytest.approx(job["bubble_fraction"])
+    assert sum(first.x) / len(first.x) == pytest.approx(job.compute_ms)
+    assert (pl.Series(last.x) / spans).mean() == pytest.approx(job.bubble_fraction)
     assert (pl.Series(by_phase["data on the wire"].x) / spans).mean() == pytest.approx(
-        job["wire_wait_fraction"])
+        job.wire_wait_fraction)
     for sample in ("tensor-parallel", "pipeline-parallel"):
         note = plots.job_timeline(before_phases(_sample(sample))).layout.annotations[-1].text
         assert "recorded before phase spans" in note and "order is not recorded" in note
@@ -405,4 +404,4 @@ def test_job_timeline_with_spans_gives_byte_identical_svg(tmp_path):
         figures.write(run, tmp_path / out, only={"job-timeline"})
     svg = (tmp_path / "a" / "job-timeline.svg").read_bytes()
     assert svg == (tmp_path / "b" / "job-timeline.svg").read_bytes()
-    assert b"as it recorded them" in svg and run.summary["run_id"].encode() in svg
+    assert b"as it recorded them" in svg and run.summary.run_id.encode() in svg

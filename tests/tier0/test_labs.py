@@ -277,9 +277,9 @@ def test_plans_with_wire_times_match_the_recorded_tensor_job():
     job's iterations alone (413.6 ms against a median of 412.7 ms)."""
     sc = lab4.scenario.load(lab4.TENSOR)
     run = timeline.simulate(lab4._plans(sc), lab4.wire_time(sc))
-    recorded = load_run(lab4.SAMPLES / "tensor-parallel").summary
+    recorded = load_run(lab4.SAMPLES / "tensor-parallel").summary.policies["isolated"]
     assert run.makespan_ns / 1e6 == pytest.approx(
-        recorded["policies"]["isolated"]["job"]["p50_ms"], rel=0.05)
+        recorded.workload.p50_ms, rel=0.05)
 
 
 def test_plans_that_wait_for_a_message_never_sent_are_refused():
