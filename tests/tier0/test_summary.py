@@ -5,10 +5,12 @@ import copy
 import dataclasses
 import json
 import re
+import warnings
 from pathlib import Path
 
 import pytest
 
+from labkit.analysis import metrics
 from labkit.model.abi import LANES
 from labkit.model.summary import (
     AllReduce,
@@ -18,6 +20,8 @@ from labkit.model.summary import (
     Summary,
     SummaryError,
 )
+from labkit.runs.rundir import load_run
+from labkit.ui import cli, figures
 
 SAMPLE = Path(__file__).resolve().parents[2] / "data" / "sample"
 RUN_SUMMARIES = sorted(f for f in SAMPLE.rglob("summary.json")
@@ -112,3 +116,20 @@ def test_reading_by_key_still_works_for_a_release_and_says_what_to_read():
         assert s.get("run_id") == doc["run_id"]
     with pytest.deprecated_call(match=r"summary\.keys\(\) is deprecated"):
         assert list(s.keys()) == list(doc)
+
+
+def test_labkits_own_readers_read_attributes_not_keys(capsys):
+    """The report, the summary's frames and every figure of every sample, with the
+    deprecated key reads turned into errors."""
+    frames = (metrics.summary_frame, metrics.fidelity_frame, metrics.job_breakdown,
+              metrics.program_ops_frame, metrics.stage_frame)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DeprecationWarning)
+        for path in RUN_SUMMARIES:
+            run = load_run(path.parent)
+            cli._print_summary(run.summary)
+            for frame in frames:
+                frame(run.summary)
+            for _, build in figures.figure_set(run):
+                build()
+    assert capsys.readouterr().out.count(" · run ") == len(RUN_SUMMARIES)  # a report each
