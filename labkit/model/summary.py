@@ -54,10 +54,8 @@ class Record:
 
 # --- reading and writing by the fields' types ---------------------------------------------
 
-SCALARS: dict[type, tuple[type, ...]] = {str: (str,), bool: (bool,), int: (int,),
-                                         float: (int, float)}
-
-
+_SCALARS: dict[type, tuple[type, ...]] = {str: (str,), bool: (bool,), int: (int,),
+                                          float: (int, float)}  # a float may be written 4000
 _KEYED: dict[type, tuple[Field, ...]] = {}
 _HINTS: dict[type, dict[str, Any]] = {}
 
@@ -121,7 +119,7 @@ def _read(hint: Any, value: Any, where: str) -> Any:
         if not isinstance(value, list):
             raise SummaryError(f"{where}: expected a list, got {type(value).__name__}")
         return tuple(_read(args[0], v, f"{where}[{i}]") for i, v in enumerate(value))
-    if not isinstance(value, SCALARS[hint]) or (hint is not bool and isinstance(value, bool)):
+    if not isinstance(value, _SCALARS[hint]) or (hint is not bool and isinstance(value, bool)):
         raise SummaryError(f"{where}: expected {hint.__name__}, got {value!r}")
     return value
 
