@@ -52,18 +52,18 @@ def measure(n: int, gso: int, out: Path) -> dict | None:
     except labkit.RunFailed as exc:
         print(f"  gso {gso} ranks {n:>2}: the run failed: {exc}", file=sys.stderr)
         return None
-    p = run.summary["policies"]["isolated"]
+    p = run.summary.policies["isolated"]
     t = run["transport"]
     packets = int(t["packets_sent"].sum())
     user_s, sys_s = float(t["cpu_user_s"].sum()), float(t["cpu_sys_s"].sum())
-    window = p["window_s"]
-    machine_s = (p["cpu_busy"] or 0.0) * CPUS * window
-    orchestrator_s = p["telemetry"]["orchestrator_cpu_share"] * window
+    window = p.window_s
+    machine_s = (p.cpu_busy or 0.0) * CPUS * window
+    share = p.telemetry.orchestrator_cpu_share
+    orchestrator_s = share * window
     unaccounted = max(machine_s - user_s - sys_s - orchestrator_s, 0.0)
-    return {"ranks": n, "gso": gso, "busbw": p["allreduce"]["busbw_mbps"],
-            "link": p["bottleneck"]["rate_mbps"], "cpu_bound": p["fidelity"]["cpu_bound"],
-            "busy": p["cpu_busy"] or 0.0,
-            "orchestrator_share": p["telemetry"]["orchestrator_cpu_share"],
+    return {"ranks": n, "gso": gso, "busbw": p.workload.busbw_mbps,
+            "link": p.bottleneck.rate_mbps, "cpu_bound": p.fidelity.cpu_bound,
+            "busy": p.cpu_busy or 0.0, "orchestrator_share": share,
             "agents_us": user_s / packets * 1e6,
             "orchestrator_us": orchestrator_s / packets * 1e6,
             "kernel_us": (sys_s + unaccounted) / packets * 1e6}

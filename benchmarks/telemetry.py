@@ -166,7 +166,7 @@ def lost_in_a_real_run() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         run = labkit.run(REPO / "topologies/bottleneck.yaml", ["fifo"], duration=5,
                          out=Path(tmp) / "run")
-    return run.summary["policies"]["fifo"]["telemetry"]["events_lost"]
+    return run.summary.policies["fifo"].telemetry.events_lost
 
 
 def run() -> list[dict]:

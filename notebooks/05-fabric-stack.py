@@ -101,7 +101,7 @@ lossless_frame({name: run.summary for name, run in runs.items()}, digits=2)
 # pause acts within a fraction of one 9000-byte frame's wire time (720 us at 100 Mbit/s):
 
 # %%
-window = runs["lossless"].summary["policies"]["fifo"]["window_s"]
+window = runs["lossless"].summary.policies["fifo"].window_s
 pause_frame(runs["lossless"]["pauses"], "fifo", window)
 
 # %% [markdown]

@@ -20,10 +20,10 @@ from tests.leaks import labkit_objects
 REPO = Path(__file__).resolve().parents[1]
 RUNS = 20
 DURATION_S = 5
-METRICS = {"slowdown_p99": ("allreduce", "slowdown_p99"),
-           "slowdown_p50": ("allreduce", "slowdown_p50"),
-           "busbw_mbps": ("allreduce", "busbw_mbps"),
-           "utilization": ("bottleneck", "utilization")}
+METRICS = {"slowdown_p99": lambda p: p.workload.slowdown_p99,  # of a PolicySummary
+           "slowdown_p50": lambda p: p.workload.slowdown_p50,
+           "busbw_mbps": lambda p: p.workload.busbw_mbps,
+           "utilization": lambda p: p.bottleneck.utilization}
 
 
 def main() -> int:
@@ -44,12 +44,12 @@ def main() -> int:
                 print(f"run {i:2d}: FAILED\n{proc.stderr[-2000:]}")
                 continue
             summary = rundir.load_run(out).summary
-            for policy, p in summary["policies"].items():
-                for name, (section, key) in METRICS.items():
-                    if p[section][key] is not None:
-                        values.setdefault((policy, name), []).append(p[section][key])
-            fifo = summary["policies"]["fifo"]["allreduce"]["slowdown_p99"]
-            prio = summary["policies"]["priority"]["allreduce"]["slowdown_p99"]
+            for policy, p in summary.policies.items():
+                for name, figure in METRICS.items():
+                    if (value := figure(p)) is not None:
+                        values.setdefault((policy, name), []).append(value)
+            fifo = summary.policies["fifo"].workload.slowdown_p99
+            prio = summary.policies["priority"].workload.slowdown_p99
             print(f"run {i:2d}: {time.monotonic() - t0:5.1f} s  slowdown p99 fifo {fifo:.2f} "
                   f"priority {prio:.2f}  leaks: {left or 'none'}", flush=True)
     report = []

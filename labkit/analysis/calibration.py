@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 
 from labkit.model.scenario import JOB_PARAMS, MAX_RATE_FACTOR, MIN_RATE_FACTOR, Scenario
+from labkit.model.summary import Summary
 
 MIN_FACTOR, MAX_FACTOR = MIN_RATE_FACTOR, MAX_RATE_FACTOR
 TRIAL_SECONDS = 8.0  # traffic per policy in each trial
@@ -54,19 +55,19 @@ def as_written(sc: Scenario) -> Scenario:
     return replace(sc, emulation=replace(sc.emulation, rate_factor=1.0))
 
 
-def faults(summary: dict) -> list[str]:
+def faults(summary: Summary) -> list[str]:
     """Why a recorded run does not describe its fabric faithfully (empty: it does)."""
     out = []
-    for policy, p in summary["policies"].items():
-        fid = p["fidelity"]
-        if fid["cpu_bound"]:
-            out.append(f"{policy}: CPU-bound ({p['cpu_busy']:.0%} busy)")
-        if not fid["links_at_rate"]:
+    for policy, p in summary.policies.items():
+        fid = p.fidelity
+        if fid.cpu_bound:
+            out.append(f"{policy}: CPU-bound ({p.cpu_busy:.0%} busy)")
+        if not fid.links_at_rate:
             out.append(f"{policy}: a congested port sent below its rate")
-        for port, d in fid.get("dequeue", {}).items():  # runs before 2026-11 have none
-            if d["flagged"]:
+        for port, d in fid.dequeue.items():  # runs before 2026-11 have none
+            if d.flagged:
                 out.append(f"{policy}: {port} did not keep time")
-        if fid.get("generator_limited"):
+        if fid.generator_limited:
             out.append(f"{policy}: the All-Reduce alone was limited by its generator")
     return out
 

@@ -15,10 +15,40 @@ Definitions (also in docs/data-model.md):
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import replace
+
 import polars as pl
 
 from labkit.model.abi import LANES, RANK_SHIFT
 from labkit.model.scenario import LAYOUTS
+from labkit.model.summary import (
+    AllReduce,
+    Bottleneck,
+    BottleneckLane,
+    Command,
+    ControllerReport,
+    DequeueTiming,
+    Fidelity,
+    Job,
+    Lossless,
+    MarksAndDrops,
+    PausedQueue,
+    PauseTimes,
+    PerLane,
+    PolicySummary,
+    Program,
+    ProgramOp,
+    ProgramRank,
+    ProgramTraffic,
+    ReactionTimes,
+    Storage,
+    StorageEntry,
+    Summary,
+    Telemetry,
+    Transport,
+    Workload,
+)
 
 CPU_BOUND_BUSY = 0.90  # mean machine-wide CPU busy fraction that flags a run as CPU-bound
 
@@ -64,16 +94,16 @@ def _quantile(series: pl.Series, q: float) -> float:
     return _num(series.quantile(q, interpolation="linear"))
 
 
-def allreduce(ops: pl.DataFrame, size_bytes: int, ranks: int) -> dict:
+def allreduce(ops: pl.DataFrame, size_bytes: int, ranks: int) -> AllReduce:
     ms = ops["ms"]
     mean_s = _num(ms.mean()) / 1e3
     algbw = size_bytes * 8 / mean_s / 1e6
-    return {"ops": ops.height, "p50_ms": _quantile(ms, 0.5), "p99_ms": _quantile(ms, 0.99),
-            "mean_ms": _num(ms.mean()), "algbw_mbps": algbw,
-            "busbw_mbps": algbw * 2 * (ranks - 1) / ranks, "wrong": int(ops["wrong"].sum())}
+    return AllReduce(ops=ops.height, p50_ms=_quantile(ms, 0.5), p99_ms=_quantile(ms, 0.99),
+                     mean_ms=_num(ms.mean()), algbw_mbps=algbw,
+                     busbw_mbps=algbw * 2 * (ranks - 1) / ranks, wrong=int(ops["wrong"].sum()))
 
 
-def job(ops: pl.DataFrame, collectives: pl.DataFrame, meta: dict, port: str) -> dict:
+def job(ops: pl.DataFrame, collectives: pl.DataFrame, meta: dict, port: str) -> Job:
     """A training job's iterations: time, compute, exposed communication, bubbles, bytes.
 
     Exposed communication is the part of a rank's iteration not spent computing. Each
@@ -87,30 +117,17 @@ def job(ops: pl.DataFrame, collectives: pl.DataFrame, meta: dict, port: str) -> 
         (pl.col("end_ns") - pl.col("start_ns")).alias("t")).with_columns(
         (pl.col("t") - pl.col("compute_ns")).alias("exposed"))
     hop = meta["ports"][port]["hop"]
-    return {
-        "parallelism": meta["job"]["parallelism"], "iterations": ops.height,
-        "p50_ms": _quantile(ms, 0.5), "p99_ms": _quantile(ms, 0.99),
-        "mean_ms": _num(ms.mean()),
-        "compute_ms": _num(per_rank["compute_ns"].mean()) / 1e6,
-        "exposed_comm_ms": _num(per_rank["exposed"].mean()) / 1e6,
-        "exposed_comm_fraction": _num((per_rank["exposed"] / per_rank["t"]).mean()),
-        "bubble_fraction": _num((per_rank["bubble_ns"] / per_rank["t"]).mean()),
-        "wire_wait_fraction": _num((per_rank["exposed_ns"] / per_rank["t"]).mean()),
-        "bytes_per_iteration": meta["bytes_per_iteration"],
-        "bottleneck_bytes_per_iteration": meta["bytes_per_iteration"].get(hop, 0),
-        "wrong": int(ops["wrong"].sum()),
-    }
-
-
-WORKLOADS = ("allreduce", "job", "program")  # a policy summary's workload section
-
-
-def workload_of(p: dict) -> tuple[str, dict]:
-    """A policy summary's collective workload: its kind and its section (empty when the
-    policy recorded none)."""
-    kind = next((k for k in WORKLOADS if p.get(k)), next((k for k in WORKLOADS if k in p),
-                                                        WORKLOADS[0]))
-    return kind, p.get(kind) or {}
+    return Job(
+        parallelism=meta["job"]["parallelism"], iterations=ops.height,
+        p50_ms=_quantile(ms, 0.5), p99_ms=_quantile(ms, 0.99), mean_ms=_num(ms.mean()),
+        compute_ms=_num(per_rank["compute_ns"].mean()) / 1e6,
+        exposed_comm_ms=_num(per_rank["exposed"].mean()) / 1e6,
+        exposed_comm_fraction=_num((per_rank["exposed"] / per_rank["t"]).mean()),
+        bubble_fraction=_num((per_rank["bubble_ns"] / per_rank["t"]).mean()),
+        wire_wait_fraction=_num((per_rank["exposed_ns"] / per_rank["t"]).mean()),
+        bytes_per_iteration=meta["bytes_per_iteration"],
+        bottleneck_bytes_per_iteration=meta["bytes_per_iteration"].get(hop, 0),
+        wrong=int(ops["wrong"].sum()))
 
 
 def op_instances(program_ops: pl.DataFrame) -> pl.DataFrame:
@@ -129,7 +146,7 @@ def op_instances(program_ops: pl.DataFrame) -> pl.DataFrame:
 
 
 def program(ops: pl.DataFrame, collectives: pl.DataFrame, program_ops: pl.DataFrame,
-            info: dict, ranks: int, vip_bytes: float) -> dict:
+            info: dict, ranks: int, vip_bytes: float) -> Program:
     """The user's program (``kind: program``): its iterations (as ``ops``: one row per
     iteration, first rank's start to last rank's end), compute and exposed communication
     per rank, and each collective it reported, or that its traffic showed (``info``:
@@ -145,34 +162,33 @@ def program(ops: pl.DataFrame, collectives: pl.DataFrame, program_ops: pl.DataFr
         nbytes = mine["bytes"].drop_nulls()
         mean_ms = _num(t.mean())
         size = int(_num(nbytes.median())) if nbytes.len() else None
-        entry: dict[str, float | None] = {
-            "count": mine.height, "p50_ms": _quantile(t, 0.5), "p99_ms": _quantile(t, 0.99),
-            "mean_ms": mean_ms, "bytes": size}
         alone = mine.group_by("iteration").len()["len"].max() == 1  # not overlapping others
+        busbw = None
         if name == "all_reduce" and size and alone:
             algbw = size * 8 / (mean_ms / 1e3) / 1e6
-            entry["busbw_mbps"] = algbw * 2 * (ranks - 1) / ranks
-        by_op[name] = entry
-    seen = info["ranks"]
-    return {
-        "name": info["name"], "source": info["source"], "iterations": ops.height,
-        "warmup": info.get("warmup", 0),
-        "p50_ms": _quantile(ms, 0.5) if ops.height else None,
-        "p99_ms": _quantile(ms, 0.99) if ops.height else None,
-        "mean_ms": _num(ms.mean()) if ops.height else None,
-        "compute_ms": _num(per_rank["compute_ns"].mean()) / 1e6 if ops.height else None,
-        "exposed_comm_ms": _num(per_rank["exposed_ns"].mean()) / 1e6 if ops.height else None,
-        "exposed_comm_fraction": _num((per_rank["exposed_ns"] / per_rank["t"]).mean())
-        if ops.height else None,
-        "ops": by_op,
-        "bottleneck_bytes_per_iteration": vip_bytes / ops.height if ops.height else None,
-        "traffic": {"packets": sum(r["packets"] for r in seen),
-                    "bytes": sum(r["bytes"] for r in seen),
-                    "bursts_lost": info["bursts_lost"]},
-        "cpu_s": sum(r["cpu_s"] for r in seen),
-        "bad_lines": info["bad_lines"],
-        "ranks": seen,
-    }
+            busbw = algbw * 2 * (ranks - 1) / ranks
+        by_op[name] = ProgramOp(count=mine.height, p50_ms=_quantile(t, 0.5),
+                                p99_ms=_quantile(t, 0.99), mean_ms=mean_ms, bytes=size,
+                                busbw_mbps=busbw)
+    seen = tuple(ProgramRank.from_json(r, f"program.ranks[{i}]")
+                 for i, r in enumerate(info["ranks"]))
+    timed = ops.height > 0
+    return Program(
+        name=info["name"], source=info["source"], iterations=ops.height,
+        warmup=info.get("warmup", 0),
+        p50_ms=_quantile(ms, 0.5) if timed else None,
+        p99_ms=_quantile(ms, 0.99) if timed else None,
+        mean_ms=_num(ms.mean()) if timed else None,
+        compute_ms=_num(per_rank["compute_ns"].mean()) / 1e6 if timed else None,
+        exposed_comm_ms=_num(per_rank["exposed_ns"].mean()) / 1e6 if timed else None,
+        exposed_comm_fraction=(_num((per_rank["exposed_ns"] / per_rank["t"]).mean())
+                               if timed else None),
+        ops=by_op,
+        bottleneck_bytes_per_iteration=vip_bytes / ops.height if timed else None,
+        traffic=ProgramTraffic(packets=sum(r.packets for r in seen),
+                               bytes=sum(r.bytes for r in seen),
+                               bursts_lost=info["bursts_lost"]),
+        cpu_s=sum(r.cpu_s for r in seen), bad_lines=info["bad_lines"], ranks=seen)
 
 
 def goodput_mbps(flows: pl.DataFrame, start: int, end: int) -> float:
@@ -182,74 +198,81 @@ def goodput_mbps(flows: pl.DataFrame, start: int, end: int) -> float:
     return _num(grown["bytes"].sum()) * 8 / ((end - start) / 1e9) / 1e6
 
 
-def storage(flows: pl.DataFrame, ios: pl.DataFrame, start: int, end: int) -> dict:
+def storage(flows: pl.DataFrame, ios: pl.DataFrame, start: int, end: int) -> Storage:
     """Goodput over the window, in total and per storage entry, with each entry's I/O
     completion times (from arrival, so queueing at the client counts)."""
     entries = {}
     for name in sorted(set(flows["entry"]) | set(ios["entry"])):
         done = ios.filter((pl.col("entry") == name) & pl.col("t_ns").is_between(start, end))
         ms = done["latency_ns"] / 1e6
-        entries[name] = {
-            "goodput_mbps": goodput_mbps(flows.filter(pl.col("entry") == name), start, end),
-            "ios": done.height,
-            "io_p50_ms": _quantile(ms, 0.5) if done.height else None,
-            "io_p99_ms": _quantile(ms, 0.99) if done.height else None,
-        }
-    return {"goodput_mbps": goodput_mbps(flows, start, end), "entries": entries}
+        entries[name] = StorageEntry(
+            goodput_mbps=goodput_mbps(flows.filter(pl.col("entry") == name), start, end),
+            ios=done.height,
+            io_p50_ms=_quantile(ms, 0.5) if done.height else None,
+            io_p99_ms=_quantile(ms, 0.99) if done.height else None)
+    return Storage(goodput_mbps=goodput_mbps(flows, start, end), entries=entries)
 
 
-def transport(ranks: pl.DataFrame) -> dict:
+def transport(ranks: pl.DataFrame) -> Transport:
     """The collective's transport over the whole run, summed over ranks: packets sent
     again by go-back-N, NAKs that asked for it, and timeouts."""
-    return {k: int(ranks[k].sum()) for k in ("retransmits", "naks", "timeouts")}
+    return Transport(retransmits=int(ranks["retransmits"].sum()),
+                     naks=int(ranks["naks"].sum()), timeouts=int(ranks["timeouts"].sum()))
 
 
-def lossless(pauses: pl.DataFrame, info: dict) -> dict:
+def lossless(pauses: pl.DataFrame, info: dict) -> Lossless:
     """A lossless fabric's pauses: how many, how long each port's queue stood paused
     (per port and class), and how fast a pause took effect against the wire time of
     one MTU frame on the bottleneck (``packet_us``)."""
-    reaction, resume = pauses["reaction_ns"], pauses["resume_ns"]
+    def times(ns: pl.Series) -> PauseTimes:
+        return PauseTimes(p50=_us(ns, 0.5), p99=_us(ns, 0.99))
+
+    reaction = pauses["reaction_ns"]
     paused = (pauses.group_by("port", "classid")
               .agg(pl.len().alias("pauses"), (pl.col("paused_ns").sum() / 1e6).alias("ms"))
               .sort("port", "classid"))
-    return {"lanes": info["lanes"], "pauses": pauses.height,
-            "paused_ms": {f"{r['port']} {r['classid']}": {"pauses": r["pauses"], "ms": r["ms"]}
-                          for r in paused.iter_rows(named=True)},
-            "reaction_us": {q: _us(reaction, v) for q, v in (("p50", 0.5), ("p99", 0.99))}
-            | {"max": _num(reaction.max()) / 1e3 if pauses.height else None},
-            "resume_us": {q: _us(resume, v) for q, v in (("p50", 0.5), ("p99", 0.99))},
-            "wake_us": {q: _us(pauses["wake_ns"], v) for q, v in (("p50", 0.5), ("p99", 0.99))},
-            "packet_us": info["packet_us"], "budget_us": info["budget_us"]}
+    return Lossless(
+        lanes=tuple(info["lanes"]), pauses=pauses.height,
+        paused_ms={f"{r['port']} {r['classid']}": PausedQueue(pauses=r["pauses"], ms=r["ms"])
+                   for r in paused.iter_rows(named=True)},
+        reaction_us=ReactionTimes(p50=_us(reaction, 0.5), p99=_us(reaction, 0.99),
+                                  max=_num(reaction.max()) / 1e3 if pauses.height else None),
+        resume_us=times(pauses["resume_ns"]), wake_us=times(pauses["wake_ns"]),
+        packet_us=info["packet_us"], budget_us=info["budget_us"])
 
 
-def late_pauses(summary: dict, one_queue: bool) -> list[str]:
+def late_pauses(bottleneck: Bottleneck, info: Lossless, one_queue: bool) -> list[str]:
     """A note when a lossless lane (any lane, where ports have ``one_queue``) dropped at
     the bottleneck: its pauses came too late."""
-    b, info = summary["bottleneck"], summary["lossless"]
-    lanes = LANES if one_queue else info["lanes"]
-    dropped = sum(b["lanes"][lane]["drops"] for lane in lanes)
+    lanes = LANES if one_queue else info.lanes
+    dropped = sum(bottleneck.lanes.of(lane).drops for lane in lanes)
     if not dropped:
         return []
-    return [f"{dropped} packets of lossless lanes were dropped at {b['port']}: pauses came "
-            f"too late there (reaction p99 {info['reaction_us']['p99'] or 0:.0f} us, max "
-            f"{info['reaction_us']['max'] or 0:.0f} us; the headroom above xoff allows "
-            f"{info['budget_us']:.0f} us)"]
+    return [f"{dropped} packets of lossless lanes were dropped at {bottleneck.port}: pauses "
+            f"came too late there (reaction p99 {info.reaction_us.p99 or 0:.0f} us, max "
+            f"{info.reaction_us.max or 0:.0f} us; the headroom above xoff allows "
+            f"{info.budget_us:.0f} us)"]
 
 
-def controller(decisions: pl.DataFrame, control: dict, transport: pl.DataFrame) -> dict:
+def controller(decisions: pl.DataFrame, control: dict,
+               transport: pl.DataFrame) -> ControllerReport:
     """What the controller did: how many decisions, what the hosts' valves let through
     per lane (mean Mbit/s), marked and dropped, how often the held hosts' senders were
     woken and their queue ceilings moved (labkit.kernel.gates), the proactive controller's mean
     absolute error in predicting a burst's start, and the CNPs the collective's
     senders received (each a DCQCN rate cut; 0 unless the scenario turns DCQCN on)."""
     valves = control["host_valves"]
-    return {"decisions": decisions.height, "cnps": int(transport["cnps"].sum()),
-            "mean_rate_mbps": {lane: valves[lane]["mbps"] for lane in LANES},
-            "ce_marked": {lane: valves[lane]["ce_marked"] for lane in LANES},
-            "dropped": {lane: valves[lane]["dropped"] for lane in LANES},
-            "prediction_error_ms": control["prediction_error_ms"],
-            "senders": control["senders"], "marks_and_drops": control["by_valve"],
-            "wakes": control.get("wakes"), "ceiling_changes": control.get("ceiling_changes")}
+    return ControllerReport(
+        decisions=decisions.height, cnps=int(transport["cnps"].sum()),
+        mean_rate_mbps=PerLane.by_lane(lambda lane: valves[lane]["mbps"]),
+        ce_marked=PerLane.by_lane(lambda lane: valves[lane]["ce_marked"]),
+        dropped=PerLane.by_lane(lambda lane: valves[lane]["dropped"]),
+        prediction_error_ms=control["prediction_error_ms"], senders=control["senders"],
+        marks_and_drops={valve: {lane: MarksAndDrops(ce_marked=c["ce_marked"],
+                                                     dropped=c["dropped"])
+                                 for lane, c in lanes.items()}
+                         for valve, lanes in control["by_valve"].items()},
+        wakes=control.get("wakes"), ceiling_changes=control.get("ceiling_changes"))
 
 
 def port_utilization(queue: pl.DataFrame, start: int, end: int) -> pl.DataFrame:
@@ -278,13 +301,6 @@ def lane_rates(lanes: pl.DataFrame, port: str, start: int, end: int) -> pl.DataF
                                       "enqueued_packets": pl.Int64, "dropped_packets": pl.Int64})
 
 
-def lane_stats(lanes: pl.DataFrame, port: str, start: int, end: int) -> dict:
-    """Per lane at ``port``: Mbit/s and packets its queue accepted, packets it dropped."""
-    return {r["lane"]: {"mbps": r["enqueued_mbps"], "packets": r["enqueued_packets"],
-                        "drops": r["dropped_packets"]}
-            for r in lane_rates(lanes, port, start, end).iter_rows(named=True)}
-
-
 def cpu_busy(cpu: pl.DataFrame, start: int, end: int) -> float | None:
     inside = cpu.filter(pl.col("t_ns").is_between(start, end))
     return _num(inside["busy"].mean()) if inside.height else None
@@ -294,20 +310,28 @@ def _us(values: pl.Series, q: float) -> float | None:
     return None if values.is_empty() else _quantile(values, q) / 1e3
 
 
-def lane_delays(sojourn: pl.DataFrame, latency: pl.DataFrame, port: str, senders: list[int],
-                start: int, end: int) -> dict:
-    """Per lane: sojourn p50/p99 at ``port`` and one-way latency p99 of the packets whose
-    sender's ring hop crosses ``port`` (senders by rank), in microseconds."""
-    soj = sojourn.filter((pl.col("port") == port) & pl.col("t_ns").is_between(start, end))
-    lat = latency.filter(pl.col("t_ns").is_between(start, end)
-                         & (pl.col("seq") // (1 << RANK_SHIFT)).is_in(senders))
-    out = {}
-    for lane in LANES:
-        s = soj.filter(pl.col("lane") == lane)["sojourn_ns"]
-        x = lat.filter(pl.col("lane") == lane)["latency_ns"]
-        out[lane] = {"sojourn_p50_us": _us(s, 0.5), "sojourn_p99_us": _us(s, 0.99),
-                     "latency_p99_us": _us(x, 0.99)}
-    return out
+def bottleneck_lanes(of: Callable[[str], pl.DataFrame], port: str, senders: list[int], start: int,
+                     end: int, ce_marks: dict[str, int]) -> PerLane[BottleneckLane]:
+    """Each lane at ``port`` over [start, end] (``of``: one policy's tables): Mbit/s and
+    packets its queue accepted, packets it dropped, sojourn p50/p99 and the one-way
+    latency p99 (µs) of the packets whose sender's ring hop crosses ``port`` (senders by
+    rank), the largest backlog of the queue it waited in, and its ``ce_marks``."""
+    rates = {r["lane"]: r for r in lane_rates(of("lanes"), port, start, end).iter_rows(named=True)}
+    soj = of("sojourn").filter((pl.col("port") == port) & pl.col("t_ns").is_between(start, end))
+    lat = of("latency").filter(pl.col("t_ns").is_between(start, end)
+                               & (pl.col("seq") // (1 << RANK_SHIFT)).is_in(senders))
+    backlog = max_backlog(of("queue"), port, start, end)
+
+    def lane(name: str) -> BottleneckLane:
+        waits = soj.filter(pl.col("lane") == name)["sojourn_ns"]
+        r = rates[name]
+        return BottleneckLane(
+            mbps=r["enqueued_mbps"], packets=r["enqueued_packets"], drops=r["dropped_packets"],
+            sojourn_p50_us=_us(waits, 0.5), sojourn_p99_us=_us(waits, 0.99),
+            latency_p99_us=_us(lat.filter(pl.col("lane") == name)["latency_ns"], 0.99),
+            max_backlog_bytes=backlog[name], ecn_marks=ce_marks.get(name, 0))
+
+    return PerLane.by_lane(lane)
 
 
 def backlog_series(queue: pl.DataFrame, policy: str, port: str, start: int,
@@ -359,7 +383,7 @@ GAP_MIN_PAIRS = 100  # fewer sampled pairs (a port that hardly queued): no figur
 
 
 def dequeue_fidelity(gaps: pl.DataFrame, rate_mbps: float, burst_bytes: int,
-                     sojourn_p99_us: float | None) -> dict:
+                     sojourn_p99_us: float | None) -> DequeueTiming:
     """How well a port kept time while packets waited: each sampled gap between two
     dequeues against the first packet's wire time at ``rate_mbps`` (deviation = gap / wire
     time - 1; p50, p90, p99 of its absolute value, and its signed mean). Pairs in the first
@@ -373,34 +397,35 @@ def dequeue_fidelity(gaps: pl.DataFrame, rate_mbps: float, burst_bytes: int,
     kept = gaps.filter(pl.col("busy_bytes") >= burst_bytes).with_columns(
         (pl.col("gap_ns") / wire_ns - 1).alias("dev"),
         (pl.col("gap_ns") - wire_ns).clip(0).alias("late_ns"))
-    empty = {"pairs": kept.height, "p50": None, "p90": None, "p99": None, "mean": None,
-             "excess": None, "late_share": None, "sojourn_p99_us": sojourn_p99_us, "flagged": False}
     if kept.height < GAP_MIN_PAIRS or sojourn_p99_us is None:
-        return empty
+        return DequeueTiming(pairs=kept.height, p50=None, p90=None, p99=None, mean=None,
+                             excess=None, late_share=None, sojourn_p99_us=sojourn_p99_us,
+                             flagged=False)
     dev = kept["dev"].abs()
     over = LATE_OF_SOJOURN * sojourn_p99_us * 1e3
     gap_sum = _num(kept["gap_ns"].sum())
     late_share = _num(kept.filter(pl.col("late_ns") > over)["late_ns"].sum()) / gap_sum
     excess = gap_sum / _num(kept.select(wire_ns.sum()).item()) - 1
-    return {**empty, "p50": _num(dev.quantile(0.5, interpolation="linear")),
-            "p90": _num(dev.quantile(0.9, interpolation="linear")),
-            "p99": _num(dev.quantile(0.99, interpolation="linear")),
-            "mean": _num(kept["dev"].mean()), "excess": excess, "late_share": late_share,
-            "flagged": late_share > LATE_SHARE_LIMIT or excess > SLOW_LIMIT}
+    return DequeueTiming(
+        pairs=kept.height, p50=_num(dev.quantile(0.5, interpolation="linear")),
+        p90=_num(dev.quantile(0.9, interpolation="linear")),
+        p99=_num(dev.quantile(0.99, interpolation="linear")), mean=_num(kept["dev"].mean()),
+        excess=excess, late_share=late_share, sojourn_p99_us=sojourn_p99_us,
+        flagged=late_share > LATE_SHARE_LIMIT or excess > SLOW_LIMIT)
 
 
-def late_reason(d: dict) -> str:
+def late_reason(d: DequeueTiming) -> str:
     """Why a flagged port (see :func:`dequeue_fidelity`) did not keep time, in words."""
-    if d["excess"] > SLOW_LIMIT:
-        return (f"while packets waited it took {d['excess']:.0%} longer to send them than "
+    if d.excess is not None and d.excess > SLOW_LIMIT:
+        return (f"while packets waited it took {d.excess:.0%} longer to send them than "
                 f"its rate allows (limit {SLOW_LIMIT:.0%})")
     return (f"it was late by more than {LATE_OF_SOJOURN:.0%} of its p99 queueing time "
-            f"({d['sojourn_p99_us']:.0f} us) for {d['late_share']:.1%} of its busy time "
+            f"({d.sojourn_p99_us:.0f} us) for {d.late_share:.1%} of its busy time "
             f"(limit {LATE_SHARE_LIMIT:.0%})")
 
 
 def fidelity(tables: dict, policy: str, meta: dict, start: int, end: int,
-             busy: float | None) -> dict:
+             busy: float | None) -> Fidelity:
     notes = []
     if busy is not None and busy >= CPU_BOUND_BUSY:
         notes.append(f"the machine was {busy:.0%} busy: the run was CPU-bound, so times "
@@ -416,7 +441,7 @@ def fidelity(tables: dict, policy: str, meta: dict, start: int, end: int,
             at_rate = False
             notes.append(f"{port} had a queue but sent at {AT_RATE:.0%} of its "
                          f"{info['rate_mbps']:g} Mbit/s in only {share:.0%} of 100 ms windows")
-    dequeue = {}
+    dequeue: dict[str, DequeueTiming] = {}
     if "gaps" in tables:  # runs recorded before the gaps were measured have none
         window = pl.col("t_ns").is_between(start, end) & (pl.col("policy") == policy)
         gaps, sojourn = tables["gaps"].filter(window), tables["sojourn"].filter(window)
@@ -428,20 +453,20 @@ def fidelity(tables: dict, policy: str, meta: dict, start: int, end: int,
                 _num(waits.quantile(0.99, interpolation="linear")) / 1e3 if len(waits)
                 else None)
     for port, d in dequeue.items():
-        if d["flagged"]:
+        if d.flagged:
             notes.append(f"{port} did not keep time: {late_reason(d)}: its queueing times "
                          f"may be off by more than {LATE_OF_SOJOURN:.0%}")
     errors = meta.get("storage_errors", {}).get(policy, [])
     if errors:
         notes.append(f"{len(errors)} storage connection(s) failed, first: {errors[0]}")
-    return {"cpu_bound": busy is not None and busy >= CPU_BOUND_BUSY,
-            "generator_limited": False, "links_at_rate": at_rate,
-            "links_kept_time": not any(d["flagged"] for d in dequeue.values()),
-            "dequeue": dequeue, "notes": notes}
+    return Fidelity(cpu_bound=busy is not None and busy >= CPU_BOUND_BUSY,
+                    generator_limited=False, links_at_rate=at_rate,
+                    links_kept_time=not any(d.flagged for d in dequeue.values()),
+                    dequeue=dequeue, notes=tuple(notes))
 
 
 def _policy(tables: dict, meta: dict, policy: str, ops: pl.DataFrame, start: int,
-            end: int) -> dict:
+            end: int) -> PolicySummary:
     def of(name: str) -> pl.DataFrame:
         return tables[name].filter(pl.col("policy") == policy)
 
@@ -451,41 +476,46 @@ def _policy(tables: dict, meta: dict, policy: str, ops: pl.DataFrame, start: int
             for r in sent.iter_rows(named=True)}
     port = max(util, key=util.__getitem__) if util else next(iter(meta["ports"]))
     info = meta["ports"][port]
-    lanes = lane_stats(of("lanes"), port, start, end)
-    delays = lane_delays(of("sojourn"), of("latency"), port, info["senders"], start, end)
-    backlog = max_backlog(of("queue"), port, start, end)
     control = meta.get("control", {}).get(policy)
-    for lane in LANES:
-        lanes[lane].update(delays[lane], max_backlog_bytes=backlog[lane],
-                           ecn_marks=control["port_ce_marks"].get(port, {}).get(lane, 0)
-                           if control else 0)
+    lanes = bottleneck_lanes(of, port, info["senders"], start, end,
+                             control["port_ce_marks"].get(port, {}) if control else {})
+    bottleneck = Bottleneck(link=info["link"], port=port, rate_mbps=info["rate_mbps"],
+                            utilization=util.get(port, 0.0), lanes=lanes)
     busy = cpu_busy(of("cpu"), start, end)
     fid = fidelity(tables, policy, meta, start, end, busy)
     kind = meta.get("workload") or ("job" if meta.get("job") else "allreduce")
+    workload: Workload
     if kind == "program":
-        workload = {"program": program(ops, of("collectives"), of("program_ops"),
-                                       meta["program"][policy], meta["ranks"],
-                                       lanes["vip"]["mbps"] * 1e6 / 8 * seconds)}
+        workload = program(ops, of("collectives"), of("program_ops"), meta["program"][policy],
+                           meta["ranks"], lanes.vip.mbps * 1e6 / 8 * seconds)
     elif kind == "job":
-        workload = {"job": job(ops, of("collectives"), meta, port)}
+        workload = job(ops, of("collectives"), meta, port)
     else:
-        workload = {"allreduce": allreduce(ops, meta["size_bytes"], meta["ranks"])}
-    return {
-        **workload,
-        "storage": storage(of("flows"), of("ios"), start, end),
-        "bottleneck": {"link": info["link"], "port": port, "rate_mbps": info["rate_mbps"],
-                       "utilization": util.get(port, 0.0), "lanes": lanes},
-        "controller": (controller(of("controller"), control, of("transport"))
-                       if control else None),
-        "cpu_busy": busy,
-        "cpu_bound": fid["cpu_bound"],
-        "fidelity": fid,
-        "window_s": seconds,
-    }
+        workload = allreduce(ops, meta["size_bytes"], meta["ranks"])
+    notes = list(fid.notes)
+    pauses = None
+    if ll := meta.get("lossless"):
+        pauses = lossless(of("pauses"), ll)
+        notes += ll["notes"].get(policy, []) + late_pauses(
+            bottleneck, pauses, ll["layouts"].get(policy) == "fifo")
+    commands = tuple(Command.from_json(c, f"commands of {policy}[{i}]")
+                     for i, c in enumerate(meta.get("commands", {}).get(policy, [])))
+    notes += program_notes(workload if isinstance(workload, Program) else None)
+    notes += command_notes(policy, commands)
+    telemetry = meta.get("telemetry", {}).get(policy)
+    return PolicySummary(
+        workload=workload, storage=storage(of("flows"), of("ios"), start, end),
+        bottleneck=bottleneck,
+        controller=controller(of("controller"), control, of("transport")) if control else None,
+        cpu_busy=busy, cpu_bound=fid.cpu_bound, fidelity=replace(fid, notes=tuple(notes)),
+        window_s=seconds, transport=transport(of("transport")), lossless=pauses,
+        telemetry=Telemetry.from_json(telemetry, f"telemetry of {policy}") if telemetry else None,
+        lossy_links=meta.get("loss_drops", {}).get(policy, {}),  # drops on purpose
+        commands=commands)
 
 
-def summarize(tables: dict[str, pl.DataFrame], meta: dict) -> dict:
-    """The summary.json document for a run.
+def summarize(tables: dict[str, pl.DataFrame], meta: dict) -> Summary:
+    """A run's summary (written as its summary.json).
 
     ``meta`` carries what the tables do not: scenario name, run id, scale factor,
     All-Reduce size and ranks, the ring's slowest link, and per watched port its
@@ -501,72 +531,71 @@ def summarize(tables: dict[str, pl.DataFrame], meta: dict) -> dict:
     spans = windows(ops)
     policies = {p: _policy(tables, meta, p, ops.filter(pl.col("policy") == p), *spans[p])
                 for p in meta["policies"] if p in spans}
-    for p, summary in policies.items():
-        summary["transport"] = transport(tables["transport"].filter(pl.col("policy") == p))
-        if info := meta.get("lossless"):
-            summary["lossless"] = lossless(tables["pauses"].filter(pl.col("policy") == p), info)
-            one_queue = info["layouts"].get(p) == "fifo"
-            summary["fidelity"]["notes"] += (info["notes"].get(p, [])
-                                             + late_pauses(summary, one_queue))
-        summary["telemetry"] = meta.get("telemetry", {}).get(p)
-        summary["lossy_links"] = meta.get("loss_drops", {}).get(p, {})  # drops on purpose
-        summary["commands"] = meta.get("commands", {}).get(p, [])
-        summary["fidelity"]["notes"] += program_notes(summary.get("program"))
-        for c in summary["commands"]:
-            if not c["stopped_by_labkit"] and c["exit"] != 0:
-                summary["fidelity"]["notes"].append(
-                    f"command {c['name']} ({c['role']}) on {c['host']} exited with "
-                    f"{c['exit']} before the run ended: see agents/{p}/commands/{c['name']}"
-                    f"{'' if c['role'] == 'run' else '.serve'}.err")
-    kind = meta.get("workload") or ("job" if meta.get("job") else "allreduce")
-    base = policies.get("isolated", {}).get(kind)
-    for p in policies.values():
-        w = p[kind]
-        _slowdowns(w, base)
-        if kind == "program":  # its own collectives too
-            for name, op in w["ops"].items():
-                _slowdowns(op, (base or {}).get("ops", {}).get(name))
-    if kind == "allreduce" and base and base["busbw_mbps"] < 0.8 * meta["ring_link_mbps"]:
-        policies["isolated"]["fidelity"]["generator_limited"] = True
-        policies["isolated"]["fidelity"]["notes"].append(
-            f"the All-Reduce alone reached {base['busbw_mbps']:.0f} Mbit/s of bus bandwidth "
-            f"on {meta['ring_link_mbps']:g} Mbit/s links: the traffic generator, not the "
-            "network, was the limit")
-    return {"scenario": meta["scenario"], "run_id": meta["run_id"],
-            "scale_factor": meta["scale_factor"], "policies": policies}
+    base = policies["isolated"].workload if "isolated" in policies else None
+    policies = {p: replace(s, workload=with_slowdowns(s.workload, base))
+                for p, s in policies.items()}
+    if isinstance(base, AllReduce) and base.busbw_mbps < 0.8 * meta["ring_link_mbps"]:
+        fid = policies["isolated"].fidelity
+        policies["isolated"] = replace(policies["isolated"], fidelity=replace(
+            fid, generator_limited=True, notes=(
+                *fid.notes,
+                f"the All-Reduce alone reached {base.busbw_mbps:.0f} Mbit/s of bus bandwidth "
+                f"on {meta['ring_link_mbps']:g} Mbit/s links: the traffic generator, not the "
+                "network, was the limit")))
+    return Summary(scenario=meta["scenario"], run_id=meta["run_id"],
+                   scale_factor=meta["scale_factor"], policies=policies)
 
 
-def _slowdowns(w: dict, base: dict | None) -> None:
-    for q in ("p50", "p99"):
-        w[f"slowdown_{q}"] = (w[f"{q}_ms"] / base[f"{q}_ms"]
-                              if base and base.get(f"{q}_ms") and w.get(f"{q}_ms") is not None
-                              else None)
+def _ratio(mine: float | None, base: float | None) -> float | None:
+    return mine / base if base and mine is not None else None
 
 
-def program_notes(p: dict | None) -> list[str]:
+def with_slowdowns(w: Workload, base: Workload | None) -> Workload:
+    """``w`` with its slowdowns: its p50 and p99 over ``base``'s, the same workload under
+    ``isolated`` (None without it); a program's collectives over the base's of their name."""
+    w = replace(w, slowdown_p50=_ratio(w.p50_ms, base.p50_ms if base else None),
+                slowdown_p99=_ratio(w.p99_ms, base.p99_ms if base else None))
+    if not isinstance(w, Program):
+        return w
+    theirs = base.ops if isinstance(base, Program) else {}
+    return replace(w, ops={
+        name: replace(op, slowdown_p50=_ratio(op.p50_ms, o.p50_ms if (o := theirs.get(name))
+                                              else None),
+                      slowdown_p99=_ratio(op.p99_ms, o.p99_ms if o else None))
+        for name, op in w.ops.items()})
+
+
+def command_notes(policy: str, commands: tuple[Command, ...]) -> list[str]:
+    """A note per command entry that exited with an error before the run ended."""
+    return [f"command {c.name} ({c.role}) on {c.host} exited with {c.exit} before the run "
+            f"ended: see agents/{policy}/commands/{c.name}"
+            f"{'' if c.role == 'run' else '.serve'}.err"
+            for c in commands if not c.stopped_by_labkit and c.exit != 0]
+
+
+def program_notes(p: Program | None) -> list[str]:
     """What a reader of a program's results should know: where its times came from, and
     what labkit could not record."""
     if not p:
         return []
     notes = []
-    if p["source"] == "traffic":
-        notes.append(f"{p['name']} reported no times of its own (docs/programs.md): its "
+    if p.source == "traffic":
+        notes.append(f"{p.name} reported no times of its own (docs/programs.md): its "
                      "iterations and ops are the bursts of its traffic, as its hosts' NICs "
                      "sent them")
-    if p["bad_lines"]:
-        notes.append(f"{p['bad_lines']} line(s) of {p['name']}'s output looked like "
+    if p.bad_lines:
+        notes.append(f"{p.bad_lines} line(s) of {p.name}'s output looked like "
                      "labkit's line protocol but were not valid: they were left out")
-    if p["traffic"]["bursts_lost"]:
-        notes.append(f"{p['traffic']['bursts_lost']} burst(s) of {p['name']}'s traffic "
+    if p.traffic.bursts_lost:
+        notes.append(f"{p.traffic.bursts_lost} burst(s) of {p.name}'s traffic "
                      "were not kept (more than the kernel's table holds per host)")
-    lingered = [str(r["rank"]) for r in p["ranks"] if r.get("lingered")]
-    stopped = [str(r["rank"]) for r in p["ranks"] if r["stopped_by_labkit"]
-               and not r.get("lingered")]
+    lingered = [str(r.rank) for r in p.ranks if r.lingered]
+    stopped = [str(r.rank) for r in p.ranks if r.stopped_by_labkit and not r.lingered]
     if lingered:
-        notes.append(f"rank(s) {', '.join(lingered)} of {p['name']} had reported every "
+        notes.append(f"rank(s) {', '.join(lingered)} of {p.name} had reported every "
                      "iteration but had not exited 15 s later: labkit stopped them")
     if stopped:
-        notes.append(f"rank(s) {', '.join(stopped)} of {p['name']} were still running at "
+        notes.append(f"rank(s) {', '.join(stopped)} of {p.name} were still running at "
                      "the end of the run's duration: labkit stopped them")
     return notes
 
@@ -591,16 +620,16 @@ def cdf(values: pl.Series, points: int = 400) -> tuple[list[float], list[float]]
     return [v[i] for i in keep], [(i + 1) / n for i in keep]
 
 
-def lane_sojourns(sojourn: pl.DataFrame, summary: dict, spans: dict) -> pl.DataFrame:
+def lane_sojourns(sojourn: pl.DataFrame, summary: Summary, spans: dict) -> pl.DataFrame:
     """Sampled sojourns (µs) at each policy's bottleneck port within its window:
     ``policy, lane, sojourn_us``."""
     parts = []
-    for policy, p in summary["policies"].items():
+    for policy, p in summary.policies.items():
         if policy not in spans:
             continue
         start, end = spans[policy]
         parts.append(sojourn.filter((pl.col("policy") == policy)
-                                    & (pl.col("port") == p["bottleneck"]["port"])
+                                    & (pl.col("port") == p.bottleneck.port)
                                     & pl.col("t_ns").is_between(start, end))
                       .select("policy", "lane", (pl.col("sojourn_ns") / 1e3).alias("sojourn_us")))
     return pl.concat(parts) if parts else pl.DataFrame(
@@ -690,28 +719,27 @@ SUMMARY_COLUMNS = {
 }
 
 
-def summary_frame(summary: dict, digits: int | None = None) -> pl.DataFrame:
+def summary_frame(summary: Summary, digits: int | None = None) -> pl.DataFrame:
     """One row per policy of a run's summary: its collective's (or job's) ops or
     iterations, completion times and slowdowns, bus bandwidth (collectives) or exposed
     communication, bubbles and bytes per iteration across the bottleneck (jobs), storage
     goodput, the bottleneck's use and drops per lane. What ``labkit run`` prints and the
     notebooks show (``digits``: floats rounded for display)."""
     rows = []
-    for policy, p in summary["policies"].items():
-        kind, w = workload_of(p)
-        b, job = p["bottleneck"], kind != "allreduce"
-        per_iter = w.get("bottleneck_bytes_per_iteration")
+    for policy, p in summary.policies.items():
+        w, b = p.workload, p.bottleneck
+        per_iter = None if isinstance(w, AllReduce) else w.bottleneck_bytes_per_iteration
         rows.append({
-            "policy": policy, "ops": w["iterations"] if job else w["ops"],
-            "p50_ms": w["p50_ms"], "p99_ms": w["p99_ms"],
-            "slowdown_p50": w["slowdown_p50"], "slowdown_p99": w["slowdown_p99"],
-            "busbw_mbps": None if job else w["busbw_mbps"],
-            "exposed_comm": w["exposed_comm_fraction"] if job else None,
-            "bubbles": w.get("bubble_fraction"),
+            "policy": policy, "ops": w.ops if isinstance(w, AllReduce) else w.iterations,
+            "p50_ms": w.p50_ms, "p99_ms": w.p99_ms,
+            "slowdown_p50": w.slowdown_p50, "slowdown_p99": w.slowdown_p99,
+            "busbw_mbps": w.busbw_mbps if isinstance(w, AllReduce) else None,
+            "exposed_comm": None if isinstance(w, AllReduce) else w.exposed_comm_fraction,
+            "bubbles": w.bubble_fraction if isinstance(w, Job) else None,
             "bottleneck_mb_per_iter": per_iter / 1e6 if per_iter is not None else None,
-            "storage_mbps": p["storage"]["goodput_mbps"], "bottleneck_used": b["utilization"],
-            "vip_drops": b["lanes"]["vip"]["drops"], "low_drops": b["lanes"]["low"]["drops"],
-            "cpu_bound": bool(p["cpu_bound"])})
+            "storage_mbps": p.storage.goodput_mbps, "bottleneck_used": b.utilization,
+            "vip_drops": b.lanes.vip.drops, "low_drops": b.lanes.low.drops,
+            "cpu_bound": p.cpu_bound})
     frame = pl.DataFrame(rows, schema=SUMMARY_COLUMNS)
     return frame if digits is None else frame.with_columns(
         pl.col(pl.Float64).round(digits))
@@ -724,7 +752,7 @@ FIDELITY_COLUMNS = {"policy": pl.Utf8, "cpu_busy": pl.Float64, "cpu_bound": pl.B
                     "late_share": pl.Float64, "kept_time": pl.Boolean}
 
 
-def fidelity_frame(summary: dict, digits: int | None = None) -> pl.DataFrame:
+def fidelity_frame(summary: Summary, digits: int | None = None) -> pl.DataFrame:
     """One row per policy and watched port that queued: how faithfully the run emulated
     its fabric (``fidelity`` in summary.json, docs/data-model.md): the machine's busy
     share, whether it was CPU-bound, whether the All-Reduce alone was limited by its
@@ -732,17 +760,14 @@ def fidelity_frame(summary: dict, digits: int | None = None) -> pl.DataFrame:
     (deviation quantiles, ``excess``, ``late_share``; ``kept_time`` false when flagged).
     A policy whose ports never queued has one row with no port."""
     rows = []
-    for policy, p in summary["policies"].items():
-        fid = p.get("fidelity", {})
-        head = {"policy": policy, "cpu_busy": p.get("cpu_busy"),
-                "cpu_bound": bool(fid.get("cpu_bound")),
-                "generator_limited": bool(fid.get("generator_limited")),
-                "links_at_rate": fid.get("links_at_rate", True)}
-        queued = {port: d for port, d in fid.get("dequeue", {}).items() if d.get("p50") is not None}
-        rows += [{**head, "port": port, "pairs": d["pairs"], "dev_p50": d["p50"],
-                  "dev_p90": d["p90"], "dev_p99": d["p99"], "excess": d.get("excess"),
-                  "late_share": d["late_share"], "kept_time": not d["flagged"]}
-                 for port, d in queued.items()] or [head]
+    for policy, p in summary.policies.items():
+        fid = p.fidelity
+        head = {"policy": policy, "cpu_busy": p.cpu_busy, "cpu_bound": fid.cpu_bound,
+                "generator_limited": fid.generator_limited, "links_at_rate": fid.links_at_rate}
+        rows += [{**head, "port": port, "pairs": d.pairs, "dev_p50": d.p50, "dev_p90": d.p90,
+                  "dev_p99": d.p99, "excess": d.excess, "late_share": d.late_share,
+                  "kept_time": not d.flagged}
+                 for port, d in fid.dequeue.items() if d.p50 is not None] or [head]
     frame = pl.DataFrame(rows, schema=FIDELITY_COLUMNS)
     return frame if digits is None else frame.with_columns(pl.col(pl.Float64).round(digits))
 
@@ -760,20 +785,20 @@ def latency_cdfs(latency: pl.DataFrame, spans: dict[str, tuple[int, int]],
     return out
 
 
-def job_breakdown(summary: dict) -> pl.DataFrame:
+def job_breakdown(summary: Summary) -> pl.DataFrame:
     """Per policy with a training job (labkit's, or the user's program): mean iteration
     split into compute, waits for data on the wire (a program's exposed communication)
     and bubbles (ms), and bytes per iteration across the bottleneck."""
     rows = []
-    for policy, p in summary["policies"].items():
-        kind, w = workload_of(p)
-        if kind == "allreduce" or w.get("mean_ms") is None:
+    for policy, p in summary.policies.items():
+        w = p.workload
+        if isinstance(w, AllReduce) or w.mean_ms is None:
             continue
-        per_iter = w["bottleneck_bytes_per_iteration"]
-        rows.append({"policy": policy, "compute_ms": w["compute_ms"],
-                     "wire_wait_ms": (w["wire_wait_fraction"] * w["mean_ms"] if kind == "job"
-                                      else w["exposed_comm_ms"]),
-                     "bubble_ms": w["bubble_fraction"] * w["mean_ms"] if kind == "job" else 0.0,
+        per_iter = w.bottleneck_bytes_per_iteration
+        rows.append({"policy": policy, "compute_ms": w.compute_ms,
+                     "wire_wait_ms": (w.wire_wait_fraction * w.mean_ms if isinstance(w, Job)
+                                      else w.exposed_comm_ms),
+                     "bubble_ms": w.bubble_fraction * w.mean_ms if isinstance(w, Job) else 0.0,
                      "bottleneck_mb": per_iter / 1e6 if per_iter is not None else None})
     return pl.DataFrame(rows, schema={"policy": pl.Utf8, "compute_ms": pl.Float64,
                                       "wire_wait_ms": pl.Float64, "bubble_ms": pl.Float64,
@@ -786,13 +811,15 @@ PROGRAM_OP_COLUMNS = {"policy": pl.Utf8, "op": pl.Utf8, "count": pl.Int64,
                       "busbw_mbps": pl.Float64}
 
 
-def program_ops_frame(summary: dict, digits: int | None = None) -> pl.DataFrame:
+def program_ops_frame(summary: Summary, digits: int | None = None) -> pl.DataFrame:
     """One row per policy and collective of a user's program (as it reported them, or the
     bursts of its traffic): how many, their size, times, slowdowns and, for a blocking
     All-Reduce, its bus bandwidth."""
-    rows = [{"policy": policy, "op": name, **{c: o.get(c) for c in list(PROGRAM_OP_COLUMNS)[2:]}}
-            for policy, p in summary["policies"].items() if p.get("program")
-            for name, o in p["program"]["ops"].items()]
+    rows = [{"policy": policy, "op": name, "count": o.count, "bytes": o.bytes,
+             "p50_ms": o.p50_ms, "p99_ms": o.p99_ms, "slowdown_p50": o.slowdown_p50,
+             "slowdown_p99": o.slowdown_p99, "busbw_mbps": o.busbw_mbps}
+            for policy, p in summary.policies.items() if isinstance(p.workload, Program)
+            for name, o in p.workload.ops.items()]
     frame = pl.DataFrame(rows, schema=PROGRAM_OP_COLUMNS)
     return frame if digits is None else frame.with_columns(pl.col(pl.Float64).round(digits))
 
@@ -813,19 +840,20 @@ def port_senders(sojourn: pl.DataFrame, collectives: pl.DataFrame, policy: str, 
 STAGES = {1: "the bottleneck", 2: "priority lanes", 3: "adaptive control"}
 
 
-def stage_of(policy: str, p: dict) -> int | None:
+def stage_of(policy: str, controlled: bool) -> int | None:
     """Which of the three stages (:data:`STAGES`) a policy of a summary stands for: ``fifo``
-    the bottleneck, ``priority`` the lanes, any policy with a controller adaptive control;
-    ``isolated`` (the baseline) none."""
-    if p.get("controller") is not None or policy.rpartition("+")[2] not in LAYOUTS:
+    the bottleneck, ``priority`` the lanes, any policy with a controller (``controlled``:
+    its summary has one) adaptive control; ``isolated`` (the baseline) none."""
+    if controlled or policy.rpartition("+")[2] not in LAYOUTS:
         return 3
     return {"fifo": 1, "priority": 2}.get(policy)
 
 
-def stage_frame(summary: dict) -> pl.DataFrame:
+def stage_frame(summary: Summary) -> pl.DataFrame:
     """:func:`summary_frame` of the policies that stand for a stage, with their ``stage``
     (1-3), sorted by stage (the summary's order within one)."""
-    stages = {policy: stage_of(policy, p) for policy, p in summary["policies"].items()}
+    stages = {policy: stage_of(policy, p.controller is not None)
+              for policy, p in summary.policies.items()}
     return (summary_frame(summary)
             .with_columns(pl.col("policy").replace_strict(stages, return_dtype=pl.Int64)
                           .alias("stage"))
@@ -911,13 +939,13 @@ def pick_sweeps(sweeps: dict[str, list[dict]], names: list[str],
     return {n: [r for r in sweeps[n] if sizes[0] <= r["size"] <= sizes[1]] for n in names}
 
 
-def placement_frame(summaries: dict[str, dict], policy: str = "isolated") -> pl.DataFrame:
+def placement_frame(summaries: dict[str, Summary], policy: str = "isolated") -> pl.DataFrame:
     """One training job placed several ways (a run each, named by the keys of
     ``summaries``), under ``policy``: iteration time p50 and its split (as
     :func:`job_breakdown`), and how many times slower each placement is than the fastest."""
     parts = [job_breakdown(s).filter(pl.col("policy") == policy)
              .with_columns(pl.lit(name).alias("placement"),
-                           pl.lit(s["policies"][policy]["job"]["p50_ms"]).alias("p50_ms"))
+                           pl.lit(s.policies[policy].workload.p50_ms).alias("p50_ms"))
              for name, s in summaries.items()]
     frame = pl.concat(parts)
     return frame.select("placement", "p50_ms", "compute_ms", "wire_wait_ms", "bubble_ms",
@@ -944,22 +972,23 @@ LOSSLESS_COLUMNS = {"run": pl.Utf8, "policy": pl.Utf8, "lossless": pl.Boolean,
                     "reaction_max_us": pl.Float64, "frame_us": pl.Float64}
 
 
-def lossless_frame(summaries: dict[str, dict], digits: int | None = None) -> pl.DataFrame:
+def lossless_frame(summaries: dict[str, Summary], digits: int | None = None) -> pl.DataFrame:
     """One row per run (named by the keys of ``summaries``) and policy: whether its fabric
-    was lossless, vip drops at the bottleneck, go-back-N resends, the collective's
-    slowdowns, and the pauses with how fast they acted against one frame's wire time."""
+    was lossless, vip drops at the bottleneck, go-back-N resends (null: recorded before
+    they were), the collective's slowdowns, and the pauses with how fast they acted
+    against one frame's wire time."""
     rows = []
     for name, summary in summaries.items():
-        for policy, p in summary["policies"].items():
-            (_, w), ll = workload_of(p), p.get("lossless") or {}
-            rows.append({"run": name, "policy": policy, "lossless": bool(ll),
-                         "vip_drops": p["bottleneck"]["lanes"]["vip"]["drops"],
-                         "resends": p["transport"]["retransmits"],
-                         "slowdown_p50": w["slowdown_p50"], "slowdown_p99": w["slowdown_p99"],
-                         "pauses": ll.get("pauses", 0),
-                         "reaction_p50_us": ll.get("reaction_us", {}).get("p50"),
-                         "reaction_max_us": ll.get("reaction_us", {}).get("max"),
-                         "frame_us": ll.get("packet_us")})
+        for policy, p in summary.policies.items():
+            w, ll = p.workload, p.lossless
+            rows.append({"run": name, "policy": policy, "lossless": ll is not None,
+                         "vip_drops": p.bottleneck.lanes.vip.drops,
+                         "resends": p.transport.retransmits if p.transport else None,
+                         "slowdown_p50": w.slowdown_p50, "slowdown_p99": w.slowdown_p99,
+                         "pauses": ll.pauses if ll else 0,
+                         "reaction_p50_us": ll.reaction_us.p50 if ll else None,
+                         "reaction_max_us": ll.reaction_us.max if ll else None,
+                         "frame_us": ll.packet_us if ll else None})
     frame = pl.DataFrame(rows, schema=LOSSLESS_COLUMNS)
     return frame if digits is None else frame.with_columns(pl.col(pl.Float64).round(digits))
 

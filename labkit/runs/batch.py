@@ -472,9 +472,7 @@ def load_runs(paths: str | Path | Iterable[str | Path]) -> pl.DataFrame:
     for d in _run_dirs([paths] if isinstance(paths, str | Path) else list(paths)):
         docs = rundir.read_documents(d)
         manifest = rundir.manifest_of(d, docs["manifest.json"], RunManifest)
-        summary = docs["summary.json"]
-        if not isinstance(summary.get("policies"), dict):
-            raise RunDataError(f"{d / 'summary.json'}: no policies")
+        summary = rundir.read_summary(d, docs["summary.json"])
         runs.append((d, manifest, summary))
     keys: dict[str, list] = {}
     for _, manifest, _ in runs:
@@ -490,7 +488,7 @@ def load_runs(paths: str | Path | Iterable[str | Path]) -> pl.DataFrame:
         b = manifest.batch
         params = b.parameters if b else {}
         lits = [pl.lit(manifest.run_id, pl.Utf8),
-                pl.lit(summary.get("scenario"), pl.Utf8), pl.lit(b and b.id, pl.Utf8),
+                pl.lit(summary.scenario, pl.Utf8), pl.lit(b and b.id, pl.Utf8),
                 pl.lit(b and b.point, pl.Int64), pl.lit(manifest.seed, pl.Int64)]
         lits = [x.alias(n) for x, n in zip(lits, BASE_COLUMNS, strict=True)]
         lits += [pl.lit(_cell(params.get(k), t), t).alias(name)

@@ -6,8 +6,8 @@ crashed run keeps the temporary name and its manifest says ``incomplete``.
 Nothing is ever overwritten: an existing target is an error.
 
 :func:`load_run` reads a run back and checks every table against its schema
-(docs/data-model.md), raising :class:`RunDataError` that names the file and
-what is wrong.
+(docs/data-model.md) and its summary against :mod:`labkit.model.summary`, raising
+:class:`RunDataError` that names the file and what is wrong.
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ from labkit.model.manifest import (
     SweepManifest,
     TuneManifest,
 )
+from labkit.model.summary import Summary, SummaryError
 from labkit.model.tables import TABLES
 from labkit.model.tables import schema as row_schema
 from labkit.traffic.hotpath import LIBRARY as HOTPATH
@@ -197,15 +198,17 @@ class RunWriter:
         self.write_manifest(replace(self.manifest, status=status, error=error,
                                     end_time=now_iso()))
 
-    def finish(self, tables: dict[str, pl.DataFrame], summary: dict) -> Path:
+    def finish(self, tables: dict[str, pl.DataFrame], summary: Summary | dict) -> Path:
         """Write the tables (each file leads with a ``run_id`` column, so many runs read
-        as one: ``pl.scan_parquet("data/runs/*/collectives.parquet")``), the summary, and
-        move the run into place."""
+        as one: ``pl.scan_parquet("data/runs/*/collectives.parquet")``), the summary (a
+        run's :class:`Summary`, or the document of a sweep, tuning or batch), and move the
+        run into place."""
         run_id = self.manifest.run_id
         for name, frame in tables.items():
             frame.select(pl.lit(run_id, pl.String).alias("run_id"), pl.all()).write_parquet(
                 self.tmp / f"{name}.parquet")
-        _write_json(self.tmp / "summary.json", summary)
+        _write_json(self.tmp / "summary.json",
+                    summary.to_json() if isinstance(summary, Summary) else summary)
         self.write_manifest(replace(self.manifest, status="complete", end_time=now_iso(),
                                     tables=tuple(sorted(tables))))
         if self.target.exists():
@@ -306,7 +309,7 @@ class Run:
 
     path: Path
     manifest: RunManifest
-    summary: dict
+    summary: Summary
     tables: dict[str, pl.DataFrame]
 
     def __getitem__(self, name: str) -> pl.DataFrame:
@@ -398,7 +401,16 @@ def load_run(path: str | Path) -> Run:
                 raise RunDataError(f"{f}: column {col!r} is {frame.schema[col]}, "
                                    f"expected {dtype}")
         tables[name] = frame.select(list(schema))
-    return Run(path, manifest, docs["summary.json"], tables)
+    return Run(path, manifest, read_summary(path, docs["summary.json"]), tables)
+
+
+def read_summary(path: Path, doc: dict) -> Summary:
+    """The run at ``path``'s summary from its summary.json document ``doc``; RunDataError
+    names the file and the key that does not fit."""
+    try:
+        return Summary.from_json(doc, "summary")
+    except SummaryError as exc:
+        raise RunDataError(f"{path / 'summary.json'}: {exc}") from None
 
 
 def list_runs(root: Path = RUNS_DIR) -> list[dict]:

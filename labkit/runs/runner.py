@@ -8,7 +8,7 @@ CLI, the notebooks' live panel, the benchmarks and the tier-2 tests all call the
 
     import labkit
     run = labkit.run("topologies/bottleneck.yaml", policies=["fifo"], duration=5)
-    run.summary["policies"]["fifo"]["allreduce"]["slowdown_p99"]
+    run.summary.policies["fifo"].workload.slowdown_p99  # a labkit.model.summary.Summary
 
 Exceptions: :class:`~labkit.model.scenario.ScenarioError` (bad scenario or argument: which
 file or parameter, and why), :class:`NotReady` (this machine cannot run it, and the
@@ -269,8 +269,8 @@ def run(scenario: str | Path | Scenario, policies: Sequence[str] | None = None, 
             tables = rundir.tables_from(results)
             summary = metrics.summarize(tables, experiment.summary_meta(sc, topology, run_id,
                                                                          results))
-    writer.write_manifest(replace(manifest, fidelity={p: s["fidelity"] for p, s
-                                                      in summary["policies"].items()}))
+    writer.write_manifest(replace(manifest, fidelity={p: s.fidelity.to_json() for p, s
+                                                      in summary.policies.items()}))
     return rundir.load_run(writer.finish(tables, summary))
 
 
@@ -493,7 +493,7 @@ def calibrate(scenario: str | Path | Scenario, policies: Sequence[str] | None = 
             found, path, busy = (f"the run failed: {exc.__cause__ or exc}",), exc.partial, 0.0
         else:
             found, path = tuple(cal.faults(done.summary)), done.path
-            busy = max((p["cpu_busy"] or 0.0) for p in done.summary["policies"].values())
+            busy = max((p.cpu_busy or 0.0) for p in done.summary.policies.values())
         trials.append(cal.Trial(factor, base_rate * factor, str(path), found, busy))
         tell(factor, found[0] if found else "held")
         return not found

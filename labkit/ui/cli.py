@@ -29,6 +29,7 @@ from rich.table import Table
 from labkit.analysis.calibration import TRIAL_SECONDS
 from labkit.model import scenario as scenario_mod
 from labkit.model.manifest import BatchPoint, Rates
+from labkit.model.summary import Program, Summary
 
 console = Console(width=max(120, Console().width))
 err = Console(stderr=True, soft_wrap=True)
@@ -526,7 +527,7 @@ def cmd_run(args) -> int:
             return _failed(exc)
     if args.json:
         _print_json("report", {"run_dir": str(run.path), "status": "complete",
-                               "summary": run.summary})
+                               "summary": run.summary.to_json()})
         return 0
     if rates := run.manifest.rates:
         console.print(_rates_line(rates), highlight=False)
@@ -794,16 +795,16 @@ def _fmt(value, spec: str = ".2f") -> str:
     return "—" if value is None else format(value, spec)
 
 
-def _print_summary(summary: dict) -> None:
+def _print_summary(summary: Summary) -> None:
     from labkit.analysis import metrics
 
     # fidelity first: a figure the emulation did not hold is read with that in mind
-    for policy, p in summary["policies"].items():
-        for note in p.get("fidelity", {}).get("notes", []):
+    for policy, p in summary.policies.items():
+        for note in p.fidelity.notes:
             console.print(f"[yellow]fidelity ({policy}):[/] {note}", highlight=False)
-    t = Table(title=f"{summary['scenario']} · run {summary['run_id']}",
+    t = Table(title=f"{summary.scenario} · run {summary.run_id}",
               caption=f"times in ms; rates in emulated Mbit/s (1 emulated Mbit/s stands for "
-                      f"{summary['scale_factor']:g} real Mbit/s); bneck: the bottleneck port",
+                      f"{summary.scale_factor:g} real Mbit/s); bneck: the bottleneck port",
               caption_justify="left")
     frame = metrics.summary_frame(summary)
     jobs = frame.height > 0 and frame["busbw_mbps"].is_null().all()
@@ -830,57 +831,57 @@ def _print_summary(summary: dict) -> None:
     for col in ("policy", "port", "vip sojourn", "low sojourn", "vip one-way latency",
                 "max backlog KiB"):
         d.add_column(col, justify="left" if col in ("policy", "port") else "right", no_wrap=True)
-    for policy, p in summary["policies"].items():
-        lanes = p["bottleneck"]["lanes"]
-        d.add_row(policy, p["bottleneck"]["port"], _fmt(lanes["vip"].get("sojourn_p99_us"), ".0f"),
-                  _fmt(lanes["low"].get("sojourn_p99_us"), ".0f"),
-                  _fmt(lanes["vip"].get("latency_p99_us"), ".0f"),
-                  _fmt(max(v.get("max_backlog_bytes", 0) for v in lanes.values()) / 1024, ".0f"))
+    for policy, p in summary.policies.items():
+        lanes = p.bottleneck.lanes
+        d.add_row(policy, p.bottleneck.port, _fmt(lanes.vip.sojourn_p99_us, ".0f"),
+                  _fmt(lanes.low.sojourn_p99_us, ".0f"), _fmt(lanes.vip.latency_p99_us, ".0f"),
+                  _fmt(max(v.max_backlog_bytes for v in lanes.values()) / 1024, ".0f"))
     console.print(d)
-    controlled = {k: p["controller"] for k, p in summary["policies"].items() if p.get("controller")}
+    controlled = {k: (p.controller, p.bottleneck.lanes) for k, p in summary.policies.items()
+                  if p.controller}
     if controlled:
         c = Table(title="valves: storage through the hosts' valves, marks and drops (low lane)",
                   title_justify="left")
         for col in ("policy", "decisions", "low Mbit/s", "CE marked", "dropped",
                     "ECN marks at bneck", "prediction error ms"):
             c.add_column(col, justify="left" if col == "policy" else "right", no_wrap=True)
-        for policy, ctl in controlled.items():
-            lanes = summary["policies"][policy]["bottleneck"]["lanes"]
-            c.add_row(policy, str(ctl["decisions"]), _fmt(ctl["mean_rate_mbps"]["low"], ".1f"),
-                      str(ctl["ce_marked"]["low"]), str(ctl["dropped"]["low"]),
-                      str(sum(v.get("ecn_marks", 0) for v in lanes.values())),
-                      _fmt(ctl["prediction_error_ms"], ".1f"))
+        for policy, (ctl, lanes) in controlled.items():
+            c.add_row(policy, str(ctl.decisions), _fmt(ctl.mean_rate_mbps.low, ".1f"),
+                      str(ctl.ce_marked.low), str(ctl.dropped.low),
+                      str(sum(v.ecn_marks for v in lanes.values())),
+                      _fmt(ctl.prediction_error_ms, ".1f"))
         console.print(c)
-    paused = {k: p for k, p in summary["policies"].items() if p.get("lossless")}
+    paused = {k: (p.lossless, p.transport) for k, p in summary.policies.items() if p.lossless}
     if paused:
-        lanes = ", ".join(next(iter(paused.values()))["lossless"]["lanes"])
+        lanes = ", ".join(next(iter(paused.values()))[0].lanes)
         x = Table(title=f"lossless ({lanes}; one queue per port under fifo): pauses, and how "
                         "fast they acted, in microseconds", title_justify="left")
         for col in ("policy", "pauses", "paused ms", "reaction p50", "p99", "max",
                     "one frame", "go-back-N resends"):
             x.add_column(col, justify="left" if col == "policy" else "right", no_wrap=True)
-        for policy, p in paused.items():
-            ll, reaction = p["lossless"], p["lossless"]["reaction_us"]
-            x.add_row(policy, str(ll["pauses"]),
-                      _fmt(sum(v["ms"] for v in ll["paused_ms"].values()), ".0f"),
-                      _fmt(reaction["p50"], ".0f"), _fmt(reaction["p99"], ".0f"),
-                      _fmt(reaction["max"], ".0f"), _fmt(ll["packet_us"], ".0f"),
-                      str(p["transport"]["retransmits"]))
+        for policy, (ll, transport) in paused.items():
+            reaction = ll.reaction_us
+            x.add_row(policy, str(ll.pauses),
+                      _fmt(sum(v.ms for v in ll.paused_ms.values()), ".0f"),
+                      _fmt(reaction.p50, ".0f"), _fmt(reaction.p99, ".0f"),
+                      _fmt(reaction.max, ".0f"), _fmt(ll.packet_us, ".0f"),
+                      str(transport.retransmits) if transport else "—")
         console.print(x)
 
 
-def _print_program(summary: dict) -> None:
+def _print_program(summary: Summary) -> None:
     """A user's program: where its times came from, its collectives per policy, its CPU."""
     from labkit.analysis import metrics
 
-    programs = {k: p["program"] for k, p in summary["policies"].items() if p.get("program")}
+    programs = {k: p.workload for k, p in summary.policies.items()
+                if isinstance(p.workload, Program)}
     if not programs:
         return
     first = next(iter(programs.values()))
     source = {"lines": "as it reported them (labkit's line protocol)",
               "traffic": "from its traffic as the kernel saw it (it reported none)"}
-    t = Table(title=f"your program {first['name']}: its collectives, {source[first['source']]}"
-                    f"; the first {first.get('warmup', 0)} iteration(s) left out",
+    t = Table(title=f"your program {first.name}: its collectives, {source[first.source]}"
+                    f"; the first {first.warmup} iteration(s) left out",
               title_justify="left", caption="compute and exposed: mean per iteration and "
               "rank; CPU: what its ranks' cgroups used", caption_justify="left")
     for col in ("policy", "op", "count", "p50", "p99", "slowdown\np50 / p99", "busbw",
@@ -891,8 +892,8 @@ def _print_program(summary: dict) -> None:
         t.add_row(r["policy"], r["op"], str(r["count"]), _fmt(r["p50_ms"], ".0f"),
                   _fmt(r["p99_ms"], ".0f"),
                   f"{_fmt(r['slowdown_p50'])} / {_fmt(r['slowdown_p99'])}",
-                  _fmt(r["busbw_mbps"], ".1f"), _fmt(p["compute_ms"], ".0f"),
-                  _fmt(p["exposed_comm_ms"], ".0f"), _fmt(p["cpu_s"], ".1f"))
+                  _fmt(r["busbw_mbps"], ".1f"), _fmt(p.compute_ms, ".0f"),
+                  _fmt(p.exposed_comm_ms, ".0f"), _fmt(p.cpu_s, ".1f"))
     console.print(t)
 
 
@@ -913,7 +914,7 @@ def cmd_report(args) -> int:
         return 2
     if args.json:
         _print_json("report", {"run_dir": str(args.run_dir), "status": run.manifest.status,
-                               "summary": run.summary})
+                               "summary": run.summary.to_json()})
     else:
         _print_summary(run.summary)
     return 0

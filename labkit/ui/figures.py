@@ -22,6 +22,7 @@ import plotly.graph_objects as go
 import plotly.io as pio
 
 from labkit.analysis import metrics
+from labkit.model.summary import Job, Program
 from labkit.runs.rundir import Run
 from labkit.ui import plots
 
@@ -39,13 +40,14 @@ def figure_set(run: Run) -> Iterator[tuple[str, Callable[[], go.Figure]]]:
         yield "funnel", lambda: plots.bottleneck_funnel(run)
     if 1 in stages and stages & {2, 3}:
         yield "three-stages", lambda: plots.three_stages(run)
-    for policy, p in run.summary["policies"].items():
-        if p.get("controller"):
+    for policy, p in run.summary.policies.items():
+        if p.controller:
             yield f"valves-{policy.replace('+', '-')}", lambda policy=policy: \
                 plots.valve_timeline(run, policy)
-    if any(p.get("job") or p.get("program") for p in run.summary["policies"].values()):
+    workloads = [p.workload for p in run.summary.policies.values()]
+    if any(isinstance(w, Job | Program) for w in workloads):
         yield "parallelism", lambda: plots.parallelism(run)
-    if any(p.get("job") for p in run.summary["policies"].values()):
+    if any(isinstance(w, Job) for w in workloads):
         yield "job-timeline", lambda: plots.job_timeline(run)
 
 

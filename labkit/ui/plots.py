@@ -8,6 +8,7 @@ so a figure lifted into a blog post still says where it came from.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 import plotly.graph_objects as go
 import polars as pl
@@ -15,6 +16,8 @@ from plotly.subplots import make_subplots
 
 from labkit.analysis import metrics
 from labkit.analysis.describe import KIND_NAMES, kind_text, rate_text
+from labkit.model.abi import LANES
+from labkit.model.summary import BottleneckLane, Job, PolicySummary, Program
 from labkit.runs.rundir import Run
 
 POLICY_COLORS = {"isolated": "#009E73", "fifo": "#D55E00", "priority": "#0072B2",
@@ -38,10 +41,9 @@ def subtitle(run: Run) -> str:
     """Where a figure's data came from: scenario, run id, scale factor; and the policies
     whose links did not keep time (``fidelity.links_kept_time``), if any."""
     s = run.summary
-    late = [p for p, v in s["policies"].items()
-            if not v.get("fidelity", {}).get("links_kept_time", True)]
-    return (f"{s['scenario']} · run {s['run_id']} · 1 emulated Mbit/s = "
-            f"{s['scale_factor']:g} real Mbit/s"
+    late = [p for p, v in s.policies.items() if not v.fidelity.links_kept_time]
+    return (f"{s.scenario} · run {s.run_id} · 1 emulated Mbit/s = "
+            f"{s.scale_factor:g} real Mbit/s"
             + (f" · links did not keep time under {', '.join(late)}" if late else ""))
 
 
@@ -64,7 +66,7 @@ def op_time_cdf(run: Run) -> go.Figure:
     ops = metrics.op_times(run["collectives"])
     warmup = _warmup(run)
     fig = go.Figure()
-    for policy in run.summary["policies"]:
+    for policy in run.summary.policies:
         x, y = metrics.cdf(ops.filter((pl.col("policy") == policy) & (pl.col("op") >= warmup))
                             ["ms"])
         fig.add_scatter(x=x, y=y, mode="lines", name=policy,
@@ -76,8 +78,8 @@ def op_time_cdf(run: Run) -> go.Figure:
 
 def _warmup(run: Run) -> int:
     """The first iterations a program's summary leaves out (0: none)."""
-    return next((p["program"].get("warmup", 0) for p in run.summary["policies"].values()
-                 if p.get("program")), 0)
+    return next((p.workload.warmup for p in run.summary.policies.values()
+                 if isinstance(p.workload, Program)), 0)
 
 
 def queue_timeline(run: Run, ports: list[str] | None = None, policies: list[str] | None = None,
@@ -88,9 +90,8 @@ def queue_timeline(run: Run, ports: list[str] | None = None, policies: list[str]
     first = metrics.windows(metrics.op_times(run["collectives"]))
     spans = metrics.part_of_windows(run["collectives"], window)
     fig = go.Figure()
-    for policy in list(run.summary["policies"]) if policies is None else policies:
-        here = ports if ports is not None else [
-            run.summary["policies"][policy]["bottleneck"]["port"]]
+    for policy in list(run.summary.policies) if policies is None else policies:
+        here = ports if ports is not None else [run.summary.policies[policy].bottleneck.port]
         start, end = spans[policy]
         for i, port in enumerate(here):
             q = metrics.backlog_series(run["queue"], policy, port, start, end)
@@ -111,7 +112,7 @@ def lane_sojourn(run: Run, policies: list[str] | None = None, lanes: list[str] |
     spans = metrics.part_of_windows(run["collectives"], window)
     frame = metrics.lane_sojourns(run["sojourn"], run.summary, spans)
     fig = go.Figure()
-    for policy in list(run.summary["policies"]) if policies is None else policies:
+    for policy in list(run.summary.policies) if policies is None else policies:
         for lane in ["vip", "low"] if lanes is None else lanes:
             x, y = metrics.cdf(frame.filter((pl.col("policy") == policy)
                                              & (pl.col("lane") == lane))["sojourn_us"])
@@ -130,7 +131,7 @@ def collective_latency(run: Run) -> go.Figure:
     spans = metrics.windows(metrics.op_times(run["collectives"]))
     cdfs = metrics.latency_cdfs(run["latency"], spans)
     fig = go.Figure()
-    for policy in (p for p in run.summary["policies"] if p in cdfs):
+    for policy in (p for p in run.summary.policies if p in cdfs):
         x, y = cdfs[policy]
         fig.add_scatter(x=x, y=y, mode="lines", name=policy,
                         line={"shape": "hv", "color": policy_color(policy)})
@@ -150,15 +151,15 @@ def valve_timeline(run: Run, policy: str, seconds: float = 5.0) -> go.Figure:
         if s_ns < end:
             fig.add_vrect(x0=(s_ns - start) / 1e9, x1=(min(e_ns, end) - start) / 1e9,
                           fillcolor=LANE_COLORS["vip"], opacity=0.10, line_width=0)
-    bneck = run.summary["policies"][policy]["bottleneck"]
-    allowed = metrics.allowed_storage(run["controller"], policy, start, end, bneck["rate_mbps"])
+    bneck = run.summary.policies[policy].bottleneck
+    allowed = metrics.allowed_storage(run["controller"], policy, start, end, bneck.rate_mbps)
     fig.add_scatter(x=((allowed["t_ns"] - start) / 1e9).to_list(), y=allowed["mbps"].to_list(),
                     mode="lines", line={"shape": "hv", "color": "#000000", "width": 1.5},
                     name="storage allowed by the valves (Mbit/s)")
-    q = metrics.backlog_series(run["queue"], policy, bneck["port"], start, end)
+    q = metrics.backlog_series(run["queue"], policy, bneck.port, start, end)
     fig.add_scatter(x=((q["t_ns"] - start) / 1e9).to_list(),
                     y=(q["backlog_bytes"] / 1024).to_list(),
-                    mode="lines", name=f"backlog at {bneck['port']} (KiB)", yaxis="y2",
+                    mode="lines", name=f"backlog at {bneck.port} (KiB)", yaxis="y2",
                     line={"color": LANE_COLORS["low"], "width": 1})
     fig.update_layout(xaxis_range=[0, seconds], yaxis_rangemode="tozero",
                       yaxis2={"title": "backlog (KiB)", "overlaying": "y", "side": "right",
@@ -187,10 +188,10 @@ def parallelism_comparison(runs: dict[str, Run], policy: str = "fifo") -> go.Fig
     fig = make_subplots(rows=1, cols=2, subplot_titles=(
         "MB per iteration across the bottleneck", f"iteration slowdown under {policy} (p50)"))
     names = list(runs)
-    jobs = [runs[n].summary["policies"][policy]["job"] for n in names]
-    fig.add_bar(x=names, y=[j["bottleneck_bytes_per_iteration"] / 1e6 for j in jobs],
+    jobs = [_job_of(runs[n], policy) for n in names]
+    fig.add_bar(x=names, y=[j.bottleneck_bytes_per_iteration / 1e6 for j in jobs],
                 marker_color="#0072B2", showlegend=False, row=1, col=1)
-    fig.add_bar(x=names, y=[j["slowdown_p50"] for j in jobs], marker_color="#D55E00",
+    fig.add_bar(x=names, y=[j.slowdown_p50 for j in jobs], marker_color="#D55E00",
                 showlegend=False, row=1, col=2)
     fig.update_yaxes(title_text="MB", row=1, col=1)
     fig.update_yaxes(title_text="x isolated", row=1, col=2)
@@ -233,17 +234,25 @@ def _rgba(color: str, alpha: float) -> str:
 def _workload(run: Run) -> str:
     """What the collective lanes carry in this run: a training job, the user's program or
     the All-Reduce."""
-    kind, w = metrics.workload_of(next(iter(run.summary["policies"].values())))
-    return {"job": f"{w.get('parallelism')}-parallel job",
-            "program": f"your program {w.get('name')}"}.get(kind, "All-Reduce")
+    w = next(iter(run.summary.policies.values())).workload
+    if isinstance(w, Job):
+        return f"{w.parallelism}-parallel job"
+    return f"your program {w.name}" if isinstance(w, Program) else "All-Reduce"
 
 
-def _policy_of(run: Run, policy: str) -> dict:
-    policies = run.summary["policies"]
+def _policy_of(run: Run, policy: str) -> PolicySummary:
+    policies = run.summary.policies
     if policy not in policies:
         raise ValueError(f"{run.path}: no policy {policy!r} in this run "
                          f"(it has {', '.join(policies)})")
     return policies[policy]
+
+
+def _job_of(run: Run, policy: str) -> Job:
+    job = _policy_of(run, policy).workload
+    if not isinstance(job, Job):
+        raise ValueError(f"{run.path}: no training job in this run (it ran {job.KEY})")
+    return job
 
 
 def bottleneck_funnel(run: Run, policy: str = "fifo") -> go.Figure:
@@ -255,8 +264,8 @@ def bottleneck_funnel(run: Run, policy: str = "fifo") -> go.Figure:
     rates, so the sources visibly add up to more than the one port's link rate, and the
     excess leaves as the drop band. The vip lane names the hosts whose stamped packets
     were sampled at the port; storage (TCP) carries no stamps, so its lane is one band."""
-    b = _policy_of(run, policy)["bottleneck"]
-    port = b["port"]
+    b = _policy_of(run, policy).bottleneck
+    port = b.port
     start, end = metrics.windows(metrics.op_times(run["collectives"]))[policy]
     rates = metrics.lane_rates(run["lanes"].filter(pl.col("policy") == policy), port,
                                 start, end).filter(pl.col("offered_mbps") > 0)
@@ -269,7 +278,7 @@ def bottleneck_funnel(run: Run, policy: str = "fifo") -> go.Figure:
     through, dropped = len(lanes) + 1, len(lanes) + 2
     labels = [f"{names[lane]}<br>{mbps:.1f} Mbit/s offered"
               for lane, mbps in zip(lanes, rates["offered_mbps"], strict=True)]
-    labels += [f"{port}<br>{b['link']}<br>{b['rate_mbps']:g} Mbit/s link",
+    labels += [f"{port}<br>{b.link}<br>{b.rate_mbps:g} Mbit/s link",
                f"through the queue<br>{rates['enqueued_mbps'].sum():.1f} Mbit/s",
                f"dropped<br>{rates['dropped_packets'].sum()} packets"]
     source, target, value, color = [], [], [], []
@@ -296,16 +305,15 @@ def bottleneck_funnel(run: Run, policy: str = "fifo") -> go.Figure:
               + [policy_color(policy), "#999999", "#000000"]},
         link={"source": source, "target": target, "value": value, "color": color},
         arrangement="fixed", valueformat=".1f", valuesuffix=" Mbit/s", row=1, col=1)
-    policies = list(run.summary["policies"])
-    shown = [lane for lane in ("vip", "normal", "low")
-             if any(run.summary["policies"][p]["bottleneck"]["lanes"][lane]["packets"]
-                    for p in policies)]
-    for row, (key, per_unit) in enumerate((("sojourn_p99_us", 1e3),
-                                           ("max_backlog_bytes", 1024), ("drops", 1)),
-                                          start=1):
+    policies = list(run.summary.policies)
+    at_port = [p.bottleneck.lanes for p in run.summary.policies.values()]
+    shown = [lane for lane in LANES if any(lanes.of(lane).packets for lanes in at_port)]
+    panels: tuple[tuple[Callable[[BottleneckLane], float | None], float], ...] = (
+        (lambda s: s.sojourn_p99_us, 1e3), (lambda s: s.max_backlog_bytes, 1024),
+        (lambda s: s.drops, 1))
+    for row, (figure, per_unit) in enumerate(panels, start=1):
         for lane in shown:
-            y = [run.summary["policies"][p]["bottleneck"]["lanes"][lane][key]
-                 for p in policies]
+            y = [figure(lanes.of(lane)) for lanes in at_port]
             fig.add_bar(x=policies, y=[None if v is None else v / per_unit for v in y],
                         name=f"{lane} lane", marker_color=LANE_COLORS[lane],
                         legendgroup=lane, showlegend=row == 1, row=row, col=2)
@@ -388,7 +396,7 @@ def job_timeline(run: Run, ops: tuple[int, ...] = (0, 1),
     recorded before that table has only each iteration's sums: they are laid end to end
     in that order (:func:`labkit.analysis.metrics.summed_spans`), and the note says so. A dotted
     line marks the end of each iteration (its last rank)."""
-    jobs = [p for p, v in run.summary["policies"].items() if v.get("job")]
+    jobs = [p for p, v in run.summary.policies.items() if isinstance(v.workload, Job)]
     if not jobs:
         raise ValueError(f"{run.path}: no training job in this run (a job scenario, e.g. "
                          "topologies/tensor-parallel.yaml, records one)")
@@ -473,8 +481,8 @@ def victim_io(runs: dict[str, Run], entry: str = "victim", policy: str = "fifo")
                         line={"shape": "hv", "dash": PORT_DASH[i % len(PORT_DASH)],
                               "color": policy_color(policy)})
     first = next(iter(runs.values())).summary
-    sub = (f"{first['scenario']} · runs {', '.join(r.summary['run_id'] for r in runs.values())}"
-           f" · 1 emulated Mbit/s = {first['scale_factor']:g} real Mbit/s")
+    sub = (f"{first.scenario} · runs {', '.join(r.summary.run_id for r in runs.values())}"
+           f" · 1 emulated Mbit/s = {first.scale_factor:g} real Mbit/s")
     return _style(fig, f"I/O completion time of {entry} under {policy}", sub,
                   "I/O completion time (ms)", "fraction of I/Os")
 

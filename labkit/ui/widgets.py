@@ -126,18 +126,18 @@ def run_controls(runs: dict[str, Run]) -> dict[str, w.ValueWidget]:
 def fit_controls(controls: dict[str, w.ValueWidget], run: Run) -> None:
     """Offer ``run``'s policies (all picked) and the ports it watched (its bottleneck
     ports picked)."""
-    policies = tuple(run.summary["policies"])
+    policies = tuple(run.summary.policies)
     controls["policies"].options, controls["policies"].value = policies, policies
     controls["ports"].options = metrics.watched_ports(run["queue"])
-    controls["ports"].value = tuple(sorted({p["bottleneck"]["port"]
-                                            for p in run.summary["policies"].values()}))
+    controls["ports"].value = tuple(sorted({p.bottleneck.port
+                                            for p in run.summary.policies.values()}))
 
 
 def selection(runs: dict[str, Run], controls: dict[str, w.ValueWidget]) -> Selection:
     """What ``controls`` pick now."""
     run = runs[controls["run"].value]
     return Selection(
-        run, [p for p in run.summary["policies"] if p in controls["policies"].value],
+        run, [p for p in run.summary.policies if p in controls["policies"].value],
         list(controls["lanes"].value),
         [p for p in controls["ports"].options if p in controls["ports"].value],
         controls["window"].value, controls["percentile"].value)
@@ -148,7 +148,7 @@ def explorer(runs: dict[str, Run] | Run, views: tuple[tuple[View, str], ...] = (
     """Run and policy pickers, lane and port filters, a time-window slider and a percentile
     selector over recorded runs, linked to one :class:`Panel` per view (by default the
     per-lane sojourn CDFs and the queue timeline of the chosen ports, each with its table)."""
-    runs = runs if isinstance(runs, dict) else {runs.summary["scenario"]: runs}
+    runs = runs if isinstance(runs, dict) else {runs.summary.scenario: runs}
     controls = run_controls(runs)
     fit_controls(controls, runs[controls["run"].value])
     first = selection(runs, controls)

@@ -1,7 +1,11 @@
+import json
+from dataclasses import replace
+
 import polars as pl
 import pytest
 
 from labkit.analysis import metrics
+from labkit.model.summary import AllReduce, Fidelity, Summary
 from labkit.runs.rundir import SCHEMAS
 
 S = 1_000_000_000  # ns
@@ -79,48 +83,59 @@ def test_counter_delta_uses_last_sample_at_or_before_each_edge(tables):
 
 def test_summary(tables):
     s = metrics.summarize(tables, META)
-    iso, fifo = s["policies"]["isolated"], s["policies"]["fifo"]
-    assert iso["allreduce"]["busbw_mbps"] == pytest.approx(1e6 * 8 / 0.1 / 1e6 * 2 * 1 / 2)
-    assert fifo["allreduce"]["p50_ms"] == 200
-    assert fifo["allreduce"]["p99_ms"] == pytest.approx(200 + 0.97 * 200)
-    assert fifo["allreduce"]["slowdown_p50"] == pytest.approx(2.0)
-    assert iso["allreduce"]["slowdown_p99"] == pytest.approx(1.0)
+    iso, fifo = s.policies["isolated"], s.policies["fifo"]
+    assert isinstance(iso.workload, AllReduce) and isinstance(fifo.workload, AllReduce)
+    assert iso.workload.busbw_mbps == pytest.approx(1e6 * 8 / 0.1 / 1e6 * 2 * 1 / 2)
+    assert fifo.workload.p50_ms == 200
+    assert fifo.workload.p99_ms == pytest.approx(200 + 0.97 * 200)
+    assert fifo.workload.slowdown_p50 == pytest.approx(2.0)
+    assert iso.workload.slowdown_p99 == pytest.approx(1.0)
     # window 0 .. 1.0 s: the port sent 10 MB -> 80 Mbit/s on a 100 Mbit/s link
-    assert fifo["bottleneck"]["utilization"] == pytest.approx(0.8)
-    assert fifo["bottleneck"]["link"] == "leaf1-spine1"
-    lanes = fifo["bottleneck"]["lanes"]
-    assert lanes["vip"]["mbps"] == pytest.approx(60.0)
-    assert (lanes["low"]["mbps"], lanes["low"]["packets"], lanes["low"]["drops"]) == (
-        pytest.approx(20.0), 90, 10)
-    assert lanes["normal"]["packets"] == 90 and lanes["normal"]["mbps"] == 0
-    assert fifo["storage"]["goodput_mbps"] == pytest.approx(10.0)
-    assert iso["storage"]["goodput_mbps"] == 0
+    assert fifo.bottleneck.utilization == pytest.approx(0.8)
+    assert fifo.bottleneck.link == "leaf1-spine1"
+    lanes = fifo.bottleneck.lanes
+    assert lanes.vip.mbps == pytest.approx(60.0)
+    assert (lanes.low.mbps, lanes.low.packets, lanes.low.drops) == (pytest.approx(20.0), 90, 10)
+    assert lanes.normal.packets == 90 and lanes.normal.mbps == 0
+    assert fifo.storage.goodput_mbps == pytest.approx(10.0)
+    assert iso.storage.goodput_mbps == 0
     # per entry; I/Os that arrived in the window (0 .. 1.0 s: k = 0..10)
-    assert fifo["storage"]["entries"]["dataset"]["goodput_mbps"] == pytest.approx(10.0)
-    meta_io = fifo["storage"]["entries"]["metadata"]
-    assert (meta_io["ios"], meta_io["io_p50_ms"], meta_io["goodput_mbps"]) == (11, 5.0, 0.0)
-    assert meta_io["io_p99_ms"] == pytest.approx(9.9)
-    assert fifo["cpu_bound"] and not iso["cpu_bound"]
-    assert s["scale_factor"] == 10
+    assert fifo.storage.entries["dataset"].goodput_mbps == pytest.approx(10.0)
+    meta_io = fifo.storage.entries["metadata"]
+    assert (meta_io.ios, meta_io.io_p50_ms, meta_io.goodput_mbps) == (11, 5.0, 0.0)
+    assert meta_io.io_p99_ms == pytest.approx(9.9)
+    assert fifo.cpu_bound and not iso.cpu_bound
+    assert s.scale_factor == 10
     # delays: samples in the window only; latency only from senders crossing the port
-    assert lanes["vip"]["sojourn_p50_us"] == pytest.approx(55.0)
-    assert iso["bottleneck"]["lanes"]["vip"]["sojourn_p99_us"] == pytest.approx(10.0)
-    assert lanes["vip"]["latency_p99_us"] == pytest.approx(180.0)  # rank 1 (seq 9) excluded
-    assert lanes["low"]["sojourn_p50_us"] is None and lanes["low"]["latency_p99_us"] is None
-    assert lanes["low"]["max_backlog_bytes"] == 10_000  # the shared FIFO at the window's end
+    assert lanes.vip.sojourn_p50_us == pytest.approx(55.0)
+    assert iso.bottleneck.lanes.vip.sojourn_p99_us == pytest.approx(10.0)
+    assert lanes.vip.latency_p99_us == pytest.approx(180.0)  # rank 1 (seq 9) excluded
+    assert lanes.low.sojourn_p50_us is None and lanes.low.latency_p99_us is None
+    assert lanes.low.max_backlog_bytes == 10_000  # the shared FIFO at the window's end
     # fidelity: a never-empty queue sending 80 Mbit/s on a 100 Mbit/s link is flagged
-    assert fifo["fidelity"]["cpu_bound"] and not fifo["fidelity"]["links_at_rate"]
-    assert any("spine1-eth0" in n for n in fifo["fidelity"]["notes"])
-    assert iso["fidelity"] == {"cpu_bound": False, "generator_limited": False,
-                               "links_at_rate": True, "links_kept_time": True, "dequeue": {},
-                               "notes": []}
+    assert fifo.fidelity.cpu_bound and not fifo.fidelity.links_at_rate
+    assert any("spine1-eth0" in n for n in fifo.fidelity.notes)
+    assert iso.fidelity == Fidelity(cpu_bound=False, generator_limited=False,
+                                    links_at_rate=True, links_kept_time=True, dequeue={},
+                                    notes=())
+
+
+def test_a_summary_is_written_as_it_reads_back(tables):
+    s = metrics.summarize(tables, META)
+    doc = s.to_json()
+    assert list(doc["policies"]["fifo"]) == [
+        "allreduce", "storage", "bottleneck", "controller", "cpu_busy", "cpu_bound", "fidelity",
+        "window_s", "transport", "telemetry", "lossy_links", "commands"]  # no lossless
+    text = json.dumps(doc, indent=2, default=str)
+    again = Summary.from_json(json.loads(text))
+    assert again == s and json.dumps(again.to_json(), indent=2, default=str) == text
 
 
 def test_slowdown_is_null_without_isolated(tables):
     meta = {**META, "policies": ["fifo"]}
     s = metrics.summarize({k: v.filter(pl.col("policy") == "fifo") for k, v in tables.items()},
                            meta)
-    assert s["policies"]["fifo"]["allreduce"]["slowdown_p99"] is None
+    assert s.policies["fifo"].workload.slowdown_p99 is None
 
 
 def test_dequeue_fidelity_flags_a_port_that_stalls_for_its_queue_times():
@@ -133,34 +148,49 @@ def test_dequeue_fidelity_flags_a_port_that_stalls_for_its_queue_times():
                             orient="row")
 
     kept = metrics.dequeue_fidelity(gaps(0), 100.0, 21_500, 20_000.0)
-    assert kept["pairs"] == 1000 and not kept["flagged"] and kept["late_share"] == 0
-    assert kept["p50"] == pytest.approx(0.02, abs=1e-3) and abs(kept["mean"]) < 1e-3
+    assert kept.pairs == 1000 and not kept.flagged and kept.late_share == 0
+    assert kept.p50 == pytest.approx(0.02, abs=1e-3) and abs(kept.mean) < 1e-3
     # 10 stalls of 5 ms in ~90 ms of busy time: over 1 % of it late by more than 2 ms
     late = metrics.dequeue_fidelity(gaps(10), 100.0, 21_500, 20_000.0)
-    assert late["flagged"] and late["late_share"] == pytest.approx(0.05 / 0.13, rel=0.05)
+    assert late.flagged and late.late_share == pytest.approx(0.05 / 0.13, rel=0.05)
+    assert metrics.late_reason(replace(late, excess=0.01)).startswith(
+        "it was late by more than 10% of its p99 queueing time (20000 us) for 38.2% of its")
     # beside 200 ms queueing times, a tenth of those (20 ms) is not reached, but ten such
     # stalls add up: the port took 62 % longer than its rate to send what waited
     slow = metrics.dequeue_fidelity(gaps(10), 100.0, 21_500, 200_000.0)
-    assert slow["late_share"] == 0 and slow["flagged"]
-    assert slow["excess"] == pytest.approx(50 / 80.8, rel=0.01)
+    assert slow.late_share == 0 and slow.flagged
+    assert slow.excess == pytest.approx(50 / 80.8, rel=0.01)
+    assert metrics.late_reason(slow).startswith("while packets waited it took 62% longer")
     # one such stall: 6 % longer, within the limit
     one = metrics.dequeue_fidelity(gaps(1), 100.0, 21_500, 200_000.0)
-    assert not one["flagged"] and one["excess"] == pytest.approx(5 / 80.08, rel=0.02)
-    assert metrics.dequeue_fidelity(gaps(0).head(50), 100.0, 0, 1.0)["p99"] is None
+    assert not one.flagged and one.excess == pytest.approx(5 / 80.08, rel=0.02)
+    assert metrics.dequeue_fidelity(gaps(0).head(50), 100.0, 0, 1.0).p99 is None
 
 
 def test_the_fidelity_frame_has_a_row_per_port_that_queued():
-    import json
     from pathlib import Path
 
-    summary = json.loads((Path(__file__).resolve().parents[2] /
-                          "data/sample/checkpoint-burst/summary.json").read_text())
+    summary = Summary.from_json(json.loads((Path(__file__).resolve().parents[2] /
+                                            "data/sample/checkpoint-burst/summary.json")
+                                           .read_text()))
     frame = metrics.fidelity_frame(summary)
     fifo = frame.filter(pl.col("policy") == "fifo")
     assert sorted(fifo["port"]) == ["leaf1-eth4", "spine1-eth0"]
-    d = summary["policies"]["fifo"]["fidelity"]["dequeue"]["spine1-eth0"]
+    d = summary.policies["fifo"].fidelity.dequeue["spine1-eth0"]
     row = fifo.filter(pl.col("port") == "spine1-eth0").row(0, named=True)
-    assert (row["pairs"], row["dev_p99"], row["kept_time"]) == (d["pairs"], d["p99"], True)
+    assert (row["pairs"], row["dev_p99"], row["kept_time"]) == (d.pairs, d.p99, True)
+    assert row["excess"] is None  # recorded before it was
     iso = frame.filter(pl.col("policy") == "isolated")  # no port queued: one row, no port
     assert iso.height == 1 and iso["port"][0] is None
-    assert list(frame["policy"].unique(maintain_order=True)) == list(summary["policies"])
+    assert list(frame["policy"].unique(maintain_order=True)) == list(summary.policies)
+
+
+def test_the_lossless_frame_reads_runs_recorded_before_transport():
+    from pathlib import Path
+
+    old = Summary.from_json(json.loads((Path(__file__).resolve().parents[2] /
+                                        "data/sample/bottleneck/summary.json").read_text()))
+    frame = metrics.lossless_frame({"old": old})
+    assert frame["resends"].to_list() == [None] * 3 and not frame["lossless"].any()
+    assert frame["vip_drops"].to_list() == [p.bottleneck.lanes.vip.drops
+                                            for p in old.policies.values()]

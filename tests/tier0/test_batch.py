@@ -19,6 +19,7 @@ import yaml
 import labkit
 from labkit.model import grid
 from labkit.model.manifest import BatchRef
+from labkit.model.summary import Summary
 from labkit.runs import batch, rundir, runner
 from labkit.runs.rundir import RunDataError
 from tests.recorded import run_manifest
@@ -26,7 +27,7 @@ from tests.recorded import run_manifest
 REPO = Path(__file__).resolve().parents[2]
 BOTTLENECK = REPO / "topologies/bottleneck.yaml"
 SAMPLE = REPO / "data/sample"
-SAMPLE_SUMMARY = json.loads((SAMPLE / "bottleneck/summary.json").read_text())
+SAMPLE_SUMMARY = Summary.from_json(json.loads((SAMPLE / "bottleneck/summary.json").read_text()))
 AXES = {"traffic[0].size_bytes": ["1MiB", "4MiB"], "defaults.link.rate_mbps": [50, 100]}
 
 
@@ -45,7 +46,7 @@ def synthetic_run(job: batch.PointJob) -> str:
     w.write_manifest(run_manifest(run_id, scenario=job.scenario.to_dict(),
                                   seed=job.scenario.seed, policies=job.policies,
                                   duration_s=job.duration, batch=job.batch))
-    w.finish({}, {**SAMPLE_SUMMARY, "run_id": run_id})
+    w.finish({}, replace(SAMPLE_SUMMARY, run_id=run_id))
     return run_id
 
 
@@ -141,8 +142,7 @@ def test_load_runs_gives_one_frame_over_a_batch(local_batch):
     assert (row["traffic[0].size_bytes"], row["defaults.link.rate_mbps"]) == ("4MiB", 100)
     assert row["path"] == str(done.path / "runs/p006")
     fifo = first.filter(pl.col("policy") == "fifo").row(0, named=True)
-    assert fifo["slowdown_p99"] == SAMPLE_SUMMARY["policies"]["fifo"]["allreduce"][
-        "slowdown_p99"]
+    assert fifo["slowdown_p99"] == SAMPLE_SUMMARY.policies["fifo"].workload.slowdown_p99
     # the same frame from the run directories themselves: each run carries its values
     runs = sorted((done.path / "runs").glob("p*"))
     assert labkit.load_runs(runs).drop("path").equals(frame.drop("path"))
@@ -152,15 +152,15 @@ def test_load_runs_gives_one_frame_over_a_batch(local_batch):
 
 def test_load_runs_over_the_sample_runs_has_the_columns_with_nulls():
     frame = labkit.load_runs(SAMPLE)  # a directory of runs (sweeps/ holds no run: left out)
-    summaries = {d.name: json.loads((d / "summary.json").read_text())
+    summaries = {d.name: Summary.from_json(json.loads((d / "summary.json").read_text()))
                  for d in SAMPLE.iterdir() if (d / "summary.json").exists()}
-    assert frame.height == sum(len(s["policies"]) for s in summaries.values())
+    assert frame.height == sum(len(s.policies) for s in summaries.values())
     assert frame.columns[:5] == ["run_id", "scenario", "batch", "point", "seed"]
     assert frame["batch"].null_count() == frame["point"].null_count() == frame.height
     assert frame["seed"].null_count() == 0
     # run ids recorded before the host was in them load as they are
     assert "20261130-012933-bottleneck" in frame["run_id"].to_list()
-    assert set(frame["scenario"]) == {s["scenario"] for s in summaries.values()}
+    assert set(frame["scenario"]) == {s.scenario for s in summaries.values()}
     jobs = frame.filter(pl.col("scenario") == "pipeline-parallel")
     assert jobs["busbw_mbps"].is_null().all() and jobs["bubbles"].is_not_null().all()
 
@@ -187,6 +187,18 @@ def test_load_runs_refuses_what_is_not_a_run(tmp_path):
         labkit.load_runs(tmp_path / "nothing")
     empty = labkit.load_runs([])
     assert empty.height == 0 and empty.columns[0] == "run_id" and "slowdown_p99" in empty.columns
+
+
+def test_load_runs_names_a_summary_that_does_not_fit(tmp_path):
+    run = tmp_path / "r"
+    run.mkdir()
+    (run / "manifest.json").write_text(json.dumps(
+        run_manifest("r", status="complete").to_json()))
+    (run / "summary.json").write_text(json.dumps({**SAMPLE_SUMMARY.to_json(),
+                                                          "policies": {"fifo": {}}}))
+    with pytest.raises(RunDataError, match=r"r/summary.json: summary.policies.fifo: expected "
+                                           "one workload of allreduce, job, program"):
+        labkit.load_runs(run)
 
 
 def test_duckdb_reads_the_frame_and_the_tables(local_batch, tmp_path):

@@ -1,13 +1,14 @@
 """labkit calibrate's logic: scaled scenarios, a run's faults, and which factors it tries."""
 
-import copy
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from labkit.analysis import calibration as calibrate
 from labkit.model import scenario
+from labkit.model.summary import DequeueTiming, Summary
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -35,19 +36,21 @@ def test_a_job_scales_its_compute_times_only():
     assert after["microbatches"] == before["microbatches"]
 
 
-def _summary() -> dict:
-    return json.loads((REPO / "data/sample/bottleneck/summary.json").read_text())
+def _summary() -> Summary:
+    return Summary.from_json(json.loads((REPO / "data/sample/bottleneck/summary.json")
+                                        .read_text()))
 
 
 def test_a_faithful_run_has_no_faults_and_each_fault_is_named():
     summary = _summary()
     assert calibrate.faults(summary) == []
-    bad = copy.deepcopy(summary)
-    fifo = bad["policies"]["fifo"]
-    fifo["cpu_busy"], fifo["fidelity"]["cpu_bound"] = 0.97, True
-    fifo["fidelity"]["links_at_rate"] = False
-    fifo["fidelity"]["dequeue"] = {"spine1-eth0": {"flagged": True}}
-    bad["policies"]["isolated"]["fidelity"]["generator_limited"] = True
+    iso, fifo = summary.policies["isolated"], summary.policies["fifo"]
+    late = DequeueTiming(pairs=500, p50=0.1, p90=0.5, p99=9.0, mean=0.2, excess=0.3,
+                         late_share=0.02, sojourn_p99_us=800.0, flagged=True)
+    bad = replace(summary, policies={
+        "isolated": replace(iso, fidelity=replace(iso.fidelity, generator_limited=True)),
+        "fifo": replace(fifo, cpu_busy=0.97, fidelity=replace(
+            fifo.fidelity, cpu_bound=True, links_at_rate=False, dequeue={"spine1-eth0": late}))})
     assert calibrate.faults(bad) == [
         "isolated: the All-Reduce alone was limited by its generator",
         "fifo: CPU-bound (97% busy)", "fifo: a congested port sent below its rate",

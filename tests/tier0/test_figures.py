@@ -1,6 +1,7 @@
 """The figure set: analysis frames on fixtures, and byte-identical SVG from the same run."""
 
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import polars as pl
@@ -41,10 +42,13 @@ def test_allowed_storage_sums_valves_and_applies_relayed_windows():
 
 
 def test_job_breakdown_splits_the_mean_iteration():
-    summary = {"policies": {
-        "fifo": {"job": {"mean_ms": 100.0, "compute_ms": 40.0, "wire_wait_fraction": 0.5,
-                         "bubble_fraction": 0.1, "bottleneck_bytes_per_iteration": 2e6}},
-        "isolated": {"allreduce": {}}}}
+    job = _sample("tensor-parallel").summary
+    fifo = job.policies["fifo"]
+    summary = replace(job, policies={
+        "fifo": replace(fifo, workload=replace(
+            fifo.workload, mean_ms=100.0, compute_ms=40.0, wire_wait_fraction=0.5,
+            bubble_fraction=0.1, bottleneck_bytes_per_iteration=2_000_000)),
+        "isolated": _sample("bottleneck").summary.policies["isolated"]})  # an All-Reduce
     frame = metrics.job_breakdown(summary)
     assert frame.row(0, named=True) == {"policy": "fifo", "compute_ms": 40.0,
                                         "wire_wait_ms": 50.0, "bubble_ms": 10.0,
@@ -56,7 +60,7 @@ def test_summary_frame_has_one_row_per_policy_for_collectives_and_jobs():
         run = rundir.load_run(REPO / "data/sample" / name)
         frame = metrics.summary_frame(run.summary, digits=2)
         assert frame.columns == list(metrics.SUMMARY_COLUMNS)
-        assert frame["policy"].to_list() == list(run.summary["policies"])
+        assert frame["policy"].to_list() == list(run.summary.policies)
         assert frame["busbw_mbps"].is_not_null().all() == busbw
         assert frame["bubbles"].is_null().all() == busbw
         assert frame.filter(pl.col("policy") == "isolated")["slowdown_p99"].item() == 1.0
@@ -75,7 +79,10 @@ def test_lane_sojourns_keep_each_policys_port_and_window():
     soj = pl.DataFrame([{"policy": "a", "t_ns": t, "port": port, "lane": "vip",
                          "sojourn_ns": 1000 * t, "bytes": 1, "stamp_ns": 0, "seq": 0}
                         for t in range(10) for port in ("p1", "p2")], schema=SCHEMAS["sojourn"])
-    summary = {"policies": {"a": {"bottleneck": {"port": "p2"}}}}
+    sample = _sample("bottleneck").summary
+    fifo = sample.policies["fifo"]
+    summary = replace(sample, policies={
+        "a": replace(fifo, bottleneck=replace(fifo.bottleneck, port="p2"))})
     frame = metrics.lane_sojourns(soj, summary, {"a": (2, 5)})
     assert frame["sojourn_us"].to_list() == [2.0, 3.0, 4.0, 5.0]
 
@@ -166,7 +173,7 @@ def test_queue_timeline_draws_the_chosen_ports_over_the_window():
 
     run = rundir.load_run(REPO / "data/sample/bottleneck")
     whole = plots.queue_timeline(run)
-    assert [t.name for t in whole.data] == list(run.summary["policies"])
+    assert [t.name for t in whole.data] == list(run.summary.policies)
     assert "the bottleneck port" in whole.layout.title.text
     half = plots.queue_timeline(run, ["leaf1-eth4", "spine1-eth0"], ["fifo"], (0.5, 1.0))
     assert [t.name for t in half.data] == ["fifo · leaf1-eth4", "fifo · spine1-eth0"]
@@ -272,37 +279,36 @@ def test_new_figures_give_byte_identical_svg(tmp_path, sample, name):
     assert sorted(p.name for p in first) == [f"{name}.html", f"{name}.png", f"{name}.svg"]
     svg = (tmp_path / "a" / f"{name}.svg").read_bytes()
     assert svg == (tmp_path / "b" / f"{name}.svg").read_bytes()
-    assert run.summary["run_id"].encode() in svg
+    assert run.summary.run_id.encode() in svg
 
 
 def test_stage_of_sorts_policies_into_the_three_stages():
-    assert [metrics.stage_of(p, {}) for p in ("isolated", "fifo", "priority")] == [None, 1, 2]
-    assert {metrics.stage_of(p, {}) for p in ("reactive", "priority+state-aware",
-                                               "fifo+proactive")} == {3}
-    assert metrics.stage_of("calm", {"controller": {"decisions": 3}}) == 3
+    assert [metrics.stage_of(p, False) for p in ("isolated", "fifo", "priority")] == [None, 1, 2]
+    assert {metrics.stage_of(p, False) for p in ("reactive", "priority+state-aware",
+                                                  "fifo+proactive")} == {3}
+    assert metrics.stage_of("calm", True) == 3  # a user's controller, by its summary
 
 
 def test_funnel_shows_the_summarys_rates_delays_and_drops():
     run = _sample("bottleneck")
     fig = plots.bottleneck_funnel(run)
     sankey = next(t for t in fig.data if t.type == "sankey")
-    lanes = run.summary["policies"]["fifo"]["bottleneck"]["lanes"]
+    lanes = run.summary.policies["fifo"].bottleneck.lanes
     labels = list(sankey.node.label)
     through = next(i for i, label in enumerate(labels) if label.startswith("through"))
     into_queue = [v for t, v in zip(sankey.link.target, sankey.link.value, strict=True)
                   if t == through]
-    assert into_queue == pytest.approx([lanes["vip"]["mbps"], lanes["low"]["mbps"]])
-    assert f"{lanes['vip']['drops'] + lanes['low']['drops']} packets" in labels[through + 1]
+    assert into_queue == pytest.approx([lanes.vip.mbps, lanes.low.mbps])
+    assert f"{lanes.vip.drops + lanes.low.drops} packets" in labels[through + 1]
     assert any("from g8" in label for label in labels)  # the ring's hop across the port
     assert "spine1-eth0" in fig.layout.title.text
     bars = {(t.name, t.yaxis): t.y for t in fig.data if t.type == "bar"}
-    policies = run.summary["policies"]
+    at_port = [p.bottleneck.lanes for p in run.summary.policies.values()]
     for lane in ("vip", "low"):
-        p99 = [None if (v := policies[p]["bottleneck"]["lanes"][lane]["sojourn_p99_us"]) is None
-               else v / 1e3 for p in policies]
+        p99 = [None if (v := lanes.of(lane).sojourn_p99_us) is None else v / 1e3
+               for lanes in at_port]
         assert list(bars[f"{lane} lane", "y"]) == p99
-        assert list(bars[f"{lane} lane", "y3"]) == [
-            policies[p]["bottleneck"]["lanes"][lane]["drops"] for p in policies]
+        assert list(bars[f"{lane} lane", "y3"]) == [lanes.of(lane).drops for lanes in at_port]
 
 
 def test_three_stages_show_each_stages_measured_figures():
@@ -320,7 +326,8 @@ def test_three_stages_show_each_stages_measured_figures():
         notes = [a.text for a in fig.layout.annotations]
         assert notes.count("not in<br>this run") == 1 and any(missing in n for n in notes)
     run = _sample("bottleneck")
-    run.summary["policies"].pop("fifo")
+    run.summary = replace(run.summary, policies={
+        name: p for name, p in run.summary.policies.items() if name != "fifo"})
     with pytest.raises(ValueError, match="no fifo"):
         plots.three_stages(run)
 
@@ -333,8 +340,8 @@ def _iteration_bars(fig, run: rundir.Run, policy: str) -> tuple[pl.DataFrame, di
 
 def test_job_timeline_falls_back_to_the_sums_for_runs_recorded_before_phases():
     run = before_phases(_sample("tensor-parallel"))
-    job = run.summary["policies"]["fifo"]["job"]
-    fig = plots.job_timeline(run, ops=tuple(range(job["iterations"])), policies=["fifo"])
+    job = run.summary.policies["fifo"].workload
+    fig = plots.job_timeline(run, ops=tuple(range(job.iterations)), policies=["fifo"])
     rows, by_phase = _iteration_bars(fig, run, "fifo")
     assert list(by_phase) == ["sending/other", "compute", "data on the wire", "bubble"]
     t0 = rows["start_ns"].min()
@@ -345,10 +352,10 @@ def test_job_timeline_falls_back_to_the_sums_for_runs_recorded_before_phases():
     assert list(first.base) == pytest.approx(starts)  # the sums, laid from the start
     ends = [b + w for b, w in zip(last.base, last.x, strict=True)]
     assert ends == pytest.approx(((rows["end_ns"] - t0) / 1e6).to_list())  # measured end
-    assert sum(first.x) / len(first.x) == pytest.approx(job["compute_ms"])
-    assert (pl.Series(last.x) / spans).mean() == pytest.approx(job["bubble_fraction"])
+    assert sum(first.x) / len(first.x) == pytest.approx(job.compute_ms)
+    assert (pl.Series(last.x) / spans).mean() == pytest.approx(job.bubble_fraction)
     assert (pl.Series(by_phase["data on the wire"].x) / spans).mean() == pytest.approx(
-        job["wire_wait_fraction"])
+        job.wire_wait_fraction)
     for sample in ("tensor-parallel", "pipeline-parallel"):
         note = plots.job_timeline(before_phases(_sample(sample))).layout.annotations[-1].text
         assert "recorded before phase spans" in note and "order is not recorded" in note
@@ -397,4 +404,4 @@ def test_job_timeline_with_spans_gives_byte_identical_svg(tmp_path):
         figures.write(run, tmp_path / out, only={"job-timeline"})
     svg = (tmp_path / "a" / "job-timeline.svg").read_bytes()
     assert svg == (tmp_path / "b" / "job-timeline.svg").read_bytes()
-    assert b"as it recorded them" in svg and run.summary["run_id"].encode() in svg
+    assert b"as it recorded them" in svg and run.summary.run_id.encode() in svg

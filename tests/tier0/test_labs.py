@@ -5,6 +5,7 @@ Live cells (real runs) are left out here, also as root: tests/tier2/test_labs_ke
 runs them."""
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import polars as pl
@@ -184,7 +185,9 @@ def test_lab2_a_run_that_meets_the_bar_passes_and_one_that_does_not_fails():
     assert bad.status == FAIL and "3.04" in bad.message and "dropped" in bad.message
     assert lab2.check_protected(None).status == TODO
     assert "no proactive policy" in lab2.check_protected(run, "proactive").message
-    run.summary["policies"]["priority"]["allreduce"]["slowdown_p99"] = None
+    prio = run.summary.policies["priority"]
+    run.summary = replace(run.summary, policies={**run.summary.policies, "priority": replace(
+        prio, workload=replace(prio.workload, slowdown_p99=None))})
     assert "no isolated policy" in lab2.check_protected(run).message
 
 
@@ -204,8 +207,9 @@ def test_lab3_a_run_where_the_controller_beats_reactive_passes():
     assert worse.status == FAIL and "2.26" in worse.message and "1.48" in worse.message
     assert "no mine policy" in lab3.check_beats(run).message
     assert lab3.check_beats(None).status == TODO
-    for p in run.summary["policies"].values():  # a run without isolated compares p99 ms
-        p["allreduce"]["slowdown_p99"] = None
+    run.summary = replace(run.summary, policies={  # without isolated: it compares p99 ms
+        name: replace(p, workload=replace(p.workload, slowdown_p99=None))
+        for name, p in run.summary.policies.items()})
     assert " ms under proactive" in lab3.check_beats(run, mine="proactive").message
 
 
@@ -273,9 +277,9 @@ def test_plans_with_wire_times_match_the_recorded_tensor_job():
     job's iterations alone (413.6 ms against a median of 412.7 ms)."""
     sc = lab4.scenario.load(lab4.TENSOR)
     run = timeline.simulate(lab4._plans(sc), lab4.wire_time(sc))
-    recorded = load_run(lab4.SAMPLES / "tensor-parallel").summary
+    recorded = load_run(lab4.SAMPLES / "tensor-parallel").summary.policies["isolated"]
     assert run.makespan_ns / 1e6 == pytest.approx(
-        recorded["policies"]["isolated"]["job"]["p50_ms"], rel=0.05)
+        recorded.workload.p50_ms, rel=0.05)
 
 
 def test_plans_that_wait_for_a_message_never_sent_are_refused():

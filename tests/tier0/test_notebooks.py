@@ -15,7 +15,7 @@ NOTEBOOKS = sorted((REPO / "notebooks").glob("*.ipynb"))
 def test_sample_runs_load():
     run = rundir.load_run(REPO / "data/sample/bottleneck")
     assert run.manifest.status == "complete"
-    assert set(run.summary["policies"]) == {"isolated", "fifo", "priority"}
+    assert set(run.summary.policies) == {"isolated", "fifo", "priority"}
     for name in ("checkpoint-burst", "tensor-parallel", "pipeline-parallel", "lossless/lossy",
                  "lossless/lossless", "pytorch-ddp"):
         assert rundir.load_run(REPO / "data/sample" / name).manifest.status == "complete"

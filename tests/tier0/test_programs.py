@@ -2,9 +2,11 @@
 and command lines, the line protocol, and what is derived from lines or traffic."""
 
 import io
+import json
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -17,6 +19,7 @@ from labkit.kernel import cgroups
 from labkit.kernel.jobmark import BurstRow
 from labkit.model import scenario, topo
 from labkit.model.scenario import ScenarioError
+from labkit.model.summary import ProgramRank, Summary
 from labkit.model.traffic import lines
 from labkit.traffic import programs
 
@@ -250,41 +253,46 @@ def test_op_instances_match_ranks_in_order_within_iterations():
     assert inst.sort("n")["start_ns"].to_list() == [100, 110]
 
 
-def test_a_program_summary_and_its_slowdown():
-    def frames(scale):
-        coll = pl.DataFrame([{"policy": "p", "op": i, "rank": r, "host": f"g{r + 1}",
-                              "start_ns": i * 1000, "end_ns": i * 1000 + int(500 * scale),
-                              "wrong": 0, "compute_ns": 300, "exposed_ns": int(500 * scale) - 300,
-                              "bubble_ns": 0} for i in range(4) for r in range(2)])
-        ops = pl.DataFrame([{"rank": r, "host": f"g{r + 1}", "iteration": i, "op": "all_reduce",
-                             "bytes": 2 << 20, "start_ns": i * 1000 + 300,
-                             "end_ns": i * 1000 + int(500 * scale)}
-                            for i in range(4) for r in range(2)])
-        return metrics.op_times(coll), coll, ops
-
+def _program(scale: float):
+    """A program's summary: 4 iterations of 500 ns x ``scale`` on 2 ranks, each with an
+    All-Reduce of 2 MiB from 300 ns in."""
+    coll = pl.DataFrame([{"policy": "p", "op": i, "rank": r, "host": f"g{r + 1}",
+                          "start_ns": i * 1000, "end_ns": i * 1000 + int(500 * scale),
+                          "wrong": 0, "compute_ns": 300, "exposed_ns": int(500 * scale) - 300,
+                          "bubble_ns": 0} for i in range(4) for r in range(2)])
+    ops = pl.DataFrame([{"rank": r, "host": f"g{r + 1}", "iteration": i, "op": "all_reduce",
+                         "bytes": 2 << 20, "start_ns": i * 1000 + 300,
+                         "end_ns": i * 1000 + int(500 * scale)}
+                        for i in range(4) for r in range(2)])
     info = {"name": "job", "source": "lines", "warmup": 0, "bad_lines": 0, "bursts_lost": 0,
-            "ranks": [{"rank": 0, "host": "g1", "exit": 0, "stopped_by_labkit": False,
-                       "lingered": False, "cpu_s": 1.5, "packets": 10, "bytes": 1000}]}
-    base = metrics.program(*frames(1.0), info, 2, 4e6)
-    slow = metrics.program(*frames(2.0), info, 2, 4e6)
-    assert base["iterations"] == 4 and base["p50_ms"] == pytest.approx(500 / 1e6)
-    assert base["exposed_comm_fraction"] == pytest.approx(0.4)
-    assert base["bottleneck_bytes_per_iteration"] == 1e6
-    assert "busbw_mbps" in base["ops"]["all_reduce"]
-    metrics._slowdowns(slow, base)
-    metrics._slowdowns(slow["ops"]["all_reduce"], base["ops"]["all_reduce"])
-    assert slow["slowdown_p50"] == pytest.approx(2.0)
-    assert slow["ops"]["all_reduce"]["slowdown_p50"] == pytest.approx(3.5)
-    p = {"program": slow, "bottleneck": {"utilization": 0.5, "lanes": {
-        lane: {"drops": 0} for lane in scenario.LANES}}, "storage": {"goodput_mbps": 0.0},
-        "cpu_bound": False}
-    row = metrics.summary_frame({"policies": {"x": p}}).row(0, named=True)
+            "ranks": [{"rank": 0, "host": "g1", "argv": ["python3", "train.py"], "exit": 0,
+                       "stopped_by_labkit": False, "lingered": False, "cpu_s": 1.5,
+                       "packets": 10, "bytes": 1000}]}
+    return metrics.program(metrics.op_times(coll), coll, ops, info, 2, 4e6)
+
+
+def test_a_program_summary_and_its_slowdown():
+    base = _program(1.0)
+    assert base.iterations == 4 and base.p50_ms == pytest.approx(500 / 1e6)
+    assert base.exposed_comm_fraction == pytest.approx(0.4)
+    assert base.bottleneck_bytes_per_iteration == 1e6
+    assert base.ops["all_reduce"].busbw_mbps is not None
+    assert base.ranks[0].argv == ("python3", "train.py") and base.cpu_s == 1.5
+    slow = metrics.with_slowdowns(_program(2.0), base)
+    assert slow.slowdown_p50 == pytest.approx(2.0)
+    assert slow.ops["all_reduce"].slowdown_p50 == pytest.approx(3.5)
+    assert metrics.with_slowdowns(slow, None).slowdown_p50 is None
+    ddp = Summary.from_json(json.loads((REPO / "data/sample/pytorch-ddp/summary.json")
+                                       .read_text()))
+    p = replace(ddp.policies["fifo"], workload=slow)
+    row = metrics.summary_frame(replace(ddp, policies={"x": p})).row(0, named=True)
     assert row["ops"] == 4 and row["busbw_mbps"] is None and row["exposed_comm"] > 0
 
 
 def test_notes_say_where_times_came_from():
-    p = {"name": "job", "source": "traffic", "bad_lines": 2, "traffic": {"bursts_lost": 0},
-         "ranks": [{"rank": 3, "stopped_by_labkit": True, "lingered": True}]}
+    p = replace(_program(1.0), source="traffic", bad_lines=2, ranks=(ProgramRank(
+        rank=3, host="g4", argv=("train",), exit=None, stopped_by_labkit=True, lingered=True,
+        cpu_s=0.0, packets=0, bytes=0),))
     notes = metrics.program_notes(p)
     assert any("bursts of its traffic" in n for n in notes)
     assert any("2 line(s)" in n for n in notes)

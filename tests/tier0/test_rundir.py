@@ -4,21 +4,26 @@ import shutil
 import polars as pl
 import pytest
 
+from labkit.model.summary import Summary
 from labkit.runs import rundir
 from labkit.runs.rundir import RunDataError
 from tests.recorded import run_manifest
+
+NO_POLICIES = Summary(scenario="t", run_id="r1", scale_factor=1.0, policies={})
 
 
 def write_run(path):
     w = rundir.RunWriter(path)
     w.write_manifest(run_manifest("r1"))
     tables = {name: pl.DataFrame([], schema=schema) for name, schema in rundir.SCHEMAS.items()}
-    return w, w.finish(tables, {"scenario": "t", "policies": {}})
+    return w, w.finish(tables, NO_POLICIES)
 
 
 def test_written_run_loads_back(tmp_path):
     w, path = write_run(tmp_path / "r1")
     assert path == tmp_path / "r1" and not w.tmp.exists()
+    assert json.loads((path / "summary.json").read_text()) == NO_POLICIES.to_json()
+    assert rundir.load_run(path).summary == NO_POLICIES
     run = rundir.load_run(path)
     assert run.manifest.status == "complete"
     assert set(run.tables) == set(rundir.SCHEMAS)
@@ -75,6 +80,8 @@ def test_incomplete_run_is_listed_as_such(tmp_path):
     (lambda p: pl.DataFrame({"policy": ["x"], "t_ns": [1.5], "busy": [0.1]}).write_parquet(
         p / "cpu.parquet"), "cpu.parquet: column 't_ns' is Float64, expected Int64"),
     (lambda p: (p / "summary.json").write_text("{"), "summary.json: not valid JSON"),
+    (lambda p: (p / "summary.json").write_text('{"scenario": "t", "policies": {}}'),
+     "summary.json: summary: missing key 'run_id'"),
     (lambda p: (p / "manifest.json").unlink(), "manifest.json: missing"),
     (lambda p: (p / "manifest.json").write_text('{"status": "complete"}'),
      "manifest.json: 'run_id' is missing"),
@@ -115,7 +122,7 @@ def test_every_table_file_leads_with_its_run_id_so_runs_query_as_one(tmp_path):
                   for name, schema in rundir.SCHEMAS.items()}
         tables["cpu"] = pl.DataFrame({"policy": ["fifo"], "t_ns": [1], "busy": [0.5]},
                                      schema=rundir.SCHEMAS["cpu"])
-        w.finish(tables, {"scenario": "t", "policies": {}})
+        w.finish(tables, NO_POLICIES)
     both = pl.scan_parquet(tmp_path / "*" / "cpu.parquet").collect()
     assert both.columns[0] == "run_id" and sorted(both["run_id"]) == ["r1", "r2"]
     assert rundir.load_run(tmp_path / "r1")["cpu"].columns == list(rundir.SCHEMAS["cpu"])
@@ -242,7 +249,7 @@ def test_phases_go_from_the_agents_results_to_their_table_and_back(tmp_path):
     tables = rundir.tables_from([policy])
     w = rundir.RunWriter(tmp_path / "r")
     w.write_manifest(run_manifest("r"))
-    run = rundir.load_run(w.finish(tables, {"scenario": "t", "policies": {}}))
+    run = rundir.load_run(w.finish(tables, NO_POLICIES))
     phases = run["phases"]
     assert "phases" in run.manifest.tables and phases.equals(tables["phases"])
     assert phases.schema == pl.Schema(rundir.SCHEMAS["phases"])

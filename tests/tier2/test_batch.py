@@ -72,8 +72,8 @@ def _check(done: labkit.Batch, executor: str) -> None:
         assert run.manifest.seed == p.seed and run.manifest.duration_s == 3
         assert run.manifest.scenario["allreduce"]["size_bytes"] == SIZES[p.parameters[KEY]]
         (policy,) = p.policies
-        ar = run.summary["policies"][policy]["allreduce"]
-        assert ar["ops"] > 0 and ar["wrong"] == 0
+        ar = run.summary.policies[policy].workload
+        assert ar.ops > 0 and ar.wrong == 0
     assert_no_leaks()
 
 

@@ -30,8 +30,8 @@ def test_calibrate_then_run_at_the_rate_it_found(fabric_ready, tmp_path, monkeyp
     assert rates.factor == found.best.factor
     assert rates.calibration.startswith(str(tmp_path / "runs"))
     assert "calibrate-" in rates.calibration
-    assert done.summary["scale_factor"] == 4000 / found.best.factor
-    bottleneck = done.summary["policies"]["isolated"]["bottleneck"]["rate_mbps"]
+    assert done.summary.scale_factor == 4000 / found.best.factor
+    bottleneck = done.summary.policies["isolated"].bottleneck.rate_mbps
     assert bottleneck == 100 * found.best.factor == calibration.bottleneck_rate(
         calibration.scaled(sc, found.best.factor))
     assert_no_leaks()

@@ -60,9 +60,9 @@ def test_loss_makes_go_back_n_retransmit_and_data_stays_right(fabric_ready, tmp_
     path = tmp_path / "lossy.yaml"
     path.write_text(yaml.safe_dump(scenario))
     run = labkit.run(path, out=tmp_path / "run")
-    summary = run.summary["policies"]["isolated"]
-    assert summary["lossy_links"]["r1-g2"] > 0  # the dropper dropped
-    assert summary["allreduce"]["ops"] == 10 and summary["allreduce"]["wrong"] == 0
+    summary = run.summary.policies["isolated"]
+    assert summary.lossy_links["r1-g2"] > 0  # the dropper dropped (drops per lossy link)
+    assert summary.workload.ops == 10 and summary.workload.wrong == 0
     transport = run["transport"]
     assert transport["retransmits"].sum() > 0 and transport["naks"].sum() > 0
     assert transport.filter(pl.col("host").is_in(["g1", "g2"]))["retransmits"].min() > 0
@@ -81,10 +81,10 @@ def test_gso_runs_carry_whole_packets_that_every_probe_still_samples(fabric_read
     assert run["collectives"].height > 0 and run["collectives"]["wrong"].sum() == 0
     assert run["transport"]["retransmits"].sum() == 0
     sent = run["transport"]["packets_sent"].sum()
-    vip = run.summary["policies"]["priority"]["bottleneck"]["lanes"]["vip"]
+    vip = run.summary.policies["priority"].bottleneck.lanes.vip
     # one hop of the ring of 8 crosses the uplink each way: an eighth of what the ranks sent
     # (4 KiB packets, each counted), and the acknowledgements of the other way's hop
-    assert 0.12 * sent < vip["packets"] < 0.14 * sent
+    assert 0.12 * sent < vip.packets < 0.14 * sent
     stamped = run["sojourn"].filter((pl.col("lane") == "vip") & (pl.col("stamp_ns") > 0))
     assert stamped.height > 50 and run["latency"].filter(pl.col("lane") == "vip").height > 50
     assert_no_leaks()

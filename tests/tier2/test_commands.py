@@ -60,11 +60,11 @@ def run(tmp_path_factory):
 
 def test_programs_ran_and_their_output_is_kept(fabric_ready, run):
     loaded, out = run
-    rows = {(c["name"], c["role"]): c for c in loaded.summary["policies"]["fifo"]["commands"]}
+    rows = {(c.name, c.role): c for c in loaded.summary.policies["fifo"].commands}
     assert set(rows) == {("bulk", "run"), ("bulk", "serve"), ("refused", "run"),
                          ("escapee", "run")}
-    assert rows["bulk", "run"]["stopped_by_labkit"] and rows["bulk", "serve"]["stopped_by_labkit"]
-    assert rows["bulk", "run"]["argv"][2].startswith("10.")  # {g1} became g1's address
+    assert rows["bulk", "run"].stopped_by_labkit and rows["bulk", "serve"].stopped_by_labkit
+    assert rows["bulk", "run"].argv[2].startswith("10.")  # {g1} became g1's address
     client = (out / "agents/fifo/commands/bulk.out").read_text()
     server = (out / "agents/fifo/commands/bulk.serve.out").read_text()
     assert "connected to" in client and "bits/sec" in client
@@ -73,10 +73,9 @@ def test_programs_ran_and_their_output_is_kept(fabric_ready, run):
 
 def test_a_failed_command_is_reported(fabric_ready, run):
     loaded, out = run
-    refused = next(c for c in loaded.summary["policies"]["fifo"]["commands"]
-                   if c["name"] == "refused")
-    assert not refused["stopped_by_labkit"] and refused["exit"] not in (0, None)
-    notes = loaded.summary["policies"]["fifo"]["fidelity"]["notes"]
+    refused = next(c for c in loaded.summary.policies["fifo"].commands if c.name == "refused")
+    assert not refused.stopped_by_labkit and refused.exit not in (0, None)
+    notes = loaded.summary.policies["fifo"].fidelity.notes
     assert any("command refused (run) on g2 exited" in n for n in notes), notes
     assert (out / "agents/fifo/commands/refused.err").stat().st_size > 0
 

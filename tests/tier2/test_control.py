@@ -97,8 +97,8 @@ def test_proactive_holds_storage_before_or_just_as_a_burst_starts(fabric_ready, 
     assert len(missed) <= len(starts) // 10, (len(missed), len(starts))
     # ... and lets storage have the bottleneck again between bursts
     assert not all(held_at(s - 100 * MS) for s in starts)
-    summary = run.summary["policies"]["proactive"]["controller"]
-    assert summary["prediction_error_ms"] is not None and summary["prediction_error_ms"] < 100
+    error_ms = run.summary.policies["proactive"].controller.prediction_error_ms
+    assert error_ms is not None and error_ms < 100
 
 
 def test_state_aware_relays_the_published_phase_to_storage_hosts(fabric_ready, run):
@@ -121,13 +121,13 @@ def test_dcqcn_senders_get_cnps_for_marked_packets_and_slow_down(fabric_ready, t
     lab = tmp_path / "dcqcn.yaml"
     lab.write_text(yaml.safe_dump(doc))
     dcqcn = _labkit_run(lab, ["isolated", "reactive"], 4, tmp_path / "run")
-    reactive = dcqcn.summary["policies"]["reactive"]
-    assert reactive["bottleneck"]["lanes"]["vip"]["ecn_marks"] > 0
-    assert reactive["controller"]["cnps"] > 0
+    reactive = dcqcn.summary.policies["reactive"]
+    assert reactive.bottleneck.lanes.vip.ecn_marks > 0
+    assert reactive.controller.cnps > 0
     ranks = dcqcn.tables["transport"].filter(pl.col("policy") == "reactive")
-    assert ranks["cnps"].sum() == reactive["controller"]["cnps"]
-    assert dcqcn.summary["policies"]["isolated"]["allreduce"]["busbw_mbps"] > \
-        reactive["allreduce"]["busbw_mbps"]  # slowed by its own rate cuts, too
+    assert ranks["cnps"].sum() == reactive.controller.cnps
+    assert dcqcn.summary.policies["isolated"].workload.busbw_mbps > \
+        reactive.workload.busbw_mbps  # slowed by its own rate cuts, too
     ops = dcqcn.tables["collectives"].filter(pl.col("policy") == "reactive")
     assert ops.height and ops["wrong"].sum() == 0
     assert_no_leaks()

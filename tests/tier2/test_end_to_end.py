@@ -33,32 +33,32 @@ def bottleneck_run(tmp_path_factory):
 
 def test_three_policies_within_two_minutes(fabric_ready, bottleneck_run):
     run, elapsed, stdout = bottleneck_run
-    assert set(run.summary["policies"]) == {"isolated", "fifo", "priority"}
+    assert set(run.summary.policies) == {"isolated", "fifo", "priority"}
     assert elapsed <= 120, f"took {elapsed:.0f} s"
     assert "fifo" in stdout and "slowdown" in stdout
 
 
 def test_bottleneck_is_real_and_lanes_fix_it(fabric_ready, bottleneck_run):
     run, _, _ = bottleneck_run
-    p = run.summary["policies"]
-    link = p["isolated"]["bottleneck"]["rate_mbps"]
-    assert p["fifo"]["allreduce"]["slowdown_p99"] >= 2.0
-    assert p["priority"]["allreduce"]["slowdown_p99"] <= 1.25
-    assert p["priority"]["bottleneck"]["utilization"] >= 0.90
-    assert p["isolated"]["allreduce"]["busbw_mbps"] >= 0.8 * link
-    assert all(q["allreduce"]["wrong"] == 0 for q in p.values())
-    assert p["priority"]["bottleneck"]["lanes"]["vip"]["drops"] == 0
-    assert p["fifo"]["storage"]["goodput_mbps"] > 0
-    assert all(not q["cpu_bound"] for q in p.values())
+    p = run.summary.policies
+    link = p["isolated"].bottleneck.rate_mbps
+    assert p["fifo"].workload.slowdown_p99 >= 2.0
+    assert p["priority"].workload.slowdown_p99 <= 1.25
+    assert p["priority"].bottleneck.utilization >= 0.90
+    assert p["isolated"].workload.busbw_mbps >= 0.8 * link
+    assert all(q.workload.wrong == 0 for q in p.values())
+    assert p["priority"].bottleneck.lanes.vip.drops == 0
+    assert p["fifo"].storage.goodput_mbps > 0
+    assert all(not q.cpu_bound for q in p.values())
 
 
 def test_every_policy_says_whether_its_links_kept_time(fabric_ready, bottleneck_run):
     run, _, _ = bottleneck_run
     for name in ("fifo", "priority"):  # where the bottleneck queued
-        fid = run.summary["policies"][name]["fidelity"]
-        d = fid["dequeue"]["spine1-eth0"]
-        assert d["pairs"] > 100 and 0 <= d["p50"] <= d["p90"] <= d["p99"], d
-        assert fid["links_kept_time"] == (not any(x["flagged"] for x in fid["dequeue"].values()))
+        fid = run.summary.policies[name].fidelity
+        d = fid.dequeue["spine1-eth0"]
+        assert d.pairs > 100 and 0 <= d.p50 <= d.p90 <= d.p99, d
+        assert fid.links_kept_time == (not any(x.flagged for x in fid.dequeue.values()))
     gaps = run["gaps"]
     assert gaps.height > 0 and (gaps["gap_ns"] > 0).all()
 
@@ -93,16 +93,16 @@ def test_tables_and_manifest(fabric_ready, bottleneck_run):
 
 def test_lanes_cut_the_time_in_the_queue(fabric_ready, bottleneck_run):
     run, _, _ = bottleneck_run
-    p = run.summary["policies"]
-    fifo = p["fifo"]["bottleneck"]["lanes"]
-    prio = p["priority"]["bottleneck"]["lanes"]
-    assert prio["vip"]["sojourn_p99_us"] <= fifo["vip"]["sojourn_p99_us"] / 5
-    assert prio["low"]["sojourn_p50_us"] >= prio["vip"]["sojourn_p50_us"]
-    assert prio["low"]["sojourn_p99_us"] >= prio["vip"]["sojourn_p99_us"]
-    assert fifo["vip"]["latency_p99_us"] > prio["vip"]["latency_p99_us"]
+    p = run.summary.policies
+    fifo = p["fifo"].bottleneck.lanes
+    prio = p["priority"].bottleneck.lanes
+    assert prio.vip.sojourn_p99_us <= fifo.vip.sojourn_p99_us / 5
+    assert prio.low.sojourn_p50_us >= prio.vip.sojourn_p50_us
+    assert prio.low.sojourn_p99_us >= prio.vip.sojourn_p99_us
+    assert fifo.vip.latency_p99_us > prio.vip.latency_p99_us
     for q in p.values():
-        assert q["telemetry"]["events_lost"] == 0
-        assert q["fidelity"]["links_at_rate"] and not q["fidelity"]["cpu_bound"]
+        assert q.telemetry.events_lost == 0
+        assert q.fidelity.links_at_rate and not q.fidelity.cpu_bound
 
 
 def test_one_way_latency_is_never_below_sojourn(fabric_ready, bottleneck_run):
@@ -145,9 +145,9 @@ def test_lane_counters_add_up(fabric_ready, bottleneck_run):
     # + 2: a lane of a few hundred packets (ACKs, ARP) may miss one or two
     too_many = unseen.filter(pl.col("unseen") > 0.01 * pl.col("offered_packets") + 2)
     assert too_many.height == 0, too_many
-    telemetry = run.summary["policies"]
+    policies = run.summary.policies
     for policy, counts in unseen.group_by("policy").agg(pl.col("unseen").sum()).iter_rows():
-        assert telemetry[policy]["telemetry"]["tracepoint_unseen"] == counts
+        assert policies[policy].telemetry.tracepoint_unseen == counts
 
 
 def test_nothing_left_behind(fabric_ready, bottleneck_run):
@@ -184,7 +184,7 @@ def test_the_python_api_runs_a_scenario_and_reports_progress(fabric_ready, tmp_p
     run = labkit.run(REPO / "topologies/bottleneck.yaml", ["fifo"], duration=3,
                      out=tmp_path / "api", on_progress=seen.append)
     assert run.path == tmp_path / "api" and run.manifest.status == "complete"
-    assert list(run.summary["policies"]) == ["fifo"]
+    assert list(run.summary.policies) == ["fifo"]
     assert run["collectives"].height > 0
     stages = [p.stage for p in seen]
     assert stages[0] == "building" and stages[-1] == "done" and "running" in stages

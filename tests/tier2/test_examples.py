@@ -27,7 +27,7 @@ def test_the_example_controller_holds_storage_while_the_bottleneck_queues(fabric
     recorded = manifest["controllers"]["calm"]
     source = (run.path / recorded["source"]).read_text()
     assert source == (EXAMPLES / "controller.py").read_text() and recorded["sha256"]
-    assert run.summary["policies"]["calm"]["controller"]["decisions"] == decisions.height
+    assert run.summary.policies["calm"].controller.decisions == decisions.height
     assert_no_leaks()
 
 
@@ -71,7 +71,7 @@ def test_the_example_traffic_kind_runs_its_senders_and_leaves_nothing(fabric_rea
                        "bytes": "1MiB", "every_ms": 200}]
     (tmp_path / "incast.yaml").write_text(yaml.safe_dump(doc))
     run = labkit.run(tmp_path / "incast.yaml", ["fifo"], duration=4, out=tmp_path / "run")
-    rows = {(c["name"], c["role"]) for c in run.summary["policies"]["fifo"]["commands"]}
+    rows = {(c.name, c.role) for c in run.summary.policies["fifo"].commands}
     assert rows == {(f"incast-{h}", r) for h in ("st1", "g5") for r in ("run", "serve")}
     client = (run.path / "agents/fifo/commands/incast-st1.serve.out").read_text()
     assert client.count("Accepted connection") >= 3  # transfer after transfer

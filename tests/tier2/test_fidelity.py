@@ -21,6 +21,7 @@ from labkit.kernel.registry import Registry
 from labkit.kernel.telemetry import EventReader, QueueProbe
 from labkit.model import scenario, topo
 from labkit.model.abi import EV_GAP, EV_SOJOURN
+from labkit.model.summary import DequeueTiming
 from tests.conftest import require
 from tests.leaks import assert_no_leaks
 from tests.tier2.test_telemetry import SMALL
@@ -93,7 +94,7 @@ def one_port_fabric() -> topo.Topology:
     return topo.Topology(scenario.parse(doc).fabric)
 
 
-def fidelity_of(gaps: pl.DataFrame, sojourns: pl.Series, rate_mbps: float) -> dict:
+def fidelity_of(gaps: pl.DataFrame, sojourns: pl.Series, rate_mbps: float) -> DequeueTiming:
     return metrics.dequeue_fidelity(gaps, rate_mbps,
                                      tc.burst_bytes(tc.bytes_per_s(rate_mbps), MTU),
                                      sojourns.quantile(0.99) / 1e3)
@@ -105,9 +106,9 @@ def test_a_port_the_machine_holds_keeps_time_as_ftrace_sees_it(fabric_ready):
     with Fabric(t, Registry("test-fidelity")) as f:
         gaps, sojourns, stamps = flood_and_measure(f, t, traced=True)
     fid = fidelity_of(gaps, sojourns, RATE_MBPS)
-    assert fid["pairs"] > 5000 and not fid["flagged"], fid
-    assert fid["p99"] < 1.0  # no dequeue a whole wire time late, 99 times in 100
-    assert abs(fid["excess"]) < 0.02, fid
+    assert fid.pairs > 5000 and not fid.flagged, fid
+    assert fid.p99 < 1.0  # no dequeue a whole wire time late, 99 times in 100
+    assert abs(fid.excess) < 0.02, fid
 
     # ftrace's deviations over the same span: every packet is the same size and the queue
     # is never empty, so each pair of consecutive dequeues is a back-to-back pair
@@ -118,9 +119,9 @@ def test_a_port_the_machine_holds_keeps_time_as_ftrace_sees_it(fabric_ready):
     assert theirs.height > 5000
     dev = (theirs["gap_ns"] / wire_ns - 1).abs()
     # within 20 % of each other at p50 and p90, as the issue asks (measured: 1-4 %)
-    for q in ("p50", "p90"):
+    for q, ours in (("p50", fid.p50), ("p90", fid.p90)):
         their = dev.quantile(float(q[1:]) / 100, interpolation="linear")
-        assert abs(fid[q] - their) <= 0.20 * their, (q, fid[q], their)
+        assert abs(ours - their) <= 0.20 * their, (q, ours, their)
     assert_no_leaks()
 
 
@@ -135,8 +136,8 @@ def test_a_port_that_sends_slower_than_its_rate_is_flagged(fabric_ready):
         f.ns["r1"].run(_set_link_rate, port.ifname, slower)
         gaps, sojourns, _ = flood_and_measure(f, t)
     fid = fidelity_of(gaps, sojourns, RATE_MBPS)
-    assert fid["pairs"] > 5000 and fid["flagged"], fid
-    assert 0.20 < fid["excess"] < 0.30, fid  # 50 / 40 - 1
+    assert fid.pairs > 5000 and fid.flagged, fid
+    assert 0.20 < fid.excess < 0.30, fid  # 50 / 40 - 1
     note = metrics.late_reason(fid)
     assert "longer to send them than its rate allows" in note, note
     assert_no_leaks()

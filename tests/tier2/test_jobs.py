@@ -6,6 +6,7 @@ import polars as pl
 import pytest
 
 import labkit
+from labkit.model.summary import Job
 from tests.leaks import assert_no_leaks
 from tests.spans import assert_spans_fit
 
@@ -21,20 +22,21 @@ def runs(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def jobs(runs):
-    return {kind: run.summary["policies"] for kind, run in runs.items()}
+    return {kind: {name: p.workload for name, p in run.summary.policies.items()}
+            for kind, run in runs.items()}
 
 
 def test_both_jobs_report_iterations_exposed_communication_and_bubbles(fabric_ready, jobs):
     for kind, policies in jobs.items():
-        for p in policies.values():
-            job = p["job"]
-            assert job["parallelism"] == kind and job["iterations"] == 10
-            assert job["p50_ms"] > job["compute_ms"] > 0
-            assert 0 < job["exposed_comm_fraction"] < 1
-            assert 0 <= job["bubble_fraction"] <= job["exposed_comm_fraction"]
-            assert job["wrong"] == 0
+        for job in policies.values():
+            assert isinstance(job, Job)
+            assert job.parallelism == kind and job.iterations == 10
+            assert job.p50_ms > job.compute_ms > 0
+            assert 0 < job.exposed_comm_fraction < 1
+            assert 0 <= job.bubble_fraction <= job.exposed_comm_fraction
+            assert job.wrong == 0
     # a pipeline idles while its stages wait for each other; tensor parallelism hardly does
-    assert jobs["pipeline"]["isolated"]["job"]["bubble_fraction"] > 0.2
+    assert jobs["pipeline"]["isolated"].bubble_fraction > 0.2
 
 
 def test_every_iteration_records_its_phases_as_spans(fabric_ready, runs):
@@ -51,8 +53,8 @@ def test_every_iteration_records_its_phases_as_spans(fabric_ready, runs):
 
 def test_tensor_parallelism_moves_more_and_suffers_more_from_storage(fabric_ready, jobs):
     tp, pp = jobs["tensor"], jobs["pipeline"]
-    tp_bytes = tp["isolated"]["job"]["bottleneck_bytes_per_iteration"]
-    pp_bytes = pp["isolated"]["job"]["bottleneck_bytes_per_iteration"]
+    tp_bytes = tp["isolated"].bottleneck_bytes_per_iteration
+    pp_bytes = pp["isolated"].bottleneck_bytes_per_iteration
     assert tp_bytes > 4 * pp_bytes
-    assert tp["fifo"]["job"]["slowdown_p50"] > pp["fifo"]["job"]["slowdown_p50"]
+    assert tp["fifo"].slowdown_p50 > pp["fifo"].slowdown_p50
     assert_no_leaks()

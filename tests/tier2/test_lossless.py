@@ -126,11 +126,11 @@ def test_pauses_spread_hop_by_hop_and_nothing_is_dropped(fabric_ready, lossless_
 def test_a_lossless_run_drops_no_vip_packet_and_resends_nothing(fabric_ready, tmp_path):
     sc = scenario.load(TOPOLOGIES / "lossless.yaml")
     run = runner.run(sc, policies=["fifo"], duration=6, out=tmp_path / "run")
-    fifo = run.summary["policies"]["fifo"]
-    assert fifo["bottleneck"]["lanes"]["vip"]["drops"] == 0
-    assert fifo["transport"]["retransmits"] == 0
-    pauses = fifo["lossless"]
-    assert pauses["pauses"] > 10 and pauses["reaction_us"]["p50"] < pauses["packet_us"]
-    paused = {p.split("/")[0] for p in pauses["paused_ms"]}
+    fifo = run.summary.policies["fifo"]
+    assert fifo.bottleneck.lanes.vip.drops == 0
+    assert fifo.transport.retransmits == 0
+    pauses = fifo.lossless
+    assert pauses.pauses > 10 and pauses.reaction_us.p50 < pauses.packet_us
+    paused = {p.split("/")[0] for p in pauses.paused_ms}
     assert {"leaf2", "leaf3"} <= paused, "spine1 paused the ring's and the storage's uplinks"
     assert_no_leaks()

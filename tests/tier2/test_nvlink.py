@@ -66,9 +66,10 @@ def test_tensor_parallelism_inside_a_server_beats_across_servers(fabric_ready, t
     inside = runner.run(NVLINK, out=tmp_path / "inside").summary
     across = runner.run(grid.scenario_with(NVLINK, ["traffic[kind=job].ranks=[g1,g2,g5,g6]"]),
                         out=tmp_path / "across").summary
-    t_inside = inside["policies"]["isolated"]["job"]["p50_ms"]
-    t_across = across["policies"]["isolated"]["job"]["p50_ms"]
+    job_inside = inside.policies["isolated"].workload
+    job_across = across.policies["isolated"].workload
+    t_inside, t_across = job_inside.p50_ms, job_across.p50_ms
     assert t_across > 3 * t_inside, (t_inside, t_across)
-    assert across["policies"]["isolated"]["job"]["bottleneck_bytes_per_iteration"] > 0
-    assert inside["policies"]["isolated"]["job"]["bottleneck_bytes_per_iteration"] == 0
+    assert job_across.bottleneck_bytes_per_iteration > 0
+    assert job_inside.bottleneck_bytes_per_iteration == 0
     assert_no_leaks()

@@ -77,23 +77,23 @@ def silent(tmp_path_factory):
 
 def test_the_jobs_all_reduce_alone_agrees_with_labkits_ring(fabric_ready, alone):
     job, ring = alone
-    p = job.summary["policies"]["isolated"]["program"]
-    assert p["source"] == "lines" and p["iterations"] == STEPS - p["warmup"]
-    assert all(r["exit"] == 0 for r in p["ranks"])
-    theirs = p["ops"]["all_reduce"]["p50_ms"]
-    ours = ring.summary["policies"]["isolated"]["allreduce"]["p50_ms"]
+    p = job.summary.policies["isolated"].workload
+    assert p.source == "lines" and p.iterations == STEPS - p.warmup
+    assert all(r.exit == 0 for r in p.ranks)
+    theirs = p.ops["all_reduce"].p50_ms
+    ours = ring.summary.policies["isolated"].workload.p50_ms
     assert abs(theirs / ours - 1) < 0.15, (theirs, ours)
     assert (job.path / "agents/isolated/program/rank3.out").stat().st_size > 0
 
 
 def test_an_unmodified_jobs_packets_are_vip_at_the_bottleneck(fabric_ready, silent):
-    p = silent.summary["policies"]["fifo"]
-    assert p["program"]["source"] == "traffic" and p["program"]["iterations"] >= STEPS - 2
+    p = silent.summary.policies["fifo"].workload
+    assert p.source == "traffic" and p.iterations >= STEPS - 2
     last = silent["lanes"].filter(pl.col("policy") == "fifo").sort("t_ns").group_by(
         "port", "lane").last()
     at = {r["lane"]: r["offered_packets"] for r in
           last.filter(pl.col("port") == "spine1-eth0").iter_rows(named=True)}
-    marked = sum(r["packets"] for r in p["program"]["ranks"])
+    marked = sum(r.packets for r in p.ranks)
     assert at["vip"] > 1000 and marked > at["vip"]
     # what carries no full socket (a listener's SYN-ACK) is not marked: a few packets
     assert at["normal"] <= 20, at
@@ -103,12 +103,12 @@ def test_an_unmodified_jobs_packets_are_vip_at_the_bottleneck(fabric_ready, sile
 
 
 def test_the_gates_never_hold_the_jobs_packets(fabric_ready, silent):
-    p = silent.summary["policies"]["state-aware"]
-    held = p["controller"]["marks_and_drops"]
+    p = silent.summary.policies["state-aware"]
+    held = p.controller.marks_and_drops  # by valve (host), then lane
     for host in ("g1", "g2", "g3", "g4"):
         assert "vip" not in held.get(host, {}), held
-    assert p["controller"]["mean_rate_mbps"]["vip"] > 0
-    assert p["bottleneck"]["lanes"]["vip"]["drops"] == 0
+    assert p.controller.mean_rate_mbps.vip > 0
+    assert p.bottleneck.lanes.vip.drops == 0
 
 
 def test_the_jobs_phase_comes_from_its_traffic(fabric_ready, silent):

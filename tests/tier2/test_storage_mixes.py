@@ -48,12 +48,12 @@ def test_metadata_arrives_as_a_poisson_process_at_its_offered_rate(fabric_ready,
 
 
 def test_every_entry_moves_data_and_no_connection_failed(fabric_ready, run):
-    fifo = run.summary["policies"]["fifo"]
-    entries = fifo["storage"]["entries"]
+    fifo = run.summary.policies["fifo"]
+    entries = fifo.storage.entries  # by entry name
     assert set(entries) == {"dataset", "checkpoint", "metadata"}
-    assert 0 < entries["dataset"]["goodput_mbps"] <= 0.5 * 100 * 1.05
-    assert entries["checkpoint"]["goodput_mbps"] > 0
-    assert entries["metadata"]["io_p50_ms"] > 0
-    assert not [n for n in fifo["fidelity"]["notes"] if "storage" in n]
-    assert fifo["allreduce"]["wrong"] == 0
+    assert 0 < entries["dataset"].goodput_mbps <= 0.5 * 100 * 1.05
+    assert entries["checkpoint"].goodput_mbps > 0
+    assert entries["metadata"].io_p50_ms > 0
+    assert not [n for n in fifo.fidelity.notes if "storage" in n]
+    assert fifo.workload.wrong == 0
     assert_no_leaks()

@@ -172,12 +172,12 @@ def check_full_queue_wait(answer_ms, run_dir: Path = SAMPLE, path: Path = SCENAR
     value = require(answer_ms, "FULL_QUEUE_MS")
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise Wrong(f"{value!r} is not a number of milliseconds", "write a number, e.g. 12.5")
-    fifo = load_run(run_dir).summary["policies"]["fifo"]["bottleneck"]
-    seen_ms = fifo["lanes"]["vip"]["sojourn_p99_us"] / 1e3
+    fifo = load_run(run_dir).summary.policies["fifo"].bottleneck
+    seen_ms = (fifo.lanes.vip.sojourn_p99_us or 0.0) / 1e3
     if abs(value - want_ms) <= WAIT_TOLERANCE * want_ms:
         return (f"{link.buffer_kb} KiB at {link.rate_mbps:g} Mbit/s takes {want_ms:.1f} ms to "
                 f"send; the recording measured the ring's packets waiting up to "
-                f"{seen_ms:.1f} ms (p99) at {fifo['port']} under fifo.")
+                f"{seen_ms:.1f} ms (p99) at {fifo.port} under fifo.")
     if abs(value * 8 - want_ms) <= WAIT_TOLERANCE * want_ms:
         hint = "bytes or bits? link rates are in megabits per second, buffers in bytes"
     elif min(abs(value * k - want_ms) for k in (1e3, 1e-3)) <= WAIT_TOLERANCE * want_ms:

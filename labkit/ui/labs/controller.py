@@ -24,7 +24,7 @@ from labkit.kernel.tc import FIFO_CLASS, ClassStats
 from labkit.model import scenario
 from labkit.model.topo import Topology
 from labkit.runs.rundir import Run
-from labkit.ui.labs.lanes import _run, _workload
+from labkit.ui.labs.lanes import _run
 from labkit.ui.labs.verdict import Unanswered, Wrong, check, require
 
 SCENARIO = REPO_ROOT / "topologies" / "checkpoint-burst.yaml"
@@ -181,21 +181,21 @@ def check_beats(run, mine: str = "mine", baseline: str = "reactive") -> str:
     """Pass when the collective's p99 completion time in ``run`` (a recorded
     :class:`~labkit.Run` or its directory) is lower under ``mine`` than under ``baseline``
     (the same as a lower p99 slowdown: both divide by the same isolated p99)."""
-    policies = _run(run).summary["policies"]
+    policies = _run(run).summary.policies
     missing = [p for p in (mine, baseline) if p not in policies]
     if missing:
         raise Wrong(f"this run has no {' or '.join(missing)} policy "
                     f"(it has {', '.join(policies)})",
                     f'run it with policies=["{baseline}", "{mine}"]')
-    ours, theirs = _workload(policies[mine]), _workload(policies[baseline])
-    if ours.get("slowdown_p99") is not None and theirs.get("slowdown_p99") is not None:
-        said = (f"p99 slowdown {ours['slowdown_p99']:.2f} under {mine} against "
-                f"{theirs['slowdown_p99']:.2f} under {baseline}")
+    ours, theirs = policies[mine].workload, policies[baseline].workload
+    if ours.slowdown_p99 is not None and theirs.slowdown_p99 is not None:
+        said = (f"p99 slowdown {ours.slowdown_p99:.2f} under {mine} against "
+                f"{theirs.slowdown_p99:.2f} under {baseline}")
     else:
-        said = f"p99 {ours['p99_ms']:.0f} ms under {mine} against {theirs['p99_ms']:.0f} ms"
-    storage = (f"storage moved {policies[mine]['storage']['goodput_mbps']:.0f} Mbit/s "
-               f"({policies[baseline]['storage']['goodput_mbps']:.0f} under {baseline})")
-    if ours["p99_ms"] < theirs["p99_ms"]:
+        said = f"p99 {ours.p99_ms:.0f} ms under {mine} against {theirs.p99_ms:.0f} ms"
+    storage = (f"storage moved {policies[mine].storage.goodput_mbps:.0f} Mbit/s "
+               f"({policies[baseline].storage.goodput_mbps:.0f} under {baseline})")
+    if ours.p99_ms < theirs.p99_ms:
         return f"{said}; {storage}."
     raise Wrong(f"{said}: not better yet; {storage}",
                 "hold storage as soon as the ring's packets appear, all at once rather than "

@@ -107,30 +107,26 @@ def _run(run) -> Run:
     return run if isinstance(run, Run) else load_run(run)
 
 
-def _workload(figures: dict) -> dict:
-    return figures.get("allreduce") or figures.get("job") or {}
-
-
 @check("The collective is protected")
 def check_protected(run, policy: str = "priority", bar: float = SLOWDOWN_BAR) -> str:
     """Pass when the collective's p99 slowdown under ``policy`` in ``run`` (a recorded
     :class:`~labkit.Run` or its directory) is at most ``bar``."""
-    policies = _run(run).summary["policies"]
+    policies = _run(run).summary.policies
     if policy not in policies:
         raise Wrong(f"this run has no {policy} policy (it has {', '.join(policies)})",
                     f'run it with policies=["isolated", "{policy}"]')
     figures = policies[policy]
-    slowdown = _workload(figures).get("slowdown_p99")
+    slowdown = figures.workload.slowdown_p99
     if slowdown is None:
         raise Wrong("the run has no isolated policy, so there is no slowdown to judge",
                     f'run it with policies=["isolated", "{policy}"]')
-    vip = figures["bottleneck"]["lanes"]["vip"]
-    waited = f"its packets waited up to {vip['sojourn_p99_us'] or 0:.0f} µs (p99)"
+    vip = figures.bottleneck.lanes.vip
+    waited = f"its packets waited up to {vip.sojourn_p99_us or 0:.0f} µs (p99)"
     if slowdown <= bar:
         return (f"under {policy} the collective's p99 slowdown is {slowdown:.2f} (<= {bar}); "
-                f"{waited} at {figures['bottleneck']['port']}, and storage still moved "
-                f"{figures['storage']['goodput_mbps']:.0f} Mbit/s.")
+                f"{waited} at {figures.bottleneck.port}, and storage still moved "
+                f"{figures.storage.goodput_mbps:.0f} Mbit/s.")
     raise Wrong(f"under {policy} the collective's p99 slowdown is {slowdown:.2f} (> {bar}); "
-                f"{waited} and {vip['drops']} were dropped",
+                f"{waited} and {vip.drops} were dropped",
                 "its packets still queue behind storage: check where your rules put each "
                 "kind of packet (the check above), and that vip holds the ring alone")

@@ -18,6 +18,7 @@ import yaml
 from labkit.kernel.bpf import REPO_ROOT
 from labkit.model import scenario
 from labkit.model.scenario import Scenario, ScenarioError
+from labkit.model.summary import Job
 from labkit.model.topo import Topology
 from labkit.model.traffic import jobs, timeline
 from labkit.runs.rundir import Run, load_run
@@ -196,8 +197,8 @@ def check_more_uplink(answer) -> str:
         raise Wrong(f"{answer!r} is neither 'tensor' nor 'pipeline'")
     sent = {k: uplink_bytes(scenario.load(p)) for k, p in
             (("tensor", TENSOR), ("pipeline", PIPELINE))}
-    recorded = {k: load_run(SAMPLES / f"{k}-parallel").summary["policies"]["isolated"]["job"]
-                ["bottleneck_bytes_per_iteration"] for k in sent}
+    recorded = {k: _job(load_run(SAMPLES / f"{k}-parallel"), "isolated")
+                .bottleneck_bytes_per_iteration for k in sent}
     said = (f"per iteration the tensor job sends {sent['tensor'] / 2**20:.1f} MiB across the "
             f"uplink (both ways) and the pipeline {sent['pipeline'] / 2**20:.2f} MiB; the "
             f"recorded runs: {recorded['tensor'] / 2**20:.1f} and "
@@ -227,10 +228,17 @@ def measured(run: Run | Path | None, policy: str = "isolated") -> pl.DataFrame |
     direction of the uplink (or why there is nothing to show)."""
     if run is None:
         return "no live run: the cell above needs root"
-    run = run if isinstance(run, Run) else load_run(run)
-    job = run.summary["policies"][policy]["job"]
-    return pl.DataFrame([{"iteration_p50_ms": round(job["p50_ms"], 1),
-                          "idle": round(job["exposed_comm_fraction"], 3),
-                          "bubble": round(job["bubble_fraction"], 3),
-                          "wire_wait": round(job["wire_wait_fraction"], 3),
-                          "uplink_kib_one_way": job["bottleneck_bytes_per_iteration"] // 1024}])
+    job = _job(run if isinstance(run, Run) else load_run(run), policy)
+    return pl.DataFrame([{"iteration_p50_ms": round(job.p50_ms, 1),
+                          "idle": round(job.exposed_comm_fraction, 3),
+                          "bubble": round(job.bubble_fraction, 3),
+                          "wire_wait": round(job.wire_wait_fraction, 3),
+                          "uplink_kib_one_way": job.bottleneck_bytes_per_iteration // 1024}])
+
+
+def _job(run: Run, policy: str) -> Job:
+    """The training job ``run`` recorded under ``policy``."""
+    job = run.summary.policies[policy].workload
+    if not isinstance(job, Job):
+        raise ValueError(f"{run.path}: no training job under {policy} (it ran {job.KEY})")
+    return job

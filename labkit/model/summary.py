@@ -1,0 +1,521 @@
+"""A run's summary (``summary.json``) as a typed tree: :class:`Summary` at the root, a
+:class:`PolicySummary` per policy, a frozen dataclass for every section below it.
+
+:meth:`Record.from_json` reads a document, the versions recorded before a key existed
+included; :meth:`Record.to_json` gives back the document as written, key order
+included, so ``json.dumps(Summary.from_json(doc).to_json())`` is ``json.dumps(doc)``.
+Each record's fields are its keys in the order the document holds them. A field with a
+default is a key that older runs lack: a record read from such a run keeps the keys its
+document lacked (``unrecorded``) and writes them back missing. A field marked
+:func:`when_set` is written only when it holds a value (``lossless`` on a lossy fabric).
+docs/data-model.md says what each figure means.
+"""
+
+from __future__ import annotations
+
+import types
+import typing
+import warnings
+from collections.abc import Callable, Iterator
+from dataclasses import MISSING, Field, dataclass, field, fields
+from typing import Any, ClassVar, Generic, Self, TypeVar
+
+from labkit.model.abi import LANES
+
+T = TypeVar("T")
+
+
+class SummaryError(ValueError):
+    """A summary document that does not fit the tree: the message names the key path."""
+
+
+def when_set() -> Any:
+    """A field whose key is written only when it holds a value (None: left out)."""
+    return field(default=None, metadata={"when_set": True})
+
+
+@dataclass(frozen=True, kw_only=True)
+class Record:
+    """A node of the tree, read and written key by key in the order of its fields."""
+
+    unrecorded: frozenset[str] = field(default=frozenset(), repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, doc: Any, where: str = "") -> Self:
+        """The record a JSON object holds (``where``: its key path, for errors)."""
+        return cls(**_read_fields(cls, doc, where or cls.__name__, {}))
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON object as written: plain dicts, lists and scalars."""
+        return {f.name: _write(getattr(self, f.name)) for f in _keyed_fields(type(self))
+                if f.name not in self.unrecorded
+                and not (f.metadata.get("when_set") and getattr(self, f.name) is None)}
+
+
+# --- reading and writing by the fields' types ---------------------------------------------
+
+_SCALARS: dict[type, tuple[type, ...]] = {str: (str,), bool: (bool,), int: (int,),
+                                          float: (int, float)}  # a float may be written 4000
+_KEYED: dict[type, tuple[Field, ...]] = {}
+_HINTS: dict[type, dict[str, Any]] = {}
+
+
+def _keyed_fields(cls: type) -> tuple[Field, ...]:
+    """A record's fields that are keys of its document (not ``unrecorded``, nor a field its
+    class reads itself, marked ``keyed: False``)."""
+    if cls not in _KEYED:
+        _KEYED[cls] = tuple(f for f in fields(cls)
+                            if f.name != "unrecorded" and f.metadata.get("keyed", True))
+    return _KEYED[cls]
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    if cls not in _HINTS:
+        _HINTS[cls] = typing.get_type_hints(cls)
+    return _HINTS[cls]
+
+
+def _read_fields(cls: type, doc: Any, where: str, typevars: dict) -> dict[str, Any]:
+    """``cls``'s keyword arguments from ``doc``, ``unrecorded`` among them."""
+    if not isinstance(doc, dict):
+        raise SummaryError(f"{where}: expected an object, got {type(doc).__name__}")
+    keyed = _keyed_fields(cls)
+    unknown = set(doc) - {f.name for f in keyed}
+    if unknown:
+        raise SummaryError(f"{where}: unknown key(s) {sorted(unknown)}")
+    out: dict[str, Any] = {}
+    missing = set()
+    for f in keyed:
+        if f.name in doc:
+            hint = _hints(cls)[f.name]
+            out[f.name] = _read(typevars.get(hint, hint), doc[f.name], f"{where}.{f.name}")
+        elif f.default is not MISSING or f.default_factory is not MISSING:
+            missing.add(f.name)
+        else:
+            raise SummaryError(f"{where}: missing key {f.name!r}")
+    return out | ({"unrecorded": frozenset(missing)} if missing else {})
+
+
+def _read(hint: Any, value: Any, where: str) -> Any:
+    """``value`` (JSON) as ``hint`` says: records, dicts, tuples, optionals, scalars."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        arms = [a for a in args if a is not type(None)]
+        if len(arms) != 1:
+            raise TypeError(f"{where}: a union of records is read by its parent")
+        return _read(arms[0], value, where)
+    if isinstance(origin or hint, type) and issubclass(origin or hint, Record):
+        if not args:
+            return hint.from_json(value, where)
+        return origin(**_read_fields(origin, value, where,
+                                     dict(zip(origin.__parameters__, args, strict=True))))
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise SummaryError(f"{where}: expected an object, got {type(value).__name__}")
+        return {k: _read(args[1], v, f"{where}.{k}") for k, v in value.items()}
+    if origin is tuple:
+        if not isinstance(value, list):
+            raise SummaryError(f"{where}: expected a list, got {type(value).__name__}")
+        return tuple(_read(args[0], v, f"{where}[{i}]") for i, v in enumerate(value))
+    if not isinstance(value, _SCALARS[hint]) or (hint is not bool and isinstance(value, bool)):
+        raise SummaryError(f"{where}: expected {hint.__name__}, got {value!r}")
+    return value
+
+
+def _write(value: Any) -> Any:
+    if isinstance(value, Record):
+        return value.to_json()
+    if isinstance(value, dict):
+        return {k: _write(v) for k, v in value.items()}
+    if isinstance(value, tuple | list):
+        return [_write(v) for v in value]
+    return value
+
+
+# --- the sections --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class PerLane(Record, Generic[T]):
+    """One figure per lane, in the lanes' order (:data:`labkit.model.abi.LANES`)."""
+
+    vip: T
+    normal: T
+    low: T
+
+    @classmethod
+    def by_lane(cls, figure: Callable[[str], T]) -> PerLane[T]:
+        return cls(vip=figure("vip"), normal=figure("normal"), low=figure("low"))
+
+    def of(self, lane: str) -> T:
+        """The figure of ``lane`` (a name from LANES)."""
+        if lane not in LANES:
+            raise KeyError(f"{lane!r} is not a lane ({', '.join(LANES)})")
+        return getattr(self, lane)
+
+    def items(self) -> Iterator[tuple[str, T]]:
+        return ((lane, getattr(self, lane)) for lane in LANES)
+
+    def values(self) -> Iterator[T]:
+        return (getattr(self, lane) for lane in LANES)
+
+
+@dataclass(frozen=True, kw_only=True)
+class AllReduce(Record):
+    """The collective's ops (``allreduce``): times in ms, bandwidths in Mbit/s; slowdowns
+    against ``isolated`` in the same run (null without it)."""
+
+    KEY: ClassVar[str] = "allreduce"
+    ops: int
+    p50_ms: float
+    p99_ms: float
+    mean_ms: float
+    algbw_mbps: float
+    busbw_mbps: float
+    wrong: int  # chunks whose value did not add up
+    slowdown_p50: float | None = None
+    slowdown_p99: float | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Job(Record):
+    """A training job's iterations (``job``): times in ms, the rest as fractions of a
+    rank's iteration; bytes per hop (``"a->b"``) from the ranks' plans and the routes."""
+
+    KEY: ClassVar[str] = "job"
+    parallelism: str
+    iterations: int
+    p50_ms: float
+    p99_ms: float
+    mean_ms: float
+    compute_ms: float
+    exposed_comm_ms: float
+    exposed_comm_fraction: float
+    bubble_fraction: float
+    wire_wait_fraction: float
+    bytes_per_iteration: dict[str, int]
+    bottleneck_bytes_per_iteration: int
+    wrong: int
+    slowdown_p50: float | None = None
+    slowdown_p99: float | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProgramOp(Record):
+    """One collective of a user's program, over its instances (times in ms);
+    ``busbw_mbps`` only for an All-Reduce alone in its iteration."""
+
+    count: int
+    p50_ms: float
+    p99_ms: float
+    mean_ms: float
+    bytes: int | None  # the median size it reported; null: not said
+    busbw_mbps: float | None = when_set()
+    slowdown_p50: float | None = None
+    slowdown_p99: float | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProgramTraffic(Record):
+    """What a program's ranks sent out of their hosts' NICs."""
+
+    packets: int
+    bytes: int
+    bursts_lost: int  # bursts the kernel's table could not keep
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProgramRank(Record):
+    """One rank of a user's program, as it ended."""
+
+    rank: int
+    host: str
+    argv: tuple[str, ...]
+    exit: int | None
+    stopped_by_labkit: bool
+    lingered: bool = False  # had reported every iteration, had not exited 15 s later
+    cpu_s: float
+    packets: int
+    bytes: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class Program(Record):
+    """A user's program (``program``, docs/programs.md): its iterations (null figures: it
+    recorded none), its collectives by name, its traffic, CPU and ranks."""
+
+    KEY: ClassVar[str] = "program"
+    name: str
+    source: str  # lines: what it printed; traffic: the bursts of its traffic
+    iterations: int
+    warmup: int = 0  # first iterations left out of every figure
+    p50_ms: float | None
+    p99_ms: float | None
+    mean_ms: float | None
+    compute_ms: float | None
+    exposed_comm_ms: float | None
+    exposed_comm_fraction: float | None
+    ops: dict[str, ProgramOp]
+    bottleneck_bytes_per_iteration: float | None
+    traffic: ProgramTraffic
+    cpu_s: float
+    bad_lines: int
+    ranks: tuple[ProgramRank, ...]
+    slowdown_p50: float | None = None
+    slowdown_p99: float | None = None
+
+
+Workload = AllReduce | Job | Program
+WORKLOADS: dict[str, type[Workload]] = {w.KEY: w for w in (AllReduce, Job, Program)}
+
+
+@dataclass(frozen=True, kw_only=True)
+class StorageEntry(Record):
+    """One storage entry over the window: goodput, the I/Os that arrived, their completion
+    times (null without I/Os)."""
+
+    goodput_mbps: float
+    ios: int
+    io_p50_ms: float | None
+    io_p99_ms: float | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Storage(Record):
+    """Storage goodput over the window, all entries and per entry."""
+
+    goodput_mbps: float
+    entries: dict[str, StorageEntry]
+
+
+@dataclass(frozen=True, kw_only=True)
+class BottleneckLane(Record):
+    """One lane at the bottleneck port over the window: what its queue accepted and
+    dropped, sampled sojourns and one-way latencies (µs, null: no such packets), the
+    largest backlog of the queue it waited in, and the CE marks its valve set."""
+
+    mbps: float
+    packets: int
+    drops: int
+    sojourn_p50_us: float | None
+    sojourn_p99_us: float | None
+    latency_p99_us: float | None
+    max_backlog_bytes: int
+    ecn_marks: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class Bottleneck(Record):
+    """The bottleneck egress port that sent the most, its link and its lanes."""
+
+    link: str
+    port: str
+    rate_mbps: float
+    utilization: float  # bytes sent / (rate x window)
+    lanes: PerLane[BottleneckLane]
+
+
+@dataclass(frozen=True, kw_only=True)
+class MarksAndDrops(Record):
+    """What one valve did to one lane's packets."""
+
+    ce_marked: int
+    dropped: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class ControllerReport(Record):
+    """What an adaptive policy's controller did (docs/control.md): decisions, the hosts'
+    valves per lane, the proactive controller's prediction error, the senders' fair
+    shares, per valve and lane its marks and drops, how often held senders were woken and
+    ceilings moved (null before the gates), and the CNPs the collective received."""
+
+    decisions: int
+    cnps: int = 0
+    mean_rate_mbps: PerLane[float]
+    ce_marked: PerLane[int]
+    dropped: PerLane[int]
+    prediction_error_ms: float | None
+    senders: dict[str, float]  # host: fair share in Mbit/s
+    marks_and_drops: dict[str, dict[str, MarksAndDrops]]  # valve: lane: ...
+    wakes: int | None
+    ceiling_changes: int | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class DequeueTiming(Record):
+    """Did a watched port keep time while packets waited: quantiles of |gap / wire time -
+    1| over the sampled pairs, its signed mean, ``excess`` (gaps' sum over wire times'
+    sum - 1), ``late_share`` of the busy time, the port's p99 queueing time (µs) and
+    whether it is flagged. Null figures: fewer than 100 pairs, or no queueing time."""
+
+    pairs: int
+    p50: float | None
+    p90: float | None
+    p99: float | None
+    mean: float | None
+    excess: float | None = None
+    late_share: float | None
+    sojourn_p99_us: float | None
+    flagged: bool
+
+
+@dataclass(frozen=True, kw_only=True)
+class Fidelity(Record):
+    """How faithfully the run emulated its fabric, and the notes that say where not."""
+
+    cpu_bound: bool
+    generator_limited: bool = False  # the All-Reduce alone could not fill its links
+    links_at_rate: bool
+    links_kept_time: bool = True
+    dequeue: dict[str, DequeueTiming] = field(default_factory=dict)  # by watched port
+    notes: tuple[str, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Transport(Record):
+    """The collective's transport over the run, summed over ranks."""
+
+    retransmits: int
+    naks: int
+    timeouts: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class PauseTimes(Record):
+    """Quantiles of a pause's times, in µs (null: no pauses)."""
+
+    p50: float | None
+    p99: float | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReactionTimes(PauseTimes):
+    """Xoff to the pause in force, in µs, with its maximum."""
+
+    max: float | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class PausedQueue(Record):
+    """How often and how long one port's class stood paused."""
+
+    pauses: int
+    ms: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class Lossless(Record):
+    """A lossless fabric's pauses (docs/lossless.md): how many, per paused ``"<port>
+    <class>"``, how fast they acted, one MTU frame's wire time and the headroom's budget."""
+
+    lanes: tuple[str, ...]
+    pauses: int
+    paused_ms: dict[str, PausedQueue]
+    reaction_us: ReactionTimes
+    resume_us: PauseTimes
+    wake_us: PauseTimes
+    packet_us: float
+    budget_us: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class Telemetry(Record):
+    """What the probes saw and lost, and the share of a core ``labkit run`` itself used."""
+
+    sample_every: int
+    events_lost: int
+    packets_considered: int
+    dequeues_unpaired: int
+    tracepoint_unseen: int | None = None
+    orchestrator_cpu_share: float | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Command(Record):
+    """A scenario's command entry, as it ended."""
+
+    name: str
+    role: str  # run or serve
+    host: str
+    argv: tuple[str, ...]  # as started, addresses expanded
+    exit: int | None
+    stopped_by_labkit: bool
+
+
+@dataclass(frozen=True, kw_only=True)
+class PolicySummary(Record):
+    """One policy of a run: its workload (under the key of its kind, first) and every
+    section docs/data-model.md describes. ``transport``, ``telemetry`` and ``commands``
+    are None in runs recorded before them; ``lossless`` only on a lossless fabric."""
+
+    workload: Workload = field(metadata={"keyed": False})
+    storage: Storage
+    bottleneck: Bottleneck
+    controller: ControllerReport | None
+    cpu_busy: float | None
+    cpu_bound: bool
+    fidelity: Fidelity
+    window_s: float
+    transport: Transport | None = None
+    lossless: Lossless | None = when_set()
+    telemetry: Telemetry | None = None
+    lossy_links: dict[str, int]  # drops on purpose, per lossy link
+    commands: tuple[Command, ...] | None = None
+
+    @classmethod
+    def from_json(cls, doc: Any, where: str = "") -> Self:
+        where = where or cls.__name__
+        kinds = [k for k in WORKLOADS if isinstance(doc, dict) and k in doc]
+        if len(kinds) != 1:
+            raise SummaryError(f"{where}: expected one workload of {', '.join(WORKLOADS)}, "
+                               f"found {kinds or 'none'}")
+        kind = kinds[0]
+        rest = {k: v for k, v in doc.items() if k != kind}
+        return cls(workload=WORKLOADS[kind].from_json(doc[kind], f"{where}.{kind}"),
+                   **_read_fields(cls, rest, where, {}))
+
+    def to_json(self) -> dict[str, Any]:
+        return {self.workload.KEY: self.workload.to_json(), **super().to_json()}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Summary(Record):
+    """A run's summary: its scenario, run id, scale factor (real Mbit/s per emulated
+    one) and one :class:`PolicySummary` per policy, in the order they ran."""
+
+    scenario: str
+    run_id: str
+    scale_factor: float
+    policies: dict[str, PolicySummary]
+
+    @classmethod
+    def from_json(cls, doc: Any, where: str = "") -> Self:
+        if isinstance(doc, dict) and "kind" in doc:  # a sweep's, tuning's, batch's...
+            raise SummaryError(f"{where or cls.__name__}: the summary of a {doc['kind']}, "
+                               "not of a run")
+        return super().from_json(doc, where)
+
+    # For one release: a notebook's run.summary["policies"][...] reads the document.
+    def __getitem__(self, key: str) -> Any:
+        return self._document(f"[{key!r}]", key)[key]
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self._document(f".get({key!r})", key).get(key, default)
+
+    def keys(self) -> Any:
+        return self._document(".keys()", None).keys()
+
+    def _document(self, read: str, key: str | None) -> dict[str, Any]:
+        instead = (f"summary.{key}" if key in _SUMMARY_KEYS
+                   else f"its attributes ({', '.join(_SUMMARY_KEYS)})")
+        warnings.warn(f"summary{read} is deprecated: a run's summary is a "
+                      f"labkit.model.summary.Summary; read {instead} instead (its policies are "
+                      "PolicySummary records: .workload, .bottleneck, .fidelity, ...)",
+                      DeprecationWarning, stacklevel=3)
+        return self.to_json()
+
+
+_SUMMARY_KEYS = tuple(f.name for f in _keyed_fields(Summary))
