@@ -5,9 +5,10 @@ Every interval it looks at the bottleneck as the fabric telemetry shows it
 than ``target_us``, storage's share of its fair share is halved (at most once per
 round trip of the control loop, so one observation is not punished twice);
 otherwise it grows by a quarter of the fair share per interval, up to ``idle_share``.
-Once no vip packet has arrived for ``IDLE_MS`` of telemetry (the job computes), there
-is nothing to protect: storage gets ``idle_share`` at once instead of climbing back
-over the compute phase's first tens of milliseconds.
+Once no vip packet has arrived for ``IDLE_MS`` of telemetry and no queue beyond the
+target stands at the bottleneck (the job computes; a queue could hold the vip packets
+the job waits for), there is nothing to protect: storage gets ``idle_share`` at once
+instead of climbing back over the compute phase's first tens of milliseconds.
 """
 
 from __future__ import annotations
@@ -47,7 +48,8 @@ class Reactive(Controller):
             self.share = max(self.share * DECREASE, FLOOR)
             self.last_cut = now_ns
             reason = f"vip delay {delay_us:.0f} us > target: x{DECREASE}"
-        elif newest - self.last_vip_ns >= IDLE_MS * 1_000_000:
+        elif (newest - self.last_vip_ns >= IDLE_MS * 1_000_000
+              and max(v.vip_delay_ns for v in views.values()) / 1e3 <= self.plant.spec.target_us):
             self.share = self.plant.spec.idle_share
             reason = f"no vip packet for {IDLE_MS} ms: idle share"
         else:

@@ -54,6 +54,18 @@ def test_reactive_halves_on_a_vip_queue_and_opens_once_the_vip_lane_is_idle():
     assert told.mbps[-1] == SPEC.idle_share * 100.0
 
 
+def test_reactive_does_not_open_while_a_queue_may_hold_the_vip_packets():
+    plant, feed, _ = _plant()
+    c = Reactive(plant)
+    _sample(feed, 100, 0)
+    _sample(feed, 108, 10_000, backlog=125_000)
+    c.step(114 * MS)
+    for t in range(116, 116 + IDLE_MS + PERIOD_MS, PERIOD_MS):  # no vip packet arrives ...
+        _sample(feed, t, 10_000, backlog=250_000)  # ... and a 20 ms queue stands
+    c.step((116 + IDLE_MS + SPEC.telemetry_delay_ms) * MS)
+    assert c.share == SPEC.idle_share / 2 + 0.25  # the additive increase only
+
+
 def _bursts(feed: FabricFeed, c: Proactive, until_ms: int, on, step_ms: float = 4) -> list:
     """Samples every 8 ms, vip at 100 Mbit/s while ``on(t)``, and the controller stepping
     every ``step_ms``: (t in ms, share held) after each step."""
