@@ -700,7 +700,7 @@ def allowed_storage(controller: pl.DataFrame, policy: str, start: int, end: int,
                 rate[valve] = pending["new_mbps"]
             pending = next(events, None)
         total = 0.0
-        for valve in rate.keys() | busy.keys():
+        for valve in sorted(rate.keys() | busy.keys()):  # one order: the same float sum
             b_from, b_until, b_mbps = busy.get(valve, (0, 0, None))
             held = b_mbps if b_mbps is not None and b_from <= t < b_until else rate.get(valve)
             total += open_mbps if held is None else held
