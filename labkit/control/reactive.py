@@ -40,6 +40,7 @@ class Reactive(Controller):
         newest = max(v.t_ns for v in views.values())
         if any(v.vip_new_bytes for v in views.values()):
             self.last_vip_ns = newest
+        queued_us = max(v.vip_delay_ns for v in views.values()) / 1e3
         # no vip packet arrived, none waited: storage's own queue is not the vip lane's
         delay_us = max(v.vip_delay_ns if v.vip_new_bytes else 0 for v in views.values()) / 1e3
         if delay_us > self.plant.spec.target_us:
@@ -49,7 +50,7 @@ class Reactive(Controller):
             self.last_cut = now_ns
             reason = f"vip delay {delay_us:.0f} us > target: x{DECREASE}"
         elif (newest - self.last_vip_ns >= IDLE_MS * 1_000_000
-              and max(v.vip_delay_ns for v in views.values()) / 1e3 <= self.plant.spec.target_us):
+              and queued_us <= self.plant.spec.target_us):
             self.share = self.plant.spec.idle_share
             reason = f"no vip packet for {IDLE_MS} ms: idle share"
         else:

@@ -25,8 +25,8 @@ out inside the host's namespace:
   what was queued leaves at the rate it was admitted at. (Sending it to the link
   instead let a ``reactive`` controller's last cut release what its earlier, higher
   rates had queued — up to 1 MB from a storage server on ``pytorch-ddp.yaml`` — into
-  the middle of the job's all-reduce, the very queue it cut for.) A hold is never a ceiling: HTB
-  charges a packet at the ceiling in force when it leaves, as time, so one 64 KiB
+  the middle of the job's all-reduce, the very queue it cut for.) A hold is never a
+  ceiling: HTB charges a packet at the ceiling in force when it leaves, as time, so one 64 KiB
   packet let out at a hold's 0.1 Mbit/s would leave the class five seconds in debt,
   which no later ceiling forgives;
 * whenever the gate opens wider, the socket iterator ``bpf/wake.bpf.c`` is read in
