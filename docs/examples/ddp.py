@@ -5,8 +5,10 @@ labkit starts one process per rank with torchrun's environment (RANK, WORLD_SIZE
 MASTER_ADDR, GLOO_SOCKET_IFNAME, ...), so this is an ordinary DDP script; the two lines
 marked "labkit" time each step and each gradient all_reduce for labkit's report. Without
 them labkit still measures the job, from its traffic. The model's compute on a CPU is
-tiny: the time a GPU would spend in forward and backward is a sleep of --compute-ms
-(as labkit's own jobs time their compute), so the CPU stays free for the emulation.
+kept tiny: the time a GPU would spend in forward and backward is a sleep of --compute-ms
+(as labkit's own jobs time their compute), and the real forward and backward run on a
+batch of one sample, so the CPU stays free for the emulation (the gradients' size is the
+model's, whatever the batch).
 
     python ddp.py --steps 40          # under labkit: kind: program, run: "{python} ddp.py ..."
 """
@@ -31,6 +33,9 @@ def main() -> int:
     parser.add_argument("--width", type=int, default=1024,
                         help="hidden units: 2 x 256 x width parameters (2 MiB of float32 "
                              "gradients at 1024)")
+    parser.add_argument("--batch", type=int, default=1,
+                        help="samples per step; each costs the CPU (Debian's reference "
+                             "BLAS: ~4 ms per step at 1, ~50 ms at 32, per rank)")
     args = parser.parse_args()
     torch.set_num_threads(1)
     torch.manual_seed(0)
@@ -44,7 +49,7 @@ def main() -> int:
     generator = torch.Generator().manual_seed(dist.get_rank())
     for _ in range(args.steps):
         with steps.step():  # labkit
-            x = torch.randn(32, 256, generator=generator)
+            x = torch.randn(args.batch, 256, generator=generator)
             loss = (ddp(x) - x).pow(2).mean()
             time.sleep(args.compute_ms / 1e3)  # the GPU's forward and backward
             optimizer.zero_grad()
