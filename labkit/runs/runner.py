@@ -54,7 +54,8 @@ from labkit.model.manifest import (
 )
 from labkit.model.scenario import Scenario, ScenarioError
 from labkit.model.topo import Topology
-from labkit.runs import rundir
+from labkit.runs import rundir, store
+from labkit.runs.provenance import provenance, sha256_file
 from labkit.runs.rundir import Run, RunWriter, Tuning
 from labkit.traffic import commands, hotpath
 
@@ -144,7 +145,7 @@ def resolve_rates(sc: Scenario, source: str) -> tuple[Scenario, Rates | None]:
     found = None
     if isinstance(factor, str):  # auto, the only word the scenario's checker lets through
         key = "emulation.rate_factor"
-        found = rundir.newest_calibration(written.to_dict())
+        found = store.newest_calibration(written.to_dict(), rundir.RUNS_DIR)
         if found is None:
             raise ScenarioError(
                 source, key, f"auto takes the rate `labkit calibrate` found for this scenario "
@@ -250,8 +251,8 @@ def run(scenario: str | Path | Scenario, policies: Sequence[str] | None = None, 
             controllers=_keep_sources(writer.tmp, "controllers", users),
             kinds=_keep_sources(writer.tmp, "kinds", kinds),
             classifier=KeptObject(object=str(kept.relative_to(writer.tmp)),
-                                  sha256=rundir.sha256_file(kept)) if kept else None,
-            auto=auto, rates=rates, provenance=rundir.provenance())
+                                  sha256=sha256_file(kept)) if kept else None,
+            auto=auto, rates=rates, provenance=provenance())
         writer.write_manifest(manifest)
         with _recorded(writer), _caller_objects_frozen():
             registry = Registry(run_id)
@@ -337,7 +338,7 @@ def sweep(scenario: str | Path | Scenario, op: str = "all_reduce", algo: str = "
             run_id=run_id, scenario=sc.to_dict(), scenario_sha256=sc.sha256, op=op,
             algo=algo, sizes=tuple(sizes), iters=iters, start_time=rundir.now_iso(),
             auto=auto, rates=rates, argv=tuple(argv) if argv else None,
-            provenance=rundir.provenance())
+            provenance=provenance())
         writer.write_manifest(manifest)
         with _recorded(writer), _caller_objects_frozen(), work_dir(run_id) as work:
             rows = experiment.run_sweep(sc, op, algos, list(sizes), iters, Registry(run_id),
@@ -378,7 +379,7 @@ def tune(scenario: str | Path | Scenario, sizes: Sequence[int] = TUNE_SIZES, ite
             run_id=run_id, scenario=sc.to_dict(), scenario_sha256=sc.sha256,
             algos=tuple(algos), sizes=tuple(sizes), iters=iters, ranks=tuple(ranks),
             start_time=rundir.now_iso(), rates=rates, argv=tuple(argv) if argv else None,
-            provenance=rundir.provenance())
+            provenance=provenance())
         writer.write_manifest(manifest)
         with _recorded(writer), _caller_objects_frozen(), work_dir(run_id) as work:
             for algo in algos:
@@ -398,7 +399,7 @@ def tune(scenario: str | Path | Scenario, sizes: Sequence[int] = TUNE_SIZES, ite
             writer.write_manifest(replace(manifest, not_fitted=left_out, notes=tuple(notes)))
             model = autotune.Model.fit(fitted, model_key(sc))
     path = rundir.finish_tune(writer, sweeps, model)
-    return Tuning(path, sweeps, model, rundir.save_model(model, run_id, models),
+    return Tuning(path, sweeps, model, store.save_model(model, run_id, models),
                   rundir.read_manifest(path, TuneManifest))
 
 
@@ -426,7 +427,7 @@ def runnable(sc: Scenario, model: autotune.Model, sizes: Sequence[int]) -> list[
 
 
 def _model_of(sc: Scenario, source: str) -> tuple[autotune.Model, Path]:
-    found = rundir.newest_model(model_key(sc))
+    found = store.newest_model(model_key(sc))
     if found is None:
         raise ScenarioError(source, "algo", f"auto chooses from a model of this fabric with "
                             f"{len(sc.ranks)} ranks, and there is none yet: run `labkit tune` "
@@ -505,7 +506,7 @@ def calibrate(scenario: str | Path | Scenario, policies: Sequence[str] | None = 
         writer.write_manifest(CalibrationManifest(
             run_id=run_id, scenario=sc.to_dict(), scenario_sha256=sc.sha256,
             start_time=rundir.now_iso(), argv=tuple(argv) if argv else None,
-            provenance=rundir.provenance()))
+            provenance=provenance()))
         with _recorded(writer):
             cal.factors_to_try(trial)
     result = cal.Calibration(sc.name, base_rate, sc.scale_factor,
