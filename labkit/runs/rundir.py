@@ -22,10 +22,11 @@ import re
 import shutil
 import socket
 import time
-from dataclasses import dataclass, replace
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import polars as pl
 from polars.datatypes import DataTypeClass
@@ -59,6 +60,7 @@ from labkit.runs.store import (  # noqa: F401 (re-exported: their home before is
 )
 
 if TYPE_CHECKING:
+    from labkit.analysis.nccltests import Row
     from labkit.runs.experiment import PolicyResult
 
 PolarsDataType = pl.DataType | DataTypeClass  # a dtype, or its class (pl.Int64)
@@ -171,10 +173,20 @@ class RunWriter:
         return self.target
 
 
-def finish_sweep(writer: RunWriter, records: list[dict]) -> Path:
-    """Record a sweep (one record per message size) as a run directory: ``sweep.parquet``
+SweepRecord = dict[str, Any]  # a sweep's row as its files hold it: a Row's fields
+
+
+def sweep_records(rows: Iterable[Row]) -> list[SweepRecord]:
+    """Sweep rows as their files hold them (sweep.json, sweep.csv, tune.json, and the
+    frames of sweep.parquet and tune.parquet): each :class:`Row`'s fields, in order."""
+    return [asdict(r) for r in rows]
+
+
+def finish_sweep(writer: RunWriter, rows: Sequence[Row]) -> Path:
+    """Record a sweep (one row per message size) as a run directory: ``sweep.parquet``
     (led by ``run_id``, like every run table), ``sweep.csv`` and ``sweep.json``, and the
     manifest (kind ``sweep``)."""
+    records = sweep_records(rows)
     with open(writer.tmp / "sweep.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(records[0]))
         w.writeheader()
@@ -184,14 +196,15 @@ def finish_sweep(writer: RunWriter, records: list[dict]) -> Path:
                          {"kind": "sweep", "rows": len(records)})
 
 
-def finish_tune(writer: RunWriter, sweeps: dict[str, list[dict]], model: Model) -> Path:
+def finish_tune(writer: RunWriter, sweeps: Mapping[str, Sequence[Row]], model: Model) -> Path:
     """Record a tuning (``labkit tune``) as a run directory: ``tune.parquet`` (every
     algorithm's sweep rows, ``algo`` first), ``model.json`` and the manifest (kind
     ``tune``)."""
     (writer.tmp / "model.json").write_text(model.to_json())
-    rows = [{**row, "algo": algo} for algo, algo_rows in sweeps.items() for row in algo_rows]
-    return writer.finish({"tune": pl.DataFrame(rows).select("algo", pl.exclude("algo"))},
-                         {"kind": "tune", "rows": len(rows), "model": "model.json"})
+    records = [{**record, "algo": algo} for algo, rows in sweeps.items()
+               for record in sweep_records(rows)]
+    return writer.finish({"tune": pl.DataFrame(records).select("algo", pl.exclude("algo"))},
+                         {"kind": "tune", "rows": len(records), "model": "model.json"})
 
 
 @dataclass
@@ -202,7 +215,7 @@ class Tuning:
     whose model is not kept here, e.g. one recorded on another machine)."""
 
     path: Path
-    sweeps: dict[str, list[dict]]
+    sweeps: dict[str, list[SweepRecord]]
     model: Model
     model_path: Path | None
     manifest: TuneManifest
@@ -366,7 +379,7 @@ def list_runs(root: Path = RUNS_DIR) -> list[dict]:
     return out
 
 
-def load_sweeps(root: str | Path) -> dict[str, list[dict]]:
+def load_sweeps(root: str | Path) -> dict[str, list[SweepRecord]]:
     """The rows of every sweep under ``root`` (a directory holding ``sweep.json``), by the
     directory's name, in name order."""
     found = sorted(Path(root).glob("*/sweep.json"))

@@ -28,13 +28,14 @@ import os
 import shutil
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 
 import polars as pl
 
 from labkit.analysis.calibration import TRIAL_SECONDS, Calibration
+from labkit.analysis.nccltests import Row
 from labkit.kernel import bpf
 from labkit.kernel.registry import Registry, RunLock, RunLockedError, work_dir
 from labkit.model import autotune
@@ -96,7 +97,7 @@ class Sweep:
     :class:`labkit.analysis.nccltests.Row`, ``table`` as the frame written to sweep.parquet)."""
 
     path: Path
-    rows: list
+    rows: list[Row]
     table: pl.DataFrame
 
 
@@ -345,7 +346,7 @@ def sweep(scenario: str | Path | Scenario, op: str = "all_reduce", algo: str = "
                                         work, on_row=on_row, ranks=ranks, notes=notes)
             if notes:
                 writer.write_manifest(replace(manifest, notes=tuple(notes)))
-    path = rundir.finish_sweep(writer, [asdict(r) for r in rows])
+    path = rundir.finish_sweep(writer, rows)
     return Sweep(path, rows, pl.read_parquet(path / "sweep.parquet").drop("run_id"))
 
 
@@ -371,7 +372,7 @@ def tune(scenario: str | Path | Scenario, sizes: Sequence[int] = TUNE_SIZES, ite
     if problem := not_ready():
         raise NotReady(problem)
     ranks = autotune.ring_order(Topology(sc.fabric), sc.ranks)
-    sweeps: dict[str, list[dict]] = {}
+    sweeps: dict[str, list[Row]] = {}
     notes: list[str] = []
     with _claimed(f"tune-{sc.name}") as run_id:
         writer = _writer_for(out, run_id)
@@ -383,14 +384,14 @@ def tune(scenario: str | Path | Scenario, sizes: Sequence[int] = TUNE_SIZES, ite
         writer.write_manifest(manifest)
         with _recorded(writer), _caller_objects_frozen(), work_dir(run_id) as work:
             for algo in algos:
-                rows = experiment.run_sweep(
+                sweeps[algo] = experiment.run_sweep(
                     sc, "all_reduce", algo, list(sizes), iters, Registry(run_id),
                     work / algo, on_row=partial(on_row, algo) if on_row else None,
                     ranks=ranks, notes=notes)
-                sweeps[algo] = [asdict(r) for r in rows]
-            (writer.tmp / "tune.json").write_text(json.dumps(sweeps, indent=1) + "\n")
+            records = {a: rundir.sweep_records(rows) for a, rows in sweeps.items()}
+            (writer.tmp / "tune.json").write_text(json.dumps(records, indent=1) + "\n")
             # an algorithm with wrong values at all but one size cannot be fitted: left out
-            fitted = {a: rows for a, rows in sweeps.items()
+            fitted = {a: rows for a, rows in records.items()
                       if sum(1 for r in rows if not r["wrong"]) >= 2}
             if not fitted:
                 raise RuntimeError("no algorithm ran without wrong values at two sizes: "
@@ -399,7 +400,7 @@ def tune(scenario: str | Path | Scenario, sizes: Sequence[int] = TUNE_SIZES, ite
             writer.write_manifest(replace(manifest, not_fitted=left_out, notes=tuple(notes)))
             model = autotune.Model.fit(fitted, model_key(sc))
     path = rundir.finish_tune(writer, sweeps, model)
-    return Tuning(path, sweeps, model, store.save_model(model, run_id, models),
+    return Tuning(path, records, model, store.save_model(model, run_id, models),
                   rundir.read_manifest(path, TuneManifest))
 
 
