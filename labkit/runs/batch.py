@@ -55,6 +55,7 @@ from labkit.model.manifest import (
 )
 from labkit.model.scenario import Scenario, ScenarioError
 from labkit.runs import rundir, runner
+from labkit.runs.provenance import git_revision
 from labkit.runs.rundir import PolarsDataType, RunDataError, RunWriter
 
 EXECUTORS = ("local", "slurm")
@@ -183,7 +184,7 @@ class _Record:
                                   sha256=grid.base.sha256, name=grid.base.name),
             executor=executor, host=rundir.host_label(), start_time=rundir.now_iso(),
             argv=tuple(argv) if argv is not None else None,
-            labkit_revision=rundir.git_revision(), points=tuple(self.points))
+            labkit_revision=git_revision(), points=tuple(self.points))
         self.writer.write_manifest(self.manifest)
 
     def job(self, grid: Grid, p: Point) -> PointJob:

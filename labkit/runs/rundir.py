@@ -7,30 +7,31 @@ Nothing is ever overwritten: an existing target is an error.
 
 :func:`load_run` reads a run back and checks every table against its schema
 (docs/data-model.md) and its summary against :mod:`labkit.model.summary`, raising
-:class:`RunDataError` that names the file and what is wrong.
+:class:`RunDataError` that names the file and what is wrong; :func:`load_tuning` and
+:func:`load_sweeps` read tunings and sweeps back. What recorded a run is gathered by
+:mod:`labkit.runs.provenance`, the model store and the calibration search are
+:mod:`labkit.runs.store`'s; their names are importable from here too.
 """
 
 from __future__ import annotations
 
 import csv
-import hashlib
 import json
 import os
-import platform
 import re
 import shutil
 import socket
-import subprocess
 import time
-from dataclasses import dataclass, replace
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import polars as pl
 from polars.datatypes import DataTypeClass
 
-from labkit.kernel import bpf, fabric
+from labkit.kernel import bpf
 from labkit.model import manifest as manifest_mod
 from labkit.model.autotune import Model
 from labkit.model.manifest import (
@@ -38,7 +39,6 @@ from labkit.model.manifest import (
     CalibrationManifest,
     Manifest,
     ManifestError,
-    Provenance,
     RunManifest,
     SweepManifest,
     TuneManifest,
@@ -46,16 +46,26 @@ from labkit.model.manifest import (
 from labkit.model.summary import Summary, SummaryError
 from labkit.model.tables import TABLES
 from labkit.model.tables import schema as row_schema
-from labkit.traffic.hotpath import LIBRARY as HOTPATH
+from labkit.runs import store
+from labkit.runs.provenance import (  # noqa: F401 (re-exported: their home before issue 29)
+    git_revision,
+    provenance,
+    python_packages,
+    sha256_file,
+)
+from labkit.runs.store import (  # noqa: F401 (re-exported: their home before issue 29)
+    newest_calibration,
+    newest_model,
+    save_model,
+)
 
 if TYPE_CHECKING:
+    from labkit.analysis.nccltests import Row
     from labkit.runs.experiment import PolicyResult
 
 PolarsDataType = pl.DataType | DataTypeClass  # a dtype, or its class (pl.Int64)
 M = TypeVar("M", RunManifest, SweepManifest, TuneManifest, CalibrationManifest, BatchManifest)
 RUNS_DIR = Path(os.environ.get("LABKIT_RUNS_DIR", bpf.REPO_ROOT / "data" / "runs"))
-# collective cost models (labkit tune), one directory per fabric key, one file per tuning
-MODELS_DIR = Path(os.environ.get("LABKIT_MODELS_DIR", bpf.REPO_ROOT / "data" / "models"))
 # every table's columns and their dtypes: its row type's (labkit.model.tables), "policy" first
 SCHEMAS: dict[str, dict[str, PolarsDataType]] = {
     name: {"policy": pl.String, **row_schema(row)} for name, row in TABLES.items()}
@@ -96,61 +106,6 @@ def tables_from(results: list[PolicyResult]) -> dict[str, pl.DataFrame]:
     return {name: pl.DataFrame([(r.policy, *row) for r in results for row in getattr(r, name)],
                                schema=schema, orient="row")
             for name, schema in SCHEMAS.items()}
-
-
-def git_revision() -> str:
-    try:
-        rev = subprocess.run(["git", "-C", str(bpf.REPO_ROOT), "rev-parse", "HEAD"],
-                             capture_output=True, text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(bpf.REPO_ROOT), "status", "--porcelain",
-                                "--untracked-files=no"], capture_output=True, text=True).stdout
-        return rev + ("-dirty" if dirty.strip() else "")
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-
-
-def sha256_file(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def python_packages() -> dict[str, str]:
-    """Every Python distribution importable here, by its canonical name: its version. The
-    first one on ``sys.path`` wins, as for an import: copies vendored inside other packages
-    (setuptools puts its own on the path once something imports it) come later."""
-    from importlib.metadata import distributions
-
-    found: dict[str, str] = {}
-    for d in distributions():
-        if d.metadata["Name"]:
-            found.setdefault(d.metadata["Name"].lower().replace("_", "-"), d.version)
-    return dict(sorted(found.items()))
-
-
-def provenance() -> Provenance:
-    """What records here: this machine, its tools and labkit's own files."""
-    lock = bpf.REPO_ROOT / "requirements.lock"
-    objects = sorted(bpf.BUILD_DIR.glob("*.bpf.o"))
-    return Provenance(
-        kernel=platform.release(), labkit_revision=git_revision(),
-        bpf_objects={o.name: sha256_file(o) for o in objects},
-        python=platform.python_version(), packages=python_packages(),
-        requirements_lock=sha256_file(lock) if lock.exists() else None,
-        tools=_tool_versions(), cpus=os.cpu_count(), host=socket.gethostname(),
-        hotpath=sha256_file(HOTPATH) if HOTPATH.exists() else None)
-
-
-def _tool_versions() -> dict[str, str]:
-    out = {}
-    for name, argv in (("clang", ["clang", "--version"]), ("bpftool", ["bpftool", "version"]),
-                       ("iproute2", ["ip", "-V"])):
-        try:
-            out[name] = subprocess.run(argv, capture_output=True, text=True,
-                                       timeout=10).stdout.splitlines()[0].strip()
-        except (OSError, IndexError, subprocess.TimeoutExpired):
-            out[name] = "not found"
-    out["mininet"] = fabric.mininet_version()
-    out["libbpf"] = bpf.libbpf_version()
-    return out
 
 
 def incomplete_path(target: Path) -> Path:
@@ -218,10 +173,20 @@ class RunWriter:
         return self.target
 
 
-def finish_sweep(writer: RunWriter, records: list[dict]) -> Path:
-    """Record a sweep (one record per message size) as a run directory: ``sweep.parquet``
+SweepRecord = dict[str, Any]  # a sweep's row as its files hold it: a Row's fields
+
+
+def sweep_records(rows: Iterable[Row]) -> list[SweepRecord]:
+    """Sweep rows as their files hold them (sweep.json, sweep.csv, tune.json, and the
+    frames of sweep.parquet and tune.parquet): each :class:`Row`'s fields, in order."""
+    return [asdict(r) for r in rows]
+
+
+def finish_sweep(writer: RunWriter, rows: Sequence[Row]) -> Path:
+    """Record a sweep (one row per message size) as a run directory: ``sweep.parquet``
     (led by ``run_id``, like every run table), ``sweep.csv`` and ``sweep.json``, and the
     manifest (kind ``sweep``)."""
+    records = sweep_records(rows)
     with open(writer.tmp / "sweep.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(records[0]))
         w.writeheader()
@@ -231,14 +196,15 @@ def finish_sweep(writer: RunWriter, records: list[dict]) -> Path:
                          {"kind": "sweep", "rows": len(records)})
 
 
-def finish_tune(writer: RunWriter, sweeps: dict[str, list[dict]], model: Model) -> Path:
+def finish_tune(writer: RunWriter, sweeps: Mapping[str, Sequence[Row]], model: Model) -> Path:
     """Record a tuning (``labkit tune``) as a run directory: ``tune.parquet`` (every
     algorithm's sweep rows, ``algo`` first), ``model.json`` and the manifest (kind
     ``tune``)."""
     (writer.tmp / "model.json").write_text(model.to_json())
-    rows = [{**row, "algo": algo} for algo, algo_rows in sweeps.items() for row in algo_rows]
-    return writer.finish({"tune": pl.DataFrame(rows).select("algo", pl.exclude("algo"))},
-                         {"kind": "tune", "rows": len(rows), "model": "model.json"})
+    records = [{**record, "algo": algo} for algo, rows in sweeps.items()
+               for record in sweep_records(rows)]
+    return writer.finish({"tune": pl.DataFrame(records).select("algo", pl.exclude("algo"))},
+                         {"kind": "tune", "rows": len(records), "model": "model.json"})
 
 
 @dataclass
@@ -249,7 +215,7 @@ class Tuning:
     whose model is not kept here, e.g. one recorded on another machine)."""
 
     path: Path
-    sweeps: dict[str, list[dict]]
+    sweeps: dict[str, list[SweepRecord]]
     model: Model
     model_path: Path | None
     manifest: TuneManifest
@@ -270,27 +236,8 @@ def load_tuning(path: str | Path, models: Path | None = None) -> Tuning:
     sweeps = {algo: rows.filter(pl.col("algo") == algo).to_dicts()
               for algo in rows["algo"].unique(maintain_order=True)}
     model = Model.from_json((path / "model.json").read_text())
-    kept = (models or MODELS_DIR) / model.fabric_key / f"{manifest.run_id}.json"
+    kept = store.kept_model(model.fabric_key, manifest.run_id, models)
     return Tuning(path, sweeps, model, kept if kept.is_file() else None, manifest)
-
-
-def save_model(model: Model, run_id: str, models: Path | None = None) -> Path:
-    """Keep a fitted :class:`labkit.model.autotune.Model` as ``<models>/<fabric key>/<run id>.json``
-    (a new file each tuning: none is ever replaced); returns its path."""
-    directory = (models or MODELS_DIR) / model.fabric_key
-    directory.mkdir(parents=True, exist_ok=True)
-    path = directory / f"{run_id}.json"
-    _write_json(path, json.loads(model.to_json()))
-    return path
-
-
-def newest_model(fabric_key: str, models: Path | None = None):
-    """(the newest model of the fabric ``fabric_key``, its path), or None when it was never
-    tuned (run ids start with their date and time, so the last name is the newest)."""
-    found = sorted(((models or MODELS_DIR) / fabric_key).glob("*.json"))
-    if not found:
-        return None
-    return Model.from_json(found[-1].read_text(), fabric_key), found[-1]
 
 
 def now_iso() -> str:
@@ -432,40 +379,7 @@ def list_runs(root: Path = RUNS_DIR) -> list[dict]:
     return out
 
 
-def newest_calibration(scenario: dict, root: Path | None = None) -> tuple[Path, dict] | None:
-    """The newest complete calibration of ``scenario`` (a ``Scenario.to_dict()``; its rate
-    factor, path and seed aside) recorded on this machine under ``root`` (default
-    RUNS_DIR): its directory and summary."""
-    root = RUNS_DIR if root is None else root
-    want, newest = _as_calibrated(scenario), None
-    for d in sorted(root.iterdir()) if root.is_dir() else ():
-        if d.name.startswith(".") or not (d / "summary.json").is_file():
-            continue  # an interrupted calibration, or not a run
-        try:
-            doc = json.loads((d / "manifest.json").read_text())
-            if manifest_mod.kind_of(doc) != "calibration":
-                continue
-            manifest = CalibrationManifest.from_json(doc)
-        except (OSError, ValueError):  # not readable, or not a manifest labkit wrote
-            continue
-        if (manifest.provenance.host == socket.gethostname()
-                and _as_calibrated(manifest.scenario) == want
-                and (newest is None or manifest.start_time >= newest[0])):
-            newest = (manifest.start_time, d)
-    return newest and (newest[1], json.loads((newest[1] / "summary.json").read_text()))
-
-
-def _as_calibrated(scenario: dict) -> str:
-    """A scenario as a calibration compares it: what it emulates, whatever rate factor it
-    says, wherever its file is, whatever its seed (the machine's capacity does not depend
-    on them)."""
-    doc = {k: v for k, v in scenario.items() if k not in ("sha256", "path", "seed",
-                                                         "description")}
-    doc["emulation"] = {**(doc.get("emulation") or {}), "rate_factor": 1.0}
-    return json.dumps(doc, sort_keys=True)
-
-
-def load_sweeps(root: str | Path) -> dict[str, list[dict]]:
+def load_sweeps(root: str | Path) -> dict[str, list[SweepRecord]]:
     """The rows of every sweep under ``root`` (a directory holding ``sweep.json``), by the
     directory's name, in name order."""
     found = sorted(Path(root).glob("*/sweep.json"))

@@ -27,14 +27,16 @@ import json
 import os
 import shutil
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
-from dataclasses import asdict, dataclass, replace
-from functools import partial
+from contextlib import ExitStack, contextmanager, nullcontext
+from dataclasses import dataclass, replace
+from functools import cached_property, partial
 from pathlib import Path
+from typing import Generic, TypeVar
 
 import polars as pl
 
 from labkit.analysis.calibration import TRIAL_SECONDS, Calibration
+from labkit.analysis.nccltests import Row
 from labkit.kernel import bpf
 from labkit.kernel.registry import Registry, RunLock, RunLockedError, work_dir
 from labkit.model import autotune
@@ -46,6 +48,7 @@ from labkit.model.manifest import (
     CalibrationManifest,
     Choice,
     KeptObject,
+    Manifest,
     Rates,
     RunManifest,
     SweepManifest,
@@ -54,7 +57,8 @@ from labkit.model.manifest import (
 )
 from labkit.model.scenario import Scenario, ScenarioError
 from labkit.model.topo import Topology
-from labkit.runs import rundir
+from labkit.runs import rundir, store
+from labkit.runs.provenance import provenance, sha256_file
 from labkit.runs.rundir import Run, RunWriter, Tuning
 from labkit.traffic import commands, hotpath
 
@@ -95,7 +99,7 @@ class Sweep:
     :class:`labkit.analysis.nccltests.Row`, ``table`` as the frame written to sweep.parquet)."""
 
     path: Path
-    rows: list
+    rows: list[Row]
     table: pl.DataFrame
 
 
@@ -144,7 +148,7 @@ def resolve_rates(sc: Scenario, source: str) -> tuple[Scenario, Rates | None]:
     found = None
     if isinstance(factor, str):  # auto, the only word the scenario's checker lets through
         key = "emulation.rate_factor"
-        found = rundir.newest_calibration(written.to_dict())
+        found = store.newest_calibration(written.to_dict(), rundir.RUNS_DIR)
         if found is None:
             raise ScenarioError(
                 source, key, f"auto takes the rate `labkit calibrate` found for this scenario "
@@ -180,8 +184,48 @@ def _claimed(label: str) -> Iterator[str]:
         yield run_id
 
 
-def _writer_for(out: str | Path | None, run_id: str) -> RunWriter:
-    return RunWriter(Path(out) if out is not None else rundir.RUNS_DIR / run_id)
+M = TypeVar("M", bound=Manifest)
+
+
+class Recording(Generic[M]):
+    """A recording under way (:func:`_recording`): its run id, its scratch directory and
+    its writer, each made when first used, and the manifest it started with."""
+
+    manifest: M
+
+    def __init__(self, run_id: str, out: str | Path | None, stack: ExitStack):
+        self.run_id, self._out, self._stack = run_id, out, stack
+
+    @cached_property
+    def work(self) -> Path:
+        """The run's scratch directory (:func:`~labkit.kernel.registry.work_dir`), removed
+        when the recording ends."""
+        return self._stack.enter_context(work_dir(self.run_id))
+
+    @cached_property
+    def writer(self) -> RunWriter:
+        """The run directory's writer, in ``out`` (default data/runs/<run-id>);
+        FileExistsError when it exists."""
+        return RunWriter(Path(self._out) if self._out is not None
+                         else rundir.RUNS_DIR / self.run_id)
+
+
+@contextmanager
+def _recording(label: str, out: str | Path | None, manifest: Callable[[Recording[M]], M],
+               *, freeze: bool = True) -> Iterator[Recording[M]]:
+    """The recording ``run``, ``sweep``, ``tune`` and ``calibrate`` share: the machine and
+    a run id for ``label`` (:func:`_claimed`); the manifest ``manifest(rec)`` makes,
+    written first; then the body, whose end :func:`_recorded` marks in the manifest if it
+    did not finish (``freeze``: the caller's objects kept from the garbage collector
+    meanwhile). The scratch directory and the writer are made when first used, so
+    ``manifest`` may run a check in the scratch before it touches the writer: a check
+    that fails has recorded nothing."""
+    with _claimed(label) as run_id, ExitStack() as stack:
+        rec: Recording[M] = Recording(run_id, out, stack)
+        rec.manifest = manifest(rec)
+        rec.writer.write_manifest(rec.manifest)
+        with _recorded(rec.writer), _caller_objects_frozen() if freeze else nullcontext():
+            yield rec
 
 
 def run(scenario: str | Path | Scenario, policies: Sequence[str] | None = None, *,
@@ -239,38 +283,41 @@ def run(scenario: str | Path | Scenario, policies: Sequence[str] | None = None, 
     tell = on_progress or (lambda _: None)
     request = PcapRequest(tuple(pcap), pcap_snaplen) if pcap else None
     results = []
-    with _claimed(sc.name) as run_id, work_dir(run_id) as build:
-        program = _classifier_program(sc, source, build)
-        writer = _writer_for(out, run_id)
-        kept = _keep_program(writer.tmp, sc, program)
-        manifest = RunManifest(
-            run_id=run_id, scenario=sc.to_dict(), scenario_sha256=sc.sha256,
+    kept: Path | None = None
+
+    def manifest(rec: Recording[RunManifest]) -> RunManifest:
+        nonlocal kept
+        program = _classifier_program(sc, source, rec.work)  # a bad one records nothing
+        tmp = rec.writer.tmp
+        kept = _keep_program(tmp, sc, program)
+        return RunManifest(
+            run_id=rec.run_id, scenario=sc.to_dict(), scenario_sha256=sc.sha256,
             policies=tuple(p.name for p in pols), seed=sc.seed, duration_s=duration,
             start_time=rundir.now_iso(), argv=tuple(argv) if argv else None, batch=batch,
-            controllers=_keep_sources(writer.tmp, "controllers", users),
-            kinds=_keep_sources(writer.tmp, "kinds", kinds),
-            classifier=KeptObject(object=str(kept.relative_to(writer.tmp)),
-                                  sha256=rundir.sha256_file(kept)) if kept else None,
-            auto=auto, rates=rates, provenance=rundir.provenance())
-        writer.write_manifest(manifest)
-        with _recorded(writer), _caller_objects_frozen():
-            registry = Registry(run_id)
-            for pol in pols:
-                policy, total = pol.name, sc.iterations
-                tell(Progress(policy, "building", 0, total))
-                result = experiment.run_policy(
-                    sc, topology, pol, registry, writer.agents_dir / policy,
-                    duration_s=duration, pcap=request, pcap_dir=writer.tmp / policy,
-                    progress=_running(tell, policy, total),
-                    telemetry=telemetry, controllers={**CONTROLLERS, **users},
-                    classifier_object=kept)
-                results.append(result)
-                tell(Progress(policy, "done", len({o.op for o in result.collectives}), total))
-            tables = rundir.tables_from(results)
-            summary = metrics.summarize(tables, experiment.summary_meta(sc, topology, run_id,
-                                                                         results))
-    writer.write_manifest(replace(manifest, fidelity={p: s.fidelity.to_json() for p, s
-                                                      in summary.policies.items()}))
+            controllers=_keep_sources(tmp, "controllers", users),
+            kinds=_keep_sources(tmp, "kinds", kinds),
+            classifier=KeptObject(object=str(kept.relative_to(tmp)),
+                                  sha256=sha256_file(kept)) if kept else None,
+            auto=auto, rates=rates, provenance=provenance())
+
+    with _recording(sc.name, out, manifest) as rec:
+        writer, registry = rec.writer, Registry(rec.run_id)
+        for pol in pols:
+            policy, total = pol.name, sc.iterations
+            tell(Progress(policy, "building", 0, total))
+            result = experiment.run_policy(
+                sc, topology, pol, registry, writer.agents_dir / policy,
+                duration_s=duration, pcap=request, pcap_dir=writer.tmp / policy,
+                progress=_running(tell, policy, total),
+                telemetry=telemetry, controllers={**CONTROLLERS, **users},
+                classifier_object=kept)
+            results.append(result)
+            tell(Progress(policy, "done", len({o.op for o in result.collectives}), total))
+        tables = rundir.tables_from(results)
+        summary = metrics.summarize(tables, experiment.summary_meta(sc, topology, rec.run_id,
+                                                                     results))
+    writer.write_manifest(replace(rec.manifest, fidelity={p: s.fidelity.to_json() for p, s
+                                                          in summary.policies.items()}))
     return rundir.load_run(writer.finish(tables, summary))
 
 
@@ -331,20 +378,16 @@ def sweep(scenario: str | Path | Scenario, op: str = "all_reduce", algo: str = "
     if problem := not_ready():
         raise NotReady(problem)
     notes: list[str] = []
-    with _claimed(f"sweep-{sc.name}") as run_id:
-        writer = _writer_for(out, run_id)
-        manifest = SweepManifest(
-            run_id=run_id, scenario=sc.to_dict(), scenario_sha256=sc.sha256, op=op,
+    with _recording(f"sweep-{sc.name}", out, lambda rec: SweepManifest(
+            run_id=rec.run_id, scenario=sc.to_dict(), scenario_sha256=sc.sha256, op=op,
             algo=algo, sizes=tuple(sizes), iters=iters, start_time=rundir.now_iso(),
             auto=auto, rates=rates, argv=tuple(argv) if argv else None,
-            provenance=rundir.provenance())
-        writer.write_manifest(manifest)
-        with _recorded(writer), _caller_objects_frozen(), work_dir(run_id) as work:
-            rows = experiment.run_sweep(sc, op, algos, list(sizes), iters, Registry(run_id),
-                                        work, on_row=on_row, ranks=ranks, notes=notes)
-            if notes:
-                writer.write_manifest(replace(manifest, notes=tuple(notes)))
-    path = rundir.finish_sweep(writer, [asdict(r) for r in rows])
+            provenance=provenance())) as rec:
+        rows = experiment.run_sweep(sc, op, algos, list(sizes), iters, Registry(rec.run_id),
+                                    rec.work, on_row=on_row, ranks=ranks, notes=notes)
+        if notes:
+            rec.writer.write_manifest(replace(rec.manifest, notes=tuple(notes)))
+    path = rundir.finish_sweep(rec.writer, rows)
     return Sweep(path, rows, pl.read_parquet(path / "sweep.parquet").drop("run_id"))
 
 
@@ -370,35 +413,32 @@ def tune(scenario: str | Path | Scenario, sizes: Sequence[int] = TUNE_SIZES, ite
     if problem := not_ready():
         raise NotReady(problem)
     ranks = autotune.ring_order(Topology(sc.fabric), sc.ranks)
-    sweeps: dict[str, list[dict]] = {}
+    sweeps: dict[str, list[Row]] = {}
     notes: list[str] = []
-    with _claimed(f"tune-{sc.name}") as run_id:
-        writer = _writer_for(out, run_id)
-        manifest = TuneManifest(
-            run_id=run_id, scenario=sc.to_dict(), scenario_sha256=sc.sha256,
+    with _recording(f"tune-{sc.name}", out, lambda rec: TuneManifest(
+            run_id=rec.run_id, scenario=sc.to_dict(), scenario_sha256=sc.sha256,
             algos=tuple(algos), sizes=tuple(sizes), iters=iters, ranks=tuple(ranks),
             start_time=rundir.now_iso(), rates=rates, argv=tuple(argv) if argv else None,
-            provenance=rundir.provenance())
-        writer.write_manifest(manifest)
-        with _recorded(writer), _caller_objects_frozen(), work_dir(run_id) as work:
-            for algo in algos:
-                rows = experiment.run_sweep(
-                    sc, "all_reduce", algo, list(sizes), iters, Registry(run_id),
-                    work / algo, on_row=partial(on_row, algo) if on_row else None,
-                    ranks=ranks, notes=notes)
-                sweeps[algo] = [asdict(r) for r in rows]
-            (writer.tmp / "tune.json").write_text(json.dumps(sweeps, indent=1) + "\n")
-            # an algorithm with wrong values at all but one size cannot be fitted: left out
-            fitted = {a: rows for a, rows in sweeps.items()
-                      if sum(1 for r in rows if not r["wrong"]) >= 2}
-            if not fitted:
-                raise RuntimeError("no algorithm ran without wrong values at two sizes: "
-                                   "nothing to fit (every row is kept in tune.json)")
-            left_out = tuple(sorted(set(sweeps) - set(fitted)))
-            writer.write_manifest(replace(manifest, not_fitted=left_out, notes=tuple(notes)))
-            model = autotune.Model.fit(fitted, model_key(sc))
-    path = rundir.finish_tune(writer, sweeps, model)
-    return Tuning(path, sweeps, model, rundir.save_model(model, run_id, models),
+            provenance=provenance())) as rec:
+        for algo in algos:
+            sweeps[algo] = experiment.run_sweep(
+                sc, "all_reduce", algo, list(sizes), iters, Registry(rec.run_id),
+                rec.work / algo, on_row=partial(on_row, algo) if on_row else None,
+                ranks=ranks, notes=notes)
+        records = {a: rundir.sweep_records(rows) for a, rows in sweeps.items()}
+        (rec.writer.tmp / "tune.json").write_text(json.dumps(records, indent=1) + "\n")
+        # an algorithm with wrong values at all but one size cannot be fitted: left out
+        fitted = {a: rows for a, rows in records.items()
+                  if sum(1 for r in rows if not r["wrong"]) >= 2}
+        if not fitted:
+            raise RuntimeError("no algorithm ran without wrong values at two sizes: "
+                               "nothing to fit (every row is kept in tune.json)")
+        left_out = tuple(sorted(set(sweeps) - set(fitted)))
+        rec.writer.write_manifest(replace(rec.manifest, not_fitted=left_out,
+                                          notes=tuple(notes)))
+        model = autotune.Model.fit(fitted, model_key(sc))
+    path = rundir.finish_tune(rec.writer, sweeps, model)
+    return Tuning(path, records, model, store.save_model(model, rec.run_id, models),
                   rundir.read_manifest(path, TuneManifest))
 
 
@@ -426,7 +466,7 @@ def runnable(sc: Scenario, model: autotune.Model, sizes: Sequence[int]) -> list[
 
 
 def _model_of(sc: Scenario, source: str) -> tuple[autotune.Model, Path]:
-    found = rundir.newest_model(model_key(sc))
+    found = store.newest_model(model_key(sc))
     if found is None:
         raise ScenarioError(source, "algo", f"auto chooses from a model of this fabric with "
                             f"{len(sc.ranks)} ranks, and there is none yet: run `labkit tune` "
@@ -499,18 +539,16 @@ def calibrate(scenario: str | Path | Scenario, policies: Sequence[str] | None = 
         return not found
 
     busy_before = CpuSampler.busy_over(1.0)
-    # the machine is the calibration's from its first trial to its last
-    with _claimed(f"calibrate-{sc.name}") as run_id:
-        writer = _writer_for(out, run_id)
-        writer.write_manifest(CalibrationManifest(
-            run_id=run_id, scenario=sc.to_dict(), scenario_sha256=sc.sha256,
+    # the machine is the calibration's from its first trial to its last; each trial is a
+    # run of its own, which keeps the caller's objects from the garbage collector itself
+    with _recording(f"calibrate-{sc.name}", out, lambda rec: CalibrationManifest(
+            run_id=rec.run_id, scenario=sc.to_dict(), scenario_sha256=sc.sha256,
             start_time=rundir.now_iso(), argv=tuple(argv) if argv else None,
-            provenance=rundir.provenance()))
-        with _recorded(writer):
-            cal.factors_to_try(trial)
+            provenance=provenance()), freeze=False) as rec:
+        cal.factors_to_try(trial)
     result = cal.Calibration(sc.name, base_rate, sc.scale_factor,
                              tuple(sorted(trials, key=lambda t: t.factor)), busy_before)
-    writer.finish({}, result.to_dict())
+    rec.writer.finish({}, result.to_dict())
     return result
 
 

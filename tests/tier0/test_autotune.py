@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from labkit.model import autotune, scenario, topo
-from labkit.runs import rundir
+from labkit.runs import rundir, store
 
 REPO = Path(__file__).resolve().parents[2]
 TOPOLOGIES = REPO / "topologies"
@@ -250,7 +250,7 @@ def test_auto_without_a_model_says_to_tune_first(tmp_path, monkeypatch):
     from labkit.model.scenario import ScenarioError
     from labkit.runs import runner
 
-    monkeypatch.setattr(rundir, "MODELS_DIR", tmp_path)
+    monkeypatch.setattr(store, "MODELS_DIR", tmp_path)
     doc = yaml.safe_load((REPO / "topologies/leaf-spine.yaml").read_text())
     doc["traffic"][0]["algo"] = "auto"
     sc = scenario.parse(doc, "ls.yaml")
@@ -263,7 +263,7 @@ def test_auto_without_a_model_says_to_tune_first(tmp_path, monkeypatch):
 def test_auto_runs_what_the_newest_model_of_the_fabric_chooses(tmp_path, monkeypatch):
     from labkit.runs import runner
 
-    monkeypatch.setattr(rundir, "MODELS_DIR", tmp_path)
+    monkeypatch.setattr(store, "MODELS_DIR", tmp_path)
     doc = yaml.safe_load((REPO / "topologies/leaf-spine.yaml").read_text())
     doc["traffic"][0].update(algo="auto", ranks=["g5", "g1", "g6", "g2"])
     sc = scenario.parse(doc, "ls.yaml")
@@ -283,7 +283,7 @@ def test_auto_runs_what_the_newest_model_of_the_fabric_chooses(tmp_path, monkeyp
 def test_auto_chooses_only_what_the_ranks_can_run(tmp_path, monkeypatch):
     from labkit.runs import runner
 
-    monkeypatch.setattr(rundir, "MODELS_DIR", tmp_path)
+    monkeypatch.setattr(store, "MODELS_DIR", tmp_path)
     doc = yaml.safe_load((REPO / "topologies/leaf-spine.yaml").read_text())
     doc["traffic"][0].update(algo="auto", ranks=["g1", "g2", "g3", "g5", "g6", "g7"])
     sc = scenario.parse(doc, "ls.yaml")

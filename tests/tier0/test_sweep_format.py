@@ -86,11 +86,14 @@ def test_a_sweep_is_recorded_like_a_run(tmp_path):
     rows = [nccltests.measure("all_reduce", 4, s, ops(4, s / 10), 100.0) for s in (4096, 8192)]
     writer = rundir.RunWriter(tmp_path / "s1")
     writer.write_manifest(sweep_manifest("s1"))
-    path = rundir.finish_sweep(writer, [asdict(r) for r in rows])
+    path = rundir.finish_sweep(writer, rows)
     manifest = json.loads((path / "manifest.json").read_text())
     assert manifest["status"] == "complete" and manifest["tables"] == ["sweep"]
     table = pl.read_parquet(path / "sweep.parquet")
     assert table.columns[0] == "run_id" and table["size"].to_list() == [4096, 8192]
+    # the typed rows go in, their fields in order come out: in sweep.json and the table
+    assert json.loads((path / "sweep.json").read_text()) == [asdict(r) for r in rows]
+    assert table.drop("run_id").to_dicts() == [asdict(r) for r in rows]
     assert [r["run_id"] for r in rundir.list_runs(tmp_path)] == ["s1"]
     try:
         rundir.load_run(path)

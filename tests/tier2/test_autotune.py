@@ -5,7 +5,7 @@ model chose there, in ring order."""
 import polars as pl
 
 from labkit.model import autotune, scenario
-from labkit.runs import rundir, runner
+from labkit.runs import rundir, runner, store
 from tests.leaks import assert_no_leaks
 
 DOC = {"name": "tune-test",
@@ -20,7 +20,7 @@ SIZES = [64 << 10, 1 << 20]
 
 
 def test_tune_then_auto(fabric_ready, tmp_path, monkeypatch):
-    monkeypatch.setattr(rundir, "MODELS_DIR", tmp_path / "models")
+    monkeypatch.setattr(store, "MODELS_DIR", tmp_path / "models")
     sc = scenario.parse(DOC)
     tuning = runner.tune(sc, SIZES, iters=2, out=tmp_path / "tune")
     assert set(tuning.sweeps) == {"ring", "tree", "halving_doubling"}

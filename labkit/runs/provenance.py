@@ -1,0 +1,71 @@
+"""What recorded a run: labkit's git revision, the files' hashes, the Python packages and
+the tools' versions (clang, bpftool, iproute2, Mininet, libbpf), gathered as the
+:class:`~labkit.model.manifest.Provenance` every recording's manifest keeps."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import platform
+import socket
+import subprocess
+from pathlib import Path
+
+from labkit.kernel import bpf, fabric
+from labkit.model.manifest import Provenance
+from labkit.traffic.hotpath import LIBRARY as HOTPATH
+
+
+def git_revision() -> str:
+    try:
+        rev = subprocess.run(["git", "-C", str(bpf.REPO_ROOT), "rev-parse", "HEAD"],
+                             capture_output=True, text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(bpf.REPO_ROOT), "status", "--porcelain",
+                                "--untracked-files=no"], capture_output=True, text=True).stdout
+        return rev + ("-dirty" if dirty.strip() else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def sha256_file(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def python_packages() -> dict[str, str]:
+    """Every Python distribution importable here, by its canonical name: its version. The
+    first one on ``sys.path`` wins, as for an import: copies vendored inside other packages
+    (setuptools puts its own on the path once something imports it) come later."""
+    from importlib.metadata import distributions
+
+    found: dict[str, str] = {}
+    for d in distributions():
+        if d.metadata["Name"]:
+            found.setdefault(d.metadata["Name"].lower().replace("_", "-"), d.version)
+    return dict(sorted(found.items()))
+
+
+def provenance() -> Provenance:
+    """What records here: this machine, its tools and labkit's own files."""
+    lock = bpf.REPO_ROOT / "requirements.lock"
+    objects = sorted(bpf.BUILD_DIR.glob("*.bpf.o"))
+    return Provenance(
+        kernel=platform.release(), labkit_revision=git_revision(),
+        bpf_objects={o.name: sha256_file(o) for o in objects},
+        python=platform.python_version(), packages=python_packages(),
+        requirements_lock=sha256_file(lock) if lock.exists() else None,
+        tools=_tool_versions(), cpus=os.cpu_count(), host=socket.gethostname(),
+        hotpath=sha256_file(HOTPATH) if HOTPATH.exists() else None)
+
+
+def _tool_versions() -> dict[str, str]:
+    out = {}
+    for name, argv in (("clang", ["clang", "--version"]), ("bpftool", ["bpftool", "version"]),
+                       ("iproute2", ["ip", "-V"])):
+        try:
+            out[name] = subprocess.run(argv, capture_output=True, text=True,
+                                       timeout=10).stdout.splitlines()[0].strip()
+        except (OSError, IndexError, subprocess.TimeoutExpired):
+            out[name] = "not found"
+    out["mininet"] = fabric.mininet_version()
+    out["libbpf"] = bpf.libbpf_version()
+    return out
