@@ -15,7 +15,7 @@ Definitions (also in docs/data-model.md):
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 import polars as pl
@@ -45,10 +45,10 @@ from labkit.model.summary import (
     Storage,
     StorageEntry,
     Summary,
-    Telemetry,
     Transport,
     Workload,
 )
+from labkit.model.summary_meta import LosslessMeta, SummaryMeta
 
 CPU_BOUND_BUSY = 0.90  # mean machine-wide CPU busy fraction that flags a run as CPU-bound
 
@@ -103,7 +103,7 @@ def allreduce(ops: pl.DataFrame, size_bytes: int, ranks: int) -> AllReduce:
                      busbw_mbps=algbw * 2 * (ranks - 1) / ranks, wrong=int(ops["wrong"].sum()))
 
 
-def job(ops: pl.DataFrame, collectives: pl.DataFrame, meta: dict, port: str) -> Job:
+def job(ops: pl.DataFrame, collectives: pl.DataFrame, meta: SummaryMeta, port: str) -> Job:
     """A training job's iterations: time, compute, exposed communication, bubbles, bytes.
 
     Exposed communication is the part of a rank's iteration not spent computing. Each
@@ -116,17 +116,19 @@ def job(ops: pl.DataFrame, collectives: pl.DataFrame, meta: dict, port: str) -> 
     per_rank = collectives.with_columns(
         (pl.col("end_ns") - pl.col("start_ns")).alias("t")).with_columns(
         (pl.col("t") - pl.col("compute_ns")).alias("exposed"))
-    hop = meta["ports"][port]["hop"]
+    if meta.job is None:
+        raise ValueError(f"run {meta.run_id}: a job's summary needs the job's spec")
+    hop = meta.ports[port].hop
     return Job(
-        parallelism=meta["job"]["parallelism"], iterations=ops.height,
+        parallelism=meta.job.parallelism, iterations=ops.height,
         p50_ms=_quantile(ms, 0.5), p99_ms=_quantile(ms, 0.99), mean_ms=_num(ms.mean()),
         compute_ms=_num(per_rank["compute_ns"].mean()) / 1e6,
         exposed_comm_ms=_num(per_rank["exposed"].mean()) / 1e6,
         exposed_comm_fraction=_num((per_rank["exposed"] / per_rank["t"]).mean()),
         bubble_fraction=_num((per_rank["bubble_ns"] / per_rank["t"]).mean()),
         wire_wait_fraction=_num((per_rank["exposed_ns"] / per_rank["t"]).mean()),
-        bytes_per_iteration=meta["bytes_per_iteration"],
-        bottleneck_bytes_per_iteration=meta["bytes_per_iteration"].get(hop, 0),
+        bytes_per_iteration=meta.bytes_per_iteration,
+        bottleneck_bytes_per_iteration=meta.bytes_per_iteration.get(hop, 0),
         wrong=int(ops["wrong"].sum()))
 
 
@@ -220,7 +222,7 @@ def transport(ranks: pl.DataFrame) -> Transport:
                      naks=int(ranks["naks"].sum()), timeouts=int(ranks["timeouts"].sum()))
 
 
-def lossless(pauses: pl.DataFrame, info: dict) -> Lossless:
+def lossless(pauses: pl.DataFrame, info: LosslessMeta) -> Lossless:
     """A lossless fabric's pauses: how many, how long each port's queue stood paused
     (per port and class), and how fast a pause took effect against the wire time of
     one MTU frame on the bottleneck (``packet_us``)."""
@@ -232,13 +234,13 @@ def lossless(pauses: pl.DataFrame, info: dict) -> Lossless:
               .agg(pl.len().alias("pauses"), (pl.col("paused_ns").sum() / 1e6).alias("ms"))
               .sort("port", "classid"))
     return Lossless(
-        lanes=tuple(info["lanes"]), pauses=pauses.height,
+        lanes=info.lanes, pauses=pauses.height,
         paused_ms={f"{r['port']} {r['classid']}": PausedQueue(pauses=r["pauses"], ms=r["ms"])
                    for r in paused.iter_rows(named=True)},
         reaction_us=ReactionTimes(p50=_us(reaction, 0.5), p99=_us(reaction, 0.99),
                                   max=_num(reaction.max()) / 1e3 if pauses.height else None),
         resume_us=times(pauses["resume_ns"]), wake_us=times(pauses["wake_ns"]),
-        packet_us=info["packet_us"], budget_us=info["budget_us"])
+        packet_us=info.packet_us, budget_us=info.budget_us)
 
 
 def late_pauses(bottleneck: Bottleneck, info: Lossless, one_queue: bool) -> list[str]:
@@ -310,8 +312,8 @@ def _us(values: pl.Series, q: float) -> float | None:
     return None if values.is_empty() else _quantile(values, q) / 1e3
 
 
-def bottleneck_lanes(of: Callable[[str], pl.DataFrame], port: str, senders: list[int], start: int,
-                     end: int, ce_marks: dict[str, int]) -> PerLane[BottleneckLane]:
+def bottleneck_lanes(of: Callable[[str], pl.DataFrame], port: str, senders: Sequence[int],
+                     start: int, end: int, ce_marks: dict[str, int]) -> PerLane[BottleneckLane]:
     """Each lane at ``port`` over [start, end] (``of``: one policy's tables): Mbit/s and
     packets its queue accepted, packets it dropped, sojourn p50/p99 and the one-way
     latency p99 (µs) of the packets whose sender's ring hop crosses ``port`` (senders by
@@ -319,7 +321,7 @@ def bottleneck_lanes(of: Callable[[str], pl.DataFrame], port: str, senders: list
     rates = {r["lane"]: r for r in lane_rates(of("lanes"), port, start, end).iter_rows(named=True)}
     soj = of("sojourn").filter((pl.col("port") == port) & pl.col("t_ns").is_between(start, end))
     lat = of("latency").filter(pl.col("t_ns").is_between(start, end)
-                               & (pl.col("seq") // (1 << RANK_SHIFT)).is_in(senders))
+                               & (pl.col("seq") // (1 << RANK_SHIFT)).is_in(list(senders)))
     backlog = max_backlog(of("queue"), port, start, end)
 
     def lane(name: str) -> BottleneckLane:
@@ -424,7 +426,7 @@ def late_reason(d: DequeueTiming) -> str:
             f"(limit {LATE_SHARE_LIMIT:.0%})")
 
 
-def fidelity(tables: dict, policy: str, meta: dict, start: int, end: int,
+def fidelity(tables: dict, policy: str, meta: SummaryMeta, start: int, end: int,
              busy: float | None) -> Fidelity:
     notes = []
     if busy is not None and busy >= CPU_BOUND_BUSY:
@@ -432,31 +434,30 @@ def fidelity(tables: dict, policy: str, meta: dict, start: int, end: int,
                      "include waiting for a CPU, not only for the network")
     at_rate = True
     queue = tables["queue"].filter(pl.col("policy") == policy)
-    for port, info in meta["ports"].items():
+    for port, info in meta.ports.items():
         w = congested_windows(queue, port, start, end)
         if w.height < 5:
             continue
-        share = _num((w["mbps"] >= AT_RATE * info["rate_mbps"]).mean())
+        share = _num((w["mbps"] >= AT_RATE * info.rate_mbps).mean())
         if share < AT_RATE_WINDOWS:
             at_rate = False
             notes.append(f"{port} had a queue but sent at {AT_RATE:.0%} of its "
-                         f"{info['rate_mbps']:g} Mbit/s in only {share:.0%} of 100 ms windows")
+                         f"{info.rate_mbps:g} Mbit/s in only {share:.0%} of 100 ms windows")
     dequeue: dict[str, DequeueTiming] = {}
     if "gaps" in tables:  # runs recorded before the gaps were measured have none
         window = pl.col("t_ns").is_between(start, end) & (pl.col("policy") == policy)
         gaps, sojourn = tables["gaps"].filter(window), tables["sojourn"].filter(window)
-        for port, info in meta["ports"].items():
+        for port, info in meta.ports.items():
             waits = sojourn.filter(pl.col("port") == port)["sojourn_ns"]
             dequeue[port] = dequeue_fidelity(
-                gaps.filter(pl.col("port") == port), info["rate_mbps"],
-                info.get("burst_bytes", 0),
+                gaps.filter(pl.col("port") == port), info.rate_mbps, info.burst_bytes,
                 _num(waits.quantile(0.99, interpolation="linear")) / 1e3 if len(waits)
                 else None)
     for port, d in dequeue.items():
         if d.flagged:
             notes.append(f"{port} did not keep time: {late_reason(d)}: its queueing times "
                          f"may be off by more than {LATE_OF_SOJOURN:.0%}")
-    errors = meta.get("storage_errors", {}).get(policy, [])
+    errors = meta.storage_errors.get(policy, [])
     if errors:
         notes.append(f"{len(errors)} storage connection(s) failed, first: {errors[0]}")
     return Fidelity(cpu_bound=busy is not None and busy >= CPU_BOUND_BUSY,
@@ -465,64 +466,65 @@ def fidelity(tables: dict, policy: str, meta: dict, start: int, end: int,
                     dequeue=dequeue, notes=tuple(notes))
 
 
-def _policy(tables: dict, meta: dict, policy: str, ops: pl.DataFrame, start: int,
+def _policy(tables: dict, meta: SummaryMeta, policy: str, ops: pl.DataFrame, start: int,
             end: int) -> PolicySummary:
     def of(name: str) -> pl.DataFrame:
         return tables[name].filter(pl.col("policy") == policy)
 
     seconds = (end - start) / 1e9
     sent = port_utilization(of("queue"), start, end)
-    util = {r["port"]: r["bytes"] * 8 / seconds / 1e6 / meta["ports"][r["port"]]["rate_mbps"]
+    util = {r["port"]: r["bytes"] * 8 / seconds / 1e6 / meta.ports[r["port"]].rate_mbps
             for r in sent.iter_rows(named=True)}
-    port = max(util, key=util.__getitem__) if util else next(iter(meta["ports"]))
-    info = meta["ports"][port]
-    control = meta.get("control", {}).get(policy)
-    lanes = bottleneck_lanes(of, port, info["senders"], start, end,
+    port = max(util, key=util.__getitem__) if util else next(iter(meta.ports))
+    info = meta.ports[port]
+    control = meta.control.get(policy)
+    lanes = bottleneck_lanes(of, port, info.senders, start, end,
                              control["port_ce_marks"].get(port, {}) if control else {})
-    bottleneck = Bottleneck(link=info["link"], port=port, rate_mbps=info["rate_mbps"],
+    bottleneck = Bottleneck(link=info.link, port=port, rate_mbps=info.rate_mbps,
                             utilization=util.get(port, 0.0), lanes=lanes)
     busy = cpu_busy(of("cpu"), start, end)
     fid = fidelity(tables, policy, meta, start, end, busy)
-    kind = meta.get("workload") or ("job" if meta.get("job") else "allreduce")
     workload: Workload
-    if kind == "program":
-        workload = program(ops, of("collectives"), of("program_ops"), meta["program"][policy],
-                           meta["ranks"], lanes.vip.mbps * 1e6 / 8 * seconds)
-    elif kind == "job":
+    if meta.workload == "program":
+        if meta.program is None:
+            raise ValueError(f"run {meta.run_id}: a program's summary needs what it reported")
+        workload = program(ops, of("collectives"), of("program_ops"), meta.program[policy],
+                           meta.ranks, lanes.vip.mbps * 1e6 / 8 * seconds)
+    elif meta.workload == "job":
         workload = job(ops, of("collectives"), meta, port)
     else:
-        workload = allreduce(ops, meta["size_bytes"], meta["ranks"])
+        if meta.size_bytes is None:
+            raise ValueError(f"run {meta.run_id}: an All-Reduce's summary needs its size")
+        workload = allreduce(ops, meta.size_bytes, meta.ranks)
     notes = list(fid.notes)
     pauses = None
-    if ll := meta.get("lossless"):
+    if ll := meta.lossless:
         pauses = lossless(of("pauses"), ll)
-        notes += ll["notes"].get(policy, []) + late_pauses(
-            bottleneck, pauses, ll["layouts"].get(policy) == "fifo")
-    commands = tuple(Command.from_json(c, f"commands of {policy}[{i}]")
-                     for i, c in enumerate(meta.get("commands", {}).get(policy, [])))
+        notes += [*ll.notes.get(policy, ()), *late_pauses(
+            bottleneck, pauses, ll.layouts.get(policy) == "fifo")]
+    commands = meta.commands.get(policy, ())
     notes += program_notes(workload if isinstance(workload, Program) else None)
     notes += command_notes(policy, commands)
-    telemetry = meta.get("telemetry", {}).get(policy)
     return PolicySummary(
         workload=workload, storage=storage(of("flows"), of("ios"), start, end),
         bottleneck=bottleneck,
         controller=controller(of("controller"), control, of("transport")) if control else None,
         cpu_busy=busy, cpu_bound=fid.cpu_bound, fidelity=replace(fid, notes=tuple(notes)),
         window_s=seconds, transport=transport(of("transport")), lossless=pauses,
-        telemetry=Telemetry.from_json(telemetry, f"telemetry of {policy}") if telemetry else None,
-        lossy_links=meta.get("loss_drops", {}).get(policy, {}),  # drops on purpose
+        telemetry=meta.telemetry.get(policy),
+        lossy_links=meta.loss_drops.get(policy, {}),  # drops on purpose
         commands=commands)
 
 
-def summarize(tables: dict[str, pl.DataFrame], meta: dict) -> Summary:
+def summarize(tables: dict[str, pl.DataFrame], meta: SummaryMeta) -> Summary:
     """A run's summary (written as its summary.json).
 
-    ``meta`` carries what the tables do not: scenario name, run id, scale factor,
-    All-Reduce size and ranks, the ring's slowest link, and per watched port its
-    link name, rate and the ranks whose ring hop crosses it. A program's first
-    ``meta["warmup"]`` iterations are left out of every figure.
+    ``meta`` carries what the tables do not (:class:`SummaryMeta`): scenario name, run id,
+    scale factor, the workload's facts, the ring's slowest link, the bottleneck ports and
+    what each policy reported besides. A program's first ``meta.warmup`` iterations are
+    left out of every figure.
     """
-    if warmup := meta.get("warmup"):
+    if warmup := meta.warmup:
         tables = {**tables,
                   "collectives": tables["collectives"].filter(pl.col("op") >= warmup),
                   "program_ops": tables["program_ops"].filter(
@@ -530,20 +532,20 @@ def summarize(tables: dict[str, pl.DataFrame], meta: dict) -> Summary:
     ops = op_times(tables["collectives"])
     spans = windows(ops)
     policies = {p: _policy(tables, meta, p, ops.filter(pl.col("policy") == p), *spans[p])
-                for p in meta["policies"] if p in spans}
+                for p in meta.policies if p in spans}
     base = policies["isolated"].workload if "isolated" in policies else None
     policies = {p: replace(s, workload=with_slowdowns(s.workload, base))
                 for p, s in policies.items()}
-    if isinstance(base, AllReduce) and base.busbw_mbps < 0.8 * meta["ring_link_mbps"]:
+    if isinstance(base, AllReduce) and base.busbw_mbps < 0.8 * meta.ring_link_mbps:
         fid = policies["isolated"].fidelity
         policies["isolated"] = replace(policies["isolated"], fidelity=replace(
             fid, generator_limited=True, notes=(
                 *fid.notes,
                 f"the All-Reduce alone reached {base.busbw_mbps:.0f} Mbit/s of bus bandwidth "
-                f"on {meta['ring_link_mbps']:g} Mbit/s links: the traffic generator, not the "
+                f"on {meta.ring_link_mbps:g} Mbit/s links: the traffic generator, not the "
                 "network, was the limit")))
-    return Summary(scenario=meta["scenario"], run_id=meta["run_id"],
-                   scale_factor=meta["scale_factor"], policies=policies)
+    return Summary(scenario=meta.scenario, run_id=meta.run_id,
+                   scale_factor=meta.scale_factor, policies=policies)
 
 
 def _ratio(mine: float | None, base: float | None) -> float | None:

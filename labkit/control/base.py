@@ -5,11 +5,19 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass
+from typing import Protocol
 
 from labkit.kernel import sched
 from labkit.kernel.feed import FabricFeed
-from labkit.kernel.valve import Valves
 from labkit.model.scenario import ControlSpec
+
+
+class LaneValves(Protocol):
+    """What a controller does to the hosts' valves: change a lane's setting (``mbps=...``,
+    ``busy_mbps=...``). A run's are :class:`labkit.kernel.valve.Valves`; lab 3's rehearsal
+    and the tests stand in their own."""
+
+    def set(self, host: str, lane: str, reason: str, **changes: float | None) -> None: ...
 
 
 @dataclass
@@ -19,7 +27,7 @@ class Plant:
     fair share in Mbit/s, the bottleneck's rate, the fabric telemetry feed, the GPU hosts (whose
     job publishes its phase) and the scenario's knobs."""
 
-    valves: Valves
+    valves: LaneValves
     senders: dict[str, float]  # host -> its fair share, Mbit/s
     gpu_hosts: list[str]
     bottleneck_mbps: float

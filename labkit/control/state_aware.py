@@ -25,8 +25,8 @@ from __future__ import annotations
 
 from collections import deque
 
-from labkit.control.base import Controller
-from labkit.kernel.valve import JobPhase
+from labkit.control.base import Controller, Plant
+from labkit.kernel.valve import JobPhase, Valves
 
 RELAY_POLL_MS = 5.0
 DRAIN_MS = 20.0  # the idle rate drains a queue seen at the bottleneck in about this long
@@ -36,8 +36,12 @@ DRAIN_FROM_MS = 5.0  # ... from this long a queue (shorter ones TCP keeps, and d
 class StateAware(Controller):
     name = "state-aware"
 
-    def __init__(self, plant):
+    def __init__(self, plant: Plant):
         super().__init__(plant, interval_ms=RELAY_POLL_MS)
+        if not isinstance(plant.valves, Valves):
+            raise TypeError("state-aware reads the GPU hosts' phase maps and writes the "
+                            "storage hosts': it needs a run's valves (labkit.kernel.valve)")
+        self.valves = plant.valves
         spec = plant.spec
         for host, fair_mbps in plant.senders.items():
             plant.valves.set(host, "low", "state-aware: the idle rate, and the busy rate "
@@ -54,7 +58,7 @@ class StateAware(Controller):
         next windows, from the first start to the last end."""
         windows = []
         for host in self.plant.gpu_hosts:
-            raw = self.plant.valves.valves[host].obj.maps["lk_phase"].lookup(0)
+            raw = self.valves.valves[host].obj.maps["lk_phase"].lookup(0)
             if not isinstance(raw, bytes):  # an array map (one value) has every slot
                 raise RuntimeError(f"{host}'s lk_phase map has no phase in slot 0")
             p = JobPhase.from_buffer_copy(raw)
@@ -96,5 +100,5 @@ class StateAware(Controller):
         while self.in_flight and self.in_flight[0][0] <= now_ns:
             _, (start, end) = self.in_flight.popleft()
             for host in self.relayed:
-                self.plant.valves.valves[host].publish_phase("soon", start, end)
-            self.plant.valves.log_phase(sorted(self.relayed), start, end, now_ns)
+                self.valves.valves[host].publish_phase("soon", start, end)
+            self.valves.log_phase(sorted(self.relayed), start, end, now_ns)

@@ -92,7 +92,7 @@ class _Lib:
 
     def __init__(self) -> None:
         self._cdll: ctypes.CDLL | None = None
-        self._printer = None
+        self._printer: object = None  # the print callback, kept alive while libbpf holds it
 
     def __getattr__(self, name):
         return getattr(self.cdll, name)
@@ -248,21 +248,18 @@ class TestRunOpts(ctypes.Structure):
     ]
 
 
+def _u32s(names: str) -> list[tuple[str, type[ctypes.c_uint32]]]:
+    return [(name, ctypes.c_uint32) for name in names.split()]
+
+
 class SkBuff(ctypes.Structure):
     """``struct __sk_buff`` (UAPI), the context of tc programs in test runs."""
 
     _fields_ = [
-        (name, ctypes.c_uint32)
-        for name in (
-            "len pkt_type mark queue_mapping protocol vlan_present vlan_tci vlan_proto "
-            "priority ingress_ifindex ifindex tc_index"
-        ).split()
-    ] + [
+        *_u32s("len pkt_type mark queue_mapping protocol vlan_present vlan_tci vlan_proto "
+               "priority ingress_ifindex ifindex tc_index"),
         ("cb", ctypes.c_uint32 * 5),
-        *[
-            (name, ctypes.c_uint32)
-            for name in "hash tc_classid data data_end napi_id family remote_ip4 local_ip4".split()
-        ],
+        *_u32s("hash tc_classid data data_end napi_id family remote_ip4 local_ip4"),
         ("remote_ip6", ctypes.c_uint32 * 4),
         ("local_ip6", ctypes.c_uint32 * 4),
         ("remote_port", ctypes.c_uint32),
@@ -352,6 +349,29 @@ class Map:
         return [raw[i * self.stride : i * self.stride + self.value_size]
                 for i in range(self.ncpu)]
 
+    def value(self, key) -> bytes:
+        """The value at ``key`` of a map that is not per-CPU; KeyError when it has none."""
+        if self.percpu:
+            raise ValueError(f"map {self.name} is per-CPU: read it with per_cpu()")
+        return self._present(self.lookup_raw(key), key)[: self.value_size]
+
+    def per_cpu(self, key) -> list[bytes]:
+        """Each CPU's value at ``key`` of a per-CPU map; KeyError when it has none."""
+        if not self.percpu:
+            raise ValueError(f"map {self.name} is not per-CPU: read it with value()")
+        raw = self._present(self.lookup_raw(key), key)
+        return [raw[i * self.stride : i * self.stride + self.value_size]
+                for i in range(self.ncpu)]
+
+    def raw(self, key) -> bytes:
+        """:meth:`lookup_raw`'s bytes; KeyError when the map has no value at ``key``."""
+        return self._present(self.lookup_raw(key), key)
+
+    def _present(self, raw: bytes | None, key) -> bytes:
+        if raw is None:
+            raise KeyError(f"map {self.name} has no value at {key!r}")
+        return raw
+
     def pin(self, path: Path) -> None:
         _check(lib.bpf_obj_pin(self.fd, str(path).encode()), f"pin of map {self.name} at {path}")
 
@@ -439,7 +459,7 @@ class TracingLink:
     """A bpf_link of a tracing program; destroyed by :meth:`close`."""
 
     def __init__(self, ptr: int):
-        self._ptr = ptr
+        self._ptr: int | None = ptr
 
     def close(self) -> None:
         if self._ptr:

@@ -111,10 +111,10 @@ class Fabric:
         try:
             if self.cgroup_path:
                 self.group = cgroups.make(self.cgroup_path, self.registry.add)
-            self.net = Mininet(topo=None, build=False, controller=None, autoSetMacs=False,
+            net = self.net = Mininet(topo=None, build=False, controller=None, autoSetMacs=False,
                                autoStaticArp=False, waitConnected=False)
             for name in self.topo.roles:
-                node = self.net.addHost(name, cls=Node, ip=None, inNamespace=True)
+                node = net.addHost(name, cls=Node, ip=None, inNamespace=True)
                 self.registry.add_process(node.pid, f"mininet node {name}", signal.SIGHUP)
                 if self.group:  # what the node's shell runs (its command line's) joins it
                     self.group.add(node.pid)
@@ -122,7 +122,7 @@ class Fabric:
                 self.ns[name] = Netns(node.pid, name)
                 self.registry.add("netns", node=name, pid=node.pid, inode=self.ns[name].inode)
             for pa, pb in self.topo.links:
-                link = self.net.addLink(pa.node, pb.node, intfName1=pa.ifname,
+                link = net.addLink(pa.node, pb.node, intfName1=pa.ifname,
                                         intfName2=pb.ifname, addr1=mac_for(pa.ip),
                                         addr2=mac_for(pb.ip))
                 for intf, port in ((link.intf1, pa), (link.intf2, pb)):

@@ -41,6 +41,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable
+from functools import partial
 
 from pyroute2 import IPRoute
 
@@ -48,6 +49,8 @@ from labkit.kernel import bpf, sched, tc
 from labkit.kernel.fabric import Fabric
 from labkit.kernel.netns import Netns
 from labkit.kernel.valve import GATE_LANE, Valves
+
+Job = Callable[[IPRoute], object]  # what a HostWorker does, on its netlink socket
 
 POLL_MS = 2.0
 GSO_MAX_BYTES = 65536  # the largest packet a host's TCP hands its NIC (one GSO run)
@@ -83,7 +86,7 @@ class HostWorker:
 
     def __init__(self, ns: Netns, name: str, errors: list[BaseException]):
         self.name = name
-        self.jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self.jobs: queue.SimpleQueue[Job | None] = queue.SimpleQueue()
         self.errors = errors
         self.thread = ns.thread(self._run, f"gates-{name}")
         self.thread.start()
@@ -101,7 +104,8 @@ class HostWorker:
             while not stopped and self.jobs.get() is not None:  # drain until told to stop
                 pass
 
-    def submit(self, job: Callable[[IPRoute], object]) -> None:
+    def submit(self, job: Job | None) -> None:
+        """Do ``job`` in turn (None: stop after the jobs before it)."""
         self.jobs.put(job)
 
 
@@ -128,6 +132,9 @@ class Gates:
         """Hand each host's worker the ceiling when it changed, then a wake when its gate
         opened wider (so what the woken senders push leaves at the new ceiling); the
         workers do them at once, each in its host's namespace."""
+        iterator = self.iterator
+        if iterator is None:
+            raise RuntimeError("the gates step only once started")
         for host in self.hosts:
             valve = self.valves.valves[host]
             allowed = valve.gate(time.monotonic_ns())
@@ -136,12 +143,12 @@ class Gates:
             ceil = ceiling(allowed, setting.horizon_ms, self.nics[host][1].mtu, setting.mbps,
                            self.ceilings[host])
             if ceil != self.ceilings[host]:
-                worker.submit(lambda ipr, nic=self.nics[host], c=ceil:
-                              tc.set_held_ceil(ipr, *nic, c))
+                index, shape = self.nics[host]
+                worker.submit(partial(tc.set_held_ceil, index=index, port=shape, ceil_mbps=ceil))
                 self.ceilings[host] = ceil
                 self.ceiling_changes += 1
             if allowed > self.allowed[host]:
-                worker.submit(lambda _ipr: self.iterator.run())
+                worker.submit(lambda _ipr: iterator.run())
                 self.wakes += 1
             self.allowed[host] = allowed
 

@@ -44,8 +44,8 @@ def deferred(what: str = "changing the kernel") -> Iterator[None]:
         _holding.clear()
         for s, handler in previous.items():  # None: not Python's; the default then
             signal.signal(s, signal.SIG_DFL if handler is None else handler)
-        for s in dict.fromkeys(caught):
-            signal.raise_signal(s)
+        for signum in dict.fromkeys(caught):
+            signal.raise_signal(signum)
 
 
 @contextmanager
@@ -60,7 +60,7 @@ def reaching_the_main_thread(signals: tuple[int, ...]) -> Iterator[None]:
     os.set_blocking(w, False)
     previous = signal.set_wakeup_fd(w, warn_on_full_buffer=False)
     was = signal.signal(WAKE, lambda *_: None)
-    main = threading.main_thread().ident
+    main = threading.get_ident()  # the main thread's: set_wakeup_fd raised in any other
 
     def relay() -> None:
         while got := os.read(r, 64):

@@ -16,6 +16,7 @@ cooperation, and only where the job meets storage), once a burst across has carr
 from __future__ import annotations
 
 import socket
+from collections.abc import Sequence
 
 from labkit.kernel import bpf, tc
 from labkit.kernel.cgroups import Cgroup
@@ -31,7 +32,7 @@ class JobMark:
     """One rank host's marker: its object and its configuration."""
 
     def __init__(self, host: str, group: Cgroup, dscp: int, quiet_ms: float, hold_ms: float,
-                 far: list[str] = (), phase: bpf.Map | None = None,
+                 far: Sequence[str] = (), phase: bpf.Map | None = None,
                  record: bpf.Recorder | None = None, open_bytes: int = OPEN_BYTES):
         self.host = host
         self.obj = bpf.record_programs(
@@ -45,17 +46,17 @@ class JobMark:
 
     def counters(self) -> tuple[int, int]:
         """(packets, bytes) of the job out of this NIC so far."""
-        per_cpu = LANE_COUNTERS.iter_unpack(self.obj.maps["lk_jobmark_stats"].lookup_raw(0))
+        per_cpu = LANE_COUNTERS.iter_unpack(self.obj.maps["lk_jobmark_stats"].raw(0))
         packets, nbytes = map(sum, zip(*per_cpu, strict=True))
         return packets, nbytes
 
     def bursts(self) -> tuple[list[BurstRow], int]:
         """The bursts so far, the one under way last, and how many were lost (past
         :data:`labkit.model.abi.MAX_BURSTS`)."""
-        state = JobState.from_buffer_copy(self.obj.maps["lk_job_state"].lookup(0))
+        state = JobState.from_buffer_copy(self.obj.maps["lk_job_state"].value(0))
         kept = min(state.ended, MAX_BURSTS)
         table = self.obj.maps["lk_job_bursts"]
-        rows = [BurstRow(self.host, *BURST.unpack(table.lookup(i))) for i in range(kept)]
+        rows = [BurstRow(self.host, *BURST.unpack(table.value(i))) for i in range(kept)]
         if state.open.packets:
             o = state.open
             rows.append(BurstRow(self.host, o.start_ns, o.end_ns, o.bytes, o.packets))
@@ -74,7 +75,7 @@ class JobMarks:
         self.attachments: list[tuple[Netns, bpf.TcAttachment]] = []
 
     def attach(self, host: str, ns: Netns, ifname: str, ifindex: int, group: Cgroup,
-               dscp: int, quiet_ms: float, hold_ms: float, far: list[str] = (),
+               dscp: int, quiet_ms: float, hold_ms: float, far: Sequence[str] = (),
                phase: bpf.Map | None = None) -> JobMark:
         """A marker on ``host``'s NIC for the processes of ``group`` (``far``: the
         addresses whose path from ``host`` crosses a bottleneck port)."""

@@ -47,8 +47,9 @@ def read_lane_counters(stats: bpf.Map, first: int) -> dict[str, tuple[int, int]]
     """Sum per-CPU ``lk_lane_counters`` at keys ``first .. first+2`` into (packets, bytes)."""
     out = {}
     for i, lane in enumerate(LANES):
-        per_cpu = LANE_COUNTERS.iter_unpack(stats.lookup_raw(first + i))  # (packets, bytes)
-        out[lane] = tuple(map(sum, zip(*per_cpu, strict=True)))
+        per_cpu = LANE_COUNTERS.iter_unpack(stats.raw(first + i))  # (packets, bytes)
+        packets, nbytes = map(sum, zip(*per_cpu, strict=True))
+        out[lane] = (packets, nbytes)
     return out
 
 

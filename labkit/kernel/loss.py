@@ -32,7 +32,7 @@ class LossyLinks:
 
     def drops(self) -> dict[str, int]:
         return {name: sum(int.from_bytes(v, "little")
-                          for v in obj.maps["lk_loss_drops"].lookup(0))
+                          for v in obj.maps["lk_loss_drops"].per_cpu(0))
                 for name, obj in self.objects.items()}
 
     def close(self) -> None:

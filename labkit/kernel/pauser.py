@@ -39,7 +39,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import NamedTuple
+from typing import IO, NamedTuple
 
 from labkit.kernel import bpf, tc
 from labkit.kernel.fabric import mac_for
@@ -255,7 +255,7 @@ class Pauser:
         self.rows: list[PauseRow] = []
         self.errors: list[str] = []
         self.child: subprocess.Popen | None = None
-        self._stderr = None  # the pauser's stderr, a file
+        self._stderr: IO[bytes] | None = None  # the pauser's stderr, a file
         try:
             self._load(fabric.registry.add)
         except BaseException:
@@ -274,8 +274,8 @@ class Pauser:
             for i, lane in enumerate(LANES):
                 if q.lane in (lane, "all"):
                     port.queue[i] = slot + 1
-        for key, port in ports.items():
-            self.obj.maps["lk_pause_ports"].update(bytes(PortKey(*key)), port)
+        for where, port in ports.items():
+            self.obj.maps["lk_pause_ports"].update(bytes(PortKey(*where)), port)
         routers = {q.port.node for q in self.plan}
         for router in routers:
             for ingress in topo.ports[router]:
@@ -305,28 +305,30 @@ class Pauser:
         brief = self._brief()
         fds = [brief["ring_fd"], *(fd for s in self.switches.values() for fd in s.fds())]
         self._stderr = tempfile.TemporaryFile()  # read once it ends: a pipe could fill
-        self.child = subprocess.Popen(
+        child = self.child = subprocess.Popen(
             [sys.executable, "-m", "labkit.kernel.pauser"], stdin=subprocess.PIPE,
             stdout=subprocess.PIPE, stderr=self._stderr, pass_fds=fds, process_group=0,
             cwd=Path(__file__).resolve().parents[2])
-        self.fabric.registry.add_process(self.child.pid, "pauser", signal.SIGKILL)
+        self.fabric.registry.add_process(child.pid, "pauser", signal.SIGKILL)
+        stdin, stdout = child.stdin, child.stdout
+        assert stdin is not None and stdout is not None  # pipes, as asked
         try:
-            self.child.stdin.write(json.dumps(brief).encode() + b"\n")
-            self.child.stdin.flush()
-            ready = select.select([self.child.stdout], [], [], READY_WAIT_S)[0]
-            started = ready and os.read(self.child.stdout.fileno(), len(READY)) == READY
+            stdin.write(json.dumps(brief).encode() + b"\n")
+            stdin.flush()
+            ready = select.select([stdout], [], [], READY_WAIT_S)[0]
+            started = ready and os.read(stdout.fileno(), len(READY)) == READY
         except OSError:  # it died before it read its brief
             started = False
         if not started:
-            self._end()
+            self._end(child)
             raise RuntimeError(f"the pauser did not start within {READY_WAIT_S:g} s: "
                                f"{self._said() or 'it said nothing'}")
         return self
 
-    def _end(self) -> bytes:
-        """Close the pauser's stdin (its cue to report and exit) and read its report,
-        killing it if it has not exited within :data:`STOP_WAIT_S`."""
-        child, self.child = self.child, None
+    def _end(self, child: subprocess.Popen) -> bytes:
+        """Close the pauser's (``child``'s) stdin, its cue to report and exit, and read its
+        report, killing it if it has not exited within :data:`STOP_WAIT_S`."""
+        self.child = None
         try:  # communicate() closes its stdin first
             out, _ = child.communicate(timeout=STOP_WAIT_S)
         except subprocess.TimeoutExpired:
@@ -336,6 +338,8 @@ class Pauser:
 
     def _said(self) -> str:
         """The end of what the pauser wrote to stderr."""
+        if self._stderr is None:  # not started
+            return ""
         self._stderr.seek(0)
         return _tail(self._stderr.read())
 
@@ -350,7 +354,7 @@ class Pauser:
 
     def lost(self) -> int:
         """Events the kernel could not deliver (a full ring)."""
-        return sum(int.from_bytes(v, "little") for v in self.obj.maps["lk_pause_lost"].lookup(0))
+        return sum(int.from_bytes(v, "little") for v in self.obj.maps["lk_pause_lost"].per_cpu(0))
 
     def stop(self) -> list[PauseRow]:
         """End the pauser process (it resumes every queue it paused first) and return
@@ -359,7 +363,7 @@ class Pauser:
         if self.child is None:
             return self.rows
         child = self.child
-        out = self._end()
+        out = self._end(child)
         try:
             report = json.loads(out)
         except ValueError:

@@ -51,7 +51,8 @@ class PacketCapture:
             proc.send_signal(signal.SIGTERM)
         for proc, _ in self.procs:
             proc.wait(timeout=10)
-            proc.stderr.close()
+            if proc.stderr:  # a pipe (start)
+                proc.stderr.close()
         return [path for _, path in self.procs]
 
 

@@ -47,7 +47,7 @@ def port_key_bytes(netns_ino: int, ifindex: int) -> bytes:
 
 def read_hist(hists: bpf.Map, key: int) -> list[int]:
     """A per-CPU ``struct lk_hist``, summed over CPUs."""
-    per_cpu = [Hist.from_buffer_copy(v) for v in hists.lookup(key)]
+    per_cpu = [Hist.from_buffer_copy(v) for v in hists.per_cpu(key)]
     return [sum(h.buckets[b] for h in per_cpu) for b in range(HIST_BUCKETS)]
 
 
@@ -93,9 +93,10 @@ class QueueProbe:
         """(events lost because the ring buffer was full, packets considered for sampling,
         dequeues whose enqueue the tracepoint did not report, so no sojourn was taken).
         Dequeue gaps are counted apart (``abi.SEEN_GAPS``) and not reported here."""
-        per_cpu = [self.obj.maps["lk_lost"].lookup(k)
-                   for k in (abi.LOST_EVENTS, abi.SEEN_PACKETS, abi.LOST_UNPAIRED)]
-        return tuple(sum(int.from_bytes(v, "little") for v in cpu) for cpu in per_cpu)
+        lost, seen, unpaired = (sum(int.from_bytes(v, "little")
+                                    for v in self.obj.maps["lk_lost"].per_cpu(k))
+                                for k in (abi.LOST_EVENTS, abi.SEEN_PACKETS, abi.LOST_UNPAIRED))
+        return lost, seen, unpaired
 
     def pin(self, directory: Path) -> None:
         for name in TRACEPOINT_PROGRAMS:

@@ -45,9 +45,9 @@ def read_counters(stats: bpf.Map) -> dict[str, ValveCounters]:
     out = {}
     for i, lane in enumerate(LANES):
         total = ValveCounters()
-        for raw in stats.lookup(i):
+        for raw in stats.per_cpu(i):
             c = ValveCounters.from_buffer_copy(raw)
-            for name, _ in ValveCounters._fields_:
+            for name, *_ in ValveCounters._fields_:
                 setattr(total, name, getattr(total, name) + getattr(c, name))
         out[lane] = total
     return out
@@ -85,7 +85,7 @@ class Valve:
         setting = self.lanes[GATE_LANE]
         mbps = setting.mbps
         if setting.busy_mbps is not None:
-            p = JobPhase.from_buffer_copy(self.obj.maps["lk_phase"].lookup(0))
+            p = JobPhase.from_buffer_copy(self.obj.maps["lk_phase"].value(0))
             if p.busy_from_ns - self.lead_ns <= now_ns < p.busy_until_ns:
                 mbps = setting.busy_mbps
         return float("inf") if mbps is None else mbps

@@ -52,6 +52,8 @@ from labkit.kernel.telemetry import (
 from labkit.model import lossless
 from labkit.model.abi import EV_GAP, EV_SOJOURN, LANES
 from labkit.model.scenario import Policy, ProgramSpec, Scenario
+from labkit.model.summary import Command, Telemetry
+from labkit.model.summary_meta import LosslessMeta, PortMeta, SummaryMeta
 from labkit.model.tables import (
     BurstRow,
     CollectiveRow,
@@ -560,43 +562,48 @@ def tracepoint_unseen(lane_rows: list[LaneRow]) -> int:
 
 
 def summary_meta(sc: Scenario, topo: Topology, run_id: str, results: list[PolicyResult]
-                 ) -> dict:
+                 ) -> SummaryMeta:
     """What :func:`labkit.analysis.metrics.summarize` needs besides the tables."""
     ranks = sc.ranks
     per_hop, senders = bytes_per_iteration(sc, topo)
-    ports = {p.ifname: {"link": p.link.name, "rate_mbps": p.link.rate_mbps, "node": p.node,
-                        "burst_bytes": tc.burst_bytes(tc.bytes_per_s(p.link.rate_mbps),
-                                                      p.link.mtu),
-                        "hop": f"{p.node}->{p.peer}",
-                        "senders": sorted(senders.get(f"{p.node}->{p.peer}", ()))}
+    ports = {p.ifname: PortMeta(link=p.link.name, rate_mbps=p.link.rate_mbps, node=p.node,
+                                burst_bytes=tc.burst_bytes(tc.bytes_per_s(p.link.rate_mbps),
+                                                           p.link.mtu),
+                                hop=f"{p.node}->{p.peer}",
+                                senders=tuple(sorted(senders.get(f"{p.node}->{p.peer}", ()))))
              for p in topo.bottleneck_ports()}
     ring_link = min(link.rate_mbps for a in ranks for b in ranks if a != b
                     for link in topo.links_on_path(a, b))
-    return {"scenario": sc.name, "run_id": run_id, "scale_factor": sc.scale_factor,
-            "policies": [r.policy for r in results],
-            "workload": sc.workload.kind,
-            "job": sc.job.as_dict() if sc.job else None,
-            "size_bytes": sc.allreduce.size_bytes if sc.allreduce else None,
-            "bytes_per_iteration": per_hop,
-            "ranks": len(ranks), "ring_link_mbps": ring_link, "ports": ports,
-            "telemetry": {r.policy: {"sample_every": sample_every_for(len(ranks)),
-                                     "events_lost": r.events_lost,
-                                     "packets_considered": r.packets_sampled,
-                                     "dequeues_unpaired": r.unpaired,
-                                     "tracepoint_unseen": tracepoint_unseen(r.lanes),
-                                     "orchestrator_cpu_share": r.orchestrator_cpu_share}
-                          for r in results},
-            "loss_drops": {r.policy: r.loss_drops for r in results},
-            "commands": {r.policy: [c.to_json() for c in r.commands]
-                         for r in results if r.commands},
-            "storage_errors": {r.policy: r.storage_errors for r in results},
-            "program": {r.policy: r.program for r in results} if sc.program else None,
-            "warmup": sc.program.warmup if sc.program else 0,
-            "control": {r.policy: r.control for r in results if r.control},
-            "lossless": {"lanes": list(sc.fabric.lossless),
-                         "budget_us": lossless.REACTION_BUDGET_S * 1e6,
-                         "packet_us": min(p.link.mtu * 8 / p.link.rate_mbps
-                                          for p in topo.bottleneck_ports()),
-                         "layouts": {r.policy: r.port_layout for r in results},
-                         "notes": {r.policy: r.pause_notes for r in results}}
-            if sc.fabric.lossless else None}
+    return SummaryMeta(
+        scenario=sc.name, run_id=run_id, scale_factor=sc.scale_factor,
+        policies=tuple(r.policy for r in results),
+        workload=sc.workload.kind,
+        job=sc.job,
+        size_bytes=sc.allreduce.size_bytes if sc.allreduce else None,
+        bytes_per_iteration=per_hop,
+        ranks=len(ranks), ring_link_mbps=ring_link, ports=ports,
+        telemetry={r.policy: Telemetry(sample_every=sample_every_for(len(ranks)),
+                                       events_lost=r.events_lost,
+                                       packets_considered=r.packets_sampled,
+                                       dequeues_unpaired=r.unpaired,
+                                       tracepoint_unseen=tracepoint_unseen(r.lanes),
+                                       orchestrator_cpu_share=r.orchestrator_cpu_share)
+                   for r in results},
+        loss_drops={r.policy: r.loss_drops for r in results},
+        commands={r.policy: tuple(Command(name=c.name, role=c.role, host=c.host,
+                                          argv=tuple(c.argv), exit=c.exit,
+                                          stopped_by_labkit=c.stopped_by_labkit)
+                                  for c in r.commands)
+                  for r in results if r.commands},
+        storage_errors={r.policy: r.storage_errors for r in results},
+        program=({r.policy: r.program for r in results if r.program is not None}
+                 if sc.program else None),
+        warmup=sc.program.warmup if sc.program else 0,
+        control={r.policy: r.control for r in results if r.control},
+        lossless=LosslessMeta(
+            lanes=tuple(sc.fabric.lossless),
+            budget_us=lossless.REACTION_BUDGET_S * 1e6,
+            packet_us=min(p.link.mtu * 8 / p.link.rate_mbps for p in topo.bottleneck_ports()),
+            layouts={r.policy: r.port_layout for r in results},
+            notes={r.policy: tuple(r.pause_notes) for r in results})
+        if sc.fabric.lossless else None)

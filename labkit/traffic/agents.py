@@ -55,7 +55,8 @@ class Agent(Generic[R]):
     def __init__(self, fabric: Fabric, node: str, module: str,
                  cfg: configs.Collective | configs.Storage, reports: type[R], workdir: Path,
                  what: str, pass_fds: tuple[int, ...] = ()):
-        self.node, self.what, self.reports = node, what, reports
+        self.node, self.what = node, what
+        self.reports: type[R] = reports
         self.cfg_path = workdir / f"{what}-{node}.json"
         self.out = workdir / f"{what}-{node}.result.json"
         self.err_path = workdir / f"{what}-{node}.stderr"
@@ -114,18 +115,18 @@ def await_lines(agents: list[Agent], word: str, timeout_s: float,
                 raise AgentError(f"timed out after {timeout_s:.0f} s waiting for {word} "
                                  f"from {names}")
             for key, _ in sel.select(timeout=min(left, 0.5)):
-                a: Agent = key.data
-                lines = a.read_lines()
+                agent: Agent = key.data
+                lines = agent.read_lines()
                 if lines is None:
-                    sel.unregister(a.proc.stdout)
-                    raise AgentError(a.failure())
+                    sel.unregister(agent.proc.stdout)
+                    raise AgentError(agent.failure())
                 for line in lines:
                     if line == word:
-                        waiting.discard(a)
-                        sel.unregister(a.proc.stdout)
+                        waiting.discard(agent)
+                        sel.unregister(agent.proc.stdout)
                         break
                     if on_line:
-                        on_line(a, line)
+                        on_line(agent, line)
     finally:
         sel.close()
 
@@ -183,17 +184,19 @@ def storage_configs(sc: Scenario, topo: Topology) -> dict[str, configs.Storage]:
         flows = len(st.clients) * st.queues
         share = st.offered_load * rate_mbps * 1e6 / 8 / flows  # bytes/s per connection
         paced = st.arrival.process != "poisson"  # Poisson's arrivals set its rate
-        entry = {"name": st.name, "pattern": st.pattern, "port": st.port,
-                 "pacing_bytes_per_s": int(share) if paced else 0}
+        pacing = int(share) if paced else 0
         base = STORAGE_SPORT_BASE + i * STORAGE_SPORTS_PER_ENTRY
         serve = served.setdefault(st.server, configs.Served(
             ports=[], flows=[], templates=nvme.templates(wire.BLOCK)))
         serve.ports[:] = sorted({*serve.ports, st.port})
-        serve.flows.append(configs.ServedFlow(**entry, sport_lo=base, sport_hi=base + flows - 1))
+        serve.flows.append(configs.ServedFlow(
+            name=st.name, pattern=st.pattern, port=st.port, pacing_bytes_per_s=pacing,
+            sport_lo=base, sport_hi=base + flows - 1))
         templates = nvme.templates(st.io_bytes)
         for j, client in enumerate(st.clients):
             clients.setdefault(client, []).append(configs.Client(
-                **entry, queues=st.queues, io_bytes=st.io_bytes, queue_depth=st.queue_depth,
+                name=st.name, pattern=st.pattern, port=st.port, pacing_bytes_per_s=pacing,
+                queues=st.queues, io_bytes=st.io_bytes, queue_depth=st.queue_depth,
                 arrival=asdict(st.arrival), ios_per_s=share * st.queues / st.io_bytes,
                 seed=f"{sc.seed}/{st.name}/{client}", server_ip=topo.host_ip(st.server),
                 sport_base=base + j * st.queues, templates=templates))

@@ -68,10 +68,15 @@ class Commands:
         self.started: list[Started] = []
 
     def _start(self, spec: CommandSpec, role: str) -> None:
-        host, argv = (spec.host, spec.run) if role == "run" else (spec.serve_host, spec.serve)
+        if role == "run":
+            host, given = spec.host, spec.run
+        elif spec.serve_host is None:
+            raise ValueError(f"command {spec.name}: nowhere to serve from (no serve_host)")
+        else:
+            host, given = spec.serve_host, spec.serve
         stem = spec.name if role == "run" else f"{spec.name}.serve"
         self.workdir.mkdir(parents=True, exist_ok=True)
-        argv = expand_hosts(argv, self.topo.host_ip)
+        argv = expand_hosts(given, self.topo.host_ip)
         with open(self.workdir / f"{stem}.out", "wb") as out, \
                 open(self.workdir / f"{stem}.err", "wb") as err:
             proc = self.fabric.popen(host, argv, f"command {stem}", stdout=out, stderr=err,

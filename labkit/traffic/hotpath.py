@@ -20,6 +20,7 @@ import os
 import socket
 import struct
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 LIBRARY = Path(__file__).with_name("_hotpath.so")
@@ -95,15 +96,16 @@ class Tx:
     data each (:func:`labkit.model.traffic.roce.data_templates`)."""
 
     def __init__(self, sock: socket.socket, src_ip: str, sport: int, dest: tuple[str, int],
-                 templates: dict[str, bytes], mtu: int, seq_base: int, batch: int = 32,
-                 gso: int = 1):
+                 templates: Mapping[str, bytes | bytearray], mtu: int, seq_base: int,
+                 batch: int = 32, gso: int = 1):
         if not 0 <= seq_base < 1 << 32:
             raise ValueError(f"a stamp's seq base is 32 bits, not {seq_base:#x}")
         self.sock, self.batch, self.packets = sock, batch, 0
         data = [bytes(templates[k]) for k in KINDS]
-        handle = lib().lk_tx_new(sock.fileno(), _addr(src_ip), _addr(dest[0]), sport, dest[1],
-                                 gso, batch, mtu, seq_base, (ctypes.c_char_p * 4)(*data),
-                                 (ctypes.c_uint32 * 4)(*map(len, data)))
+        self._c = c = lib()
+        handle = c.lk_tx_new(sock.fileno(), _addr(src_ip), _addr(dest[0]), sport, dest[1],
+                             gso, batch, mtu, seq_base, (ctypes.c_char_p * 4)(*data),
+                             (ctypes.c_uint32 * 4)(*map(len, data)))
         if not handle:
             err = ctypes.get_errno()
             raise OSError(err, f"hotpath: cannot set up a queue pair to {dest[0]} "
@@ -115,14 +117,14 @@ class Tx:
         it takes."""
         if not MIN_MESSAGE <= nbytes <= MAX_MESSAGE:
             raise ValueError(f"a RoCE message is {MIN_MESSAGE} bytes to 4 GiB - 1, not {nbytes}")
-        count = _checked(_lib.lk_tx_enqueue(self._h, nbytes, chunk, value), "enqueue")
+        count = _checked(self._c.lk_tx_enqueue(self._h, nbytes, chunk, value), "enqueue")
         self.packets += count
         return count
 
     def send(self, first: int, stop: int, blocking: bool = False) -> int:
         """Send packets [first, stop) (at most ``batch``) in one call: how many the kernel
         took; 0 when the socket is full."""
-        return _checked(_lib.lk_tx_send(self._h, first, stop, blocking), "sendmmsg")
+        return _checked(self._c.lk_tx_send(self._h, first, stop, blocking), "sendmmsg")
 
     def __del__(self):
         if _lib is not None and getattr(self, "_h", None):
@@ -135,24 +137,26 @@ class Rx:
 
     def __init__(self, sock: socket.socket, own_ip: str):
         self.sock = sock
-        self._h = lib().lk_rx_new(sock.fileno(), _addr(own_ip), sock.getsockname()[1])
+        self._c = c = lib()
+        self._h = c.lk_rx_new(sock.fileno(), _addr(own_ip), sock.getsockname()[1])
         if not self._h:
             raise MemoryError("hotpath: lk_rx_new")
         self._events = ctypes.create_string_buffer(MAX_EVENTS * EVENT.size)
 
-    def add_peer(self, ip: str, port: int, ack: bytes, nak: bytes, cnp: bytes | None) -> int:
+    def add_peer(self, ip: str, port: int, ack: bytes | bytearray, nak: bytes | bytearray,
+                 cnp: bytes | bytearray | None) -> int:
         """A peer's queue pair at ``ip``:``port``, answered with these templates (``cnp``
         None: marks are not answered): its index in events."""
         cnp = cnp or b""
-        return _checked(_lib.lk_rx_peer(self._h, _addr(ip), port, bytes(ack), len(ack),
-                                        bytes(nak), len(nak), bytes(cnp), len(cnp)), "peer")
+        return _checked(self._c.lk_rx_peer(self._h, _addr(ip), port, bytes(ack), len(ack),
+                                           bytes(nak), len(nak), bytes(cnp), len(cnp)), "peer")
 
     def drain(self) -> list[tuple[int, int, int, int, int]]:
         """Handle every packet waiting: ``(kind, peer, a, b, c)`` per message end
         (DELIVER: chunk, value, sent_ns), ACK (PSN, syndrome, 0) and CNP."""
         events: list[tuple[int, int, int, int, int]] = []
         while True:
-            n = _checked(_lib.lk_rx_drain(self._h, self._events, MAX_EVENTS), "recvmsg")
+            n = _checked(self._c.lk_rx_drain(self._h, self._events, MAX_EVENTS), "recvmsg")
             if n:
                 events += EVENT.iter_unpack(ctypes.string_at(self._events, n * EVENT.size))
             if n <= MAX_EVENTS - READ_EVENTS:  # it stopped because nothing was waiting
@@ -160,7 +164,7 @@ class Rx:
 
     def stats(self, peer: int) -> dict[str, int]:
         out = (ctypes.c_uint64 * 4)()
-        _checked(_lib.lk_rx_stats(self._h, peer, ctypes.byref(out)), "stats")
+        _checked(self._c.lk_rx_stats(self._h, peer, ctypes.byref(out)), "stats")
         return dict(zip(("messages", "bytes", "out_of_order", "cnps"), out, strict=True))
 
     def __del__(self):

@@ -210,9 +210,11 @@ class Programs:
             time.sleep(min(wait / 1e9, 0.05))
         self.released_ns = time.monotonic_ns()
         for rank in self.ranks:
+            stdin = rank.proc.stdin  # a pipe (start)
             try:
-                rank.proc.stdin.write(b"go\n")
-                rank.proc.stdin.close()
+                if stdin is not None:
+                    stdin.write(b"go\n")
+                    stdin.close()
             except OSError:
                 pass  # it is gone already: wait() reports it
 

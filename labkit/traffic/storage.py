@@ -72,7 +72,7 @@ class Stream:
         self.view = memoryview(self.buf)
         self.send_lock = threading.Lock()
 
-    def send(self, *parts: bytes) -> None:
+    def send(self, *parts: bytes | bytearray) -> None:
         with self.send_lock:
             for part in parts:
                 self.conn.sendall(part)
@@ -276,14 +276,14 @@ def run(cfg: configs.Storage, stdin) -> StorageResult:
     def counter(name: str) -> Counter:
         return counters.setdefault(name, Counter())
 
-    def accept_loop(lsock: socket.socket) -> None:
-        templates = serve_cfg.templates
+    def accept_loop(lsock: socket.socket, served: configs.Served) -> None:
+        templates = served.templates
         while not stop.is_set():
             try:
                 conn, (_, sport) = lsock.accept()
             except TimeoutError:
                 continue
-            flow = next((f for f in serve_cfg.flows if f.sport_lo <= sport <= f.sport_hi), None)
+            flow = next((f for f in served.flows if f.sport_lo <= sport <= f.sport_hi), None)
             if flow is None:
                 errors.append((time.monotonic_ns(), f"connection from unknown source port {sport}"))
                 conn.close()
@@ -293,8 +293,9 @@ def run(cfg: configs.Storage, stdin) -> StorageResult:
                   flow.pacing_bytes_per_s if sends else 0,
                   lambda s: serve(s, templates, stop))
 
-    for lsock in listeners:
-        threading.Thread(target=accept_loop, args=(lsock,), daemon=True).start()
+    if serve_cfg:  # the listeners are its
+        for lsock in listeners:
+            threading.Thread(target=accept_loop, args=(lsock, serve_cfg), daemon=True).start()
     for entry in cfg.clients:
         sends = entry.pattern == "write"
         issuers = []
@@ -313,7 +314,11 @@ def run(cfg: configs.Storage, stdin) -> StorageResult:
                          args=(issuers, entry.arrival, t0_ns, random.Random(entry.seed),
                                entry.ios_per_s, stop)).start()
 
-    threading.Thread(target=lambda: (stdin.readline(), stop.set()), daemon=True).start()
+    def stop_at_next_line() -> None:
+        stdin.readline()
+        stop.set()
+
+    threading.Thread(target=stop_at_next_line, daemon=True).start()
     while not stop.is_set():
         stop.wait(0.2)
     for conn in conns:  # wake threads blocked in send or receive

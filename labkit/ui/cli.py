@@ -23,7 +23,14 @@ from pathlib import Path
 
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+)
 from rich.table import Table
 
 from labkit.analysis.calibration import TRIAL_SECONDS
@@ -259,18 +266,20 @@ def cmd_validate(args) -> int:
         _print_json("validate", {"ok": False, "file": exc.file, "key": exc.key,
                                  "reason": exc.reason})
         return 2
-    sc = found.base if is_grid else found
     if args.json:
         _print_json("validate", {"ok": True, "file": file, "key": None, "reason": None,
                                  "kind": "grid" if is_grid else "scenario"})
         return 0
-    fabric = sc.fabric
-    console.print(f"{escape(file)}: ok, " + (
-        f"grid {found.name}: {found.size} runs of {escape(found.scenario_path)}, each a valid "
-        "scenario" if is_grid else
-        f"scenario {sc.name}: {len(fabric.routers)} routers, {len(fabric.hosts)} hosts, "
-        f"{len(fabric.links) + len(fabric.nvlinks)} links; policies {', '.join(sc.policies)}"),
-        highlight=False, soft_wrap=True)
+    if isinstance(found, grid.Grid):
+        sc = found.base
+        what = (f"grid {found.name}: {found.size} runs of {escape(found.scenario_path)}, "
+                "each a valid scenario")
+    else:
+        sc, fabric = found, found.fabric
+        what = (f"scenario {sc.name}: {len(fabric.routers)} routers, {len(fabric.hosts)} "
+                f"hosts, {len(fabric.links) + len(fabric.nvlinks)} links; policies "
+                f"{', '.join(sc.policies)}")
+    console.print(f"{escape(file)}: ok, {what}", highlight=False, soft_wrap=True)
     if sc.kinds:
         console.print(f"note: entries of your own traffic kinds "
                       f"({', '.join(name for name, _ in sc.kinds)}) are checked by their "
@@ -506,7 +515,7 @@ def cmd_run(args) -> int:
     sc = _scenario(args)
     _note_user_code(sc, args.controller)
     with _progress(to_stderr=args.json) as progress:
-        tasks: dict[str, int] = {}
+        tasks: dict[str, TaskID] = {}
 
         def show(p: runner.Progress) -> None:
             if p.policy not in tasks:
@@ -553,7 +562,7 @@ def cmd_calibrate(args) -> int:
     _before_building()
     _note_user_code(scenario_mod.load(args.scenario))
     with _progress("ops") as progress:
-        tasks: dict[tuple[float, str], int] = {}
+        tasks: dict[tuple[float, str], TaskID] = {}
         current = [1.0]
 
         def on_trial(factor: float, what: str) -> None:
@@ -764,7 +773,7 @@ def cmd_sweep(args) -> int:
     return 0 if not sum(r.wrong for r in done.rows) else 1
 
 
-_stopping = []
+_stopping: list[int] = []  # the signals that stopped the run
 
 
 def _raise_interrupt(signum, _frame):
@@ -817,6 +826,7 @@ def _print_summary(summary: Summary) -> None:
     for r in frame.iter_rows(named=True):
         times = (_fmt(r["p50_ms"], ".0f"), _fmt(r["p99_ms"], ".0f"),
                  f"{_fmt(r['slowdown_p50'])} / {_fmt(r['slowdown_p99'])}")
+        cells: tuple[str, ...]
         if jobs:
             cells = (str(r["ops"]), *times, _fmt(r["exposed_comm"], ".0%"),
                      _fmt(r["bubbles"], ".0%"), _fmt(r["bottleneck_mb_per_iter"], ".2f"))
@@ -853,9 +863,9 @@ def _print_summary(summary: Summary) -> None:
         console.print(c)
     paused = {k: (p.lossless, p.transport) for k, p in summary.policies.items() if p.lossless}
     if paused:
-        lanes = ", ".join(next(iter(paused.values()))[0].lanes)
-        x = Table(title=f"lossless ({lanes}; one queue per port under fifo): pauses, and how "
-                        "fast they acted, in microseconds", title_justify="left")
+        lossless_lanes = ", ".join(next(iter(paused.values()))[0].lanes)
+        x = Table(title=f"lossless ({lossless_lanes}; one queue per port under fifo): pauses, "
+                        "and how fast they acted, in microseconds", title_justify="left")
         for col in ("policy", "pauses", "paused ms", "reaction p50", "p99", "max",
                     "one frame", "go-back-N resends"):
             x.add_column(col, justify="left" if col == "policy" else "right", no_wrap=True)

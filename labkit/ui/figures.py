@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Collection, Iterator
+from functools import partial
 from pathlib import Path
 
 import plotly.graph_objects as go
@@ -42,8 +43,7 @@ def figure_set(run: Run) -> Iterator[tuple[str, Callable[[], go.Figure]]]:
         yield "three-stages", lambda: plots.three_stages(run)
     for policy, p in run.summary.policies.items():
         if p.controller:
-            yield f"valves-{policy.replace('+', '-')}", lambda policy=policy: \
-                plots.valve_timeline(run, policy)
+            yield f"valves-{policy.replace('+', '-')}", partial(plots.valve_timeline, run, policy)
     workloads = [p.workload for p in run.summary.policies.values()]
     if any(isinstance(w, Job | Program) for w in workloads):
         yield "parallelism", lambda: plots.parallelism(run)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from typing import Any
 
 import plotly.graph_objects as go
 import polars as pl
@@ -145,6 +146,8 @@ def valve_timeline(run: Run, policy: str, seconds: float = 5.0) -> go.Figure:
     the ops shaded and the bottleneck queue beside it: what the controller did, and when."""
     ops = metrics.op_times(run["collectives"]).filter(pl.col("policy") == policy).sort("start_ns")
     start = ops["start_ns"].min()
+    if not isinstance(start, int):
+        raise ValueError(f"{run.path}: no ops under {policy}: no valve timeline")
     end = start + int(seconds * 1e9)
     fig = go.Figure()
     for s_ns, e_ns in zip(ops["start_ns"], ops["end_ns"], strict=True):
@@ -344,7 +347,8 @@ def three_stages(run: Run) -> go.Figure:
     slots: list[tuple[float, int, dict | None]] = []  # x, stage, policy's row (None: absent)
     x = 0.0
     for stage in metrics.STAGES:
-        rows = list(frame.filter(pl.col("stage") == stage).iter_rows(named=True)) or [None]
+        rows: list[dict[str, Any] | None] = [
+            *frame.filter(pl.col("stage") == stage).iter_rows(named=True)] or [None]
         for r in rows:
             slots.append((x, stage, r))
             x += 1

@@ -6,6 +6,7 @@ import pytest
 
 from labkit.analysis import metrics
 from labkit.model.summary import AllReduce, Fidelity, Summary
+from labkit.model.summary_meta import PortMeta, SummaryMeta
 from labkit.runs.rundir import SCHEMAS
 
 S = 1_000_000_000  # ns
@@ -63,9 +64,11 @@ def tables():
             "histograms": frame("histograms", [])}
 
 
-META = {"scenario": "t", "run_id": "r", "scale_factor": 10, "policies": ["isolated", "fifo"],
-        "size_bytes": 1_000_000, "ranks": 2, "ring_link_mbps": 100.0,
-        "ports": {"spine1-eth0": {"link": "leaf1-spine1", "rate_mbps": 100.0, "senders": [0]}}}
+META = SummaryMeta(
+    scenario="t", run_id="r", scale_factor=10, policies=("isolated", "fifo"),
+    workload="allreduce", size_bytes=1_000_000, ranks=2, ring_link_mbps=100.0,
+    ports={"spine1-eth0": PortMeta(link="leaf1-spine1", rate_mbps=100.0, node="spine1",
+                                   burst_bytes=0, hop="spine1->leaf1", senders=(0,))})
 
 
 def test_op_times_span_first_start_to_last_end(tables):
@@ -132,7 +135,7 @@ def test_a_summary_is_written_as_it_reads_back(tables):
 
 
 def test_slowdown_is_null_without_isolated(tables):
-    meta = {**META, "policies": ["fifo"]}
+    meta = replace(META, policies=("fifo",))
     s = metrics.summarize({k: v.filter(pl.col("policy") == "fifo") for k, v in tables.items()},
                            meta)
     assert s.policies["fifo"].workload.slowdown_p99 is None

@@ -14,6 +14,7 @@ import polars as pl
 
 from labkit.kernel.bpf import REPO_ROOT
 from labkit.model import scenario
+from labkit.model.scenario import AllReduceSpec
 from labkit.model.topo import Port, Topology
 from labkit.model.traffic import jobs, schedules
 from labkit.runs.rundir import load_run
@@ -42,11 +43,12 @@ def flows(sc: scenario.Scenario) -> list[tuple[str, str, str, float]]:
     if work is not None:
         n = len(sc.ranks)
         for r, host in enumerate(sc.ranks):
-            algo = sc.allreduce.algo if sc.allreduce else None  # auto: the ring's, as a guess
-            plan = (schedules.collective_plan("all_reduce", "ring" if algo == "auto" else algo,
-                                              n, r, sc.allreduce.size_bytes,
-                                              sc.fabric.gpus_per_host)
-                    if sc.allreduce else jobs.plan(sc.job.as_dict(), n, r))
+            if isinstance(work, AllReduceSpec):
+                algo = "ring" if work.algo == "auto" else work.algo  # auto: the ring's, a guess
+                plan = schedules.collective_plan("all_reduce", algo, n, r, work.size_bytes,
+                                                 sc.fabric.gpus_per_host)
+            else:
+                plan = jobs.plan(work.as_dict(), n, r)
             peers = sorted({m.peer for s in plan.steps for m in s.send})
             nic = topo.ports[host][0].link.rate_mbps
             out += [(f"{work.kind} {host}->{sc.ranks[p]}", host, sc.ranks[p], nic / len(peers))
@@ -119,7 +121,7 @@ def check_queue_port(answer, run_dir: Path = SAMPLE, path: Path = SCENARIO) -> s
     port = _port(topo, require(answer, "QUEUE_AT"))
     per_port = _max_backlog(run_dir, "fifo").group_by("port").agg(pl.col("backlog_bytes").sum())
     recorded = dict(per_port.iter_rows())
-    worst = max(recorded, key=recorded.get)
+    worst = max(recorded, key=recorded.__getitem__)
     if port.ifname == worst:
         others = ", ".join(f"{p} {b / 1024:.0f} KiB" for p, b in recorded.items() if p != worst)
         return (f"{port.node}->{port.peer} ({port.ifname}) held up to "

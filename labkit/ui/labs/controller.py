@@ -83,9 +83,14 @@ def rehearse(cls: type[Controller], path: Path = SCENARIO) -> Rehearsal:
     offered = max(st.offered_load for st in sc.storage if st.server in senders) * port
     buffer = link.buffer_kb * 1024
     host = next(st.server for st in sc.storage if st.server in senders)
+    if sc.allreduce is None:
+        raise ValueError(f"{path}: the rehearsal models an All-Reduce, and this has none")
     gap_ms = int(sc.allreduce.compute_ms)
     queue = vip = 0.0
-    op_ms, held_after, in_ops, in_gaps = [], [], [], []
+    op_ms: list[float] = []
+    held_after: list[float | None] = []
+    in_ops: list[float] = []
+    in_gaps: list[float] = []
     t, next_step = 0, 0
     for _ in range(OPS):
         for phase in ("gap", "op"):
@@ -188,6 +193,10 @@ def check_beats(run, mine: str = "mine", baseline: str = "reactive") -> str:
                     f"(it has {', '.join(policies)})",
                     f'run it with policies=["{baseline}", "{mine}"]')
     ours, theirs = policies[mine].workload, policies[baseline].workload
+    if ours.p99_ms is None or theirs.p99_ms is None:  # a program that timed no iteration
+        untimed = mine if ours.p99_ms is None else baseline
+        raise Wrong(f"the collective timed no iteration under {untimed}",
+                    "see the run's fidelity notes, and run it again")
     if ours.slowdown_p99 is not None and theirs.slowdown_p99 is not None:
         said = (f"p99 slowdown {ours.slowdown_p99:.2f} under {mine} against "
                 f"{theirs.slowdown_p99:.2f} under {baseline}")

@@ -17,7 +17,7 @@ import yaml
 
 from labkit.kernel.bpf import REPO_ROOT
 from labkit.model import scenario
-from labkit.model.scenario import Scenario, ScenarioError
+from labkit.model.scenario import JobSpec, Scenario, ScenarioError
 from labkit.model.summary import Job
 from labkit.model.topo import Topology
 from labkit.model.traffic import jobs, timeline
@@ -57,9 +57,15 @@ def pipeline_job(microbatches: int, placement, schedule: str = "1f1b",
     return scenario.parse(doc, str(path))
 
 
+def _job_spec(sc: Scenario) -> JobSpec:
+    if sc.job is None:
+        raise ValueError(f"scenario {sc.name}: no training job")
+    return sc.job
+
+
 def _plans(sc: Scenario) -> list:
     n = len(sc.ranks)
-    return [jobs.plan(sc.job.as_dict(), n, r) for r in range(n)]
+    return [jobs.plan(_job_spec(sc).as_dict(), n, r) for r in range(n)]
 
 
 def wire_time(sc: Scenario):
@@ -85,7 +91,7 @@ def figures(sc: Scenario) -> dict:
     textbook's bubble and the bytes across the bottleneck."""
     plans = _plans(sc)
     real, free = timeline.simulate(plans, wire_time(sc)), timeline.simulate(plans)
-    p, m = len(sc.ranks), sc.job.as_dict()["microbatches"]
+    p, m = len(sc.ranks), _job_spec(sc).as_dict()["microbatches"]
     return {"stages": p, "microbatches": m, "placement": " ".join(sc.ranks),
             "iteration_ms": round(real.makespan_ns / 1e6, 1),
             "bubble": round(real.idle_fraction, 3), "bubble_free_messages":

@@ -1,0 +1,67 @@
+"""What :func:`labkit.analysis.metrics.summarize` needs besides a run's tables: the
+scenario's and fabric's facts and what each policy's run reported outside the tables
+(built by :func:`labkit.runs.experiment.summary_meta`). Per-policy maps are keyed by
+policy name; a policy missing from one had nothing to report there.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from labkit.model.scenario import JobSpec
+from labkit.model.summary import Command, Telemetry
+
+
+@dataclass(frozen=True, kw_only=True)
+class PortMeta:
+    """A bottleneck port: its link, rate, node, HTB burst, hop ("node->peer") and the
+    ranks whose ring hop crosses it."""
+
+    link: str
+    rate_mbps: float
+    node: str
+    burst_bytes: int
+    hop: str
+    senders: tuple[int, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class LosslessMeta:
+    """A lossless fabric's lanes, the pauses' reaction budget, one MTU frame's wire time
+    on the slowest bottleneck (µs), and per policy its ports' queue layout and what the
+    pauser could not do."""
+
+    lanes: tuple[str, ...]
+    budget_us: float
+    packet_us: float
+    layouts: dict[str, str] = field(default_factory=dict)
+    notes: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True)
+class SummaryMeta:
+    """A run's facts for its summary. ``size_bytes`` is an All-Reduce's, ``job`` a
+    training job's, ``program`` (per policy: the program as it ended) and ``warmup`` a
+    user's program's; ``lossless`` is None on a lossy fabric."""
+
+    scenario: str
+    run_id: str
+    scale_factor: float
+    policies: tuple[str, ...]  # in the order they ran
+    workload: str  # allreduce, job or program
+    ranks: int
+    ring_link_mbps: float  # the slowest link on any rank-to-rank path
+    ports: dict[str, PortMeta]  # the bottleneck ports, by interface name
+    size_bytes: int | None = None
+    job: JobSpec | None = None
+    bytes_per_iteration: dict[str, int] = field(default_factory=dict)  # per hop
+    telemetry: dict[str, Telemetry] = field(default_factory=dict)
+    loss_drops: dict[str, dict[str, int]] = field(default_factory=dict)  # per lossy link
+    commands: dict[str, tuple[Command, ...]] = field(default_factory=dict)
+    storage_errors: dict[str, list[str]] = field(default_factory=dict)
+    # the program's and the controller's own reports, JSON objects as PolicyResult holds them
+    program: dict[str, dict[str, Any]] | None = None
+    warmup: int = 0  # a program's first iterations, left out of every figure
+    control: dict[str, dict[str, Any]] = field(default_factory=dict)
+    lossless: LosslessMeta | None = None
