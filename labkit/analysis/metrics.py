@@ -283,6 +283,14 @@ def port_utilization(queue: pl.DataFrame, start: int, end: int) -> pl.DataFrame:
     return grown.group_by("port").agg(pl.col("bytes").sum())
 
 
+def busiest_port(utilization: dict[str, float], ports: list[str]) -> str:
+    """The port of ``ports`` (a scenario's bottleneck ports, in its order) that was busiest;
+    of ports equally busy the first, so a run's summary never depends on a table's row
+    order; the first port when none sent."""
+    return max((p for p in ports if p in utilization), key=utilization.__getitem__,
+               default=ports[0])
+
+
 def lane_rates(lanes: pl.DataFrame, port: str, start: int, end: int) -> pl.DataFrame:
     """One row per lane (in :data:`LANES` order) at ``port`` over [start, end]: Mbit/s the
     classifier sent towards it (offered), its queue accepted (enqueued) and it dropped,
@@ -475,7 +483,7 @@ def _policy(tables: dict, meta: SummaryMeta, policy: str, ops: pl.DataFrame, sta
     sent = port_utilization(of("queue"), start, end)
     util = {r["port"]: r["bytes"] * 8 / seconds / 1e6 / meta.ports[r["port"]].rate_mbps
             for r in sent.iter_rows(named=True)}
-    port = max(util, key=util.__getitem__) if util else next(iter(meta.ports))
+    port = busiest_port(util, list(meta.ports))
     info = meta.ports[port]
     control = meta.control.get(policy)
     lanes = bottleneck_lanes(of, port, info.senders, start, end,

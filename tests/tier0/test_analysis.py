@@ -197,3 +197,11 @@ def test_the_lossless_frame_reads_runs_recorded_before_transport():
     assert frame["resends"].to_list() == [None] * 3 and not frame["lossless"].any()
     assert frame["vip_drops"].to_list() == [p.bottleneck.lanes.vip.drops
                                             for p in old.policies.values()]
+
+
+def test_the_bottleneck_is_the_busiest_port_and_a_tie_goes_to_the_first_named():
+    ports = ["s1-eth1", "s1-eth0"]  # the scenario's order, not the alphabet's
+    assert metrics.busiest_port({"s1-eth0": 0.9, "s1-eth1": 0.4}, ports) == "s1-eth0"
+    assert metrics.busiest_port({"s1-eth0": 0.5, "s1-eth1": 0.5}, ports) == "s1-eth1"
+    assert metrics.busiest_port({"s1-eth1": 0.5, "s1-eth0": 0.5}, ports) == "s1-eth1"
+    assert metrics.busiest_port({}, ports) == "s1-eth1"
