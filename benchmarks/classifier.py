@@ -16,7 +16,7 @@ from scapy.layers.l2 import Ether
 from scapy.packet import Raw
 
 from labkit.kernel import bpf, lanes
-from labkit.model.scenario import LaneRule
+from labkit.model.scenario_spec import LaneRule
 
 RULES = [LaneRule("vip", proto="udp", dport=4791, roce=True), LaneRule("vip", dscp=26),
          LaneRule("low", proto="tcp", port=4420)]

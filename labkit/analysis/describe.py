@@ -14,7 +14,7 @@ from dataclasses import asdict
 from functools import cache
 
 from labkit.model.abi import LANES
-from labkit.model.scenario import ROCEV2_PORT, LaneRule, Scenario
+from labkit.model.scenario_spec import ROCEV2_PORT, LaneRule, Scenario
 from labkit.model.topo import Port, Topology
 
 KIND_NAMES = {"gpu": "GPU host", "storage": "storage host", "router": "router",

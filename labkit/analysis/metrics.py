@@ -21,7 +21,7 @@ from dataclasses import replace
 import polars as pl
 
 from labkit.model.abi import LANES, RANK_SHIFT
-from labkit.model.scenario import LAYOUTS
+from labkit.model.scenario_spec import LAYOUTS
 from labkit.model.summary import (
     AllReduce,
     Bottleneck,

@@ -9,7 +9,7 @@ from typing import Protocol
 
 from labkit.kernel import sched
 from labkit.kernel.feed import FabricFeed
-from labkit.model.scenario import ControlSpec
+from labkit.model.scenario_spec import ControlSpec
 
 
 class LaneValves(Protocol):

@@ -14,7 +14,7 @@ from labkit.kernel.feed import FabricFeed
 from labkit.kernel.gates import Gates
 from labkit.kernel.valve import LaneSetting, Valves
 from labkit.model.abi import LANES
-from labkit.model.scenario import Policy, Scenario
+from labkit.model.scenario_spec import Policy, Scenario
 from labkit.model.topo import Topology
 
 NEVER_MS = 10_000.0  # a horizon no queue reaches: fabric ports mark, their qdisc drops

@@ -37,7 +37,7 @@ from labkit.model.abi import (
     LaneCounters,
     Rule,
 )
-from labkit.model.scenario import LaneRule
+from labkit.model.scenario_spec import LaneRule
 
 PROGRAM = "lk_classify"
 FIFO_TAG = 0x20000  # major 2: not a class of the port's HTB (1:), so HTB uses its default

@@ -1,10 +1,11 @@
 """The model layer: plain data and pure functions, no side effects.
 
-Scenario and grid files parsed into frozen dataclasses (:mod:`.scenario`,
-:mod:`.fabric_spec`, :mod:`.grid`, :mod:`.schema`), the fabric's graph (:mod:`.topo`), a
-lossless fabric's plan (:mod:`.lossless`), ``algo: auto``'s models (:mod:`.autotune`), the
-BPF programs' structs (:mod:`.abi`), a run's tables, summary and manifests as types
-(:mod:`.tables`, :mod:`.summary`, :mod:`.manifest`, read and written by :mod:`.records`;
+Scenario and grid files parsed into frozen dataclasses (checked by :mod:`.scenario` and
+:mod:`.grid`; the types: :mod:`.scenario_spec`, :mod:`.fabric_spec`; the files' JSON
+Schema: :mod:`.schema`), the fabric's graph (:mod:`.topo`), a lossless fabric's plan
+(:mod:`.lossless`), ``algo: auto``'s models (:mod:`.autotune`), the BPF programs' structs
+(:mod:`.abi`), a run's tables, summary and manifests as types (:mod:`.tables`,
+:mod:`.summary`, :mod:`.manifest`, read and written by :mod:`.records`;
 :mod:`.summary_meta`: what the summary needs besides the tables),
 users' classes (:mod:`.extend`), and the traffic's model (:mod:`.traffic`: wire formats,
 collective schedules, job plans in virtual time, agent configs and results, a program's

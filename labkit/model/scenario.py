@@ -1,9 +1,15 @@
-"""Scenario files: load a YAML file and validate it into frozen dataclasses.
+"""Scenario files: load a YAML file and validate it into a :class:`Scenario`.
 
 A scenario is plain data: defaults, the fabric (routers, hosts by role and leaf,
-links, bottlenecks), lane rules, traffic and policies. Unknown keys, wrong
-types and impossible values raise :class:`ScenarioError`, whose message names
-the file, the key (as a dotted path) and the reason. Loading has no side effects.
+links, bottlenecks), lane rules, traffic and policies. This module is its checker: unknown
+keys, wrong types and impossible values raise :class:`ScenarioError`, whose message names
+the file, the key (as a dotted path) and the reason; it owns every number's range
+(:data:`LIMITS`), every name's pattern and what each section may hold. Loading has no side
+effects.
+
+The types it builds are :mod:`labkit.model.scenario_spec`'s (the fabric's,
+:mod:`labkit.model.fabric_spec`'s). It re-exports every one of them, so
+``from labkit.model.scenario import Scenario, LaneRule`` works as it always has.
 """
 
 from __future__ import annotations
@@ -14,7 +20,7 @@ import shlex
 from collections import Counter
 from collections.abc import Sequence
 from collections.abc import Set as AbstractSet
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, replace
 from fractions import Fraction
 from pathlib import Path
 from typing import Any, NoReturn
@@ -25,9 +31,32 @@ from labkit.model import lossless, topo
 from labkit.model.abi import LANES  # the lanes a scenario names: the kernel's, in its order
 from labkit.model.fabric_spec import FabricSpec, HostSpec, LinkSpec, ServerSpec
 
-LAYOUTS = ("isolated", "fifo", "priority")  # what the router ports do (and whether storage runs)
-CONTROLLERS = ("reactive", "proactive", "state-aware")  # labkit.control
-POLICIES = LAYOUTS + CONTROLLERS  # plus "<layout>+<controller>", e.g. "priority+reactive"
+# the types, all re-exported (POLICIES by an alias: the checker does not use it)
+from labkit.model.scenario_spec import (
+    AUTO,
+    CONTROLLERS,
+    DEFAULT_PYTHON,
+    HOST_REF,
+    JOB_DSCP,
+    LAYOUTS,
+    RANK_TEMPLATES,
+    ROCEV2_PORT,
+    AllReduceSpec,
+    Arrival,
+    CommandSpec,
+    ControlSpec,
+    EmulationSpec,
+    JobSpec,
+    KindEntry,
+    LaneRule,
+    Policy,
+    ProgramSpec,
+    Scenario,
+    StorageSpec,
+    policy,
+)
+from labkit.model.scenario_spec import POLICIES as POLICIES
+
 ROLES = ("gpu", "storage")
 # names, each matched whole (fullmatch: `$` would let a final newline through)
 SCENARIO_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
@@ -36,7 +65,6 @@ LABEL_RE = re.compile(r"[a-z][a-z0-9_-]{0,31}")  # names that only label data
 ENV_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # an environment variable's name
 MODULE_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 SIZE_RE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([KkMmGg]?)([iI]?[bB]?)\s*")
-ROCEV2_PORT = 4791
 MAX_LANE_RULES = 32  # LK_MAX_RULES
 IFNAMSIZ = 15  # Linux's longest interface name (16 bytes with its NUL)
 MAX_SUBNETS = 255  # hosts, router links, NVLinks: 10.0.<i>, 10.1.<j>, 10.2.<k> (labkit.model.topo)
@@ -122,81 +150,6 @@ LIMITS = {
 }
 
 
-@dataclass(frozen=True)
-class Policy:
-    """A policy name taken apart: the router ports' layout and the controller, if any.
-    A controller alone runs over FIFO ports (``reactive`` = ``fifo+reactive``)."""
-
-    name: str
-    layout: str
-    controller: str | None = None
-
-    @property
-    def storage(self) -> bool:
-        return self.layout != "isolated"
-
-    @property
-    def port_layout(self) -> str:
-        """The queue layout of router ports (:mod:`labkit.kernel.tc`): ``lanes`` or ``fifo``."""
-        return "lanes" if self.layout == "priority" else "fifo"
-
-
-def policy(name: str, controllers: Sequence[str] = ()) -> Policy:
-    """The :class:`Policy` called ``name``, where ``controllers`` names controllers besides
-    the built-in ones; ValueError says what is wrong with it."""
-    known = (*CONTROLLERS, *controllers)
-    layout, _, controller = name.rpartition("+") if "+" in name else (name, "", "")
-    if not controller and name in known:
-        layout, controller = "fifo", name
-    if layout not in LAYOUTS:
-        raise ValueError(f"unknown policy {name!r} (known: {', '.join(LAYOUTS + known)}, "
-                         "or <fifo|priority>+<controller>)")
-    if controller and controller not in known:
-        raise ValueError(f"unknown controller {controller!r} in {name!r} "
-                         f"(known: {', '.join(known)})")
-    if controller and layout == "isolated":
-        raise ValueError(f"{name!r}: without storage there is nothing to control")
-    return Policy(name, layout, controller or None)
-
-
-@dataclass(frozen=True)
-class ControlSpec:
-    """Knobs of the adaptive policies (docs/control.md)."""
-
-    target_us: float = 1000.0  # reactive: the vip lane's queueing delay to hold
-    interval_ms: float = 10.0  # how often a controller decides
-    telemetry_delay_ms: float = 5.0  # age of fabric telemetry when a controller sees it
-    relay_delay_ms: float = 2.0  # state-aware: job phase to the storage hosts' valves
-    lead_ms: float = 5.0  # proactive and state-aware: start holding storage this early
-    busy_share: float = 0.005  # each storage sender's share of its fair share while collectives run
-    idle_share: float = 0.98  # ... and at most, when they leave it idle (below 1: no queue)
-    ce_us: float = 500.0  # host gates mark ECN-capable packets this far behind their rate
-    horizon_ms: float = 50.0  # ... and refuse a packet that would leave them further behind
-    fabric_ce_us: float = 1000.0  # bottleneck ports mark CE past this queueing delay
-    dcqcn: bool = False  # collective senders mark ECT and react to CNPs (labkit.traffic.rc)
-    # the scenario's own controllers: (name, "file.py:Class") pairs, the file's path
-    # resolved against the scenario's directory; a policy may name them like the built-in
-    # ones (docs/control.md, "Your own controller")
-    controllers: tuple[tuple[str, str], ...] = ()
-
-
-@dataclass(frozen=True)
-class EmulationSpec:
-    """How labkit emulates, not what: ``gso_packets`` RoCE packets of a rank's message
-    travel the fabric as one GSO run (labkit.traffic.hotpath). 1 keeps every packet on its
-    own; more costs the machine less per packet (a bigger fabric fits) but a full FIFO
-    then drops a run whole (docs/scenarios.md has the measurements). ``rate_factor`` runs
-    every link at its rate times the factor, compute times and the scale factor divided by
-    it: the same experiment, faster or slower (labkit.analysis.calibration.scaled); ``auto`` takes
-    the factor the newest ``labkit calibrate`` of this scenario on this machine found."""
-
-    gso_packets: int = 1
-    rate_factor: float | str = 1.0
-
-
-AUTO = "auto"  # a value labkit chooses: algo (labkit tune), rate_factor (labkit calibrate)
-
-
 class ScenarioError(ValueError):
     """A scenario file is invalid: ``file``, ``key`` and ``reason`` say where and why."""
 
@@ -204,44 +157,6 @@ class ScenarioError(ValueError):
         self.file, self.key, self.reason = file, key, reason
         line = f"{file}: {key or '<top>'}: {reason}"  # one line: "\n" in a key is written so
         super().__init__("".join(c if c.isprintable() else repr(c)[1:-1] for c in line))
-
-
-@dataclass(frozen=True)
-class LaneRule:
-    """A classifier rule: every field that is set must match (ports 0 = any)."""
-
-    lane: str
-    proto: str | None = None  # "tcp", "udp" or None
-    sport: int = 0
-    dport: int = 0
-    port: int = 0
-    dscp: int | None = None
-    roce: bool = False  # UDP to 4791 carrying a RoCEv2 BTH
-
-
-@dataclass(frozen=True)
-class AllReduceSpec:
-    ranks: tuple[str, ...]
-    size_bytes: int
-    iterations: int
-    algo: str = "ring"
-    compute_ms: float = 0.0
-    kind: str = "allreduce"
-
-
-@dataclass(frozen=True)
-class JobSpec:
-    """A training job (labkit.model.traffic.jobs): its parallelism and that kind's sizes."""
-
-    parallelism: str
-    ranks: tuple[str, ...]
-    iterations: int
-    params: tuple[tuple[str, Any], ...]  # sorted (key, value) pairs, frozen
-
-    kind = "job"  # a class attribute, not a field: the scenario's record stays as it was
-
-    def as_dict(self) -> dict:
-        return {"parallelism": self.parallelism, **dict(self.params)}
 
 
 # per parallelism: required sizes / counts / times, and optional keys with defaults
@@ -259,18 +174,6 @@ PATTERNS = ("read", "write")  # a storage entry's: server -> clients, clients ->
 MAX_STORAGE_ENTRIES, MAX_STORAGE_CONNECTIONS = 12, 1000  # each entry owns 1000 source ports
 
 
-@dataclass(frozen=True)
-class Arrival:
-    """When a storage client issues I/O: ``constant`` keeps its queue depth in flight;
-    ``on_off`` does so only in the first ``on_ms`` of every ``on_ms + off_ms`` (all
-    clients in step, from ``phase_ms``); ``poisson`` issues I/Os at exponential gaps."""
-
-    process: str = "constant"
-    on_ms: float = 0.0
-    off_ms: float = 0.0
-    phase_ms: float = 0.0
-
-
 # what each storage mix means when the scenario does not say otherwise
 MIXES: dict[str, dict[str, Any]] = {
     "dataset": {"pattern": "read", "io_bytes": 128 * 1024, "queue_depth": 4,
@@ -282,150 +185,13 @@ MIXES: dict[str, dict[str, Any]] = {
 }
 
 
-@dataclass(frozen=True)
-class StorageSpec:
-    server: str
-    clients: tuple[str, ...]
-    name: str = "dataset"  # unique per scenario: labels the entry's flows and I/Os
-    mix: str = "dataset"
-    pattern: str = "read"  # read: server -> clients; write: clients -> server
-    offered_load: float = 1.2  # x the first bottleneck's rate, summed over all flows
-    port: int = 4420
-    queues: int = 1  # NVMe/TCP I/O queues per client, one TCP connection each
-    io_bytes: int = 128 * 1024
-    queue_depth: int = 4  # commands in flight per queue
-    arrival: Arrival = Arrival()
-    kind: str = "storage"
-
-
 # control keys of earlier versions, and why they are gone
 REMOVED_CONTROL_KEYS = {
     "enforce": "every controlled run now holds senders in the kernel, at each host's gate "
                "(docs/control.md); delete the key",
     "burst_kb": "a host's gate holds horizon_ms of its rate and no more; delete the key",
 }
-HOST_REF = re.compile(r"\{([A-Za-z0-9_.-]+)\}")  # "{g1}" in a command: g1's address
 MAX_COMMANDS = 16
-
-
-@dataclass(frozen=True)
-class CommandSpec:
-    """A program of the user's own run in a host beside the storage traffic (iperf3, a
-    data loader...): ``run`` and ``serve`` are argv lists whose ``{host}`` references
-    become that host's address when the program starts. ``serve`` (a server the command
-    talks to) starts on ``serve_host`` before the traffic does."""
-
-    name: str
-    host: str
-    run: tuple[str, ...]
-    serve_host: str | None = None
-    serve: tuple[str, ...] = ()
-    kind: str = "command"
-    key: str = field(default="", compare=False)  # where in the file: "traffic[3]"
-
-    @property
-    def peers(self) -> tuple[str, ...]:
-        """The hosts ``run`` names: where its traffic goes, as far as labkit can tell."""
-        return tuple(dict.fromkeys(r for arg in self.run for r in HOST_REF.findall(arg)))
-
-
-# a program's per-rank templates in ``run`` (besides {host} addresses), as torchrun's
-# environment names them (docs/programs.md)
-RANK_TEMPLATES = ("python", "rank", "world_size", "local_rank", "local_world_size",
-                  "master_addr", "master_port", "ifname", "iterations")
-DEFAULT_PYTHON = "/usr/bin/python3"  # Debian's: `make torch` installs python3-torch for it
-JOB_DSCP = 26  # the DSCP a program's packets carry (AF31, a common RoCE traffic class)
-
-
-@dataclass(frozen=True)
-class ProgramSpec:
-    """The user's own program as the collective workload (``kind: program``): one process
-    per rank, each in its rank's host with the environment torchrun gives (RANK,
-    WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, GLOO_SOCKET_IFNAME, ...; labkit.traffic.programs).
-    ``run`` is an argv whose {host} and per-rank references (:data:`RANK_TEMPLATES`) are
-    filled in per rank; it runs in ``cwd`` (the scenario's directory). Every packet its
-    processes send carries ``dscp``, which the vip lane's first rule matches; its traffic
-    falls into bursts separated by ``quiet_ms`` without a packet."""
-
-    name: str
-    ranks: tuple[str, ...]
-    run: tuple[str, ...]
-    cwd: str
-    python: str = DEFAULT_PYTHON  # what {python} in run becomes: a path, or a venv's directory
-    iterations: int | None = None  # what the program will report (progress, {iterations})
-    warmup: int = 1  # first iterations left out of the statistics (connections, buckets)
-    env: tuple[tuple[str, str], ...] = ()  # added to (and over) the ranks' environment
-    master_port: int = 29500
-    dscp: int = JOB_DSCP
-    quiet_ms: float = 10.0
-    duration_s: float | None = None  # stop the ranks after this long (None: when they exit)
-    imports: tuple[str, ...] = ()  # modules the interpreter must import (checked first)
-    kind: str = "program"
-    key: str = field(default="", compare=False)  # where in the file: "traffic[0]"
-
-
-@dataclass(frozen=True)
-class KindEntry:
-    """A traffic entry of one of the scenario's own kinds, as written, until a run loads
-    the kind's class and expands it into command entries."""
-
-    key: str  # where in the file: "traffic[3]"
-    kind: str
-    entry: dict  # its keys besides ``kind``: the class's to check
-
-
-@dataclass(frozen=True)
-class Scenario:
-    name: str
-    path: str
-    scale_factor: float
-    seed: int
-    fabric: FabricSpec
-    lanes: tuple[LaneRule, ...]
-    allreduce: AllReduceSpec | None
-    storage: tuple[StorageSpec, ...]
-    policies: tuple[str, ...]
-    description: str = ""
-    sha256: str = field(default="", compare=False)
-    job: JobSpec | None = None
-    control: ControlSpec = ControlSpec()
-    emulation: EmulationSpec = EmulationSpec()
-    commands: tuple[CommandSpec, ...] = ()
-    # the user's own traffic kinds: (name, "file.py:Class") pairs, loaded like controllers
-    # when a run starts (never while parsing), which then expands their ``kind_entries``
-    # into ``commands`` (see with_user_kinds)
-    kinds: tuple[tuple[str, str], ...] = ()
-    kind_entries: tuple[KindEntry, ...] = ()
-    # the user's own classifier (lanes.program: a .bpf.c or .bpf.o, absolute path) in
-    # place of bpf/classifier.bpf.c; None: the built-in one
-    classifier: str | None = None
-    program: ProgramSpec | None = None  # the user's own program as the collective workload
-
-    def to_dict(self) -> dict[str, Any]:
-        """The scenario as recorded in a run's manifest (``kind_entries`` only while there
-        are some: a run records its scenario expanded, as it did before they existed)."""
-        doc = asdict(self)
-        if not doc["kind_entries"]:
-            del doc["kind_entries"]
-        return doc
-
-    @property
-    def workload(self) -> AllReduceSpec | JobSpec | ProgramSpec:
-        """The collective workload: labkit's All-Reduce or job, or the user's program."""
-        workload = self.allreduce or self.job or self.program
-        if workload is None:  # parse() refuses such a scenario
-            raise ValueError(f"scenario {self.name!r} has no collective workload")
-        return workload
-
-    @property
-    def ranks(self) -> tuple[str, ...]:
-        """The GPU hosts of the collective workload."""
-        return self.workload.ranks
-
-    @property
-    def iterations(self) -> int | None:
-        """Ops or iterations of the workload (None: a program that does not say)."""
-        return self.workload.iterations
 
 
 # --- the checker ------------------------------------------------------------------------------

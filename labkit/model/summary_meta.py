@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from labkit.model.scenario import JobSpec
+from labkit.model.scenario_spec import JobSpec
 from labkit.model.summary import Command, Telemetry
 
 

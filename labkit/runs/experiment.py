@@ -1,6 +1,6 @@
 """One policy of one scenario, run for real: fabric up, lanes on, traffic, telemetry, down.
 
-A policy (:func:`labkit.model.scenario.policy`) decides whether storage competes with the
+A policy (:func:`labkit.model.scenario_spec.policy`) decides whether storage competes with the
 collectives, the layout of the router ports' queues, and which controller, if any,
 moves the hosts' valves:
 
@@ -51,7 +51,7 @@ from labkit.kernel.telemetry import (
 )
 from labkit.model import lossless
 from labkit.model.abi import EV_GAP, EV_SOJOURN, LANES
-from labkit.model.scenario import Policy, ProgramSpec, Scenario
+from labkit.model.scenario_spec import Policy, ProgramSpec, Scenario
 from labkit.model.summary import Command, Telemetry
 from labkit.model.summary_meta import LosslessMeta, PortMeta, SummaryMeta
 from labkit.model.tables import (

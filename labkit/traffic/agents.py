@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Generic, TypeVar
 
 from labkit.kernel.fabric import Fabric
-from labkit.model.scenario import Scenario
+from labkit.model.scenario_spec import Scenario
 from labkit.model.topo import Topology
 from labkit.model.traffic import configs, nvme, roce, wire
 from labkit.model.traffic.results import CollectiveResult, OpResult, StorageResult

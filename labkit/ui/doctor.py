@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from labkit.kernel import bpf, cgroups, registry
-from labkit.model.scenario import DEFAULT_PYTHON
+from labkit.model.scenario_spec import DEFAULT_PYTHON
 from labkit.traffic import hotpath
 
 REQUIRED_QDISCS = ("htb", "bfifo", "clsact")

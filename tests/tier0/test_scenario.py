@@ -1,3 +1,4 @@
+import ast
 import copy
 from pathlib import Path
 
@@ -297,3 +298,16 @@ def test_hierarchical_needs_whole_servers_in_order():
     del d["fabric"]["gpus_per_host"], d["fabric"]["nvlink"]
     with pytest.raises(ScenarioError, match="hierarchical needs servers"):
         scenario.parse(d, "lab.yaml")
+
+
+def test_the_parser_re_exports_every_type():
+    """The types live in labkit.model.scenario_spec; `from labkit.model.scenario import X`
+    gives the very same object for every one of them (users' notebooks import from there)."""
+    from labkit.model import scenario_spec
+
+    tree = ast.parse(Path(scenario_spec.__file__).read_text())
+    imported = {a.asname or a.name for node in tree.body
+                if isinstance(node, ast.Import | ast.ImportFrom) for a in node.names}
+    own = [n for n in vars(scenario_spec) if not n.startswith("_") and n not in imported]
+    assert {"Scenario", "LaneRule", "Policy", "policy", "POLICIES", "HOST_REF"} <= set(own)
+    assert [n for n in own if getattr(scenario, n, None) is not getattr(scenario_spec, n)] == []
