@@ -3,6 +3,7 @@ own layer or the layers below it, no import goes round in a circle, and only the
 layer (and the doctor, which probes it) talks to the kernel's configuration libraries."""
 
 import ast
+from functools import cache
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2] / "labkit"
@@ -14,8 +15,10 @@ TOP_LEVEL = {  # the only modules outside the folders
 KERNEL_LIBRARIES = ("pyroute2", "mininet")
 
 
+@cache
 def modules() -> dict[str, ast.Module]:
-    """Every module of the package by its name without 'labkit.' (the package's own: '')."""
+    """Every module of the package by its name without 'labkit.' (the package's own: ''),
+    parsed once per test session."""
     out = {}
     for f in PACKAGE.rglob("*.py"):
         name = ".".join(f.relative_to(PACKAGE).with_suffix("").parts).removesuffix("__init__")

@@ -114,7 +114,9 @@ def test_an_unmodified_iperf3_is_held_within_20_ms_and_released(fabric_ready):
     assert 0.5 * RATE_MBPS < limited <= RATE_MBPS * (1 + 0.05 / 0.78) + 1, limited
     assert queued <= RATE_MBPS * 1e6 / 8 * 0.05 + 65536, queued
     assert held < 0.1, held  # segments with data are refused: only what has none leaves
-    assert back > 0.5 * LINK_MBPS, back  # woken, not left to a 200 ms timer
+    # woken, not left to a 200 ms timer (which would send nothing in these 20 ms); a quarter
+    # of the link, as a 2 ms sampler on a busy machine can lose a few ms of the window
+    assert back > 0.25 * LINK_MBPS, back
     assert after > 0.6 * LINK_MBPS, after
     assert timeouts == 0
     assert gates.wakes == 1  # the release; a lower rate needs no waking
