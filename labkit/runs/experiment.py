@@ -27,7 +27,7 @@ import resource
 import time
 from collections.abc import Callable, Mapping
 from contextlib import ExitStack
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
 
@@ -590,10 +590,7 @@ def summary_meta(sc: Scenario, topo: Topology, run_id: str, results: list[Policy
                                        orchestrator_cpu_share=r.orchestrator_cpu_share)
                    for r in results},
         loss_drops={r.policy: r.loss_drops for r in results},
-        commands={r.policy: tuple(Command(name=c.name, role=c.role, host=c.host,
-                                          argv=tuple(c.argv), exit=c.exit,
-                                          stopped_by_labkit=c.stopped_by_labkit)
-                                  for c in r.commands)
+        commands={r.policy: tuple(Command(**asdict(c)) for c in r.commands)  # the same fields
                   for r in results if r.commands},
         storage_errors={r.policy: r.storage_errors for r in results},
         program=({r.policy: r.program for r in results if r.program is not None}

@@ -24,9 +24,8 @@ MODELS_DIR = Path(os.environ.get("LABKIT_MODELS_DIR", bpf.REPO_ROOT / "data" / "
 def save_model(model: Model, run_id: str, models: Path | None = None) -> Path:
     """Keep a fitted :class:`labkit.model.autotune.Model` as ``<models>/<fabric key>/<run id>.json``
     (a new file each tuning: none is ever replaced); returns its path."""
-    directory = (models or MODELS_DIR) / model.fabric_key
-    directory.mkdir(parents=True, exist_ok=True)
-    path = directory / f"{run_id}.json"
+    path = kept_model(model.fabric_key, run_id, models)
+    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")  # written whole, then renamed into place
     tmp.write_text(json.dumps(json.loads(model.to_json()), indent=2, default=str) + "\n")
     os.replace(tmp, path)
