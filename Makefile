@@ -19,7 +19,7 @@ HOTPATH := labkit/traffic/_hotpath.so
 # PyPI's torch is a CUDA build of several GB. A job may name any interpreter of its own.
 TORCH_PACKAGES := python3-torch
 
-.PHONY: setup system torch mounts bpf hotpath bpf-flags demo test bench soak lint lock clean-build
+.PHONY: setup system torch mounts bpf hotpath bpf-flags demo test bench soak samples lint lock clean-build
 
 setup: system mounts $(VENV)/.installed bpf hotpath
 
@@ -103,6 +103,11 @@ bench: setup
 
 soak: setup
 	$(PY) -m tests.soak
+
+# Every shipped sample (data/sample/samples.yaml) recorded again at this revision, and the
+# figures in docs/figures/ drawn from them: commit first (labkit samples --list: the plan).
+samples: setup torch
+	$(VENV)/bin/labkit samples
 
 # ruff, then mypy over the folders pyproject.toml's [tool.mypy] names: any error fails.
 lint: setup

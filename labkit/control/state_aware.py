@@ -23,6 +23,7 @@ hosts stay held until the next look.
 
 from __future__ import annotations
 
+import math
 from collections import deque
 
 from labkit.control.base import Controller, Plant
@@ -31,6 +32,7 @@ from labkit.kernel.valve import JobPhase, Valves
 RELAY_POLL_MS = 5.0
 DRAIN_MS = 20.0  # the idle rate drains a queue seen at the bottleneck in about this long
 DRAIN_FROM_MS = 5.0  # ... from this long a queue (shorter ones TCP keeps, and drains, itself)
+DRAIN_STEPS = 10  # the lowered idle rate moves in tenths of the fair share
 
 
 class StateAware(Controller):
@@ -77,8 +79,10 @@ class StateAware(Controller):
         spec, views = self.plant.spec, self.plant.feed.view(now_ns)
         delay_ms = max((v.vip_delay_ns for v in views.values()), default=0) / 1e6
         idle = spec.idle_share
-        if delay_ms > DRAIN_FROM_MS:
-            idle = max(spec.busy_share, round(spec.idle_share - delay_ms / DRAIN_MS, 2))
+        if delay_ms > DRAIN_FROM_MS:  # in tenths, down: each change moves the held class's
+            # ceiling (netlink) and each rise wakes the host's senders (a socket walk)
+            steps = math.floor((spec.idle_share - delay_ms / DRAIN_MS) * DRAIN_STEPS)
+            idle = max(spec.busy_share, steps / DRAIN_STEPS)
         if idle == self.idle:
             return
         self.idle = idle

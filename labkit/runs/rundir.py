@@ -379,6 +379,28 @@ def list_runs(root: Path = RUNS_DIR) -> list[dict]:
     return out
 
 
+@dataclass(frozen=True)
+class Sweep:
+    """A recorded sweep: its directory, its manifest (None: recorded before sweeps kept
+    one) and its rows as sweep.json holds them."""
+
+    path: Path
+    manifest: SweepManifest | None
+    rows: list[SweepRecord]
+
+
+def load_sweep(path: str | Path) -> Sweep:
+    """The sweep recorded in ``path`` (``sweep.json``, and the manifest when it has one);
+    RunDataError names the file and what is wrong with it."""
+    path = Path(path)
+    rows = read_documents(path, ("sweep.json",))["sweep.json"]
+    if not isinstance(rows, list) or not rows or not all(isinstance(r, dict) for r in rows):
+        raise RunDataError(f"{path}/sweep.json: not a list of rows, one per message size")
+    manifest = (read_manifest(path, SweepManifest) if (path / "manifest.json").exists()
+                else None)
+    return Sweep(path, manifest, rows)
+
+
 def load_sweeps(root: str | Path) -> dict[str, list[SweepRecord]]:
     """The rows of every sweep under ``root`` (a directory holding ``sweep.json``), by the
     directory's name, in name order."""

@@ -1,7 +1,7 @@
 """labkit: emulate, measure and relieve the network bottleneck of AI training.
 
-Commands: doctor, validate, inspect, schema, run, shell, sweep, calibrate, batch, report,
-figures, runs, clean.
+Commands: doctor, validate, inspect, schema, run, shell, sweep, tune, calibrate, batch,
+report, figures, runs, samples, clean.
 Exit codes: 0 success; 1 a run or check failed; 2 bad input (scenario file, arguments);
 130 interrupted.
 ``--json`` (report, runs, doctor, validate, inspect) prints one JSON document on stdout whose
@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import shutil
 import signal
 import sys
@@ -30,6 +31,7 @@ from rich.progress import (
     TaskID,
     TextColumn,
     TimeElapsedColumn,
+    TimeRemainingColumn,
 )
 from rich.table import Table
 
@@ -74,7 +76,8 @@ def _version() -> str:
         return "unknown"
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """labkit's command line: every command and its arguments."""
     parser = argparse.ArgumentParser(
         prog="labkit", formatter_class=argparse.RawDescriptionHelpFormatter,
         description=__doc__.split("``--json``")[0].strip(),
@@ -212,8 +215,10 @@ def main(argv: list[str] | None = None) -> int:
                             "--executor slurm it must be on a filesystem the nodes share")
     batch.add_argument("--dry-run", action="store_true",
                        help="list the points the grid expands into, run nothing")
-    report = sub.add_parser("report", help="print the summary of a recorded run")
-    report.add_argument("run_dir", type=Path, help="a run directory, e.g. data/sample/bottleneck")
+    report = sub.add_parser("report", help="print the summary of a recorded run (a sweep: "
+                            "its rows again, as nccl-tests prints them)")
+    report.add_argument("run_dir", type=Path, help="a run or sweep directory, e.g. "
+                        "data/sample/bottleneck, data/sample/sweeps/ring")
     report.add_argument("--json", action="store_true",
                         help="print the summary as JSON (schema labkit.report)")
     figures = sub.add_parser("figures", help="write a run's figures as HTML, SVG and PNG")
@@ -223,16 +228,30 @@ def main(argv: list[str] | None = None) -> int:
     runs = sub.add_parser("runs", help="list recorded runs with their status and size")
     runs.add_argument("--json", action="store_true",
                       help="print the list as JSON (schema labkit.runs)")
+    samples = sub.add_parser("samples", help="record the shipped samples in data/sample/ "
+                             "again, and the figures in docs/figures/ (make samples)")
+    samples.add_argument("--only", action="append", default=[], metavar="PATH",
+                         help="only this sample, or the samples in this folder "
+                              "(repeatable), e.g. --only sweeps --only bottleneck")
+    samples.add_argument("--list", action="store_true",
+                         help="print each sample's command and estimate; record nothing")
+    samples.add_argument("--allow-dirty", action="store_true",
+                         help="record with uncommitted changes (the manifests then say "
+                              "-dirty)")
     clean = sub.add_parser("clean", help="remove what killed runs left behind (by registry)")
     clean.add_argument("--dry-run", action="store_true",
                        help="say what each leftover run recorded, remove nothing")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     try:
         return {"doctor": cmd_doctor, "validate": cmd_validate, "inspect": cmd_inspect,
                 "schema": cmd_schema, "run": cmd_run, "shell": cmd_shell, "sweep": cmd_sweep,
                 "tune": cmd_tune, "calibrate": cmd_calibrate, "batch": cmd_batch,
                 "report": cmd_report, "figures": cmd_figures, "runs": cmd_runs,
-                "clean": cmd_clean}[args.command](args)
+                "samples": cmd_samples, "clean": cmd_clean}[args.command](args)
     except scenario_mod.ScenarioError as exc:
         err.print(f"[red]error:[/] {escape(str(exc))}", highlight=False)
         return 2
@@ -919,6 +938,8 @@ def _load(path: Path):
 
 
 def cmd_report(args) -> int:
+    if (args.run_dir / "sweep.json").exists():
+        return _report_sweep(args)
     run = _load(args.run_dir)
     if run is None:
         return 2
@@ -927,6 +948,38 @@ def cmd_report(args) -> int:
                                "summary": run.summary.to_json()})
     else:
         _print_summary(run.summary)
+    return 0
+
+
+def _report_sweep(args) -> int:
+    """A recorded sweep, printed again as nccl-tests prints it (the emulated links' units,
+    as it was recorded); ``--json``: its manifest and rows."""
+    from labkit.analysis import nccltests
+    from labkit.runs.rundir import RunDataError, load_sweep
+
+    try:
+        sweep = load_sweep(args.run_dir)
+        rows = [nccltests.Row(**r) for r in sweep.rows]
+    except RunDataError as exc:
+        err.print(f"[red]error:[/] {escape(str(exc))}")
+        return 2
+    except TypeError as exc:  # a row with keys a Row does not have, or without one
+        err.print(f"[red]error:[/] {args.run_dir / 'sweep.json'}: a row does not fit ({exc})")
+        return 2
+    m = sweep.manifest
+    if args.json:
+        _print_json("report", {"run_dir": str(args.run_dir),
+                               "status": m.status if m else None, "kind": "sweep",
+                               "manifest": m.to_json() if m else None, "rows": sweep.rows})
+        return 0
+    if m:
+        print(f"# labkit sweep {m.run_id}: {m.op} ({m.algo}) of {m.scenario.get('name')}, "
+              f"{m.iters} timed ops per size; rates in Mbit/s of the emulated links")
+    else:
+        print("# labkit sweep (recorded before sweeps kept a manifest: its scenario, op and "
+              "revision are not known); rates in Mbit/s of the emulated links")
+    print("#", *nccltests.header(), *(r.line() for r in rows), *nccltests.footer(rows),
+          sep="\n")
     return 0
 
 
@@ -952,6 +1005,49 @@ def cmd_figures(args) -> int:
             return 2
     console.print(f"{len(written)} files in {args.out}: " + ", ".join(names))
     return 0
+
+
+def cmd_samples(args) -> int:
+    """Record the samples again, one labkit process each, with progress and an estimate."""
+    from labkit.runs import samples as samples_mod
+
+    try:
+        chosen = samples_mod.select(samples_mod.load(), args.only)
+        estimates = {s.path: samples_mod.estimate_s(s) for s in chosen}
+        if args.list:
+            table = Table("sample", "labkit command", "figures", "estimate")
+            for s in chosen:
+                table.add_row(s.path, shlex.join(s.command), ", ".join(s.figures),
+                              _minutes(estimates[s.path]))
+            console.print(table)
+            console.print(f"{len(chosen)} samples, about {_minutes(sum(estimates.values()))}")
+            return 0
+        rev = samples_mod.check_revision(args.allow_dirty)
+    except samples_mod.SamplesError as exc:
+        err.print(f"[red]error:[/] {escape(str(exc))}")
+        return 2
+    console.print(f"recording {len(chosen)} samples at labkit {rev[:12]}, about "
+                  f"{_minutes(sum(estimates.values()))} on the machine that last did")
+    with Progress(TextColumn("{task.description:<40}"), BarColumn(), TimeElapsedColumn(),
+                  TextColumn("left ~"), TimeRemainingColumn(), console=console) as progress:
+        task = progress.add_task("samples", total=sum(estimates.values()))
+        for s in chosen:
+            progress.update(task, description=s.path)
+            try:
+                done = samples_mod.record(s)
+            except RuntimeError as exc:
+                progress.stop()
+                err.print(f"[red]error:[/] {escape(str(exc))}")
+                return 1
+            progress.advance(task, estimates[s.path])
+            drawn = "".join(f"; {f}" for f in done.figures)
+            progress.console.print(f"{s.path}: recorded in {_minutes(done.seconds)} "
+                                   f"(estimated {_minutes(estimates[s.path])}){drawn}")
+    return 0
+
+
+def _minutes(seconds: float) -> str:
+    return f"{int(seconds // 60)}:{int(seconds % 60):02d}"
 
 
 def cmd_runs(args) -> int:

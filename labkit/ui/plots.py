@@ -18,6 +18,7 @@ from plotly.subplots import make_subplots
 from labkit.analysis import metrics
 from labkit.analysis.describe import KIND_NAMES, kind_text, rate_text
 from labkit.model.abi import LANES
+from labkit.model.manifest import Provenance
 from labkit.model.summary import BottleneckLane, Job, PolicySummary, Program
 from labkit.runs.rundir import Run
 
@@ -39,13 +40,21 @@ def policy_color(policy: str) -> str:
 
 
 def subtitle(run: Run) -> str:
-    """Where a figure's data came from: scenario, run id, scale factor; and the policies
+    """Where a figure's data came from: scenario, run id, scale factor, the labkit
+    revision and the machine that recorded it (:func:`recorded_by`); and the policies
     whose links did not keep time (``fidelity.links_kept_time``), if any."""
     s = run.summary
     late = [p for p, v in s.policies.items() if not v.fidelity.links_kept_time]
     return (f"{s.scenario} · run {s.run_id} · 1 emulated Mbit/s = "
-            f"{s.scale_factor:g} real Mbit/s"
+            f"{s.scale_factor:g} real Mbit/s · {recorded_by(run.manifest.provenance)}"
             + (f" · links did not keep time under {', '.join(late)}" if late else ""))
+
+
+def recorded_by(p: Provenance) -> str:
+    """labkit's revision (12 digits, ``-dirty`` kept) and the machine: CPUs and kernel."""
+    rev, dash, state = p.labkit_revision.partition("-")
+    cpus = f"{p.cpus} CPU{'s' if p.cpus != 1 else ''}, " if p.cpus else ""
+    return f"labkit {rev[:12]}{dash}{state} · {cpus}Linux {p.kernel}"
 
 
 def _style(fig: go.Figure, title: str, sub: str, x: str, y: str) -> go.Figure:
@@ -484,9 +493,11 @@ def victim_io(runs: dict[str, Run], entry: str = "victim", policy: str = "fifo")
         fig.add_scatter(x=x, y=y, mode="lines", name=name,
                         line={"shape": "hv", "dash": PORT_DASH[i % len(PORT_DASH)],
                               "color": policy_color(policy)})
-    first = next(iter(runs.values())).summary
-    sub = (f"{first.scenario} · runs {', '.join(r.summary.run_id for r in runs.values())}"
-           f" · 1 emulated Mbit/s = {first.scale_factor:g} real Mbit/s")
+    first = next(iter(runs.values()))
+    sub = (f"{first.summary.scenario} · runs "
+           f"{', '.join(r.summary.run_id for r in runs.values())} · 1 emulated Mbit/s = "
+           f"{first.summary.scale_factor:g} real Mbit/s · "
+           f"{recorded_by(first.manifest.provenance)}")
     return _style(fig, f"I/O completion time of {entry} under {policy}", sub,
                   "I/O completion time (ms)", "fraction of I/Os")
 

@@ -22,7 +22,7 @@ from labkit.ui import cli
 REPO = Path(__file__).resolve().parents[2]
 SAMPLE = REPO / "data/sample/bottleneck"
 COMMANDS = ("doctor", "validate", "inspect", "schema", "run", "shell", "sweep", "tune", "calibrate",
-            "batch", "report", "figures", "runs", "clean")
+            "batch", "report", "figures", "runs", "samples", "clean")
 GRID = REPO / "topologies/grids/bottleneck-sizes.yaml"
 BOTTLENECK = REPO / "topologies/bottleneck.yaml"
 INFINITE = BOTTLENECK.read_text().replace("compute_ms: 100", "compute_ms: .inf")
@@ -70,6 +70,32 @@ def test_report_json_is_the_summary_in_a_versioned_envelope():
     doc = json.loads(out)
     assert code == 0 and doc["schema"] == "labkit.report" and doc["version"] == cli.JSON_SCHEMA
     assert doc["summary"] == json.loads((SAMPLE / "summary.json").read_text())
+
+
+def test_report_prints_a_sweep_again_as_nccl_tests_does(tmp_path):
+    rows = json.loads((REPO / "data/sample/sweeps/ring/sweep.json").read_text())
+    code, out, _ = run_cli("report", str(REPO / "data/sample/sweeps/ring"))
+    lines = out.splitlines()
+    assert code == 0 and "before sweeps kept a manifest" in lines[0]
+    assert lines[2].startswith("#       size        count    type")
+    body = [line.split() for line in lines[4:4 + len(rows)]]
+    assert [int(b[0]) for b in body] == [r["size"] for r in rows]
+    assert [float(b[7]) for b in body] == [round(r["busbw_mbps"], 2) for r in rows]
+    assert "# Out of bounds values : 0 OK" in out
+    sweep = tmp_path / "sweep"  # one recorded with its manifest
+    sweep.mkdir()
+    shutil.copy(REPO / "data/sample/sweeps/ring/sweep.json", sweep)
+    shutil.copy(REPO / "tests/tier0/manifests/sweep-complete.json", sweep / "manifest.json")
+    code, out, _ = run_cli("report", str(sweep))
+    manifest = json.loads((sweep / "manifest.json").read_text())
+    assert code == 0 and out.startswith(f"# labkit sweep {manifest['run_id']}: "
+                                        f"{manifest['op']} ({manifest['algo']})")
+    code, out, _ = run_cli("report", str(sweep), "--json")
+    doc = json.loads(out)
+    assert (doc["kind"], doc["status"], doc["rows"]) == ("sweep", manifest["status"], rows)
+    (sweep / "sweep.json").write_text('[{"size": 1}]')
+    code, out, err = run_cli("report", str(sweep))
+    assert code == 2 and not out and "sweep.json: a row does not fit" in err
 
 
 @pytest.mark.parametrize("argv", [("runs", "--json")])

@@ -183,6 +183,17 @@ def test_queue_timeline_draws_the_chosen_ports_over_the_window():
     assert not plots.queue_timeline(run, [], ["fifo"]).data
 
 
+def test_every_figure_names_the_revision_and_the_machine_that_recorded_it():
+    run = _sample("bottleneck")
+    p = run.manifest.provenance
+    sub = plots.subtitle(run)
+    assert f"labkit {p.labkit_revision[:12]}" in sub
+    assert f"{p.cpus} CPUs, Linux {p.kernel}" in sub
+    dirty = replace(p, labkit_revision="0123456789abcdef0123-dirty", cpus=1)
+    assert plots.recorded_by(dirty) == f"labkit 0123456789ab-dirty · 1 CPU, Linux {p.kernel}"
+    assert sub in plots.queue_timeline(run).layout.title.text
+
+
 def test_sweeps_load_pick_and_tabulate(tmp_path):
     sweeps = rundir.load_sweeps(REPO / "data/sample/sweeps")
     assert list(sweeps) == ["halving_doubling", "halving_doubling-deep",

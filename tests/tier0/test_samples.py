@@ -1,0 +1,107 @@
+"""The samples' own manifest (data/sample/samples.yaml): it names every shipped sample and
+figure with a command that would record it, bad entries say which key is wrong, and a
+recording replaces a sample only once it is complete."""
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from labkit.runs import samples
+from labkit.ui import cli
+
+REPO = Path(__file__).resolve().parents[2]
+SHIPPED = samples.load()
+
+
+def _sample_dirs() -> set[str]:
+    """Every directory under data/sample/ that holds a recording (a manifest or sweep)."""
+    found = {p.parent for name in ("manifest.json", "sweep.json")
+             for p in (REPO / "data/sample").rglob(name) if samples.STAGING not in p.parts}
+    return {str(p.relative_to(REPO / "data/sample")) for p in found}
+
+
+def test_every_shipped_sample_and_figure_is_named_with_its_command():
+    assert _sample_dirs() <= {s.path for s in SHIPPED}
+    drawn = {s.figure_file(f).name for s in SHIPPED for f in s.figures}
+    assert {p.name for p in (REPO / "docs/figures").glob("*.svg")} <= drawn
+
+
+@pytest.mark.parametrize("sample", SHIPPED, ids=[s.path for s in SHIPPED])
+def test_each_command_parses_and_reads_its_scenario_with_its_changes(sample, monkeypatch):
+    monkeypatch.chdir(REPO)  # the commands name files from the repository's root
+    args = cli.build_parser().parse_args([*sample.command, "--out", "x"])
+    assert cli._scenario(args).name  # a ScenarioError names the file and key otherwise
+
+
+@pytest.mark.parametrize("text, wrong", [
+    ("samples: {}", "needs `samples:`"),
+    ("samples: [{path: a, command: demo}]", "samples[0].command: a labkit command"),
+    ("samples: [{path: /abs, command: run x.yaml}]", "samples[0].path: a relative path"),
+    ("samples: [{path: a/../b, command: run x.yaml}]", "samples[0].path: a relative path"),
+    ("samples: [{path: a, command: run x.yaml --out y}]", "samples[0].command: without --out"),
+    ("samples: [{path: a, command: run x.yaml, minutes: 0}]", "samples[0].minutes"),
+    ("samples: [{path: a, command: run x.yaml, figure: [f]}]", "unknown key 'figure'"),
+    ("samples: [{path: a, command: run x.yaml}, {path: a, command: run y.yaml}]",
+     "samples[1].path: a is named twice"),
+])
+def test_a_bad_entry_names_its_key(tmp_path, text, wrong):
+    f = tmp_path / "samples.yaml"
+    f.write_text(text)
+    with pytest.raises(samples.SamplesError, match=f"^{f}: .*") as caught:
+        samples.load(f)
+    assert wrong in str(caught.value)
+
+
+def test_only_picks_a_sample_or_a_folder_and_refuses_an_unknown_one():
+    assert [s.path for s in samples.select(SHIPPED, ["nvlink"])] == ["nvlink/inside",
+                                                                     "nvlink/across"]
+    assert [s.path for s in samples.select(SHIPPED, ["bottleneck"])] == ["bottleneck"]
+    with pytest.raises(samples.SamplesError, match="no sample 'bottle'"):
+        samples.select(SHIPPED, ["bottle"])
+
+
+def test_the_estimate_is_the_last_recordings_time_else_the_entrys():
+    bottleneck = next(s for s in SHIPPED if s.path == "bottleneck")
+    assert 10 < samples.estimate_s(bottleneck) < 30 * 60
+    ring = samples.Sample("sweeps/ring", ("sweep", "x.yaml"), minutes=2.5)
+    assert samples.estimate_s(ring) == 150.0  # recorded before sweeps kept a manifest
+
+
+def _fake_labkit(returncode: int, writes: str = "summary.json"):
+    """Stands in for the recording process (this test is about the files around it)."""
+    def run(argv, **kwargs):
+        out = Path(argv[argv.index("--out") + 1])
+        out.mkdir(parents=True)
+        (out / writes).write_text("{}")
+        kwargs["stdout"].write("line 1\nline 2\nthe reason\n")
+        return subprocess.CompletedProcess(argv, returncode)
+    return run
+
+
+def test_a_failed_recording_leaves_the_sample_and_names_its_log(tmp_path):
+    old = tmp_path / "nvlink/inside"
+    old.mkdir(parents=True)
+    (old / "manifest.json").write_text("old")
+    sample = samples.Sample("nvlink/inside", ("run", "topologies/nvlink.yaml"))
+    with pytest.raises(RuntimeError, match="(?s)exit 1.*unchanged.*inside.log:\n.*the reason$"):
+        samples.record(sample, tmp_path, tmp_path, runner=_fake_labkit(1))
+    assert (old / "manifest.json").read_text() == "old"
+    done = samples.record(sample, tmp_path, tmp_path, runner=_fake_labkit(0))
+    assert done.sample == sample and done.figures == ()
+    assert sorted(p.name for p in old.iterdir()) == ["summary.json"]
+    assert not (tmp_path / samples.STAGING / "nvlink/inside.previous").exists()
+
+
+def test_samples_list_prints_each_sample_and_the_total(capsys):
+    assert cli.main(["samples", "--list", "--only", "nvlink"]) == 0
+    out = capsys.readouterr().out
+    assert "nvlink/inside" in out and "nvlink/across" in out and "bottleneck" not in out
+    assert "2 samples, about " in out
+
+
+def test_a_dirty_tree_is_refused_before_anything_records(monkeypatch):
+    monkeypatch.setattr(samples, "git_revision", lambda: "abc-dirty")
+    with pytest.raises(samples.SamplesError, match="commit \\(or stash\\) first"):
+        samples.check_revision(False)
+    assert samples.check_revision(True) == "abc-dirty"
