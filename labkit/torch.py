@@ -29,8 +29,8 @@ computing) to the last bucket's all_reduce ending, which the step waits for.
 bottleneck port, and notes the first such burst since this helper cleared the note, as
 each step starts. As a step ends (and the next begins) this helper announces when the
 next step's traffic will cross, learned from the steps before (the median time from a
-step's start to its first burst across the bottleneck), so the host's gate and the
-state-aware relay hold storage from then
+step's start to its first burst across the bottleneck; the first step left out), so the
+host's gate and the state-aware relay hold storage from then
 (``control.lead_ms`` earlier) and the bottleneck is clear when the job's packets come.
 A rank whose last step sent nothing across a bottleneck announces nothing: it never
 holds storage back. The announced window is short (:data:`WINDOW_NS`): the kernel holds
@@ -177,9 +177,12 @@ class Steps:
     def _learn_and_announce(self, start: int, end: int) -> None:
         """After a step: when its traffic first crossed a bottleneck (as the kernel saw
         it), and from that the next step's window; none if this step did not cross (a
-        rank whose traffic stays on its side never holds storage back)."""
+        rank whose traffic stays on its side never holds storage back). The first step
+        teaches nothing: the framework sets itself up in it (gloo's pairs, autograd's
+        first pass), and its offset, up to 400 ms late on ``pytorch-ddp.yaml``, held
+        the next two windows' predictions wrong."""
         seen = self.phase.read()
-        if seen is None:
+        if seen is None or self.index == 1:  # index: the steps done, this one included
             return
         cross_start, crossed = seen[5], seen[6]
         if crossed < start or cross_start < start:  # nothing across from here this step

@@ -208,7 +208,9 @@ def parallelism_comparison(runs: dict[str, Run], policy: str = "fifo") -> go.Fig
     fig.update_yaxes(title_text="MB", row=1, col=1)
     fig.update_yaxes(title_text="x isolated", row=1, col=2)
     sub = " | ".join(subtitle(r) for r in runs.values())
-    return _style(fig, "Tensor vs pipeline parallelism on the same fabric", sub, "", "")
+    kinds = names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+    return _style(fig, f"{kinds[0].upper()}{kinds[1:]} parallelism on the same fabric", sub,
+                  "", "")
 
 
 SWEEP_PALETTE = ("#0072B2", "#009E73", "#CC79A7", "#D55E00", "#E69F00", "#56B4E9")

@@ -212,6 +212,40 @@ def test_the_torch_helper_prints_the_protocol_without_torch():
                for it, o in zip(iterations, ops, strict=True))
 
 
+class _Phase:
+    """The host's phase map as the kernel leaves it after each step: the step's first
+    burst across a bottleneck ``offset_ms`` after its start (the test's stand-in for the
+    map; tier 2 runs the real one)."""
+
+    def __init__(self, offsets_ms):
+        self.offsets, self.announced, self.start = list(offsets_ms), [], 0
+
+    def clear_crossing(self):
+        import time
+        self.start = time.monotonic_ns()
+
+    def read(self):
+        cross = self.start + int(self.offsets.pop(0) * 1e6)
+        return (0, 0, 0, 0, 0, cross, cross + 1)
+
+    def announce(self, start_ns, end_ns, phase):
+        self.announced.append((start_ns, end_ns, phase))
+
+
+def test_the_first_step_teaches_the_forecast_nothing():
+    from labkit.torch import SOON, WINDOW_NS, Steps
+
+    steps = Steps(out=io.StringIO(), phase_fd=-1)
+    steps.phase = _Phase([400, 20, 30])  # the first step's set-up crossed 400 ms in
+    for _ in range(3):
+        with steps.step():
+            pass
+    assert [round(o / 1e6) for o in steps.offsets] == [20, 30]  # from the second step on
+    assert len(steps.phase.announced) == 2  # after the second and the third
+    assert all(end - start == WINDOW_NS and phase == SOON
+               for start, end, phase in steps.phase.announced)
+
+
 # --- what is derived -----------------------------------------------------------------------
 
 

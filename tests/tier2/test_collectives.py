@@ -10,6 +10,9 @@ import pytest
 import yaml
 
 import labkit
+from labkit.analysis import nccltests
+from labkit.model.summary import AllReduce
+from labkit.model.topo import Topology
 from tests.leaks import assert_no_leaks
 from tests.tier0.test_sweep_format import parse_nccl_tests
 
@@ -43,6 +46,45 @@ def test_ring_all_reduce_sweep_on_leaf_spine(fabric_ready, tmp_path):
     assert manifest["scenario_sha256"] and manifest["packages"]["polars"]
     table = pl.read_parquet(out / "sweep.parquet")
     assert table.columns[0] == "run_id" and set(table["run_id"]) == {manifest["run_id"]}
+    assert_no_leaks()
+
+
+@pytest.mark.parametrize("op, algo, least", [("all_gather", "ring", 0.5),
+                                             ("reduce_scatter", "ring", 0.5),
+                                             ("broadcast", "tree", 0.25)])
+def test_every_collective_sweeps_right_and_within_the_link(fabric_ready, tmp_path, op, algo,
+                                                          least):
+    """All-Gather, Reduce-Scatter and Broadcast on the leaf-spine fabric: every chunk adds
+    up (#wrong 0) and the bus bandwidth is the link's at most; at 1 MiB the rings reach
+    half of it, the tree a quarter (each inner rank sends every chunk to two children, so
+    half the link at most, and 1 MiB is four 256 KiB chunks down a tree three deep)."""
+    done = labkit.sweep(REPO / "topologies/leaf-spine.yaml", op, algo, [64 << 10, 1 << 20],
+                        iters=2, out=tmp_path / op)
+    assert [r.size for r in done.rows] == [64 << 10, 1 << 20]
+    for row in done.rows:
+        assert row.wrong == 0 and 0 < row.busbw_mbps <= row.link_mbps * 1.02, row
+    assert done.rows[-1].busbw_mbps >= least * done.rows[-1].link_mbps, done.rows[-1]
+    assert_no_leaks()
+
+
+@pytest.mark.parametrize("topology, algo", [("leaf-spine", "tree"),
+                                             ("leaf-spine", "halving_doubling"),
+                                             ("nvlink", "hierarchical")])
+def test_labkit_run_runs_every_all_reduce_algorithm(fabric_ready, tmp_path, topology, algo):
+    """A scenario's All-Reduce with each algorithm besides the ring, run as `labkit run`
+    runs it: every op done, every chunk right; across the leaf-spine's links its bus
+    bandwidth is their rate at most (NVLink inside a server is faster than a NIC)."""
+    from labkit.model import grid
+
+    sc = grid.scenario_with(REPO / f"topologies/{topology}.yaml", [
+        f"traffic=[{{kind: allreduce, algo: {algo}, ranks: gpu, size_bytes: 1MiB, "
+        "iterations: 3, compute_ms: 10}]"])
+    run = labkit.run(sc, ["isolated"], out=tmp_path / "run")
+    reduce = run.summary.policies["isolated"].workload
+    assert isinstance(reduce, AllReduce) and reduce.ops == 3 and reduce.wrong == 0
+    link = nccltests.link_rate(Topology(sc.fabric), sc.ranks)
+    assert reduce.busbw_mbps > 0
+    assert topology == "nvlink" or reduce.busbw_mbps <= link * 1.02
     assert_no_leaks()
 
 

@@ -1,4 +1,5 @@
-"""Training jobs on the bottleneck fabric: pipeline against tensor parallelism, measured."""
+"""Training jobs on the bottleneck fabric, each kind of parallelism measured: data (bucketed
+All-Reduce), tensor, pipeline, and expert (all-to-all)."""
 
 from pathlib import Path
 
@@ -17,7 +18,7 @@ REPO = Path(__file__).resolve().parents[2]
 def runs(tmp_path_factory):
     return {kind: labkit.run(REPO / f"topologies/{kind}-parallel.yaml", ["isolated", "fifo"],
                              out=tmp_path_factory.mktemp(kind) / "run")
-            for kind in ("tensor", "pipeline")}
+            for kind in ("data", "tensor", "pipeline", "expert")}
 
 
 @pytest.fixture(scope="module")
@@ -57,4 +58,18 @@ def test_tensor_parallelism_moves_more_and_suffers_more_from_storage(fabric_read
     pp_bytes = pp["isolated"].bottleneck_bytes_per_iteration
     assert tp_bytes > 4 * pp_bytes
     assert tp["fifo"].slowdown_p50 > pp["fifo"].slowdown_p50
+
+
+def test_data_and_expert_parallelism_cross_the_uplink_and_wait_behind_storage(fabric_ready,
+                                                                              jobs):
+    """Data parallelism's ring crosses the uplink once each way, and a ring link carries
+    2·(N-1)/N of the gradients per All-Reduce; expert parallelism sends half of every
+    rank's tokens across, in both all-to-alls of each of its 4 layers. Both wait behind
+    the dataset reads under fifo."""
+    dp, ep = jobs["data"]["isolated"], jobs["expert"]["isolated"]
+    ring = 2 * 7 / 8 * (2 << 20)  # bytes one ring link carries per All-Reduce of 2 MiB
+    assert 0.9 * ring <= dp.bottleneck_bytes_per_iteration <= 2.5 * ring
+    assert ep.bottleneck_bytes_per_iteration >= 4 * 2 * 4 * (256 << 10) / 2 * 0.9
+    for kind in ("data", "expert"):
+        assert jobs[kind]["fifo"].slowdown_p50 > 1.2, kind
     assert_no_leaks()
