@@ -32,9 +32,10 @@ next step's traffic will cross, learned from the steps before (the median time f
 step's start to its first burst across the bottleneck; the first step left out), so the
 host's gate and the state-aware relay hold storage from then
 (``control.lead_ms`` earlier) and the bottleneck is clear when the job's packets come.
-A rank whose last step sent nothing across a bottleneck announces nothing: it never
-holds storage back. The announced window is short (:data:`WINDOW_NS`): the kernel holds
-it open for as long as the job's packets cross, and no longer.
+After the first step, with nothing learned yet, the window opens at once for up to
+twice that step. A rank whose last step sent nothing across a bottleneck announces
+nothing: it never holds storage back. The announced window is short (:data:`WINDOW_NS`):
+the kernel holds it open for as long as the job's packets cross, and no longer.
 
 Imports only the standard library and torch, each when first needed.
 """
@@ -179,13 +180,20 @@ class Steps:
         it), and from that the next step's window; none if this step did not cross (a
         rank whose traffic stays on its side never holds storage back). The first step
         teaches nothing: the framework sets itself up in it (gloo's pairs, autograd's
-        first pass), and its offset, up to 400 ms late on ``pytorch-ddp.yaml``, held
-        the next two windows' predictions wrong."""
+        first pass), and its offset, up to 400 ms late on ``pytorch-ddp.yaml``, held the
+        next two windows' forecasts wrong. With nothing learned yet, the window opens now
+        and lasts up to twice the step just done, unless a step's end says better: the
+        second step is then held like a known one, not met by whatever storage the
+        bottleneck's queue holds when its traffic first crosses (on ``pytorch-ddp.yaml``
+        that step was `state-aware`'s slowest in three runs of five)."""
         seen = self.phase.read()
-        if seen is None or self.index == 1:  # index: the steps done, this one included
+        if seen is None:
             return
         cross_start, crossed = seen[5], seen[6]
         if crossed < start or cross_start < start:  # nothing across from here this step
+            return
+        if self.index == 1:  # index: the steps done, this one included
+            self.phase.announce(end, end + 2 * (end - start), SOON)
             return
         self.offsets = (self.offsets + [cross_start - start])[-HISTORY:]
         at = end + int(statistics.median(self.offsets))

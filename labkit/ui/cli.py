@@ -1017,7 +1017,7 @@ def cmd_samples(args) -> int:
         if args.list:
             table = Table("sample", "labkit command", "figures", "estimate")
             for s in chosen:
-                table.add_row(s.path, shlex.join(s.command), ", ".join(s.figures),
+                table.add_row(s.path, escape(shlex.join(s.command)), ", ".join(s.figures),
                               _minutes(estimates[s.path]))
             console.print(table)
             console.print(f"{len(chosen)} samples, about {_minutes(sum(estimates.values()))}")

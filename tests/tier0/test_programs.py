@@ -232,7 +232,7 @@ class _Phase:
         self.announced.append((start_ns, end_ns, phase))
 
 
-def test_the_first_step_teaches_the_forecast_nothing():
+def test_the_first_step_teaches_the_forecast_nothing_and_the_second_is_held():
     from labkit.torch import SOON, WINDOW_NS, Steps
 
     steps = Steps(out=io.StringIO(), phase_fd=-1)
@@ -241,9 +241,10 @@ def test_the_first_step_teaches_the_forecast_nothing():
         with steps.step():
             pass
     assert [round(o / 1e6) for o in steps.offsets] == [20, 30]  # from the second step on
-    assert len(steps.phase.announced) == 2  # after the second and the third
-    assert all(end - start == WINDOW_NS and phase == SOON
-               for start, end, phase in steps.phase.announced)
+    (hold, *known) = steps.phase.announced
+    assert hold[1] - hold[0] > 0 and hold[2] == SOON  # the second step: held from its start
+    assert len(known) == 2 and all(end - start == WINDOW_NS and phase == SOON
+                                   for start, end, phase in known)
 
 
 # --- what is derived -----------------------------------------------------------------------

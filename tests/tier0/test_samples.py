@@ -97,6 +97,7 @@ def test_samples_list_prints_each_sample_and_the_total(capsys):
     assert cli.main(["samples", "--list", "--only", "nvlink"]) == 0
     out = capsys.readouterr().out
     assert "nvlink/inside" in out and "nvlink/across" in out and "bottleneck" not in out
+    assert "traffic[kind=job].ranks=[g1,g2,g5,g6]" in out.replace("\n", "")  # not markup
     assert "2 samples, about " in out
 
 
