@@ -34,7 +34,9 @@ host's gate and the state-aware relay hold storage from then
 (``control.lead_ms`` earlier) and the bottleneck is clear when the job's packets come.
 After the first step, with nothing learned yet, the window opens at once for up to
 twice that step. A rank whose last step sent nothing across a bottleneck announces
-nothing: it never holds storage back. The announced window is short (:data:`WINDOW_NS`):
+nothing, and ends what it announced: it never holds storage back. (In the first step
+gloo connects every rank to every other, so every rank crosses; in a ring's steps after
+it, two.) The announced window is short (:data:`WINDOW_NS`):
 the kernel holds it open for as long as the job's packets cross, and no longer.
 
 Imports only the standard library and torch, each when first needed.
@@ -190,7 +192,9 @@ class Steps:
         if seen is None:
             return
         cross_start, crossed = seen[5], seen[6]
-        if crossed < start or cross_start < start:  # nothing across from here this step
+        if crossed < start or cross_start < start:  # nothing across from here this step:
+            if seen[1] > end:  # ... so what it announced (the second step's hold) ends
+                self.phase.announce(0, 0, 0)
             return
         if self.index == 1:  # index: the steps done, this one included
             self.phase.announce(end, end + 2 * (end - start), SOON)

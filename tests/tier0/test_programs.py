@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
@@ -221,12 +222,13 @@ class _Phase:
         self.offsets, self.announced, self.start = list(offsets_ms), [], 0
 
     def clear_crossing(self):
-        import time
         self.start = time.monotonic_ns()
 
     def read(self):
-        cross = self.start + int(self.offsets.pop(0) * 1e6)
-        return (0, 0, 0, 0, 0, cross, cross + 1)
+        offset = self.offsets.pop(0)  # None: the step did not cross
+        cross = self.start + int(offset * 1e6) if offset is not None else 0
+        until = self.announced[-1][1] if self.announced else 0
+        return (0, until, 0, 0, 0, cross, cross + 1 if cross else 0)
 
     def announce(self, start_ns, end_ns, phase):
         self.announced.append((start_ns, end_ns, phase))
@@ -245,6 +247,12 @@ def test_the_first_step_teaches_the_forecast_nothing_and_the_second_is_held():
     assert hold[1] - hold[0] > 0 and hold[2] == SOON  # the second step: held from its start
     assert len(known) == 2 and all(end - start == WINDOW_NS and phase == SOON
                                    for start, end, phase in known)
+    ring = Steps(out=io.StringIO(), phase_fd=-1)  # a rank that crosses only in set-up
+    ring.phase = _Phase([400, None, None])
+    for i in range(3):
+        with ring.step():
+            time.sleep(0.05 if i == 0 else 0)  # its hold: up to 100 ms past this step
+    assert [a[2] for a in ring.phase.announced] == [SOON, 0]  # its hold ends, once
 
 
 # --- what is derived -----------------------------------------------------------------------
