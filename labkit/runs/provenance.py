@@ -17,11 +17,17 @@ from labkit.traffic.hotpath import LIBRARY as HOTPATH
 
 
 def git_revision() -> str:
+    """labkit's commit, ``-dirty`` when a tracked file has changed outside ``data/`` and
+    ``docs/figures/``: the revision names the code that recorded, and those hold
+    recordings and the figures drawn from them (``make samples`` replaces the shipped ones
+    as it goes)."""
     try:
         rev = subprocess.run(["git", "-C", str(bpf.REPO_ROOT), "rev-parse", "HEAD"],
                              capture_output=True, text=True, check=True).stdout.strip()
         dirty = subprocess.run(["git", "-C", str(bpf.REPO_ROOT), "status", "--porcelain",
-                                "--untracked-files=no"], capture_output=True, text=True).stdout
+                                "--untracked-files=no", "--", ".", ":(exclude)data",
+                                ":(exclude)docs/figures"],
+                               capture_output=True, text=True).stdout
         return rev + ("-dirty" if dirty.strip() else "")
     except (OSError, subprocess.CalledProcessError):
         return "unknown"

@@ -167,6 +167,8 @@ def record(sample: Sample, root: Path = SAMPLE_ROOT, figures_dir: Path = FIGURES
     with open(log, "w") as out:
         done = runner(labkit_argv(*sample.command, "--out", str(staging)), cwd=REPO_ROOT,
                       stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    if done.returncode in (130, -2):  # Ctrl-C: the run tore down what it built
+        raise KeyboardInterrupt
     if done.returncode != 0:
         tail = log.read_text().strip().splitlines()[-3:]
         raise RuntimeError(f"{sample.path}: `labkit {shlex.join(sample.command)}` failed "

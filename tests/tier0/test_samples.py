@@ -106,3 +106,26 @@ def test_a_dirty_tree_is_refused_before_anything_records(monkeypatch):
     with pytest.raises(samples.SamplesError, match="commit \\(or stash\\) first"):
         samples.check_revision(False)
     assert samples.check_revision(True) == "abc-dirty"
+
+
+def test_recordings_and_figures_do_not_make_the_revision_dirty(tmp_path, monkeypatch):
+    """make samples replaces data/sample/ and docs/figures/ as it goes: the samples after
+    the first still name the clean commit; a changed line of code does not."""
+    from labkit.kernel import bpf
+    from labkit.runs import provenance
+
+    def git(*args):
+        subprocess.run(["git", "-C", str(tmp_path), *args], check=True, capture_output=True)
+
+    for f in ("code.py", "data/sample/run.json", "docs/figures/f.svg"):
+        (tmp_path / f).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / f).write_text("1")
+    git("init", "-q")
+    git("add", ".")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "x")
+    monkeypatch.setattr(bpf, "REPO_ROOT", tmp_path)
+    (tmp_path / "data/sample/run.json").write_text("2")
+    (tmp_path / "docs/figures/f.svg").write_text("2")
+    assert not provenance.git_revision().endswith("-dirty")
+    (tmp_path / "code.py").write_text("2")
+    assert provenance.git_revision().endswith("-dirty")
