@@ -160,8 +160,9 @@ def record(sample: Sample, root: Path = SAMPLE_ROOT, figures_dir: Path = FIGURES
     command fails; the shipped sample is then untouched."""
     staging = root / STAGING / sample.path
     log = staging.with_name(staging.name + ".log")
-    if staging.exists():  # a recording of ours that did not finish: labkit's own folder
-        shutil.rmtree(staging)
+    for unfinished in (staging, staging.with_name(f".{staging.name}.incomplete")):
+        if unfinished.exists():  # a recording of ours that did not finish (the second:
+            shutil.rmtree(unfinished)  # the name labkit gives a run until it completes)
     staging.parent.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
     with open(log, "w") as out:

@@ -86,11 +86,16 @@ def test_a_failed_recording_leaves_the_sample_and_names_its_log(tmp_path):
     sample = samples.Sample("nvlink/inside", ("run", "topologies/nvlink.yaml"))
     with pytest.raises(RuntimeError, match="(?s)exit 1.*unchanged.*inside.log:\n.*the reason$"):
         samples.record(sample, tmp_path, tmp_path, runner=_fake_labkit(1))
+    interrupted = tmp_path / samples.STAGING / "nvlink/.inside.incomplete"
+    interrupted.mkdir()  # what labkit leaves of a run stopped by Ctrl-C
+    with pytest.raises(KeyboardInterrupt):
+        samples.record(sample, tmp_path, tmp_path, runner=_fake_labkit(130))
     assert (old / "manifest.json").read_text() == "old"
     done = samples.record(sample, tmp_path, tmp_path, runner=_fake_labkit(0))
     assert done.sample == sample and done.figures == ()
     assert sorted(p.name for p in old.iterdir()) == ["summary.json"]
     assert not (tmp_path / samples.STAGING / "nvlink/inside.previous").exists()
+    assert not interrupted.exists()  # the next recording cleared what was left
 
 
 def test_samples_list_prints_each_sample_and_the_total(capsys):
