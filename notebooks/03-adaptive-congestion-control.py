@@ -5,6 +5,8 @@
 #     text_representation:
 #       extension: .py
 #       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -65,6 +67,38 @@ plots.op_time_cdf(run)
 
 # %%
 widgets.explorer(run)
+
+# %% [markdown]
+# ## DCQCN beside storage TCP
+#
+# The same scenario with `control.dcqcn: true` (`data/sample/checkpoint-burst-dcqcn`, 8 s
+# per policy): the ring's packets are ECN-capable, the valves at the bottleneck mark them
+# past `fabric_ce_us`, receivers answer with CNPs and the senders cut their rate. Under
+# `fifo` there is no valve, so no mark: the ring loses packets and resends them as before.
+# Under the controllers the ring stops losing packets, but it now yields too, to its own
+# queue and to the storage TCP that shares the FIFO with it: where storage keeps that queue
+# long, DCQCN hands the port to TCP.
+
+# %%
+import polars as pl
+
+dcqcn = load_run(Path("..") / "data" / "sample" / "checkpoint-burst-dcqcn")
+
+
+def by_policy(r, label):
+    sent = r.tables["transport"].group_by("policy").agg(
+        pl.col("cnps").sum(), pl.col("retransmits").sum())
+    return (summary_frame(r.summary, digits=2)
+            .select("policy", "slowdown_p99", "storage_mbps", "vip_drops")
+            .join(sent, on="policy", how="left").with_columns(dcqcn=pl.lit(label)))
+
+
+order = pl.Enum(list(run.summary.policies))
+pl.concat([by_policy(run, "off"), by_policy(dcqcn, "on")]).sort(
+    pl.col("policy").cast(order), "dcqcn", descending=[False, True])
+
+# %%
+plots.op_time_cdf(dcqcn)
 
 # %% [markdown]
 # ## Try it live

@@ -5,6 +5,8 @@
 #     text_representation:
 #       extension: .py
 #       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -12,7 +14,7 @@
 # ---
 
 # %% [markdown]
-# # 04 · Pipeline vs tensor parallelism
+# # 04 · Parallelism: tensor, pipeline, data, expert
 #
 # The same batch, two ways to split a model over eight GPU hosts on the `bottleneck` fabric.
 # Tensor parallelism all-reduces activations after every layer, forward and backward: many
@@ -62,6 +64,26 @@ plots.parallelism(runs["pipeline"])
 
 # %%
 widgets.explorer({f"{kind} parallel": run for kind, run in runs.items()})
+
+# %% [markdown]
+# ## Data and expert parallelism
+#
+# Two more ways to split the work, on the same fabric and storage (`data-parallel.yaml`,
+# `expert-parallel.yaml`, shipped under `isolated`, `fifo` and `priority`). Data
+# parallelism all-reduces the whole gradient once per iteration, in buckets; expert
+# parallelism (a mixture of experts) exchanges tokens all-to-all twice per layer, half of
+# every exchange across the uplink. Both move megabytes across the bottleneck per
+# iteration, so both are slowed by storage under `fifo`, and the vip lane gives both their
+# isolated times back.
+
+# %%
+more = {kind: load_run(SAMPLES / f"{kind}-parallel") for kind in ("data", "expert")}
+pl.concat([summary_frame(run.summary, digits=3).select(
+    pl.lit(kind).alias("parallelism"), "policy", "p50_ms", "slowdown_p50", "slowdown_p99",
+    "exposed_comm", "bottleneck_mb_per_iter", "storage_mbps") for kind, run in more.items()])
+
+# %%
+plots.parallelism_comparison({**runs, **more})
 
 # %% [markdown]
 # ## Your own training job

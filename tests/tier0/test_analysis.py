@@ -173,8 +173,8 @@ def test_dequeue_fidelity_flags_a_port_that_stalls_for_its_queue_times():
 def test_the_fidelity_frame_has_a_row_per_port_that_queued():
     from pathlib import Path
 
-    summary = Summary.from_json(json.loads((Path(__file__).resolve().parents[2] /
-                                            "data/sample/checkpoint-burst/summary.json")
+    summary = Summary.from_json(json.loads((Path(__file__).parent /
+                                            "recorded/checkpoint-burst-20261130/summary.json")
                                            .read_text()))
     frame = metrics.fidelity_frame(summary)
     fifo = frame.filter(pl.col("policy") == "fifo")
@@ -191,8 +191,8 @@ def test_the_fidelity_frame_has_a_row_per_port_that_queued():
 def test_the_lossless_frame_reads_runs_recorded_before_transport():
     from pathlib import Path
 
-    old = Summary.from_json(json.loads((Path(__file__).resolve().parents[2] /
-                                        "data/sample/bottleneck/summary.json").read_text()))
+    old = Summary.from_json(json.loads((Path(__file__).parent /
+                                        "recorded/bottleneck-20261130/summary.json").read_text()))
     frame = metrics.lossless_frame({"old": old})
     assert frame["resends"].to_list() == [None] * 3 and not frame["lossless"].any()
     assert frame["vip_drops"].to_list() == [p.bottleneck.lanes.vip.drops

@@ -151,9 +151,11 @@ def test_load_runs_gives_one_frame_over_a_batch(local_batch):
 
 
 def test_load_runs_over_the_sample_runs_has_the_columns_with_nulls():
-    frame = labkit.load_runs(SAMPLE)  # a directory of runs (sweeps/ holds no run: left out)
+    old = REPO / "tests/tier0/recorded/bottleneck-20261130"  # its run id names no host
+    # a directory of runs (sweeps/ holds no run: left out) and a run
+    frame = labkit.load_runs([SAMPLE, old])
     summaries = {d.name: Summary.from_json(json.loads((d / "summary.json").read_text()))
-                 for d in SAMPLE.iterdir() if (d / "summary.json").exists()}
+                 for d in [*SAMPLE.iterdir(), old] if (d / "summary.json").exists()}
     assert frame.height == sum(len(s.policies) for s in summaries.values())
     assert frame.columns[:5] == ["run_id", "scenario", "batch", "point", "seed"]
     assert frame["batch"].null_count() == frame["point"].null_count() == frame.height

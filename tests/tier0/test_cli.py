@@ -73,8 +73,9 @@ def test_report_json_is_the_summary_in_a_versioned_envelope():
 
 
 def test_report_prints_a_sweep_again_as_nccl_tests_does(tmp_path):
-    rows = json.loads((REPO / "data/sample/sweeps/ring/sweep.json").read_text())
-    code, out, _ = run_cli("report", str(REPO / "data/sample/sweeps/ring"))
+    old = REPO / "tests/tier0/recorded/sweep-ring-20261129"  # before sweeps kept a manifest
+    rows = json.loads((old / "sweep.json").read_text())
+    code, out, _ = run_cli("report", str(old))
     lines = out.splitlines()
     assert code == 0 and "before sweeps kept a manifest" in lines[0]
     assert lines[2].startswith("#       size        count    type")
@@ -84,7 +85,7 @@ def test_report_prints_a_sweep_again_as_nccl_tests_does(tmp_path):
     assert "# Out of bounds values : 0 OK" in out
     sweep = tmp_path / "sweep"  # one recorded with its manifest
     sweep.mkdir()
-    shutil.copy(REPO / "data/sample/sweeps/ring/sweep.json", sweep)
+    shutil.copy(old / "sweep.json", sweep)
     shutil.copy(REPO / "tests/tier0/manifests/sweep-complete.json", sweep / "manifest.json")
     code, out, _ = run_cli("report", str(sweep))
     manifest = json.loads((sweep / "manifest.json").read_text())

@@ -31,8 +31,8 @@ def documents() -> list[Path]:
             *sorted((REPO / "notebooks").glob("*.py"))]
 
 
-def value_of(sample: str, key: str) -> float:
-    doc = json.loads((REPO / "data/sample" / sample / "summary.json").read_text())
+def value_of(sample: str, key: str, root: Path = REPO / "data/sample") -> float:
+    doc = json.loads((root / sample / "summary.json").read_text())
     for part in key.split("."):
         doc = doc[part]
     if not isinstance(doc, int | float) or isinstance(doc, bool):
@@ -40,15 +40,15 @@ def value_of(sample: str, key: str) -> float:
     return float(doc)
 
 
-def wrong_numbers(text: str, where: str) -> list[str]:
-    """Every quoted number in ``text`` that is not its sample's value, as a line saying
-    where, what is quoted and what the sample holds."""
+def wrong_numbers(text: str, where: str, root: Path = REPO / "data/sample") -> list[str]:
+    """Every quoted number in ``text`` that is not its sample's value (in ``root``), as a
+    line saying where, what is quoted and what the sample holds."""
     problems = []
     for m in QUOTED.finditer(text):
         line = text.count("\n", 0, m.start()) + 1
         quoted = m["num"]
         try:
-            value = value_of(m["sample"], m["key"])
+            value = value_of(m["sample"], m["key"], root)
         except (OSError, KeyError, TypeError) as exc:
             problems.append(f"{where}:{line}: {m.group(0)}: no such number ({exc})")
             continue
@@ -79,8 +79,11 @@ def test_a_number_edited_by_hand_is_caught():
     readme = (REPO / "README.md").read_text()
     m = QUOTED.search(readme)
     assert m, "README.md quotes no number from a sample"
-    edited = readme[:m.start("num")] + str(float(m["num"]) + 1) + readme[m.end("num"):]
-    (problem,) = wrong_numbers(edited, "README.md")
+    digits = len(m["num"].partition(".")[2])
+    edited = (readme[:m.start("num")] + f"{float(m['num']) + 1:.{digits}f}"
+              + readme[m.end("num"):])
+    before = wrong_numbers(readme, "README.md")  # test_every_quoted_number_... names those
+    (problem,) = [p for p in wrong_numbers(edited, "README.md") if p not in before]
     assert f"{m['sample']} {m['key']} is {m['num']} now" in problem
 
 
@@ -93,6 +96,57 @@ def test_a_number_edited_by_hand_is_caught():
      None),
     ("1<!-- tensor-parallel policies.nope -->", "no such number"),
 ])
-def test_rounding_is_the_tolerance_and_scales_apply(text, problem):
-    found = wrong_numbers(text, "t")
+def test_rounding_is_the_tolerance_and_scales_apply(text, problem, tmp_path):
+    (tmp_path / "tensor-parallel").mkdir()  # the numbers, not the samples of the day
+    job = {"slowdown_p50": 5.3412, "bubble_fraction": 0.7604,
+           "bottleneck_bytes_per_iteration": 3670016}
+    (tmp_path / "tensor-parallel/summary.json").write_text(
+        json.dumps({"policies": {"fifo": {"job": job}}}))
+    found = wrong_numbers(text, "t", tmp_path)
     assert (found == []) if problem is None else (problem in found[0])
+
+
+def _readme_block(title: str) -> list[list[str]]:
+    """The rows (split on blanks) of the README's table block whose header starts with
+    ``title``, up to the block's blank line or end."""
+    lines = (REPO / "README.md").read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(title))
+    rows = []
+    for line in lines[start + 1:]:
+        if not line.strip() or line.startswith("```"):
+            break
+        rows.append(line.replace(" / ", " ").split())
+    return rows
+
+
+def _close(quoted: str, value: float | None, scale: float = 1.0) -> bool:
+    if value is None:
+        return quoted == "—"
+    digits = len(quoted.rstrip("%").partition(".")[2])
+    return abs(value * scale - float(quoted.rstrip("%"))) <= 0.5 * 10 ** -digits + 1e-9
+
+
+def test_the_readmes_tables_are_the_bottleneck_samples():
+    """The tour's two tables (a code block: no markers) are data/sample/bottleneck's."""
+    policies = json.loads((REPO / "data/sample/bottleneck/summary.json").read_text())["policies"]
+    first = _readme_block("policy    ops")
+    second = _readme_block("policy    port")
+    assert [r[0] for r in first] == [r[0] for r in second] == list(policies)
+    for row in first:
+        p = policies[row[0]]
+        ar, lanes = p["allreduce"], p["bottleneck"]["lanes"]
+        expected = [ar["ops"], ar["p50_ms"], ar["p99_ms"], ar["slowdown_p50"],
+                    ar["slowdown_p99"], ar["busbw_mbps"], p["storage"]["goodput_mbps"],
+                    p["bottleneck"]["utilization"] * 100, lanes["vip"]["drops"],
+                    lanes["low"]["drops"]]
+        assert all(map(_close, row[1:], expected)), f"README's {row[0]} row: {row[1:]} " \
+            f"against {[round(e, 2) for e in expected]}"
+    for row in second:
+        p = policies[row[0]]["bottleneck"]
+        lanes = p["lanes"]
+        assert row[1] == p["port"]
+        expected = [lanes["vip"]["sojourn_p99_us"], lanes["low"]["sojourn_p99_us"],
+                    lanes["vip"]["latency_p99_us"],
+                    max(la["max_backlog_bytes"] for la in lanes.values()) / 1024]
+        assert all(map(_close, row[2:], expected)), f"README's {row[0]} row: {row[2:]} " \
+            f"against {[e and round(e) for e in expected]}"

@@ -16,8 +16,9 @@ def test_sample_runs_load():
     run = rundir.load_run(REPO / "data/sample/bottleneck")
     assert run.manifest.status == "complete"
     assert set(run.summary.policies) == {"isolated", "fifo", "priority"}
-    for name in ("checkpoint-burst", "tensor-parallel", "pipeline-parallel", "lossless/lossy",
-                 "lossless/lossless", "pytorch-ddp"):
+    for name in ("checkpoint-burst", "checkpoint-burst-dcqcn", "tensor-parallel",
+                 "pipeline-parallel", "data-parallel", "expert-parallel", "lossless/lossy",
+                 "lossless/lossless", "pytorch-ddp", "fidelity/x1", "fidelity/x8"):
         assert rundir.load_run(REPO / "data/sample" / name).manifest.status == "complete"
     assert len(list((REPO / "data/sample/sweeps").glob("*/sweep.json"))) == 6
 

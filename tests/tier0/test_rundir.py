@@ -1,5 +1,6 @@
 import json
 import shutil
+from pathlib import Path
 
 import polars as pl
 import pytest
@@ -129,7 +130,7 @@ def test_every_table_file_leads_with_its_run_id_so_runs_query_as_one(tmp_path):
 
 
 def test_a_run_recorded_before_run_id_columns_still_loads():
-    sample = rundir.bpf.REPO_ROOT / "data/sample/bottleneck"
+    sample = Path(__file__).parent / "recorded/bottleneck-20261130"
     assert "run_id" not in pl.read_parquet_schema(sample / "collectives.parquet")
     assert rundir.load_run(sample)["collectives"].height > 0
 

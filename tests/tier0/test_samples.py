@@ -64,8 +64,9 @@ def test_only_picks_a_sample_or_a_folder_and_refuses_an_unknown_one():
 def test_the_estimate_is_the_last_recordings_time_else_the_entrys():
     bottleneck = next(s for s in SHIPPED if s.path == "bottleneck")
     assert 10 < samples.estimate_s(bottleneck) < 30 * 60
-    ring = samples.Sample("sweeps/ring", ("sweep", "x.yaml"), minutes=2.5)
-    assert samples.estimate_s(ring) == 150.0  # recorded before sweeps kept a manifest
+    ring = samples.Sample("sweep-ring-20261129", ("sweep", "x.yaml"), minutes=2.5)
+    recorded = Path(__file__).parent / "recorded"  # before sweeps kept a manifest
+    assert samples.estimate_s(ring, recorded) == 150.0
 
 
 def _fake_labkit(returncode: int, writes: str = "summary.json"):

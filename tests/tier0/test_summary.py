@@ -24,6 +24,7 @@ from labkit.runs.rundir import load_run
 from labkit.ui import cli, figures
 
 SAMPLE = Path(__file__).resolve().parents[2] / "data" / "sample"
+RECORDED = Path(__file__).parent / "recorded"  # runs as older labkit wrote them
 RUN_SUMMARIES = sorted(f for f in SAMPLE.rglob("summary.json")
                        if "policies" in json.loads(f.read_text()))
 
@@ -41,7 +42,8 @@ def test_the_samples_cover_every_workload_and_the_older_versions():
     kinds = {type(p.workload) for f in RUN_SUMMARIES
              for p in Summary.from_json(json.loads(f.read_text())).policies.values()}
     assert kinds == {AllReduce, Job, Program}
-    old = Summary.from_json(_doc("bottleneck")).policies["fifo"]  # before transport
+    old = Summary.from_json(json.loads((RECORDED / "bottleneck-20261130/summary.json")
+                                       .read_text())).policies["fifo"]  # before transport
     assert old.transport is None and old.commands is None
     assert old.unrecorded == {"transport", "lossless", "commands"}
 
