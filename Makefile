@@ -18,14 +18,18 @@ HOTPATH := labkit/traffic/_hotpath.so
 # build of PyTorch, for Debian's /usr/bin/python3 (1.13 on Debian 12, 2.6 on Debian 13);
 # PyPI's torch is a CUDA build of several GB. A job may name any interpreter of its own.
 TORCH_PACKAGES := python3-torch
+# Your own MPI job (topologies/mpi-allreduce.yaml, the tests): Debian's Open MPI and its
+# mpi4py for /usr/bin/python3 (Open MPI 4.1 on Debian 12, 5.0 on Debian 13).
+MPI_PACKAGES := openmpi-bin python3-mpi4py
 
-.PHONY: setup system torch mounts bpf hotpath bpf-flags demo test bench soak samples lint lock clean-build
+.PHONY: setup system torch mpi mounts bpf hotpath bpf-flags demo test bench soak samples lint lock clean-build
 
 setup: system mounts $(VENV)/.installed bpf hotpath
 
 # Debian packages: installed only when one is missing.
-system torch: PACKAGES = $(if $(filter torch,$@),$(TORCH_PACKAGES),$(DEB_PACKAGES))
-system torch:
+system torch mpi: PACKAGES = $(or $(if $(filter torch,$@),$(TORCH_PACKAGES)),\
+	$(if $(filter mpi,$@),$(MPI_PACKAGES)),$(DEB_PACKAGES))
+system torch mpi:
 	@missing=$$(for p in $(PACKAGES); do \
 	    dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed' || echo $$p; \
 	  done); \
@@ -94,7 +98,7 @@ bpf-flags: bpf/build/vmlinux.h
 demo: setup
 	$(VENV)/bin/labkit run topologies/bottleneck.yaml
 
-test: setup torch
+test: setup torch mpi
 	$(VENV)/bin/pytest -q
 
 # --- more --------------------------------------------------------------------------------
@@ -106,7 +110,7 @@ soak: setup
 
 # Every shipped sample (data/sample/samples.yaml) recorded again at this revision, and the
 # figures in docs/figures/ drawn from them: commit first (labkit samples --list: the plan).
-samples: setup torch
+samples: setup torch mpi
 	$(VENV)/bin/labkit samples
 
 # ruff, then mypy over the folders pyproject.toml's [tool.mypy] names: any error fails.

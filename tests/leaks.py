@@ -5,6 +5,7 @@ import os
 import re
 import socket
 import subprocess
+import tempfile
 import threading
 import time
 from contextlib import suppress
@@ -87,6 +88,8 @@ def labkit_objects() -> dict[str, list[str]]:
                   for inode, path in net_namespaces().items() if inode not in MACHINE_NAMESPACES
                   and (ports := _fabric_ports(path))]
     work = [str(p) for p in registry.WORK_DIR.glob("*")]
+    # an MPI job's session directories (labkit.traffic.programs: tempfile's, then registered)
+    work += [str(p) for p in Path(tempfile.gettempdir()).glob("labkit-mpi-*")]
     return {"bpf_programs": progs, "pins": pins, "registries": registries, "processes": procs,
             "cgroups": groups, "namespaces": namespaces, "work_dirs": work}
 

@@ -38,7 +38,9 @@ from labkit.model.scenario_spec import (
     DEFAULT_PYTHON,
     HOST_REF,
     JOB_DSCP,
+    LAUNCHERS,
     LAYOUTS,
+    PER_RANK_TEMPLATES,
     RANK_TEMPLATES,
     ROCEV2_PORT,
     AllReduceSpec,
@@ -841,7 +843,7 @@ def _command(c: _Checker, t: dict, key: str, fabric: FabricSpec) -> CommandSpec:
 
 def _program_entry(c: _Checker, t: dict, key: str, fabric: FabricSpec) -> ProgramSpec:
     c.mapping(t, key, {"kind", "name", "ranks", "run", "python", "iterations", "warmup", "env",
-                       "master_port", "dscp", "quiet_ms", "duration_s", "imports"},
+                       "master_port", "dscp", "quiet_ms", "duration_s", "imports", "launcher"},
               {"ranks", "run"})
     name = c.label(t.get("name", "program"), f"{key}.name", "'ddp' or 'train-1'")
     ranks = _selection(c, t["ranks"], f"{key}.ranks", fabric)
@@ -851,6 +853,15 @@ def _program_entry(c: _Checker, t: dict, key: str, fabric: FabricSpec) -> Progra
         c.fail(f"{key}.run", f"host {clash[0]!r} has the name of a template of a program's "
                              f"run ({{{clash[0]}}}): rename the host")
     run = _argv(c, t["run"], f"{key}.run", fabric, RANK_TEMPLATES)
+    launcher = t.get("launcher", "labkit")
+    if launcher not in LAUNCHERS:
+        c.fail(f"{key}.launcher", f"must be one of {', '.join(LAUNCHERS)}, got {launcher!r}")
+    if launcher == "mpirun":
+        if per_rank := sorted({r for arg in run for r in HOST_REF.findall(arg)}
+                              & set(PER_RANK_TEMPLATES)):
+            c.fail(f"{key}.run", f"{{{per_rank[0]}}} differs from rank to rank, and mpirun "
+                                 "starts every rank with one command line: read the rank "
+                                 "from MPI (COMM_WORLD, or OMPI_COMM_WORLD_RANK)")
     python = c.string(t.get("python", DEFAULT_PYTHON), f"{key}.python")
     if "/" in python and not python.startswith("/"):  # relative: to the scenario's directory
         python = str((Path(c.file).parent / python).resolve())
@@ -880,7 +891,7 @@ def _program_entry(c: _Checker, t: dict, key: str, fabric: FabricSpec) -> Progra
         env=tuple(sorted((k, str(v)) for k, v in env.items())),
         master_port=c.integer(t.get("master_port", 29500), f"{key}.master_port", "master_port"),
         dscp=c.integer(t.get("dscp", JOB_DSCP), f"{key}.dscp", "program.dscp"),
-        quiet_ms=quiet, duration_s=duration, imports=tuple(imports), key=key)
+        quiet_ms=quiet, duration_s=duration, imports=tuple(imports), launcher=launcher, key=key)
 
 
 def _one_host(c: _Checker, value, key: str, fabric: FabricSpec) -> str:

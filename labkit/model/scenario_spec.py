@@ -193,6 +193,11 @@ class CommandSpec:
 # environment names them (docs/programs.md)
 RANK_TEMPLATES = ("python", "rank", "world_size", "local_rank", "local_world_size",
                   "master_addr", "master_port", "ifname", "iterations")
+# who starts the ranks: labkit, one process per rank with torchrun's environment; or Open
+# MPI's mpirun, on the first rank's host, whose daemons labkit starts in the other hosts
+LAUNCHERS = ("labkit", "mpirun")
+# what mpirun's one command line cannot hold: it is the same for every rank
+PER_RANK_TEMPLATES = ("rank", "local_rank", "local_world_size", "ifname")
 DEFAULT_PYTHON = "/usr/bin/python3"  # Debian's: `make torch` installs python3-torch for it
 JOB_DSCP = 26  # the DSCP a program's packets carry (AF31, a common RoCE traffic class)
 
@@ -220,6 +225,7 @@ class ProgramSpec:
     quiet_ms: float = 10.0
     duration_s: float | None = None  # stop the ranks after this long (None: when they exit)
     imports: tuple[str, ...] = ()  # modules the interpreter must import (checked first)
+    launcher: str = "labkit"  # or "mpirun" (:data:`LAUNCHERS`)
     kind: str = "program"
     key: str = field(default="", compare=False)  # where in the file: "traffic[0]"
 

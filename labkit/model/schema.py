@@ -170,6 +170,7 @@ def _built_in_kinds() -> dict[str, dict]:
             "master_port": _number("master_port"), "dscp": _number("program.dscp"),
             "quiet_ms": _number("quiet_ms"),
             "duration_s": {"anyOf": [_number("duration_s"), {"type": "null"}]},
-            "imports": _list(_whole(scenario.MODULE_RE.pattern))},
+            "imports": _list(_whole(scenario.MODULE_RE.pattern)),
+            "launcher": {"enum": list(scenario.LAUNCHERS)}},
             {"ranks", "run"}),
     }

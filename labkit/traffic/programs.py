@@ -18,6 +18,15 @@ teardown finds them. stdout and stderr are kept per rank
 (``program/rank<N>.out``, ``.err`` in the policy's agent directory); the stdout's
 JSON lines (:mod:`labkit.model.traffic.lines`) are the job's own times.
 
+With ``launcher: mpirun`` Open MPI's ``mpirun`` starts the ranks instead: labkit starts
+mpirun alone, held the same way, in the first rank's host and cgroup, one slot per host
+in rank order, over TCP on the fabric's addresses. mpirun starts its daemon in every
+other host through labkit's launch agent (``mpi_agent.sh``, where ssh would be), which
+joins that host's cgroup and enters its network namespace first: each host's daemon and
+rank live in the host's cgroup as a rank started by labkit does. Each rank's output is
+kept as a rank's of labkit's (a shell around it, ``OMPI_COMM_WORLD_RANK`` names the
+files); the environment above, without torchrun's variables, is exported to every rank.
+
 The run lasts until every rank exits, or until ``duration_s``. A rank that exits with
 an error ends it: the others are stopped and :class:`ProgramError` names the rank, its
 host and the tail of its stderr.
@@ -26,8 +35,10 @@ host and the tail of its stderr.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -45,12 +56,24 @@ from labkit.model.traffic.results import ProgramRankEnd
 
 # sh -c SCRIPT NAME CWD ARGV...: wait for the release, then become the program
 HELD = 'cd -- "$1" && shift && read -r go && exec "$@" < /dev/null'
+# sh -c SCRIPT NAME DIR ARGV...: an MPI rank becomes the program, its output in DIR's
+# rank<N>.out and .err (Open MPI 4 and 5 set OMPI_COMM_WORLD_RANK; their own options for
+# per-rank output differ)
+RANK_OUTPUT = 'exec "$@" > "$0/rank$OMPI_COMM_WORLD_RANK.out" 2> "$0/rank$OMPI_COMM_WORLD_RANK.err"'
 STOP_GRACE_S = 3.0
 POLL_S = 0.05
 TAIL_LINES = 12
 LIMIT_S = 1800.0  # a program that never ends is stopped, and the run fails, after this
 EXIT_GRACE_S = 15.0  # ranks still there this long after rank 0 reported its last iteration
 IMPORT_CHECK_S = 120.0
+MPI_AGENT = Path(__file__).with_name("mpi_agent.sh")
+MPI_NET = "10.0.0.0/8"  # every host address of a fabric (labkit.model.topo), never lo
+# what mpirun says of the rank that failed: "Process name: [[8123,1],1]\n  Exit code: 3",
+# or of one that called MPI_Abort: "MPI_ABORT was invoked on rank 1 in communicator
+# MPI_COMM_WORLD\nwith errorcode 3."
+MPI_FAILED = re.compile(r"Process name:\s*\[\[\d+,\d+\],(?P<rank>\d+)\]\s*Exit code:\s*"
+                        r"(?P<code>-?\d+)|MPI_ABORT was invoked on rank (?P<arank>\d+) in "
+                        r"communicator \S+\s+with errorcode (?P<acode>-?\d+)")
 
 
 class ProgramError(RuntimeError):
@@ -78,15 +101,21 @@ def placement(spec: ProgramSpec, topo: Topology) -> list[tuple[int, int, int]]:
     return [(group[:r].count(g), group.count(g), order.index(g)) for r, g in enumerate(group)]
 
 
-def rank_env(spec: ProgramSpec, topo: Topology, r: int, ifname: str,
-             base: dict[str, str] | None = None) -> dict[str, str]:
-    """Rank ``r``'s environment (see the module docstring)."""
-    local, local_n, group = placement(spec, topo)[r]
+def job_env(spec: ProgramSpec, base: dict[str, str] | None = None) -> dict[str, str]:
+    """What every rank's environment holds, whoever starts it (the module docstring)."""
     env = dict(os.environ if base is None else base)
     env.update({"OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"})
     env.update(dict(spec.env))
     root = str(bpf.REPO_ROOT)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+    return env
+
+
+def rank_env(spec: ProgramSpec, topo: Topology, r: int, ifname: str,
+             base: dict[str, str] | None = None) -> dict[str, str]:
+    """Rank ``r``'s environment as labkit starts it: :func:`job_env` and torchrun's."""
+    local, local_n, group = placement(spec, topo)[r]
+    env = job_env(spec, base)
     env.update({"RANK": str(r), "WORLD_SIZE": str(len(spec.ranks)), "LOCAL_RANK": str(local),
                 "LOCAL_WORLD_SIZE": str(local_n), "GROUP_RANK": str(group),
                 "MASTER_ADDR": topo.host_ip(spec.ranks[0]), "MASTER_PORT": str(spec.master_port),
@@ -105,12 +134,42 @@ def rank_argv(spec: ProgramSpec, topo: Topology, r: int, ifname: str) -> list[st
             for arg in spec.run]
 
 
+def mpirun_argv(spec: ProgramSpec, topo: Topology, outdir: Path) -> list[str]:
+    """mpirun's command line for the entry: a slot per rank's host, in rank order; TCP on
+    the fabric's addresses (``ob1``: no shared memory between hosts that share a
+    machine), ranks not bound to cores (eight ranks on a few cores); each rank's output
+    in ``outdir``; :func:`job_env`'s variables and :data:`MARKER` exported to every rank.
+    Options Open MPI 4.1 and 5.0 both take; its runtime's own are :func:`mpirun_env`'s."""
+    exported = sorted({"OMP_NUM_THREADS", "PYTHONUNBUFFERED", "PYTHONPATH", MARKER,
+                       *(k for k, _ in spec.env)})
+    return ["mpirun", "--allow-run-as-root", "-np", str(len(spec.ranks)),
+            "--host", ",".join(f"{topo.host_ip(h)}:1" for h in spec.ranks),
+            "--bind-to", "none", "--mca", "pml", "ob1", "--mca", "btl", "tcp,self",
+            "--mca", "btl_tcp_if_include", MPI_NET,
+            *(arg for name in exported for arg in ("-x", name)),
+            "/bin/sh", "-c", RANK_OUTPUT, str(outdir), *rank_argv(spec, topo, 0, "")]
+
+
+def mpirun_env(hosts: Path, session: Path) -> dict[str, str]:
+    """The runtime's settings, for Open MPI 4 (ORTE: ``OMPI_MCA_``) and 5 (PRRTE:
+    ``PRTE_MCA_``; each ignores the other's): daemons started by :data:`MPI_AGENT` with
+    the hosts' table ``hosts``, talking on the fabric's addresses; mpirun's session
+    directory under ``session`` (TMPDIR: both take it)."""
+    return {"LABKIT_MPI_HOSTS": str(hosts), "TMPDIR": str(session),
+            "OMPI_MCA_plm_rsh_agent": str(MPI_AGENT), "PRTE_MCA_plm_ssh_agent": str(MPI_AGENT),
+            "OMPI_MCA_oob_tcp_if_include": MPI_NET, "PRTE_MCA_oob_tcp_if_include": MPI_NET,
+            "OMPI_MCA_mpi_yield_when_idle": "1"}
+
+
 def check(spec: ProgramSpec, topo: Topology, source: str) -> None:
     """ScenarioError unless this machine can start the program: its interpreter and
     program exist, a script it names is there, and the interpreter imports ``imports``
     (a check of the machine, run before anything touches the kernel)."""
     argv = rank_argv(spec, topo, 0, "eth0")
     key = spec.key
+    if spec.launcher == "mpirun" and shutil.which("mpirun") is None:
+        raise ScenarioError(source, f"{key}.launcher", "mpirun is not installed here: Debian's "
+                            "openmpi-bin (`make mpi` installs it, with python3-mpi4py)")
     uses_python = "{python}" in spec.run[0] or spec.imports
     python = interpreter(spec)
     if uses_python and not (os.path.isfile(python) and os.access(python, os.X_OK)):
@@ -143,9 +202,18 @@ def check(spec: ProgramSpec, topo: Topology, source: str) -> None:
                                 f"{key}.python")
 
 
+def tail(path: Path) -> str:
+    """The last :data:`TAIL_LINES` lines of a process's stderr."""
+    try:
+        text = path.read_text(errors="replace").strip().splitlines()
+    except OSError:
+        text = []
+    return "\n".join(text[-TAIL_LINES:]) or "(nothing on stderr)"
+
+
 @dataclass
 class Rank:
-    """One rank's process, as started and as it ended."""
+    """One rank, as started and as it ended: ``proc`` is its own process, or mpirun's."""
 
     rank: int
     host: str
@@ -160,11 +228,7 @@ class Rank:
     cpu_s: float = 0.0
 
     def tail(self) -> str:
-        try:
-            text = self.err.read_text(errors="replace").strip().splitlines()
-        except OSError:
-            text = []
-        return "\n".join(text[-TAIL_LINES:]) or "(nothing on stderr)"
+        return tail(self.err)
 
 
 class Programs:
@@ -176,6 +240,7 @@ class Programs:
                  phase_fds: dict[str, int] | None = None):
         self.spec, self.topo, self.fabric, self.groups = spec, topo, fabric, groups
         self.workdir = workdir
+        self.mpirun_err = workdir / "mpirun.err"  # with launcher: mpirun
         self.phase_fds = phase_fds or {}
         self.ranks: list[Rank] = []
         self.released_ns = 0
@@ -183,8 +248,10 @@ class Programs:
         self._done = 0
 
     def launch(self) -> Programs:
-        """Start every rank, held, each in its cgroup."""
+        """Start every rank, held, each in its cgroup (or mpirun, held, in the first's)."""
         self.workdir.mkdir(parents=True, exist_ok=True)
+        if self.spec.launcher == "mpirun":
+            return self._launch_mpirun()
         for r, host in enumerate(self.spec.ranks):
             ifname = self.fabric.nic(host).ifname
             env = rank_env(self.spec, self.topo, r, ifname)
@@ -204,13 +271,74 @@ class Programs:
             self.ranks.append(Rank(r, host, argv, proc, self.groups[host], out, err))
         return self
 
+    def _launch_mpirun(self) -> Programs:
+        """mpirun, held, in the first rank's host and cgroup; the hosts' table for its
+        launch agent and the hosts' session directories in a scratch directory the
+        registry removes."""
+        spec, first = self.spec, self.spec.ranks[0]
+        session = Path(tempfile.mkdtemp(prefix="labkit-mpi-"))
+        self.fabric.registry.add("scratch_dir", path=str(session))
+        hosts = session / "hosts"
+        # a node's /sys is its own (Mininet mounts one per node): the agent reaches the
+        # cgroup through this process's root
+        here = Path(f"/proc/{os.getpid()}/root")
+        hosts.write_text("".join(
+            f"{self.topo.host_ip(h)} {self.fabric.nodes[h].pid} "
+            f"{here}{self.groups[h].path / 'cgroup.procs'} {session / h}\n"
+            for h in spec.ranks))
+        (session / first).mkdir()
+        env = (job_env(spec) | mpirun_env(hosts, session / first)
+               | {MARKER: f"{self.fabric.registry.run_id}/{spec.name}-mpirun"})
+        outdir = self.workdir.resolve()
+        with open(self.workdir / "mpirun.out", "wb") as o, open(self.mpirun_err, "wb") as e:
+            proc = self.fabric.popen(
+                first, ["/bin/sh", "-c", HELD, f"{spec.name}-mpirun", spec.cwd,
+                        *mpirun_argv(spec, self.topo, outdir)],
+                f"mpirun of program {spec.name}", self.groups[first],
+                stdin=subprocess.PIPE, stdout=o, stderr=e, env=env)
+        sched.run_ahead(sched.RANK_NICE, proc.pid)  # its daemons and ranks inherit it
+        argv = rank_argv(spec, self.topo, 0, "")
+        for r, host in enumerate(spec.ranks):
+            self.ranks.append(Rank(r, host, argv, proc, self.groups[host],
+                                   outdir / f"rank{r}.out", outdir / f"rank{r}.err"))
+        return self
+
+    def _processes(self) -> list[subprocess.Popen]:
+        """Each process labkit started, once: a rank's each, or mpirun."""
+        return list({id(r.proc): r.proc for r in self.ranks}.values())
+
+    def _failure(self, rank: Rank, code: int) -> str:
+        """Which rank failed, how, and the end of its stderr. Under mpirun, the rank mpirun
+        names (else the first with a stderr), its exit code as mpirun tells it; with no
+        such rank, mpirun and the end of its own stderr."""
+        took = (time.monotonic_ns() - self.released_ns) / 1e9
+        if self.spec.launcher == "mpirun":
+            said = MPI_FAILED.search(self._mpirun_said())
+            if said:
+                rank = self.ranks[int(said["rank"] or said["arank"])]
+                code = int(said["code"] or said["acode"])
+            elif wrote := [r for r in self.ranks if r.err.is_file() and r.err.stat().st_size]:
+                rank = wrote[0]
+            else:
+                return (f"mpirun of {self.spec.name} (on {rank.host}) exited with {code} after "
+                        f"{took:.1f} s; its stderr ends:\n{tail(self.mpirun_err)}\n(all of it:"
+                        f" {self.mpirun_err})")
+        return (f"rank {rank.rank} of {self.spec.name} (on {rank.host}) exited with {code} "
+                f"after {took:.1f} s; its stderr ends:\n{rank.tail()}\n(all of it: {rank.err})")
+
+    def _mpirun_said(self) -> str:
+        try:
+            return self.mpirun_err.read_text(errors="replace")
+        except OSError:
+            return ""
+
     def release(self, at_ns: int) -> None:
         """Let every rank start at ``at_ns`` (CLOCK_MONOTONIC), all within a few ms."""
         while (wait := at_ns - time.monotonic_ns()) > 0:
             time.sleep(min(wait / 1e9, 0.05))
         self.released_ns = time.monotonic_ns()
-        for rank in self.ranks:
-            stdin = rank.proc.stdin  # a pipe (start)
+        for proc in self._processes():
+            stdin = proc.stdin  # a pipe (start)
             try:
                 if stdin is not None:
                     stdin.write(b"go\n")
@@ -246,11 +374,7 @@ class Programs:
                     rank.exit = code
                     if code != 0:
                         self.stop()
-                        raise ProgramError(
-                            f"rank {rank.rank} of {self.spec.name} (on {rank.host}) exited with "
-                            f"{code} after {(time.monotonic_ns() - self.released_ns) / 1e9:.1f}"
-                            f" s; its stderr ends:\n{rank.tail()}\n(all of it: "
-                            f"{rank.err})")
+                        raise ProgramError(self._failure(rank, code))
             done = self.progress()
             if on_progress and done != shown:
                 on_progress(done)
@@ -278,14 +402,15 @@ class Programs:
         """End every rank still running (SIGTERM, then the cgroup's kill after
         :data:`STOP_GRACE_S`), reap them; one row per rank: its host, argv, exit code,
         whether labkit stopped it and the CPU its cgroup used."""
-        running = [r for r in self.ranks if r.proc.poll() is None]
-        for rank in running:
-            rank.stopped_by_labkit = True
-            rank.proc.terminate()
+        running = [p for p in self._processes() if p.poll() is None]
+        for rank in self.ranks:
+            rank.stopped_by_labkit |= rank.proc in running
+        for proc in running:
+            proc.terminate()
         deadline = time.monotonic() + STOP_GRACE_S
-        for rank in running:
+        for proc in running:
             try:
-                rank.proc.wait(timeout=max(deadline - time.monotonic(), 0.01))
+                proc.wait(timeout=max(deadline - time.monotonic(), 0.01))
             except subprocess.TimeoutExpired:
                 pass
         for rank in self.ranks:

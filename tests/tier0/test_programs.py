@@ -400,3 +400,77 @@ def test_the_ddp_example_reports_its_steps_through_the_comm_hook(tmp_path):
     assert {o.op for o in ops} == {"all_reduce"} and {o.i for o in ops} == {0, 1, 2}
     assert sum(o.bytes for o in ops if o.i == 2) == 2 * 256 * 1024 * 4  # 2 MiB of gradients
     assert all(0 < it.exposed_ns <= it.end_ns - it.start_ns for it in iterations)
+
+
+# --- launcher: mpirun ---------------------------------------------------------------------
+
+
+@pytest.fixture
+def mpi_doc():
+    return yaml.safe_load((TOPOLOGIES / "mpi-allreduce.yaml").read_text())
+
+
+def test_the_shipped_mpi_job_is_started_by_mpirun(mpi_doc):
+    p = parse(mpi_doc).program
+    assert p.launcher == "mpirun" and p.imports == ("mpi4py",) and len(p.ranks) == 8
+    assert parse(mpi_doc | {"traffic": [{**mpi_doc["traffic"][0], "launcher": "labkit"}]}
+                 ).program.launcher == "labkit"
+
+
+@pytest.mark.parametrize("change, key, reason", [
+    ({"launcher": "srun"}, "traffic[0].launcher", "one of labkit, mpirun"),
+    ({"run": "{python} t.py --rank {rank}"}, "traffic[0].run", "{rank} differs from rank"),
+    ({"run": "{python} t.py --nic {ifname}"}, "traffic[0].run", "{ifname} differs"),
+])
+def test_what_mpirun_cannot_start_is_refused(mpi_doc, change, key, reason):
+    mpi_doc["traffic"][0].update(change)
+    err = _error(mpi_doc)
+    assert err.key == key and reason in err.reason, err
+
+
+def test_mpiruns_command_line_places_a_rank_per_host_and_keeps_their_output(mpi_doc, tmp_path):
+    mpi_doc["traffic"][0]["env"] = {"MY_SETTING": 1}
+    sc = parse(mpi_doc)
+    t = topo.Topology(sc.fabric)
+    argv = programs.mpirun_argv(sc.program, t, tmp_path)
+    hosts = argv[argv.index("--host") + 1].split(",")
+    assert hosts == [f"{t.host_ip(f'g{i}')}:1" for i in range(1, 9)]
+    assert argv[argv.index("-np") + 1] == "8" and "--allow-run-as-root" in argv
+    exported = {argv[i + 1] for i, a in enumerate(argv) if a == "-x"}
+    assert {"PYTHONPATH", "MY_SETTING", "LABKIT_COMMAND"} <= exported
+    shell = argv.index("/bin/sh")
+    assert argv[shell + 2] == programs.RANK_OUTPUT and argv[shell + 3] == str(tmp_path)
+    assert argv[shell + 4:] == programs.rank_argv(sc.program, t, 5, "")
+    env = programs.mpirun_env(tmp_path / "hosts", tmp_path / "g1")
+    assert env["OMPI_MCA_plm_rsh_agent"] == env["PRTE_MCA_plm_ssh_agent"] == \
+        str(programs.MPI_AGENT)
+    assert os.access(programs.MPI_AGENT, os.X_OK)
+
+
+def test_a_rank_writes_its_output_where_labkit_reads_it(tmp_path):
+    """The shell around each rank, as mpirun starts it (Open MPI sets the rank's number)."""
+    done = subprocess.run(["/bin/sh", "-c", programs.RANK_OUTPUT, str(tmp_path), "sh", "-c",
+                           "echo out; echo err >&2; exit 3"],
+                          env={"OMPI_COMM_WORLD_RANK": "4"}, capture_output=True)
+    assert done.returncode == 3 and not done.stdout
+    assert (tmp_path / "rank4.out").read_text() == "out\n"
+    assert (tmp_path / "rank4.err").read_text() == "err\n"
+
+
+@pytest.mark.parametrize("said, rank, code", [
+    ("Primary job  terminated normally, but 1 process returned\na non-zero exit code.\n"
+     "  Process name: [[8123,1],2]\n  Exit code:    7\n", 2, 7),
+    ("MPI_ABORT was invoked on rank 1 in communicator MPI_COMM_WORLD\nwith errorcode 3.\n",
+     1, 3),
+])
+def test_the_rank_mpirun_names_is_the_one_that_failed(said, rank, code):
+    m = programs.MPI_FAILED.search(said)
+    assert int(m["rank"] or m["arank"]) == rank and int(m["code"] or m["acode"]) == code
+
+
+def test_a_missing_mpirun_is_found_before_the_run(mpi_doc, monkeypatch):
+    monkeypatch.setenv("PATH", "/nonexistent")
+    sc = parse(mpi_doc)
+    with pytest.raises(ScenarioError) as info:
+        programs.check(sc.program, topo.Topology(sc.fabric), "s.yaml")
+    assert info.value.key == "traffic[0].launcher" and "make mpi" in info.value.reason
