@@ -8,8 +8,8 @@ can follow. What teardown does per kind:
   identified by pid *and* kernel start time so a recycled pid is never touched:
   sent its stop signal, then SIGKILL;
 * ``pin_dir`` — a directory of BPF pins under ``/sys/fs/bpf/labkit``: unpinned;
-* ``scratch_dir`` — a directory a run's processes keep files in while they run (Open
-  MPI's session directories): removed, after the processes;
+* ``session_dir`` — where an MPI job's runtime keeps its session directories while it
+  runs (short paths, in /tmp: its sockets live there): removed, after the processes;
 * ``cgroup`` — a cgroup v2 directory labkit made (:mod:`labkit.kernel.cgroups`): every process
   in a rank's cgroup (``first``) is killed before anything else (``cgroup.kill``: a
   user's program and whatever it started); after the processes' own stops, what is left
@@ -246,7 +246,7 @@ class Registry:
             if e["kind"] == "pin_dir" and Path(e["path"]).exists():
                 bpf.unpin_dir(Path(e["path"]))
                 removed.append(f"unpinned {e['path']}")
-            elif e["kind"] == "scratch_dir" and Path(e["path"]).exists():
+            elif e["kind"] == "session_dir" and Path(e["path"]).exists():
                 shutil.rmtree(e["path"], ignore_errors=True)
                 removed.append(f"removed {e['path']}")
         return removed
@@ -257,7 +257,7 @@ class Registry:
                if e["kind"] == "process" and alive(e["pid"], e["start_time"])]
         out += [f"pid {pid}, started by a command entry" for pid in marked(self.run_id)]
         out += [f"{e['kind'].replace('_', ' ')} {e['path']}" for e in self.entries
-                if e["kind"] in ("cgroup", "pin_dir", "scratch_dir")
+                if e["kind"] in ("cgroup", "pin_dir", "session_dir")
                 and Path(e["path"]).exists()]
         return out + self._survivors()
 

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import os
 import re
+import secrets
 import shutil
 import subprocess
 import tempfile
@@ -56,10 +57,11 @@ from labkit.model.traffic.results import ProgramRankEnd
 
 # sh -c SCRIPT NAME CWD ARGV...: wait for the release, then become the program
 HELD = 'cd -- "$1" && shift && read -r go && exec "$@" < /dev/null'
-# sh -c SCRIPT NAME DIR ARGV...: an MPI rank becomes the program, its output in DIR's
+# sh -c SCRIPT DIR ARGV...: an MPI rank becomes the program, its output in DIR's
 # rank<N>.out and .err (Open MPI 4 and 5 set OMPI_COMM_WORLD_RANK; their own options for
 # per-rank output differ)
-RANK_OUTPUT = 'exec "$@" > "$0/rank$OMPI_COMM_WORLD_RANK.out" 2> "$0/rank$OMPI_COMM_WORLD_RANK.err"'
+RANK_WRAPPER = ('r=${OMPI_COMM_WORLD_RANK:?not started by Open MPI}; '
+                'exec "$@" > "$0/rank$r.out" 2> "$0/rank$r.err"')
 STOP_GRACE_S = 3.0
 POLL_S = 0.05
 TAIL_LINES = 12
@@ -67,13 +69,29 @@ LIMIT_S = 1800.0  # a program that never ends is stopped, and the run fails, aft
 EXIT_GRACE_S = 15.0  # ranks still there this long after rank 0 reported its last iteration
 IMPORT_CHECK_S = 120.0
 MPI_AGENT = Path(__file__).with_name("mpi_agent.sh")
-MPI_NET = "10.0.0.0/8"  # every host address of a fabric (labkit.model.topo), never lo
-# what mpirun says of the rank that failed: "Process name: [[8123,1],1]\n  Exit code: 3",
-# or of one that called MPI_Abort: "MPI_ABORT was invoked on rank 1 in communicator
-# MPI_COMM_WORLD\nwith errorcode 3."
-MPI_FAILED = re.compile(r"Process name:\s*\[\[\d+,\d+\],(?P<rank>\d+)\]\s*Exit code:\s*"
-                        r"(?P<code>-?\d+)|MPI_ABORT was invoked on rank (?P<arank>\d+) in "
-                        r"communicator \S+\s+with errorcode (?P<acode>-?\d+)")
+MPIRUN = "mpirun.openmpi"  # Debian's openmpi-bin: Open MPI's, whichever mpirun is chosen
+MPI_NET = "10.0.0.0/16"  # the hosts' NICs (labkit.model.topo): not NVLink's, not lo
+# what mpirun (or a rank) says of the rank that failed, in Open MPI 4.1 and 5.0: a rank's
+# exit ("Process name: [[8123,1],2]" or "[prterun-vm-4321@1,2]", then "Exit code: 7"),
+# its MPI_Abort ("MPI_ABORT was invoked on rank 1 ..." then "with errorcode 3" or
+# "Errorcode: 3"), its signal ("process rank 1 with PID 4321 ... exited on signal 9")
+MPI_FAILED = (
+    re.compile(r"Process name:\s*\[(?:\[\d+,\d+\]|[^@\]\s]+@\d+),(?P<rank>\d+)\]\s*"
+               r"Exit code:\s*(?P<code>-?\d+)"),
+    re.compile(r"MPI_ABORT was invoked on rank (?P<rank>\d+)[\s\S]{0,300}?[Ee]rrorcode:?\s*"
+               r"(?P<code>-?\d+)"),
+    re.compile(r"process rank (?P<rank>\d+) with PID \d+"),
+)
+
+
+def failed_rank(said: str) -> tuple[int, int | None] | None:
+    """The rank Open MPI says failed in ``said`` (mpirun's stderr and the ranks'), and its
+    exit code when it says one (not for a signal)."""
+    for pattern in MPI_FAILED:
+        if m := pattern.search(said):
+            code = m.groupdict().get("code")
+            return int(m["rank"]), int(code) if code is not None else None
+    return None
 
 
 class ProgramError(RuntimeError):
@@ -140,25 +158,25 @@ def mpirun_argv(spec: ProgramSpec, topo: Topology, outdir: Path) -> list[str]:
     machine), ranks not bound to cores (eight ranks on a few cores); each rank's output
     in ``outdir``; :func:`job_env`'s variables and :data:`MARKER` exported to every rank.
     Options Open MPI 4.1 and 5.0 both take; its runtime's own are :func:`mpirun_env`'s."""
-    exported = sorted({"OMP_NUM_THREADS", "PYTHONUNBUFFERED", "PYTHONPATH", MARKER,
-                       *(k for k, _ in spec.env)})
-    return ["mpirun", "--allow-run-as-root", "-np", str(len(spec.ranks)),
+    exported = sorted({*job_env(spec, {}), MARKER})
+    return [MPIRUN, "--allow-run-as-root", "-np", str(len(spec.ranks)),
             "--host", ",".join(f"{topo.host_ip(h)}:1" for h in spec.ranks),
             "--bind-to", "none", "--mca", "pml", "ob1", "--mca", "btl", "tcp,self",
             "--mca", "btl_tcp_if_include", MPI_NET,
             *(arg for name in exported for arg in ("-x", name)),
-            "/bin/sh", "-c", RANK_OUTPUT, str(outdir), *rank_argv(spec, topo, 0, "")]
+            "/bin/sh", "-c", RANK_WRAPPER, str(outdir), *rank_argv(spec, topo, 0, "")]
 
 
 def mpirun_env(hosts: Path, session: Path) -> dict[str, str]:
     """The runtime's settings, for Open MPI 4 (ORTE: ``OMPI_MCA_``) and 5 (PRRTE:
     ``PRTE_MCA_``; each ignores the other's): daemons started by :data:`MPI_AGENT` with
-    the hosts' table ``hosts``, talking on the fabric's addresses; mpirun's session
-    directory under ``session`` (TMPDIR: both take it)."""
+    the hosts' table ``hosts`` (its command in sh's syntax), talking on the fabric's
+    addresses; mpirun's session directory under ``session`` (TMPDIR: both take it); ranks
+    that yield the CPU while they poll."""
     return {"LABKIT_MPI_HOSTS": str(hosts), "TMPDIR": str(session),
             "OMPI_MCA_plm_rsh_agent": str(MPI_AGENT), "PRTE_MCA_plm_ssh_agent": str(MPI_AGENT),
-            "OMPI_MCA_oob_tcp_if_include": MPI_NET, "PRTE_MCA_oob_tcp_if_include": MPI_NET,
-            "OMPI_MCA_mpi_yield_when_idle": "1"}
+            "OMPI_MCA_oob_tcp_if_include": MPI_NET, "PRTE_MCA_prte_if_include": MPI_NET,
+            "OMPI_MCA_mpi_yield_when_idle": "1", "SHELL": "/bin/sh"}
 
 
 def check(spec: ProgramSpec, topo: Topology, source: str) -> None:
@@ -167,9 +185,9 @@ def check(spec: ProgramSpec, topo: Topology, source: str) -> None:
     (a check of the machine, run before anything touches the kernel)."""
     argv = rank_argv(spec, topo, 0, "eth0")
     key = spec.key
-    if spec.launcher == "mpirun" and shutil.which("mpirun") is None:
-        raise ScenarioError(source, f"{key}.launcher", "mpirun is not installed here: Debian's "
-                            "openmpi-bin (`make mpi` installs it, with python3-mpi4py)")
+    if spec.launcher == "mpirun" and shutil.which(MPIRUN) is None:
+        raise ScenarioError(source, f"{key}.launcher", f"{MPIRUN} is not installed here: "
+                            "Debian's openmpi-bin (`make mpi` installs it, with python3-mpi4py)")
     uses_python = "{python}" in spec.run[0] or spec.imports
     python = interpreter(spec)
     if uses_python and not (os.path.isfile(python) and os.access(python, os.X_OK)):
@@ -202,13 +220,16 @@ def check(spec: ProgramSpec, topo: Topology, source: str) -> None:
                                 f"{key}.python")
 
 
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(errors="replace")
+    except OSError:
+        return ""
+
+
 def tail(path: Path) -> str:
     """The last :data:`TAIL_LINES` lines of a process's stderr."""
-    try:
-        text = path.read_text(errors="replace").strip().splitlines()
-    except OSError:
-        text = []
-    return "\n".join(text[-TAIL_LINES:]) or "(nothing on stderr)"
+    return "\n".join(_read(path).strip().splitlines()[-TAIL_LINES:]) or "(nothing on stderr)"
 
 
 @dataclass
@@ -276,8 +297,10 @@ class Programs:
         launch agent and the hosts' session directories in a scratch directory the
         registry removes."""
         spec, first = self.spec, self.spec.ranks[0]
-        session = Path(tempfile.mkdtemp(prefix="labkit-mpi-"))
-        self.fabric.registry.add("scratch_dir", path=str(session))
+        # short (a PMIx socket's path in it must fit 108 bytes), recorded before it exists
+        session = Path(tempfile.gettempdir()) / f"labkit-mpi-{secrets.token_hex(6)}"
+        self.fabric.registry.add("session_dir", path=str(session))
+        session.mkdir(mode=0o700)
         hosts = session / "hosts"
         # a node's /sys is its own (Mininet mounts one per node): the agent reaches the
         # cgroup through this process's root
@@ -308,29 +331,29 @@ class Programs:
         return list({id(r.proc): r.proc for r in self.ranks}.values())
 
     def _failure(self, rank: Rank, code: int) -> str:
-        """Which rank failed, how, and the end of its stderr. Under mpirun, the rank mpirun
-        names (else the first with a stderr), its exit code as mpirun tells it; with no
-        such rank, mpirun and the end of its own stderr."""
+        """Which rank failed, how, and the end of its stderr. Under mpirun: the rank Open
+        MPI names (else the first that wrote to stderr) with the code it gives, and the
+        end of mpirun's own stderr."""
         took = (time.monotonic_ns() - self.released_ns) / 1e9
-        if self.spec.launcher == "mpirun":
-            said = MPI_FAILED.search(self._mpirun_said())
-            if said:
-                rank = self.ranks[int(said["rank"] or said["arank"])]
-                code = int(said["code"] or said["acode"])
-            elif wrote := [r for r in self.ranks if r.err.is_file() and r.err.stat().st_size]:
-                rank = wrote[0]
-            else:
-                return (f"mpirun of {self.spec.name} (on {rank.host}) exited with {code} after "
-                        f"{took:.1f} s; its stderr ends:\n{tail(self.mpirun_err)}\n(all of it:"
-                        f" {self.mpirun_err})")
-        return (f"rank {rank.rank} of {self.spec.name} (on {rank.host}) exited with {code} "
-                f"after {took:.1f} s; its stderr ends:\n{rank.tail()}\n(all of it: {rank.err})")
-
-    def _mpirun_said(self) -> str:
-        try:
-            return self.mpirun_err.read_text(errors="replace")
-        except OSError:
-            return ""
+        if self.spec.launcher != "mpirun":
+            return (f"rank {rank.rank} of {self.spec.name} (on {rank.host}) exited with {code}"
+                    f" after {took:.1f} s; its stderr ends:\n{rank.tail()}\n(all of it: "
+                    f"{rank.err})")
+        mpirun = (f"mpirun's stderr ends:\n{tail(self.mpirun_err)}\n(all of it: "
+                  f"{self.mpirun_err})")
+        said = "\n".join(_read(f) for f in (self.mpirun_err, *(r.err for r in self.ranks)))
+        if named := failed_rank(said):
+            rank, how = self.ranks[named[0]], "ended on a signal"
+            if named[1] is not None:
+                rank.exit, how = named[1], f"exited with {named[1]}"
+        elif wrote := [r for r in self.ranks if _read(r.err).strip()]:
+            rank, how = wrote[0], "failed"
+        else:
+            return f"mpirun of {self.spec.name} (on {rank.host}) exited with {code} after " \
+                   f"{took:.1f} s; {mpirun}"
+        return (f"rank {rank.rank} of {self.spec.name} (on {rank.host}) {how} after "
+                f"{took:.1f} s (mpirun: {code}); its stderr ends:\n{rank.tail()}\n(all of it:"
+                f" {rank.err})\n{mpirun}")
 
     def release(self, at_ns: int) -> None:
         """Let every rank start at ``at_ns`` (CLOCK_MONOTONIC), all within a few ms."""

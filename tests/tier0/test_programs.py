@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 from dataclasses import replace
+from ipaddress import ip_address, ip_network
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -255,6 +256,37 @@ def test_the_first_step_teaches_the_forecast_nothing_and_the_second_is_held():
     assert [a[2] for a in ring.phase.announced] == [SOON, 0]  # its hold ends, once
 
 
+def test_a_crossing_ranks_communication_holds_until_its_step_ends():
+    """Once a step's collective begins, a rank whose last step crossed holds storage back
+    until the step ends (announcing the next), whatever the job's stalls inside it; once
+    per step; a rank that did not cross holds nothing."""
+    from labkit.torch import SOON, WINDOW_NS, Steps
+
+    steps = Steps(out=io.StringIO(), phase_fd=-1)
+    steps.phase = _Phase([400, 20, 30, 25])
+    for _ in range(4):
+        with steps.step():
+            time.sleep(0.01)
+            for _ in range(2):  # two collectives: one hold
+                with steps.comm("all_reduce", 8):
+                    pass
+    kinds = [("hold" if end - start != WINDOW_NS else "next") for start, end, _ in
+             steps.phase.announced]
+    # step 0 holds nothing (nothing learned); its end holds the second step whole; then
+    # each step's collective holds, and its end announces the next step's window
+    assert kinds[0] == "hold" and kinds[1:] == ["hold", "next", "hold", "next", "hold", "next"]
+    holds = steps.phase.announced[1::2]
+    assert all(phase == SOON and end - start >= 2e7 for start, end, phase in holds)
+    alone = Steps(out=io.StringIO(), phase_fd=-1)  # crosses only in set-up
+    alone.phase = _Phase([400, None, None])
+    for _ in range(3):
+        with alone.step():
+            with alone.comm("all_reduce", 8):
+                pass
+    # its set-up crossed: the second step is held, its collective too; then nothing
+    assert [a[2] for a in alone.phase.announced] == [SOON, SOON, 0]
+
+
 # --- what is derived -----------------------------------------------------------------------
 
 
@@ -435,37 +467,53 @@ def test_mpiruns_command_line_places_a_rank_per_host_and_keeps_their_output(mpi_
     argv = programs.mpirun_argv(sc.program, t, tmp_path)
     hosts = argv[argv.index("--host") + 1].split(",")
     assert hosts == [f"{t.host_ip(f'g{i}')}:1" for i in range(1, 9)]
-    assert argv[argv.index("-np") + 1] == "8" and "--allow-run-as-root" in argv
+    assert argv[0] == programs.MPIRUN and argv[argv.index("-np") + 1] == "8"
+    assert "--allow-run-as-root" in argv and programs.MPI_NET in argv
     exported = {argv[i + 1] for i, a in enumerate(argv) if a == "-x"}
     assert {"PYTHONPATH", "MY_SETTING", "LABKIT_COMMAND"} <= exported
     shell = argv.index("/bin/sh")
-    assert argv[shell + 2] == programs.RANK_OUTPUT and argv[shell + 3] == str(tmp_path)
+    assert argv[shell + 2] == programs.RANK_WRAPPER and argv[shell + 3] == str(tmp_path)
     assert argv[shell + 4:] == programs.rank_argv(sc.program, t, 5, "")
     env = programs.mpirun_env(tmp_path / "hosts", tmp_path / "g1")
     assert env["OMPI_MCA_plm_rsh_agent"] == env["PRTE_MCA_plm_ssh_agent"] == \
         str(programs.MPI_AGENT)
+    nvlink = topo.Topology(parse(yaml.safe_load((TOPOLOGIES / "nvlink.yaml").read_text())
+                                 ).fabric)  # the hosts' NICs only, never an NVLink port
+    nics = {t.host_ip(h) for h in t.hosts} | {nvlink.host_ip(h) for h in nvlink.hosts}
+    assert all(ip_address(ip) in ip_network(programs.MPI_NET) for ip in nics)
+    assert not any(ip_address(p.ip) in ip_network(programs.MPI_NET)
+                   for ports in nvlink.ports.values() for p in ports
+                   if p.ip.startswith("10.2."))
     assert os.access(programs.MPI_AGENT, os.X_OK)
 
 
 def test_a_rank_writes_its_output_where_labkit_reads_it(tmp_path):
-    """The shell around each rank, as mpirun starts it (Open MPI sets the rank's number)."""
-    done = subprocess.run(["/bin/sh", "-c", programs.RANK_OUTPUT, str(tmp_path), "sh", "-c",
-                           "echo out; echo err >&2; exit 3"],
-                          env={"OMPI_COMM_WORLD_RANK": "4"}, capture_output=True)
+    """The shell around each rank, as mpirun starts it (Open MPI sets the rank's number);
+    without that number it refuses to run, rather than mix every rank's output."""
+    argv = ["/bin/sh", "-c", programs.RANK_WRAPPER, str(tmp_path), "sh", "-c",
+            "echo out; echo err >&2; exit 3"]
+    done = subprocess.run(argv, env={"OMPI_COMM_WORLD_RANK": "4"}, capture_output=True)
     assert done.returncode == 3 and not done.stdout
     assert (tmp_path / "rank4.out").read_text() == "out\n"
     assert (tmp_path / "rank4.err").read_text() == "err\n"
+    done = subprocess.run(argv, env={}, capture_output=True, text=True)
+    assert done.returncode != 0 and "not started by Open MPI" in done.stderr
 
 
-@pytest.mark.parametrize("said, rank, code", [
+@pytest.mark.parametrize("said, named", [
     ("Primary job  terminated normally, but 1 process returned\na non-zero exit code.\n"
-     "  Process name: [[8123,1],2]\n  Exit code:    7\n", 2, 7),
+     "  Process name: [[8123,1],2]\n  Exit code:    7\n", (2, 7)),  # Open MPI 4.1
+    ("  Process name: [prterun-vm-4321@1,5]\n  Exit code:    1\n", (5, 1)),  # 5.0
     ("MPI_ABORT was invoked on rank 1 in communicator MPI_COMM_WORLD\nwith errorcode 3.\n",
-     1, 3),
+     (1, 3)),
+    ("MPI_ABORT was invoked on rank 6 in communicator MPI_COMM_WORLD\n  Proc: [[1,1],6]\n"
+     "  Errorcode: 4\n", (6, 4)),
+    ("mpirun noticed that process rank 3 with PID 4321 on node 10.0.4.2 exited on signal 9 "
+     "(Killed).", (3, None)),
+    ("nothing that names a rank", None),
 ])
-def test_the_rank_mpirun_names_is_the_one_that_failed(said, rank, code):
-    m = programs.MPI_FAILED.search(said)
-    assert int(m["rank"] or m["arank"]) == rank and int(m["code"] or m["acode"]) == code
+def test_the_rank_open_mpi_names_is_the_one_that_failed(said, named):
+    assert programs.failed_rank(said) == named
 
 
 def test_a_missing_mpirun_is_found_before_the_run(mpi_doc, monkeypatch):
