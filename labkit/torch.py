@@ -37,7 +37,10 @@ twice that step. A rank whose last step sent nothing across a bottleneck announc
 nothing, and ends what it announced: it never holds storage back. (In the first step
 gloo connects every rank to every other, so every rank crosses; in a ring's steps after
 it, two.) The announced window is short (:data:`WINDOW_NS`):
-the kernel holds it open for as long as the job's packets cross, and no longer.
+the kernel holds it open for as long as the job's packets cross, and no longer. Once a
+step's communication has begun (its first bucket, or ``comm``), a rank whose last step
+crossed keeps its window open until the step ends, for up to twice the last step: the
+job can stall inside a collective for longer than the kernel waits for its next packet.
 
 Imports only the standard library and torch, each when first needed.
 """
@@ -120,6 +123,8 @@ class Steps:
         self._blocking_ns = 0
         self._ready_ns = 0  # the last DDP bucket's, this step
         self.offsets: list[int] = []  # step start -> first burst across a bottleneck, ns
+        self.hold_ns = 0  # a step's communication holds storage this long at most (0: not)
+        self._holding = False  # this step's communication holds already
 
     # --- what the job tells ------------------------------------------------------------
 
@@ -131,6 +136,7 @@ class Steps:
         self.phase.clear_crossing()
         with self._lock:
             self._ops, self._blocking_ns, self._ready_ns = [], 0, 0
+            self._holding = False
         yield self
         end = time.monotonic_ns()
         with self._lock:
@@ -147,6 +153,7 @@ class Steps:
     def comm(self, name: str = "all_reduce", nbytes: int | None = None):
         """A blocking collective of the job's own (its whole time is exposed)."""
         t0 = time.monotonic_ns()
+        self._hold(t0)
         yield
         t1 = time.monotonic_ns()
         with self._lock:
@@ -164,6 +171,7 @@ class Steps:
             nbytes = buffer.numel() * buffer.element_size()
             with self._lock:
                 self._ready_ns = t0
+            self._hold(t0)
 
             def ended(fut):
                 with self._lock:
@@ -176,6 +184,20 @@ class Steps:
         return ddp
 
     # --- the phase ------------------------------------------------------------------------
+
+    def _hold(self, now: int) -> None:
+        """As the step's communication starts, on a rank whose last step crossed a
+        bottleneck: a window from now until the step's end says better (it announces the
+        next), for up to twice the last step. The kernel's own window closes ``quiet_ms``
+        after the job's latest packet across; inside a collective the job can stall
+        longer than that (a rank that did not run in time, a retransmission timer: on
+        ``pytorch-ddp.yaml`` one stalled 240 ms mid-all_reduce), and what the gates let
+        in then met the rest of the collective at the bottleneck."""
+        with self._lock:
+            if self._holding or not self.hold_ns:
+                return
+            self._holding = True
+        self.phase.announce(now, now + self.hold_ns, SOON)
 
     def _learn_and_announce(self, start: int, end: int) -> None:
         """After a step: when its traffic first crossed a bottleneck (as the kernel saw
@@ -193,9 +215,11 @@ class Steps:
             return
         cross_start, crossed = seen[5], seen[6]
         if crossed < start or cross_start < start:  # nothing across from here this step:
+            self.hold_ns = 0
             if seen[1] > end:  # ... so what it announced (the second step's hold) ends
                 self.phase.announce(0, 0, 0)
             return
+        self.hold_ns = 2 * (end - start)
         if self.index == 1:  # index: the steps done, this one included
             self.phase.announce(end, end + 2 * (end - start), SOON)
             return
