@@ -342,7 +342,7 @@ class Programs:
         mpirun = (f"mpirun's stderr ends:\n{tail(self.mpirun_err)}\n(all of it: "
                   f"{self.mpirun_err})")
         said = "\n".join(_read(f) for f in (self.mpirun_err, *(r.err for r in self.ranks)))
-        if named := failed_rank(said):
+        if (named := failed_rank(said)) and named[0] < len(self.ranks):
             rank, how = self.ranks[named[0]], "ended on a signal"
             if named[1] is not None:
                 rank.exit, how = named[1], f"exited with {named[1]}"
