@@ -221,7 +221,7 @@ class Steps:
             return
         self.hold_ns = 2 * (end - start)
         if self.index == 1:  # index: the steps done, this one included
-            self.phase.announce(end, end + 2 * (end - start), SOON)
+            self.phase.announce(end, end + self.hold_ns, SOON)
             return
         self.offsets = (self.offsets + [cross_start - start])[-HISTORY:]
         at = end + int(statistics.median(self.offsets))

@@ -25,6 +25,7 @@ import pytest
 import yaml
 
 import labkit
+from labkit.traffic import programs
 from tests.conftest import require
 from tests.leaks import assert_no_leaks, labkit_objects
 
@@ -45,9 +46,14 @@ def scenario(tmp: Path, args: str = "") -> Path:
     return path
 
 
+@pytest.fixture
+def mpirun_ready(fabric_ready):
+    require(shutil.which(programs.MPIRUN) is not None, "needs Debian's openmpi-bin (make mpi)")
+
+
 @pytest.fixture(scope="module")
 def mpi_run(tmp_path_factory):
-    require(shutil.which("mpirun") is not None, "needs Debian's openmpi-bin (make mpi)")
+    require(shutil.which(programs.MPIRUN) is not None, "needs Debian's openmpi-bin (make mpi)")
     tmp = tmp_path_factory.mktemp("mpi")
     return labkit.run(scenario(tmp), ["isolated", "fifo"], out=tmp / "run")
 
@@ -74,8 +80,7 @@ def test_the_jobs_packets_are_vip_at_the_bottleneck(fabric_ready, mpi_run):
     assert at["normal"] <= 20, at  # a listener's SYN-ACK carries no socket's mark
 
 
-def test_a_failing_rank_ends_the_run_with_its_error(fabric_ready, tmp_path):
-    require(shutil.which("mpirun") is not None, "needs Debian's openmpi-bin (make mpi)")
+def test_a_failing_rank_ends_the_run_with_its_error(mpirun_ready, tmp_path):
     doc = yaml.safe_load(scenario(tmp_path, "--fail-at 2").read_text())
     doc["policies"] = ["isolated"]
     path = tmp_path / "fail.yaml"
@@ -88,8 +93,7 @@ def test_a_failing_rank_ends_the_run_with_its_error(fabric_ready, tmp_path):
     assert_no_leaks()  # processes, daemons, cgroups and the session directories
 
 
-def test_kill_9_then_clean_leaves_no_daemon_rank_or_session(fabric_ready, tmp_path):
-    require(shutil.which("mpirun") is not None, "needs Debian's openmpi-bin (make mpi)")
+def test_kill_9_then_clean_leaves_no_daemon_rank_or_session(mpirun_ready, tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "labkit.ui.cli", "run",
                              str(scenario(tmp_path)), "--policy", "fifo", "--duration", "60",
                              "--out", str(tmp_path / "run")], cwd=REPO,
