@@ -108,8 +108,9 @@ bench: setup
 soak: setup
 	$(PY) -m tests.soak
 
-# Every shipped sample (data/sample/samples.yaml) recorded again at this revision, and the
-# figures in docs/figures/ drawn from them: commit first (labkit samples --list: the plan).
+# Every shipped sample (data/sample/samples.yaml) recorded again at this revision, the
+# figures in docs/figures/ drawn from them and the numbers the docs quote written from them:
+# commit first (labkit samples --list: the plan).
 samples: setup torch mpi
 	$(VENV)/bin/labkit samples
 

@@ -229,12 +229,17 @@ def build_parser() -> argparse.ArgumentParser:
     runs.add_argument("--json", action="store_true",
                       help="print the list as JSON (schema labkit.runs)")
     samples = sub.add_parser("samples", help="record the shipped samples in data/sample/ "
-                             "again, and the figures in docs/figures/ (make samples)")
+                             "again, the figures in docs/figures/ and the numbers the docs "
+                             "quote from them (make samples)")
     samples.add_argument("--only", action="append", default=[], metavar="PATH",
                          help="only this sample, or the samples in this folder "
                               "(repeatable), e.g. --only sweeps --only bottleneck")
     samples.add_argument("--list", action="store_true",
                          help="print each sample's command and estimate; record nothing")
+    samples.add_argument("--quotes", action="store_true",
+                         help="only write the numbers README.md, docs/ and the notebooks "
+                              "quote (their <!-- sample key --> markers) from the samples "
+                              "as they are; record nothing")
     samples.add_argument("--allow-dirty", action="store_true",
                          help="record with uncommitted changes (the manifests then say "
                               "-dirty)")
@@ -1014,6 +1019,8 @@ def cmd_samples(args) -> int:
     try:
         chosen = samples_mod.select(samples_mod.load(), args.only)
         estimates = {s.path: samples_mod.estimate_s(s) for s in chosen}
+        if args.quotes:
+            return _requote()
         if args.list:
             table = Table("sample", "labkit command", "figures", "estimate")
             for s in chosen:
@@ -1043,7 +1050,25 @@ def cmd_samples(args) -> int:
             drawn = "".join(f"; {f}" for f in done.figures)
             progress.console.print(f"{s.path}: recorded in {_minutes(done.seconds)} "
                                    f"(estimated {_minutes(estimates[s.path])}){drawn}")
-    return 0
+    return _requote()
+
+
+def _requote() -> int:
+    """Write the docs' quoted numbers from the samples; print what moved (and markers that
+    name no number: exit 1)."""
+    from labkit.runs.quotes import requote_documents
+
+    changed = requote_documents()
+    moved = [q for q in changed if q.value is not None]
+    for q in moved:
+        console.print(f"{q.where}:{q.line}: {q.quoted}{escape(q.unit)} → {q.value}"
+                      f"{escape(q.unit)} ({q.sample} {q.key})")
+    console.print(f"the docs' quoted numbers: {len(moved)} written again from the samples"
+                  if moved else "the docs' quoted numbers are the samples' own")
+    for q in changed:
+        if q.value is None:
+            err.print(f"[red]error:[/] {escape(q.describe())}")
+    return 1 if len(moved) < len(changed) else 0
 
 
 def _minutes(seconds: float) -> str:

@@ -1,65 +1,18 @@
-"""Numbers the docs quote from a run are the shipped samples' own.
-
-A measured number in README.md, docs/*.md or a notebook's text carries, right after it and
-its unit, an HTML comment that names where it comes from (rendered Markdown hides it)::
-
-    slows it 5.34x<!-- tensor-parallel policies.fifo.job.slowdown_p50 -->
-
-the sample (a folder of ``data/sample/``) and the key path in its summary.json (dots between
-keys); ``*100`` or ``/1e6`` after the key scales the value (a fraction quoted in %, bytes in
-MB). The quoted number must be the value rounded to the digits quoted: that is the
-tolerance. `make samples` records the samples again; this test then names every quoted
-number that moved, and where.
+"""Numbers the docs quote from a run are the shipped samples' own (the markers:
+:mod:`labkit.runs.quotes`). `make samples` records the samples again and writes the quoted
+numbers from them; this test names every quoted number that differs, and where.
 """
 
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 import pytest
 
+from labkit.runs.quotes import MARKER, QUOTED, documents, requote, wrong_numbers
+
 REPO = Path(__file__).resolve().parents[2]
-QUOTED = re.compile(r"(?P<num>-?\d+(?:\.\d+)?)(?P<unit>[^<\d\n]{0,12}?)"
-                    r"<!-- (?P<sample>[\w./-]+) (?P<key>[^ ]+)(?: (?P<scale>[*/][\d.e+-]+))? -->")
-MARKER = re.compile(r"<!-- [\w./-]+ [^ ]+(?: [*/][\d.e+-]+)? -->")
-
-
-def documents() -> list[Path]:
-    return [REPO / "README.md", *sorted((REPO / "docs").glob("*.md")),
-            *sorted((REPO / "notebooks").glob("*.py"))]
-
-
-def value_of(sample: str, key: str, root: Path = REPO / "data/sample") -> float:
-    doc = json.loads((root / sample / "summary.json").read_text())
-    for part in key.split("."):
-        doc = doc[part]
-    if not isinstance(doc, int | float) or isinstance(doc, bool):
-        raise TypeError(f"{sample} {key} is {doc!r}, not a number")
-    return float(doc)
-
-
-def wrong_numbers(text: str, where: str, root: Path = REPO / "data/sample") -> list[str]:
-    """Every quoted number in ``text`` that is not its sample's value (in ``root``), as a
-    line saying where, what is quoted and what the sample holds."""
-    problems = []
-    for m in QUOTED.finditer(text):
-        line = text.count("\n", 0, m.start()) + 1
-        quoted = m["num"]
-        try:
-            value = value_of(m["sample"], m["key"], root)
-        except (OSError, KeyError, TypeError) as exc:
-            problems.append(f"{where}:{line}: {m.group(0)}: no such number ({exc})")
-            continue
-        if m["scale"]:
-            factor = float(m["scale"][1:])
-            value = value * factor if m["scale"][0] == "*" else value / factor
-        digits = len(quoted.partition(".")[2])
-        if abs(value - float(quoted)) > 0.5 * 10 ** -digits + 1e-9:
-            problems.append(f"{where}:{line}: quotes {quoted}{m['unit']}, but {m['sample']} "
-                            f"{m['key']} is {value:.{digits}f} now")
-    return problems
 
 
 def test_every_quoted_number_is_its_samples():
@@ -106,6 +59,19 @@ def test_rounding_is_the_tolerance_and_scales_apply(text, problem, tmp_path):
     assert (found == []) if problem is None else (problem in found[0])
 
 
+def test_requoting_writes_the_samples_numbers_with_the_digits_quoted(tmp_path):
+    (tmp_path / "s").mkdir()
+    (tmp_path / "s/summary.json").write_text(json.dumps({"a": 1.2345, "b": 0.5, "c": 7}))
+    text = ("p50 1.19x<!-- s a --> and 1.2x<!-- s a -->, used 40 %<!-- s b *100 -->, "
+            "7<!-- s c --> ok, 3<!-- s nope --> kept")
+    new, changed = requote(text, "t.md", tmp_path)
+    assert new == ("p50 1.23x<!-- s a --> and 1.2x<!-- s a -->, used 50 %<!-- s b *100 -->, "
+                   "7<!-- s c --> ok, 3<!-- s nope --> kept")
+    assert [(q.quoted, q.value) for q in changed] == [("1.19", "1.23"), ("40", "50"),
+                                                       ("3", None)]
+    assert wrong_numbers(new, "t.md", tmp_path) == [changed[-1].describe()]
+
+
 def _readme_block(title: str) -> list[list[str]]:
     """The rows (split on blanks) of the README's table block whose header starts with
     ``title``, up to the block's blank line or end."""
@@ -150,3 +116,37 @@ def test_the_readmes_tables_are_the_bottleneck_samples():
                     max(la["max_backlog_bytes"] for la in lanes.values()) / 1024]
         assert all(map(_close, row[2:], expected)), f"README's {row[0]} row: {row[2:]} " \
             f"against {[e and round(e) for e in expected]}"
+
+
+def test_requoting_the_documents_rewrites_only_what_moved(tmp_path):
+    from labkit.runs.quotes import requote_documents
+
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "s").mkdir()
+    (tmp_path / "s/summary.json").write_text(json.dumps({"a": 2.5}))
+    (tmp_path / "README.md").write_text("slows 2.1x<!-- s a -->\n")
+    (tmp_path / "docs/x.md").write_text("slows 2.5x<!-- s a -->\n")
+    before = (tmp_path / "docs/x.md").stat().st_mtime_ns
+    (moved,) = requote_documents(tmp_path, tmp_path)
+    assert (moved.where, moved.line, moved.value) == ("README.md", 1, "2.5")
+    assert (tmp_path / "README.md").read_text() == "slows 2.5x<!-- s a -->\n"
+    assert (tmp_path / "docs/x.md").stat().st_mtime_ns == before
+
+
+def test_labkit_samples_quotes_prints_what_moved_and_what_names_nothing(
+        tmp_path, monkeypatch, capsys):
+    from labkit.runs import quotes
+    from labkit.ui import cli
+
+    (tmp_path / "s").mkdir()
+    (tmp_path / "s/summary.json").write_text(json.dumps({"a": 2.5}))
+    (tmp_path / "README.md").write_text("slows 2.5x<!-- s a -->\n")
+    here = quotes.requote_documents
+    monkeypatch.setattr(quotes, "requote_documents", lambda: here(tmp_path, tmp_path))
+    assert cli.main(["samples", "--quotes"]) == 0
+    assert "the docs' quoted numbers are the samples' own" in capsys.readouterr().out
+    (tmp_path / "README.md").write_text("slows 2.1x<!-- s a -->, 3 s<!-- s b -->\n")
+    assert cli.main(["samples", "--quotes"]) == 1
+    out, error = capsys.readouterr()
+    assert "README.md:1: 2.1x → 2.5x (s a)" in out and "1 written again" in out
+    assert "README.md:1: 3 s<!-- s b -->: no such number" in error
