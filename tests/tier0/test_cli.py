@@ -18,6 +18,7 @@ import yaml
 
 from labkit.model import scenario as scenario_mod
 from labkit.ui import cli
+from tests import nobody
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLE = REPO / "data/sample/bottleneck"
@@ -180,12 +181,7 @@ def test_a_run_says_which_files_of_yours_it_loads_then_loads_them(tmp_path):
 def run_unprivileged(*argv: str) -> subprocess.CompletedProcess:
     """``labkit *argv`` as nobody when the tests run as root (else as the unprivileged user
     running them); its files must be in a directory anyone can read."""
-    as_nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "env",
-                 "HOME=/tmp"] if os.geteuid() == 0 else []
-    if as_nobody and not shutil.which("setpriv"):
-        pytest.fail("setpriv (util-linux) is needed to drop root")
-    return subprocess.run([*as_nobody, sys.executable, "-m", "labkit.ui.cli", *argv], cwd=REPO,
-                          capture_output=True, text=True, timeout=60)
+    return nobody.labkit(*argv)
 
 
 def test_validate_works_as_an_unprivileged_user():

@@ -7,15 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from tests import nobody
 from tests.conftest import require
 
 REPO = Path(__file__).resolve().parents[2]
-NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "env", "HOME=/tmp"]
-
-
-def as_nobody(*args):
-    return subprocess.run([*NOBODY, sys.executable, "-m", "labkit.ui.cli", *args], cwd=REPO,
-                          capture_output=True, text=True, timeout=60)
+as_nobody = nobody.labkit
 
 
 @pytest.fixture
