@@ -1,14 +1,20 @@
 # labkit: `make demo` and `make test` work as the very first command on a fresh
-# Debian 12 machine (as root): each brings up what it needs, and is fast when done.
+# Debian 12 or 13 machine (as root): each brings up what it needs, and is fast when done.
+# `make demo` and `make lab` install what a student needs; `make test` adds the tests'
+# tools (Slurm, munge, Chromium, PyTorch, Open MPI, the dev packages).
 
 SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python
 SYSTEM_PYTHON := /usr/bin/python3
 LOCK := requirements.lock
+DEV_LOCK := requirements-dev.lock
 PIP := $(PY) -m pip install -q --disable-pip-version-check
 DEB_PACKAGES := mininet clang llvm libbpf-dev bpftool iperf3 tcpdump tshark iputils-ping \
-	iproute2 ethtool python3-venv procps chromium slurm-wlm munge zlib1g-dev
+	iproute2 ethtool python3-venv procps zlib1g-dev
+# The tests' (and `make samples`'): Chromium renders figures to SVG (labkit figures),
+# Slurm and munge run the batch executor's tests.
+TEST_PACKAGES := chromium slurm-wlm munge
 BPF_SOURCES := $(wildcard bpf/*.bpf.c)
 BPF_OBJECTS := $(patsubst bpf/%.bpf.c,bpf/build/%.bpf.o,$(BPF_SOURCES))
 BPF_HEADERS := $(wildcard bpf/include/*.h)
@@ -22,14 +28,20 @@ TORCH_PACKAGES := python3-torch
 # mpi4py for /usr/bin/python3 (Open MPI 4.1 on Debian 12, 5.0 on Debian 13).
 MPI_PACKAGES := openmpi-bin python3-mpi4py
 
-.PHONY: setup system torch mpi mounts bpf hotpath bpf-flags demo test bench soak samples lint lock clean-build
+.PHONY: setup dev system tools torch mpi mounts bpf hotpath bpf-flags demo lab test bench \
+	soak samples lint lock clean-build
 
 setup: system mounts $(VENV)/.installed bpf hotpath
 
+# What the tests, the linters and `make samples` add to setup.
+dev: setup tools $(VENV)/.dev-installed
+
 # Debian packages: installed only when one is missing.
-system torch mpi: PACKAGES = $(or $(if $(filter torch,$@),$(TORCH_PACKAGES)),\
-	$(if $(filter mpi,$@),$(MPI_PACKAGES)),$(DEB_PACKAGES))
-system torch mpi:
+system: PACKAGES = $(DEB_PACKAGES)
+tools: PACKAGES = $(TEST_PACKAGES)
+torch: PACKAGES = $(TORCH_PACKAGES)
+mpi: PACKAGES = $(MPI_PACKAGES)
+system tools torch mpi:
 	@missing=$$(for p in $(PACKAGES); do \
 	    dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed' || echo $$p; \
 	  done); \
@@ -60,17 +72,24 @@ $(VENV)/.installed: pyproject.toml $(LOCK)
 	$(PIP) --no-deps --no-build-isolation -e .
 	@touch $@
 
-# Refresh $(LOCK) on purpose: the newest releases within pyproject.toml's bounds, with
-# hashes, resolved by pip-tools for Debian's Python in a throwaway venv. Review the diff,
-# run `make test`, commit both files together. `make lock LOCK_UPGRADE=` only adds what
-# pyproject.toml gained and keeps every other pin as it is.
+# The same pins as $(LOCK), and the tests' and linters' packages.
+$(VENV)/.dev-installed: $(VENV)/.installed $(DEV_LOCK)
+	$(PIP) --require-hashes -r $(DEV_LOCK)
+	@touch $@
+
+# Refresh $(LOCK) and $(DEV_LOCK) on purpose: the newest releases within pyproject.toml's
+# bounds, with hashes, resolved by pip-tools for Debian's Python in a throwaway venv; the
+# dev lock is held to $(LOCK)'s pins. Review the diff, run `make test`, commit the three
+# files together. `make lock LOCK_UPGRADE=` only adds what pyproject.toml gained and keeps
+# every other pin as it is.
 LOCK_UPGRADE ?= --upgrade
+COMPILE := CUSTOM_COMPILE_COMMAND="make lock" .lock-venv/bin/pip-compile -q --generate-hashes \
+	--all-build-deps --strip-extras --allow-unsafe --no-emit-index-url --no-emit-find-links
 lock:
 	rm -rf .lock-venv && $(SYSTEM_PYTHON) -m venv .lock-venv
 	.lock-venv/bin/pip install -q --disable-pip-version-check pip-tools
-	CUSTOM_COMPILE_COMMAND="make lock" .lock-venv/bin/pip-compile -q $(LOCK_UPGRADE) \
-	  --generate-hashes --all-build-deps --extra notebooks --extra dev --strip-extras \
-	  --allow-unsafe --no-emit-index-url --no-emit-find-links -o $(LOCK) pyproject.toml
+	$(COMPILE) $(LOCK_UPGRADE) --extra notebooks -o $(LOCK) pyproject.toml
+	$(COMPILE) $(LOCK_UPGRADE) --extra notebooks --extra dev -c $(LOCK) -o $(DEV_LOCK) pyproject.toml
 	rm -rf .lock-venv
 
 bpf: $(BPF_OBJECTS)
@@ -98,8 +117,12 @@ bpf-flags: bpf/build/vmlinux.h
 demo: setup
 	$(VENV)/bin/labkit run topologies/bottleneck.yaml
 
-test: setup torch mpi
+test: dev torch mpi
 	$(VENV)/bin/pytest -q
+
+# JupyterLab on the notebooks and labs, with the `labkit` kernel (this checkout's venv).
+lab: setup
+	$(VENV)/bin/labkit lab
 
 # --- more --------------------------------------------------------------------------------
 bench: setup
@@ -111,11 +134,11 @@ soak: setup
 # Every shipped sample (data/sample/samples.yaml) recorded again at this revision, the
 # figures in docs/figures/ drawn from them and the numbers the docs quote written from them:
 # commit first (labkit samples --list: the plan).
-samples: setup torch mpi
+samples: dev torch mpi
 	$(VENV)/bin/labkit samples
 
 # ruff, then mypy over the folders pyproject.toml's [tool.mypy] names: any error fails.
-lint: setup
+lint: dev
 	$(VENV)/bin/ruff check labkit tests benchmarks
 	$(VENV)/bin/mypy
 

@@ -1,7 +1,7 @@
 """labkit: emulate, measure and relieve the network bottleneck of AI training.
 
 Commands: doctor, validate, inspect, schema, run, shell, sweep, tune, calibrate, batch,
-report, figures, runs, samples, clean.
+report, figures, runs, samples, clean, lab.
 Exit codes: 0 success; 1 a run or check failed; 2 bad input (scenario file, arguments);
 130 interrupted.
 ``--json`` (report, runs, doctor, validate, inspect) prints one JSON document on stdout whose
@@ -243,6 +243,16 @@ def build_parser() -> argparse.ArgumentParser:
     samples.add_argument("--allow-dirty", action="store_true",
                          help="record with uncommitted changes (the manifests then say "
                               "-dirty)")
+    lab = sub.add_parser("lab", help="open JupyterLab on the notebooks and labs, with the "
+                         "labkit kernel (make lab)")
+    lab.add_argument("--port", type=int, help="the server's port (default: Jupyter's, 8888 "
+                     "or the next free one)")
+    lab.add_argument("--no-browser", action="store_true", help="print the address, open no "
+                     "browser (a remote machine: forward the port with ssh -L)")
+    lab.add_argument("--kernel-only", action="store_true", help="install the labkit kernel "
+                     "and start nothing (for a JupyterLab or JupyterHub of your own)")
+    lab.add_argument("--user", action="store_true", help="install the kernel for your user "
+                     "(~/.local/share/jupyter), not into labkit's environment")
     clean = sub.add_parser("clean", help="remove what killed runs left behind (by registry)")
     clean.add_argument("--dry-run", action="store_true",
                        help="say what each leftover run recorded, remove nothing")
@@ -256,7 +266,7 @@ def main(argv: list[str] | None = None) -> int:
                 "schema": cmd_schema, "run": cmd_run, "shell": cmd_shell, "sweep": cmd_sweep,
                 "tune": cmd_tune, "calibrate": cmd_calibrate, "batch": cmd_batch,
                 "report": cmd_report, "figures": cmd_figures, "runs": cmd_runs,
-                "samples": cmd_samples, "clean": cmd_clean}[args.command](args)
+                "samples": cmd_samples, "clean": cmd_clean, "lab": cmd_lab}[args.command](args)
     except scenario_mod.ScenarioError as exc:
         err.print(f"[red]error:[/] {escape(str(exc))}", highlight=False)
         return 2
@@ -1073,6 +1083,26 @@ def _requote() -> int:
 
 def _minutes(seconds: float) -> str:
     return f"{int(seconds // 60)}:{int(seconds % 60):02d}"
+
+
+def cmd_lab(args) -> int:
+    """Install the labkit kernel, then become JupyterLab on the notebooks."""
+    from labkit.ui import lab
+
+    where = lab.install_kernel(user=args.user)
+    console.print(f"kernel `{lab.KERNEL}` installed in {where}")
+    if args.kernel_only:
+        return 0
+    try:
+        command = lab.lab_command(port=args.port, browser=not args.no_browser)
+    except FileNotFoundError as exc:
+        err.print(f"[red]error:[/] {escape(str(exc))}")
+        return 2
+    for note in command.notes:
+        console.print(escape(note))
+    sys.stdout.flush()
+    os.execv(command.argv[0], command.argv)
+    return 0  # not reached: JupyterLab runs in this process
 
 
 def cmd_runs(args) -> int:

@@ -115,6 +115,20 @@ def test_provenance_names_every_python_package_and_the_lock():
     assert prov.requirements_lock == rundir.sha256_file(lock)
 
 
+def test_the_dev_lock_holds_every_pin_of_the_lock():
+    """`make dev` installs requirements-dev.lock over requirements.lock: it adds packages
+    (the tests', the linters') and changes none (a run's lock hash names both)."""
+    def pins(name: str) -> dict[str, str]:
+        text = (rundir.bpf.REPO_ROOT / name).read_text()
+        return dict(line.split(" ")[0].split("==") for line in text.splitlines()
+                    if "==" in line and not line.startswith((" ", "#")))
+
+    lock, dev = pins("requirements.lock"), pins("requirements-dev.lock")
+    assert {n: dev.get(n) for n in lock} == lock
+    assert {"pytest", "ruff", "mypy", "playwright"} <= set(dev) - set(lock)
+    assert "jupyterlab" in lock
+
+
 def test_every_table_file_leads_with_its_run_id_so_runs_query_as_one(tmp_path):
     for run_id in ("r1", "r2"):
         w = rundir.RunWriter(tmp_path / run_id)

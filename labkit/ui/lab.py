@@ -1,0 +1,61 @@
+"""JupyterLab on labkit's notebooks and labs (``labkit lab``, ``make lab``), and the
+``labkit`` kernel: this environment's interpreter, under a name a shared Jupyter can offer.
+
+The kernel spec is written into this environment (``sys.prefix``), where its own JupyterLab
+finds it, or, with ``--user``, into the user's Jupyter directory for a JupyterLab or
+JupyterHub installed elsewhere (ipykernel's own installer either way). A live run needs
+root; as root, Jupyter has to be told that it may run (``--allow-root``), and is.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from labkit.kernel.bpf import REPO_ROOT
+
+KERNEL = "labkit"
+NOTEBOOKS = REPO_ROOT / "notebooks"
+
+
+def install_kernel(user: bool = False, prefix: str | None = None) -> Path:
+    """The ``labkit`` kernel spec for this interpreter: into ``prefix`` (default: this
+    environment) or, with ``user``, the user's Jupyter directory; its folder."""
+    from ipykernel import kernelspec
+
+    where = kernelspec.install(kernel_name=KERNEL, display_name="labkit (Python)", user=user,
+                               prefix=None if user else (prefix or sys.prefix))
+    return Path(where)
+
+
+@dataclass(frozen=True)
+class LabCommand:
+    """How JupyterLab is started: its command line and what to tell the user first."""
+
+    argv: list[str]
+    notes: list[str]
+
+
+def lab_command(port: int | None = None, browser: bool = True, root: Path = NOTEBOOKS,
+                euid: int | None = None) -> LabCommand:
+    """JupyterLab from this environment, on ``root``, as the user running labkit."""
+    jupyter = Path(sys.executable).with_name("jupyter")
+    if not jupyter.exists():
+        raise FileNotFoundError(f"{jupyter} is not installed: run `make setup` (JupyterLab is "
+                                "in labkit's notebooks extra)")
+    argv = [str(jupyter), "lab", f"--ServerApp.root_dir={root}", "--ip=127.0.0.1"]
+    if port is not None:
+        argv.append(f"--port={port}")
+    if not browser:
+        argv.append("--no-browser")
+    notes = [f"the notebooks and labs in {root}; kernel `{KERNEL}` ({sys.executable})"]
+    if (os.geteuid() if euid is None else euid) == 0:
+        argv.append("--allow-root")
+        notes.append("as root: live runs work from the notebooks (labs 2 and 3 need them); "
+                     "the server listens on 127.0.0.1 only")
+    else:
+        notes.append("not root: recorded runs, the sample notebooks and labs 1 and 4 work; "
+                     "a live run (labs 2 and 3) needs JupyterLab started as root")
+    return LabCommand(argv, notes)
