@@ -31,10 +31,17 @@ MPI_PACKAGES := openmpi-bin python3-mpi4py
 .PHONY: setup dev system tools torch mpi mounts bpf hotpath bpf-flags demo lab test bench \
 	soak samples lint lock clean-build
 
+# Under sudo, what make and labkit wrote in a user's checkout goes back to the user (the
+# venv, bpf/build, Python's caches, runs): in their checkout, root owns only what sudo made.
+HANDBACK = if [ "$$(id -u)" = 0 ] && [ -n "$${SUDO_UID:-}" ] && [ "$$SUDO_UID" != 0 ]; then \
+	  find . -path ./.git -prune -o -uid 0 -exec chown -h "$$SUDO_UID:$$SUDO_GID" {} + ; fi
+
 setup: system mounts $(VENV)/.installed bpf hotpath
+	@$(HANDBACK)
 
 # What the tests, the linters and `make samples` add to setup.
 dev: setup tools $(VENV)/.dev-installed
+	@$(HANDBACK)
 
 # Debian packages: installed only when one is missing.
 system: PACKAGES = $(DEB_PACKAGES)
@@ -115,10 +122,10 @@ bpf-flags: bpf/build/vmlinux.h
 
 # --- the two commands the README shows first -------------------------------------------
 demo: setup
-	$(VENV)/bin/labkit run topologies/bottleneck.yaml
+	$(VENV)/bin/labkit run topologies/bottleneck.yaml; status=$$?; $(HANDBACK); exit $$status
 
 test: dev torch mpi
-	$(VENV)/bin/pytest -q
+	$(VENV)/bin/pytest -q; status=$$?; $(HANDBACK); exit $$status
 
 # JupyterLab on the notebooks and labs, with the `labkit` kernel (this checkout's venv).
 lab: setup

@@ -17,6 +17,7 @@ import shlex
 import shutil
 import signal
 import sys
+import time
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict
@@ -261,6 +262,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    began_ns = time.time_ns() - 1_000_000_000  # file systems' clocks are coarser than ours
     try:
         return {"doctor": cmd_doctor, "validate": cmd_validate, "inspect": cmd_inspect,
                 "schema": cmd_schema, "run": cmd_run, "shell": cmd_shell, "sweep": cmd_sweep,
@@ -277,6 +279,25 @@ def main(argv: list[str] | None = None) -> int:
             signal.signal(sig, signal.SIG_IGN)
         err.print("[yellow]interrupted[/]: everything labkit created was torn down")
         return 130
+    finally:
+        _hand_back(args, began_ns)
+
+
+def _hand_back(args, since_ns: int) -> None:
+    """Under sudo, what this command wrote in the checkout or its ``--out`` is the user's."""
+    from labkit.kernel.bpf import REPO_ROOT
+    from labkit.runs.owner import hand_back, invoking_user
+
+    owner = invoking_user()
+    if owner is None:
+        return
+    out, page = getattr(args, "out", None), getattr(args, "html", None)
+    written = [Path(out)] if out else []
+    if page:
+        from labkit.ui.figures import PLOTLY_JS
+
+        written += [Path(page), Path(page).with_name(PLOTLY_JS)]
+    hand_back([REPO_ROOT, *written], owner, since_ns)
 
 
 def _print_json(kind: str, body: dict) -> None:

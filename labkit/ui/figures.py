@@ -59,6 +59,9 @@ def stable_svg(svg: bytes, name: str) -> bytes:
     return svg.replace(found.group(1), re.sub(rb"[^a-z0-9]", b"", name.encode())[:24])
 
 
+PLOTLY_JS = "plotly.min.js"  # what plotly writes beside a page (include_plotlyjs="directory")
+
+
 def write_page(fig: go.Figure, path: Path, name: str) -> None:
     """``fig`` as a standalone HTML page, its traces' ids taken from their order and
     ``name``. plotly.js goes beside the page (one copy a directory), not from a CDN: figures
