@@ -1,8 +1,9 @@
 """Build and tear down a :class:`~labkit.model.topo.Topology` as a Mininet network.
 
 Every node (GPU host, storage host, router) is a plain Mininet ``Node`` in its
-own network namespace; routers forward IPv4 with ECMP (L4 hash) and no switch or
-controller is involved, so Open vSwitch is never needed. Links are veth pairs.
+own network namespace; routers forward IPv4 with ECMP (L4 hash, seeded by the router's
+name) and no switch or controller is involved, so Open vSwitch is never needed. Links
+are veth pairs.
 Addresses, static neighbours, routes and sysctls are set over netlink
 (pyroute2) inside each namespace; every port is shaped by :mod:`labkit.kernel.tc`.
 
@@ -18,6 +19,7 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import zlib
 from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,6 +62,17 @@ def _receive_in_order(ethtool: Ethtool, ifname: str) -> None:
 
 def _sysctl(path: str, value: str) -> None:
     Path("/proc/sys", path.replace(".", "/")).write_text(value)
+
+
+HASH_SEED = "net.ipv4.fib_multipath_hash_seed"  # Linux 6.11 on
+
+
+def ecmp_seed(router: str) -> int:
+    """The seed a router hashes flows onto its equal-cost paths with: fixed by its name, so
+    a fabric sends the same flows the same ways on every machine. With 0, the kernel's
+    default, the hash's key is drawn at boot: which flows shared an uplink changed from
+    boot to boot (a tree broadcast on leaf-spine: 18 or 36 Mbit/s at 1 MiB)."""
+    return zlib.crc32(router.encode()) or 1
 
 
 def mininet_version() -> str:
@@ -149,6 +162,8 @@ class Fabric:
                            ("net.ipv4.fib_multipath_hash_policy", "1"),
                            ("net.ipv4.tcp_ecn", "1")):  # storage TCP heeds CE marks
             _sysctl(key, value)
+        if router and Path("/proc/sys", HASH_SEED.replace(".", "/")).exists():
+            _sysctl(HASH_SEED, str(ecmp_seed(name)))
         with IPRoute() as ipr, Ethtool() as ethtool:
             (lo,) = ipr.link_lookup(ifname="lo")
             ipr.link("set", index=lo, state="up")

@@ -8,7 +8,7 @@ import pytest
 from pyroute2 import IPRoute
 
 from labkit.kernel import tc
-from labkit.kernel.fabric import Fabric
+from labkit.kernel.fabric import HASH_SEED, Fabric, ecmp_seed
 from labkit.kernel.registry import Registry
 from labkit.model import scenario, topo
 from tests.leaks import assert_no_leaks
@@ -69,6 +69,26 @@ def test_leaf_spine_installs_multipath_routes(fabric_ready):
                                       for s in ("spine1", "spine2"))
         rc, out = ping(f, "g1", t.host_ip("g6"))
         assert rc == 0, out
+    assert_no_leaks()
+
+
+def test_routers_hash_flows_with_a_seed_of_their_own_across_both_spines(fabric_ready):
+    """Every router's ECMP hash seed is the one its name gives (the kernel's default draws
+    the hash's key at boot, so flows shared uplinks differently on each machine), and 16
+    UDP flows from g1 to g5 leave leaf1 by both spines."""
+    t, f = build("leaf-spine.yaml")
+    with f:
+        for name in ("spine1", "spine2", "leaf1", "leaf2", "leaf3"):
+            seed = f.nodes[name].cmd(f"cat /proc/sys/{HASH_SEED.replace('.', '/')}").strip()
+            assert seed == str(ecmp_seed(name)) != "0", (name, seed)
+        spine = {t.port_towards("leaf1", s).peer_ip: s for s in ("spine1", "spine2")}
+        chosen = set()
+        for sport in range(49152, 49168):
+            route = f.nodes["leaf1"].cmd(
+                f"ip -o route get {t.host_ip('g5')} from {t.host_ip('g1')} iif "
+                f"{t.port_towards('leaf1', 'g1').ifname} ipproto udp sport {sport} dport 4791")
+            chosen |= {s for ip, s in spine.items() if f" via {ip} " in route}
+        assert chosen == {"spine1", "spine2"}
     assert_no_leaks()
 
 
