@@ -128,8 +128,9 @@ test: dev torch mpi
 	$(VENV)/bin/pytest -q; status=$$?; $(HANDBACK); exit $$status
 
 # JupyterLab on the notebooks and labs, with the `labkit` kernel (this checkout's venv).
+# LAB_ARGS: more for `labkit lab`, e.g. make lab LAB_ARGS="--port 9000 --no-browser".
 lab: setup
-	$(VENV)/bin/labkit lab
+	$(VENV)/bin/labkit lab $(LAB_ARGS)
 
 # --- more --------------------------------------------------------------------------------
 bench: setup

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "env", "HOME=/tmp"]
+AS_USER = ["--clear-groups", "env", "HOME=/tmp"]  # after setpriv --reuid --regid
 
 
 def reachable(path: Path) -> bool:
@@ -30,14 +30,24 @@ def reachable(path: Path) -> bool:
 def labkit(*argv: str, timeout: float = 60) -> subprocess.CompletedProcess:
     """``labkit *argv`` (cwd: the checkout) as nobody when the tests run as root, else as
     the user running them."""
+    return python("-m", "labkit.ui.cli", *argv, timeout=timeout)
+
+
+def python(*argv: str, env: dict[str, str] | None = None, user: int = 65534,
+           timeout: float = 60) -> subprocess.CompletedProcess:
+    """This interpreter with ``argv`` (cwd: the checkout) as ``user`` (uid and gid, no
+    other groups) when the tests run as root, else as the user running them; ``env``
+    added to the environment."""
+    extra = [f"{k}={v}" for k, v in (env or {}).items()]
     if os.geteuid() != 0:
-        return subprocess.run([sys.executable, "-m", "labkit.ui.cli", *argv], cwd=REPO,
-                              capture_output=True, text=True, timeout=timeout)
+        return subprocess.run([sys.executable, *argv], cwd=REPO, capture_output=True,
+                              text=True, timeout=timeout, env={**os.environ, **(env or {})})
     if not shutil.which("setpriv"):
         pytest.fail("setpriv (util-linux) is needed to drop root")
+    drop = [f"--reuid={user}", f"--regid={user}", *AS_USER, *extra]
     if reachable(REPO):
-        return subprocess.run([*NOBODY, sys.executable, "-m", "labkit.ui.cli", *argv],
-                              cwd=REPO, capture_output=True, text=True, timeout=timeout)
+        return subprocess.run(["setpriv", *drop, sys.executable, *argv], cwd=REPO,
+                              capture_output=True, text=True, timeout=timeout)
     python = Path(sys.executable)
     inside = python.is_relative_to(REPO)  # the checkout's own .venv
     with tempfile.TemporaryDirectory(prefix="labkit-nobody-") as seen:
@@ -46,5 +56,5 @@ def labkit(*argv: str, timeout: float = 60) -> subprocess.CompletedProcess:
         script = 'mount --bind "$0" "$1" && cd "$1" && shift && exec "$@"'
         return subprocess.run(
             ["unshare", "--mount", "--propagation", "private", "sh", "-c", script,
-             str(REPO), seen, *NOBODY, interpreter, "-m", "labkit.ui.cli", *argv],
+             str(REPO), seen, "setpriv", *drop, interpreter, *argv],
             capture_output=True, text=True, timeout=timeout)

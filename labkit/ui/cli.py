@@ -248,12 +248,37 @@ def build_parser() -> argparse.ArgumentParser:
                          "labkit kernel (make lab)")
     lab.add_argument("--port", type=int, help="the server's port (default: Jupyter's, 8888 "
                      "or the next free one)")
+    lab.add_argument("--ip", default="127.0.0.1", help="the address to listen on (default "
+                     "127.0.0.1; in a container 0.0.0.0, its port published on the host's "
+                     "loopback: docs/classroom.md)")
     lab.add_argument("--no-browser", action="store_true", help="print the address, open no "
                      "browser (a remote machine: forward the port with ssh -L)")
     lab.add_argument("--kernel-only", action="store_true", help="install the labkit kernel "
                      "and start nothing (for a JupyterLab or JupyterHub of your own)")
     lab.add_argument("--user", action="store_true", help="install the kernel for your user "
                      "(~/.local/share/jupyter), not into labkit's environment")
+    labs = sub.add_parser("labs", help="hand the labs out without their solutions, and "
+                          "grade what students hand back")
+    labs_sub = labs.add_subparsers(dest="labs_command", required=True, metavar="ACTION",
+                                   help="release or grade")
+    release = labs_sub.add_parser("release", help="write the labs as students start them "
+                                  "(blank answers, no solutions) into a new folder")
+    release.add_argument("out", type=Path, help="a new or empty folder, e.g. handout/")
+    grade = labs_sub.add_parser("grade", help="run each student's answers in the labs as "
+                                "labkit ships them; write a row per student and check")
+    grade.add_argument("submissions", type=Path, help="a folder of <student>/<lab>.ipynb "
+                       "(or nbgrader's <student>/<assignment>/<lab>.ipynb)")
+    grade.add_argument("--out", type=Path, help="a new or empty folder for checks.csv, "
+                       "scores.csv and feedback/ (default grades-<date>-<time>)")
+    grade.add_argument("--live", action="store_true", help="run the labs' real runs too "
+                       "(root; it runs the students' code as root: a machine of the class's "
+                       "own); without it, a check that needs a run is not counted")
+    serve = sub.add_parser("serve", help="(root) run scenarios for a group's users without "
+                           "root, one at a time, through a Unix socket (labs 2's live runs)")
+    serve.add_argument("--group", default="labkit", help="the group whose members may ask "
+                       "for runs (default labkit)")
+    serve.add_argument("--socket", type=Path, help="where to listen (default "
+                       "/run/labkit/serve.sock, or $LABKIT_SERVE)")
     clean = sub.add_parser("clean", help="remove what killed runs left behind (by registry)")
     clean.add_argument("--dry-run", action="store_true",
                        help="say what each leftover run recorded, remove nothing")
@@ -268,7 +293,8 @@ def main(argv: list[str] | None = None) -> int:
                 "schema": cmd_schema, "run": cmd_run, "shell": cmd_shell, "sweep": cmd_sweep,
                 "tune": cmd_tune, "calibrate": cmd_calibrate, "batch": cmd_batch,
                 "report": cmd_report, "figures": cmd_figures, "runs": cmd_runs,
-                "samples": cmd_samples, "clean": cmd_clean, "lab": cmd_lab}[args.command](args)
+                "samples": cmd_samples, "clean": cmd_clean, "lab": cmd_lab,
+                "labs": cmd_labs, "serve": cmd_serve}[args.command](args)
     except scenario_mod.ScenarioError as exc:
         err.print(f"[red]error:[/] {escape(str(exc))}", highlight=False)
         return 2
@@ -1115,7 +1141,7 @@ def cmd_lab(args) -> int:
     if args.kernel_only:
         return 0
     try:
-        command = lab.lab_command(port=args.port, browser=not args.no_browser)
+        command = lab.lab_command(port=args.port, browser=not args.no_browser, ip=args.ip)
     except FileNotFoundError as exc:
         err.print(f"[red]error:[/] {escape(str(exc))}")
         return 2
@@ -1124,6 +1150,61 @@ def cmd_lab(args) -> int:
     sys.stdout.flush()
     os.execv(command.argv[0], command.argv)
     return 0  # not reached: JupyterLab runs in this process
+
+
+def cmd_labs(args) -> int:
+    """Release the labs, or grade submissions of them."""
+    from labkit.ui.labs import handout
+
+    try:
+        if args.labs_command == "release":
+            written = handout.release(args.out)
+            console.print(f"{len(written)} files in {args.out}: "
+                          + ", ".join(p.name for p in written), highlight=False)
+            return 0
+        out = args.out or Path(time.strftime("grades-%Y%m%d-%H%M%S"))
+        with _progress("notebooks") as progress:
+            task = progress.add_task("grading", total=None)
+
+            def show(done: int, total: int, what: str) -> None:
+                progress.update(task, completed=done, total=total)
+                progress.console.print(f"ran {escape(what)}", highlight=False)
+
+            rows = handout.grade(args.submissions, out, live=args.live, on_progress=show)
+    except (FileExistsError, FileNotFoundError) as exc:
+        err.print(f"[red]error:[/] {escape(str(exc))}")
+        return 2
+    t = Table(title=f"grades in {out}")
+    for col in ("student", "lab", "passed", "not yet", "ungraded"):
+        t.add_column(col)
+    for student, lab in dict.fromkeys((r.student, r.lab) for r in rows):
+        mine = [r.status for r in rows if (r.student, r.lab) == (student, lab)]
+        t.add_row(student, lab, str(mine.count("pass")),
+                  str(len(mine) - mine.count("pass") - mine.count(handout.UNGRADED)),
+                  str(mine.count(handout.UNGRADED)))
+    console.print(t)
+    return 0
+
+
+def cmd_serve(args) -> int:
+    """Serve runs until Ctrl-C."""
+    from labkit.ui import serve
+
+    try:
+        service = serve.Service(args.socket or serve.SOCKET, args.group,
+                                log=lambda line: console.print(escape(line), highlight=False))
+        service.start()
+    except serve.Refused as exc:
+        err.print(f"[red]error:[/] {escape(str(exc))}")
+        return 2
+    console.print(f"labkit serve: runs for group {args.group} at {service.path}, one at a "
+                  "time (Ctrl-C stops)", highlight=False)
+    _before_building()
+    try:
+        service.serve_forever()
+    finally:
+        service.close()
+    return 0
 
 
 def cmd_runs(args) -> int:

@@ -17,6 +17,7 @@ from pathlib import Path
 from labkit.kernel.bpf import REPO_ROOT
 
 KERNEL = "labkit"
+LOOPBACK = "127.0.0.1"
 NOTEBOOKS = REPO_ROOT / "notebooks"
 
 
@@ -39,13 +40,14 @@ class LabCommand:
 
 
 def lab_command(port: int | None = None, browser: bool = True, root: Path = NOTEBOOKS,
-                euid: int | None = None) -> LabCommand:
-    """JupyterLab from this environment, on ``root``, as the user running labkit."""
+                euid: int | None = None, ip: str = LOOPBACK) -> LabCommand:
+    """JupyterLab from this environment, on ``root``, as the user running labkit, listening
+    on ``ip`` (a container's: 0.0.0.0, published on the host's loopback)."""
     jupyter = Path(sys.executable).with_name("jupyter")
     if not jupyter.exists():
         raise FileNotFoundError(f"{jupyter} is not installed: run `make setup` (JupyterLab is "
                                 "in labkit's notebooks extra)")
-    argv = [str(jupyter), "lab", f"--ServerApp.root_dir={root}", "--ip=127.0.0.1"]
+    argv = [str(jupyter), "lab", f"--ServerApp.root_dir={root}", f"--ip={ip}"]
     if port is not None:
         argv.append(f"--port={port}")
     if not browser:
@@ -53,9 +55,11 @@ def lab_command(port: int | None = None, browser: bool = True, root: Path = NOTE
     notes = [f"the notebooks and labs in {root}; kernel `{KERNEL}` ({sys.executable})"]
     if (os.geteuid() if euid is None else euid) == 0:
         argv.append("--allow-root")
-        notes.append("as root: live runs work from the notebooks (labs 2 and 3 need them); "
-                     "the server listens on 127.0.0.1 only")
+        notes.append("as root: live runs work from the notebooks (labs 2 and 3 need them)")
     else:
         notes.append("not root: recorded runs, the sample notebooks and labs 1 and 4 work; "
                      "a live run (labs 2 and 3) needs JupyterLab started as root")
+    notes.append(f"listening on {ip} only" if ip == LOOPBACK else
+                 f"listening on {ip}: whoever reaches it with the token runs code as this "
+                 "user; publish the port on the host's loopback only")
     return LabCommand(argv, notes)

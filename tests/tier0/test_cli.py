@@ -23,7 +23,7 @@ from tests import nobody
 REPO = Path(__file__).resolve().parents[2]
 SAMPLE = REPO / "data/sample/bottleneck"
 COMMANDS = ("doctor", "validate", "inspect", "schema", "run", "shell", "sweep", "tune", "calibrate",
-            "batch", "report", "figures", "runs", "samples", "lab", "clean")
+            "batch", "report", "figures", "runs", "samples", "lab", "labs", "serve", "clean")
 GRID = REPO / "topologies/grids/bottleneck-sizes.yaml"
 BOTTLENECK = REPO / "topologies/bottleneck.yaml"
 INFINITE = BOTTLENECK.read_text().replace("compute_ms: 100", "compute_ms: .inf")

@@ -26,6 +26,13 @@ def test_jupyterlab_opens_on_the_notebooks_and_says_what_works(euid, allowed, no
     assert {"--port=8899", "--no-browser", "--ip=127.0.0.1"} <= set(command.argv)
     assert ("--allow-root" in command.argv) == allowed
     assert any(note in n for n in command.notes)
+    assert "listening on 127.0.0.1 only" in command.notes
+
+
+def test_a_container_listens_on_every_address_and_is_told_what_that_means():
+    command = lab.lab_command(browser=False, euid=0, ip="0.0.0.0")
+    assert "--ip=0.0.0.0" in command.argv and "--ip=127.0.0.1" not in command.argv
+    assert any("publish the port on the host's loopback" in n for n in command.notes)
 
 
 def test_labkit_lab_installs_the_kernel_then_becomes_jupyterlab(monkeypatch, capsys):

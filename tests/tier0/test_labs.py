@@ -76,7 +76,7 @@ def test_a_solution_that_does_not_fit_its_lab_is_refused(tmp_path):
     (tmp_path / "solutions").mkdir()
     (tmp_path / "solutions/lab.py").write_text('# %% tags=["answer"]\nX = 1\n\n'
                                                '# %% tags=["answer"]\nY = 2\n')
-    with pytest.raises(ValueError, match="2 answers for the 1 answer cells"):
+    with pytest.raises(ValueError, match="has 2 answer cells, the lab 1"):
         notebook.fill(notebook.read(tmp_path / "lab.py"),
                       notebook.solution_for(tmp_path / "lab.py"))
 

@@ -7,7 +7,9 @@
 * :mod:`.controller` — lab 3, write a controller that beats ``reactive`` (a real run);
 * :mod:`.parallelism` — lab 4, pipeline vs tensor parallelism (labkit's own job plans);
 * :mod:`.notebook` — a lab with its instructor's answers filled in, run headless, and the
-  verdicts its check cells gave (tests, and ``python -m labkit.ui.labs``).
+  verdicts its check cells gave (tests, and ``python -m labkit.ui.labs``);
+* :mod:`.handout` — the labs released without their solutions, and students' answers
+  graded in the labs as shipped (``labkit labs release`` and ``grade``).
 
 A check never raises for a wrong answer: whatever is wrong with it becomes the verdict.
 """

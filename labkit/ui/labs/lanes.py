@@ -34,9 +34,14 @@ PACKETS = [
 def with_lanes(base: Path, lanes: dict) -> Scenario:
     """The scenario file ``base`` with its ``lanes:`` replaced by ``lanes``, checked as
     the file would be (:class:`~labkit.model.scenario.ScenarioError` names the key)."""
+    return scenario.parse(lanes_document(base, lanes), str(base))
+
+
+def lanes_document(base: Path, lanes: dict) -> dict:
+    """The document of the scenario file ``base`` with its ``lanes:`` replaced."""
     doc = yaml.safe_load(Path(base).read_text())
     doc["lanes"] = lanes
-    return scenario.parse(doc, str(base))
+    return doc
 
 
 def matches(rule: LaneRule, packet: dict) -> bool:
@@ -98,7 +103,8 @@ def run_with_lanes(base: Path, lanes, duration: float = 10.0) -> Run | None:
     except (ScenarioError, TypeError, AttributeError) as exc:
         print(f"Not run: the scenario refuses these lanes: {exc}")
         return None
-    return run_lab(sc, ["isolated", "priority"], duration=duration)
+    return run_lab(sc, ["isolated", "priority"], duration=duration,
+                   document=lanes_document(base, lanes))
 
 
 def _run(run) -> Run:

@@ -39,13 +39,14 @@ def solution_for(lab: Path) -> Path:
     return Path(lab).parent / "solutions" / f"{Path(lab).stem}.py"
 
 
-def fill(nb, solution: Path):
-    """``nb`` with its answer cells replaced, in order, by ``solution``'s answer cells."""
+def fill(nb, answers_from: Path):
+    """``nb`` with its answer cells replaced, in order, by the answer cells of
+    ``answers_from`` (a solution, or a student's copy of the lab)."""
     blanks = tagged(nb, ANSWER)
-    answers = tagged(read(solution), ANSWER)
+    answers = tagged(read(answers_from), ANSWER)
     if len(blanks) != len(answers):
-        raise ValueError(f"{solution} holds {len(answers)} answers for the "
-                         f"{len(blanks)} answer cells of the lab")
+        raise ValueError(f"{answers_from} has {len(answers)} answer cells, the lab "
+                         f"{len(blanks)}: were cells tagged `{ANSWER}` added or removed?")
     for blank, answer in zip(blanks, answers, strict=True):
         blank.source = answer.source
     return nb

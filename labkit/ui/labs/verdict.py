@@ -117,16 +117,18 @@ def call(fn: Callable, *args, what: str):
 
 
 def run_lab(scenario, policies: Sequence[str], *, duration: float | None = None,
-            controllers: Mapping[str, type] | None = None, out: Path | None = None):
-    """Run a lab's experiment for real (needs root): the recorded :class:`~labkit.Run`, or
-    None with the reason printed when it cannot run or did not finish."""
+            controllers: Mapping[str, type] | None = None, out: Path | None = None,
+            document: dict | None = None):
+    """Run a lab's experiment for real: the recorded :class:`~labkit.Run`, or None with the
+    reason printed when it cannot run or did not finish. As root, here; without root,
+    through ``labkit serve`` when the machine runs it and the run is ``document`` (the
+    scenario as a document) with no ``controllers`` of the student's."""
     from labkit.kernel.registry import RunLockedError
     from labkit.model.scenario import ScenarioError
     from labkit.runs import runner
+    from labkit.runs.rundir import load_run
+    from labkit.ui import serve
 
-    if problem := runner.not_ready():
-        print(f"Not run: {problem}")
-        return None
     shown: set[tuple[str, str]] = set()
 
     def progress(p: runner.Progress) -> None:
@@ -136,6 +138,22 @@ def run_lab(scenario, policies: Sequence[str], *, duration: float | None = None,
                      "done": f"done ({p.done} ops)"}[p.stage]
             print(f"{p.policy}: {words}", flush=True)
 
+    problem = runner.not_ready()
+    if problem == runner.ROOT_HINT and serve.available():
+        if document is None or controllers:
+            print("Not run: this run has code of yours in it, and labkit serve runs "
+                  "labkit's own traffic only: it needs a kernel running as root")
+            return None
+        try:
+            print(f"through labkit serve ({serve.SOCKET})", flush=True)
+            return load_run(serve.request(document, getattr(scenario, "path", "") or "lab",
+                                          policies, duration, out, on_progress=progress))
+        except serve.Refused as exc:
+            print(f"The run did not complete: {exc}")
+            return None
+    if problem:
+        print(f"Not run: {problem}")
+        return None
     try:
         return runner.run(scenario, list(policies), duration=duration, out=out,
                           controllers=dict(controllers or {}), on_progress=progress)

@@ -1,0 +1,99 @@
+"""Tier 0: labs handed out without their solutions, and graded back (labkit labs)."""
+
+import csv
+import json
+
+import nbformat
+import pytest
+
+from labkit.ui import cli
+from labkit.ui.labs import handout, notebook
+
+SHIPPED = handout.labs()
+
+
+def answers(nb) -> list[str]:
+    return [c.source for c in notebook.tagged(nb, notebook.ANSWER)]
+
+
+def test_a_release_is_the_labs_blank_without_solutions(tmp_path):
+    out = tmp_path / "handout"
+    assert cli.main(["labs", "release", str(out)]) == 0
+    assert sorted(p.name for p in out.iterdir()) == sorted(
+        [lab.name for lab in SHIPPED] + ["shared-lane.yaml"])
+    for lab in SHIPPED:
+        given = nbformat.read(out / lab.name, as_version=4)
+        assert answers(given) == answers(notebook.read(lab))
+        assert answers(given) != answers(notebook.read(notebook.solution_for(lab)))
+        assert given.metadata.kernelspec.name == "labkit" and "jupytext" not in given.metadata
+        assert all(not c.get("outputs") for c in given.cells if c.cell_type == "code")
+
+
+def test_a_release_never_writes_into_a_folder_with_something_in_it(tmp_path, capsys):
+    kept = tmp_path / "notes.txt"
+    kept.write_text("mine")
+    assert cli.main(["labs", "release", str(tmp_path)]) == 2
+    assert "already exists" in capsys.readouterr().err
+    assert [p.name for p in tmp_path.iterdir()] == ["notes.txt"] and kept.read_text() == "mine"
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    """Three students: ada handed the labs back blank but made lab 1's check cells print a
+    pass; ben handed in the instructor's answers; cy added an answer cell to lab 1."""
+    root = tmp_path_factory.mktemp("class")
+    handout.release(root / "handout")
+    for student in ("ada", "ben", "cy"):
+        (root / "in" / student).mkdir(parents=True)
+    for lab in SHIPPED:
+        blank = nbformat.read(root / "handout" / lab.name, as_version=4)
+        solved = notebook.fill(nbformat.read(root / "handout" / lab.name, as_version=4),
+                               notebook.solution_for(lab))
+        nbformat.write(solved, root / "in" / "ben" / lab.name)
+        if lab.stem.startswith("lab1"):
+            for cell in blank.cells:
+                if "check" in cell.source and notebook.ANSWER not in cell.metadata.get("tags", []):
+                    cell.source = "print('passed')"
+            extra = nbformat.read(root / "handout" / lab.name, as_version=4)
+            extra.cells.append(nbformat.v4.new_code_cell("x = 1", metadata={"tags": ["answer"]}))
+            nbformat.write(extra, root / "in" / "cy" / lab.name)
+        nbformat.write(blank, root / "in" / "ada" / lab.name)
+    out = root / "grades"
+    assert cli.main(["labs", "grade", str(root / "in"), "--out", str(out)]) == 0
+    with open(out / "scores.csv") as f:
+        scores = {(r["student_id"], r["assignment"]): r for r in csv.DictReader(f)}
+    with open(out / "checks.csv") as f:
+        checks = list(csv.DictReader(f))
+    return out, scores, checks
+
+
+def test_blank_labs_score_nothing_and_the_solutions_full_marks(graded):
+    _, scores, checks = graded
+    for lab in SHIPPED:
+        ada, ben = scores["ada", lab.stem], scores["ben", lab.stem]
+        assert int(ada["max_score"]) == int(ben["max_score"]) > 0, lab
+        assert ada["score"] == "0" and ben["score"] == ben["max_score"], (ada, ben)
+    # a check that needs a run cannot pass without --live: it is counted for no one
+    ungraded = {(r["lab"], r["check"]) for r in checks if r["status"] == handout.UNGRADED}
+    assert ungraded and all(lab.startswith(("lab2", "lab3")) for lab, _ in ungraded)
+
+
+def test_a_lab_with_answer_cells_added_is_one_failing_row(graded):
+    _, scores, checks = graded
+    (row,) = [r for r in checks if r["student"] == "cy"]
+    assert row["status"] == "fail" and row["check"] == "the lab ran"
+    assert "answer cells, the lab" in row["message"]
+    assert scores["cy", SHIPPED[0].stem]["score"] == "0"
+
+
+def test_each_student_gets_their_graded_notebook_back(graded):
+    out, _, _ = graded
+    shown = nbformat.read(out / "feedback" / "ben" / SHIPPED[0].name, as_version=4)
+    verdicts = notebook.verdicts(shown)
+    assert verdicts and all(v["status"] == "pass" for v in verdicts)
+    assert json.dumps(shown.metadata)  # a notebook Jupyter opens
+
+
+def test_grading_an_empty_folder_says_what_it_expects(tmp_path, capsys):
+    assert cli.main(["labs", "grade", str(tmp_path), "--out", str(tmp_path / "g")]) == 2
+    assert "<student>/<lab>.ipynb" in capsys.readouterr().err
