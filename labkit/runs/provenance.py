@@ -21,12 +21,15 @@ def git_revision() -> str:
     ``docs/figures/``: the revision names the code that recorded, and those hold
     recordings and the figures drawn from them (``make samples`` replaces the shipped ones
     as it goes)."""
+    # root (sudo) in a user's checkout: git refuses a repository another user owns unless
+    # told it is safe; and status writes nothing (the index stays the user's)
+    git = ["git", "-c", f"safe.directory={bpf.REPO_ROOT}", "--no-optional-locks", "-C",
+           str(bpf.REPO_ROOT)]
     try:
-        rev = subprocess.run(["git", "-C", str(bpf.REPO_ROOT), "rev-parse", "HEAD"],
+        rev = subprocess.run([*git, "rev-parse", "HEAD"],
                              capture_output=True, text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(bpf.REPO_ROOT), "status", "--porcelain",
-                                "--untracked-files=no", "--", ".", ":(exclude)data",
-                                ":(exclude)docs/figures"],
+        dirty = subprocess.run([*git, "status", "--porcelain", "--untracked-files=no", "--",
+                                ".", ":(exclude)data", ":(exclude)docs/figures"],
                                capture_output=True, text=True).stdout
         return rev + ("-dirty" if dirty.strip() else "")
     except (OSError, subprocess.CalledProcessError):

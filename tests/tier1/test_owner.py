@@ -67,3 +67,23 @@ def test_labkit_under_sudo_leaves_what_it_wrote_to_the_user(as_root, tmp_path, c
     files = list(tmp_path.rglob("*"))
     assert files and all(os.lstat(f).st_uid == 65534 for f in files)
     assert os.lstat(tmp_path).st_uid == 0  # made by the test, before labkit ran
+
+
+def test_root_names_the_revision_of_a_checkout_another_user_owns(as_root, tmp_path,
+                                                                 monkeypatch):
+    """sudo in a user's clone: git refuses a repository root does not own unless told it
+    is safe; labkit tells it, and leaves the user's index untouched."""
+    from labkit.kernel import bpf
+    from labkit.runs.provenance import git_revision
+
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "clone", "-q", str(REPO), str(clone)], check=True)
+    subprocess.run(["chown", "-R", f"{USER[0]}:{USER[1]}", str(clone)], check=True)
+    head = subprocess.run(["git", "-c", f"safe.directory={clone}", "-C", str(clone),
+                           "rev-parse", "HEAD"], capture_output=True, text=True,
+                          check=True).stdout.strip()
+    index = (clone / ".git/index").stat()
+    monkeypatch.setattr(bpf, "REPO_ROOT", clone)
+    assert git_revision() == head
+    assert (clone / ".git/index").stat().st_uid == USER[0]
+    assert (clone / ".git/index").stat().st_mtime_ns == index.st_mtime_ns
