@@ -38,16 +38,19 @@ def python(*argv: str, env: dict[str, str] | None = None, user: int = 65534,
     """This interpreter with ``argv`` (cwd: the checkout) as ``user`` (uid and gid, no
     other groups) when the tests run as root, else as the user running them; ``env``
     added to the environment."""
-    extra = [f"{k}={v}" for k, v in (env or {}).items()]
+    def added(checkout: Path | str) -> list[str]:  # labkit from the checkout as seen: a
+        # subprocess with another working directory (a notebook's kernel) finds it too
+        return [f"{k}={v}" for k, v in {"PYTHONPATH": str(checkout), **(env or {})}.items()]
+
     if os.geteuid() != 0:
         return subprocess.run([sys.executable, *argv], cwd=REPO, capture_output=True,
                               text=True, timeout=timeout, env={**os.environ, **(env or {})})
     if not shutil.which("setpriv"):
         pytest.fail("setpriv (util-linux) is needed to drop root")
-    drop = [f"--reuid={user}", f"--regid={user}", *AS_USER, *extra]
+    drop = [f"--reuid={user}", f"--regid={user}", *AS_USER]
     if reachable(REPO):
-        return subprocess.run(["setpriv", *drop, sys.executable, *argv], cwd=REPO,
-                              capture_output=True, text=True, timeout=timeout)
+        return subprocess.run(["setpriv", *drop, *added(REPO), sys.executable, *argv],
+                              cwd=REPO, capture_output=True, text=True, timeout=timeout)
     python = Path(sys.executable)
     inside = python.is_relative_to(REPO)  # the checkout's own .venv
     with tempfile.TemporaryDirectory(prefix="labkit-nobody-") as seen:
@@ -56,5 +59,5 @@ def python(*argv: str, env: dict[str, str] | None = None, user: int = 65534,
         script = 'mount --bind "$0" "$1" && cd "$1" && shift && exec "$@"'
         return subprocess.run(
             ["unshare", "--mount", "--propagation", "private", "sh", "-c", script,
-             str(REPO), seen, "setpriv", *drop, interpreter, *argv],
+             str(REPO), seen, "setpriv", *drop, *added(seen), interpreter, *argv],
             capture_output=True, text=True, timeout=timeout)

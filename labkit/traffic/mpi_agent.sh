@@ -17,7 +17,10 @@ while read -r address pid procs session; do
     echo $$ > "$procs"
     mkdir -p "$session"
     export TMPDIR="$session"
-    exec nsenter --target "$pid" --net --mount -- /bin/sh -c "$*"
+    # its own UTS namespace named by its address: Open MPI 5 takes daemons that share a
+    # host name for one node (labkit.traffic.programs.NAMED)
+    exec nsenter --target "$pid" --net --mount -- unshare --uts -- /bin/sh -c \
+      'echo "$0" > /proc/sys/kernel/hostname && exec /bin/sh -c "$1"' "$host" "$*"
   fi
 done < "$LABKIT_MPI_HOSTS"
 echo "labkit's MPI agent: $host is not a host of this run (in $LABKIT_MPI_HOSTS)" >&2

@@ -4,11 +4,11 @@ One process per rank, in its rank's host, with the environment ``torchrun`` give
 worker: ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``, ``GROUP_RANK``
 (the rank's server, with ``fabric.gpus_per_host``), ``MASTER_ADDR`` (rank 0's address),
 ``MASTER_PORT``, and the host's NIC for the socket transports (``GLOO_SOCKET_IFNAME``,
-``NCCL_SOCKET_IFNAME``); ``OMP_NUM_THREADS=1`` and ``PYTHONUNBUFFERED=1`` unless the
-entry's ``env`` says otherwise; ``PYTHONPATH`` leads with labkit's checkout, so the job
-can ``import labkit.torch``. Everything else is labkit's own environment (root's).
-Under a controller, ``LABKIT_PHASE_FD`` names the inherited descriptor of the host's
-phase map (state-aware control, :mod:`labkit.torch`).
+``NCCL_SOCKET_IFNAME``); ``OMP_NUM_THREADS=1``, ``PYTHONUNBUFFERED=1`` and
+``USE_LIBUV=0`` unless the entry's ``env`` says otherwise; ``PYTHONPATH`` leads with
+labkit's checkout, so the job can ``import labkit.torch``. Everything else is labkit's
+own environment (root's). Under a controller, ``LABKIT_PHASE_FD`` names the inherited
+descriptor of the host's phase map (state-aware control, :mod:`labkit.torch`).
 
 Each rank starts in the rank's cgroup (:mod:`labkit.kernel.cgroups`: it joins it before it
 runs anything), held: a shell that waits for one line on its stdin. labkit releases
@@ -62,6 +62,12 @@ HELD = 'cd -- "$1" && shift && read -r go && exec "$@" < /dev/null'
 # per-rank output differ)
 RANK_WRAPPER = ('r=${OMPI_COMM_WORLD_RANK:?not started by Open MPI}; '
                 'exec "$@" > "$0/rank$r.out" 2> "$0/rank$r.err"')
+# sh -c SCRIPT NAME ARGV...: in a UTS namespace of its own (``unshare --uts``), the command
+# runs under the host name NAME. The emulated hosts share the machine's host name, and
+# Open MPI 5's runtime (PRRTE) takes daemons with one host name for one node: eight hosts
+# became one node of one slot ("not enough slots"). The name each gets is its address,
+# as mpirun's --host list names it.
+NAMED = 'echo "$0" > /proc/sys/kernel/hostname && exec "$@"'
 STOP_GRACE_S = 3.0
 POLL_S = 0.05
 TAIL_LINES = 12
@@ -122,7 +128,9 @@ def placement(spec: ProgramSpec, topo: Topology) -> list[tuple[int, int, int]]:
 def job_env(spec: ProgramSpec, base: dict[str, str] | None = None) -> dict[str, str]:
     """What every rank's environment holds, whoever starts it (the module docstring)."""
     env = dict(os.environ if base is None else base)
-    env.update({"OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"})
+    # USE_LIBUV=0: PyTorch's rendezvous store without libuv, which Debian 13's python3-torch
+    # (2.6) is built without and yet asks for by default ("use_libuv was requested")
+    env.update({"OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", "USE_LIBUV": "0"})
     env.update(dict(spec.env))
     root = str(bpf.REPO_ROOT)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
@@ -153,13 +161,15 @@ def rank_argv(spec: ProgramSpec, topo: Topology, r: int, ifname: str) -> list[st
 
 
 def mpirun_argv(spec: ProgramSpec, topo: Topology, outdir: Path) -> list[str]:
-    """mpirun's command line for the entry: a slot per rank's host, in rank order; TCP on
+    """mpirun's command line for the entry (under the first host's address as its host
+    name, :data:`NAMED`): a slot per rank's host, in rank order; TCP on
     the fabric's addresses (``ob1``: no shared memory between hosts that share a
     machine), ranks not bound to cores (eight ranks on a few cores); each rank's output
     in ``outdir``; :func:`job_env`'s variables and :data:`MARKER` exported to every rank.
     Options Open MPI 4.1 and 5.0 both take; its runtime's own are :func:`mpirun_env`'s."""
     exported = sorted({*job_env(spec, {}), MARKER})
-    return [MPIRUN, "--allow-run-as-root", "-np", str(len(spec.ranks)),
+    return ["unshare", "--uts", "--", "/bin/sh", "-c", NAMED, topo.host_ip(spec.ranks[0]),
+            MPIRUN, "--allow-run-as-root", "-np", str(len(spec.ranks)),
             "--host", ",".join(f"{topo.host_ip(h)}:1" for h in spec.ranks),
             "--bind-to", "none", "--mca", "pml", "ob1", "--mca", "btl", "tcp,self",
             "--mca", "btl_tcp_if_include", MPI_NET,

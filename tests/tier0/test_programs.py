@@ -420,7 +420,8 @@ def test_the_ddp_example_reports_its_steps_through_the_comm_hook(tmp_path):
     found = subprocess.run([python, "-c", "import torch.distributed"], capture_output=True)
     require(found.returncode == 0, f"needs torch for {python} (make torch)")
     env = {**os.environ, "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1",
-           "MASTER_PORT": str(free_port()), "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+           "MASTER_PORT": str(free_port()), "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1",
+           "USE_LIBUV": "0"}  # as labkit starts a job (programs.job_env: Debian 13's torch)
     ranks = [subprocess.Popen([python, str(REPO / "docs/examples/ddp.py"), "--steps", "3",
                                "--compute-ms", "5"], env={**env, "RANK": str(r)},
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -467,11 +468,14 @@ def test_mpiruns_command_line_places_a_rank_per_host_and_keeps_their_output(mpi_
     argv = programs.mpirun_argv(sc.program, t, tmp_path)
     hosts = argv[argv.index("--host") + 1].split(",")
     assert hosts == [f"{t.host_ip(f'g{i}')}:1" for i in range(1, 9)]
-    assert argv[0] == programs.MPIRUN and argv[argv.index("-np") + 1] == "8"
+    # mpirun under g1's address as its host name, in a UTS namespace of its own
+    assert argv[:7] == ["unshare", "--uts", "--", "/bin/sh", "-c", programs.NAMED,
+                        t.host_ip("g1")] and argv[7] == programs.MPIRUN
+    assert argv[argv.index("-np") + 1] == "8"
     assert "--allow-run-as-root" in argv and programs.MPI_NET in argv
     exported = {argv[i + 1] for i, a in enumerate(argv) if a == "-x"}
     assert {"PYTHONPATH", "MY_SETTING", "LABKIT_COMMAND"} <= exported
-    shell = argv.index("/bin/sh")
+    shell = argv.index("/bin/sh", 7)
     assert argv[shell + 2] == programs.RANK_WRAPPER and argv[shell + 3] == str(tmp_path)
     assert argv[shell + 4:] == programs.rank_argv(sc.program, t, 5, "")
     env = programs.mpirun_env(tmp_path / "hosts", tmp_path / "g1")

@@ -85,7 +85,7 @@ def test_routers_hash_flows_with_a_seed_of_their_own_across_both_spines(fabric_r
         chosen = set()
         for sport in range(49152, 49168):
             route = f.nodes["leaf1"].cmd(
-                f"ip -o route get {t.host_ip('g5')} from {t.host_ip('g1')} iif "
+                f"ip -color=never -o route get {t.host_ip('g5')} from {t.host_ip('g1')} iif "
                 f"{t.port_towards('leaf1', 'g1').ifname} ipproto udp sport {sport} dport 4791")
             chosen |= {s for ip, s in spine.items() if f" via {ip} " in route}
         assert chosen == {"spine1", "spine2"}
