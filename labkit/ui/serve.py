@@ -24,7 +24,6 @@ import shutil
 import socket
 import struct
 import subprocess
-import sys
 import tempfile
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -156,18 +155,20 @@ def _copy_as(peer: Peer, src: Path, dst: Path) -> None:
     do not get; nothing there is overwritten."""
     for path in (src, *src.rglob("*")):  # theirs to read
         os.lchown(path, peer.uid, peer.gid)
+    # sh and cp, which anyone may run (this interpreter may sit where they cannot reach);
+    # mkdir fails on a folder that is there
     done = subprocess.run(
-        [sys.executable, "-c", "import shutil, sys; shutil.copytree(sys.argv[1], sys.argv[2])",
-         str(src), str(dst)], user=peer.uid, group=peer.gid, extra_groups=peer.groups(),
-        capture_output=True, text=True, cwd="/")
+        ["/bin/sh", "-c", 'mkdir -- "$1" && cp -R -- "$0"/. "$1"/', str(src), str(dst)],
+        user=peer.uid, group=peer.gid, extra_groups=peer.groups(), capture_output=True,
+        text=True, cwd="/")
     if done.returncode:
         last = (done.stderr.strip().splitlines() or ["failed"])[-1]
         raise Refused(f"the run was recorded but could not be copied to {dst} as "
                       f"{peer.name}: {last}")
 
 
-def serve_one(req: Request, staging: Path) -> None:
-    """Run ``req`` and answer it."""
+def serve_one(req: Request, staging: Path) -> str:
+    """Run ``req`` and answer it; the answer, for the service's log."""
     from labkit.kernel.registry import RunLockedError
     from labkit.model.scenario import ScenarioError
     from labkit.runs import runner
@@ -183,10 +184,13 @@ def serve_one(req: Request, staging: Path) -> None:
         target = req.out / done.manifest.run_id
         _copy_as(req.peer, done.path, target)
         req.tell(done=str(target))
+        return f"recorded in {target}"
     except (ScenarioError, RunLockedError, runner.NotReady, runner.RunFailed, Refused) as exc:
         req.tell(error=str(exc))
+        return f"not run: {exc}"
     except Exception as exc:  # a run that failed in a way of its own: say it, serve on
         req.tell(error=f"{type(exc).__name__}: {exc}")
+        return f"failed: {type(exc).__name__}: {exc}"
     finally:
         shutil.rmtree(work, ignore_errors=True)
         with suppress(OSError):
@@ -273,8 +277,7 @@ class Service:
             except queue.Empty:
                 continue
             self.log(f"{req.peer.name}: running {req.scenario.name}")  # type: ignore[attr-defined]
-            serve_one(req, self.staging)
-            self.log(f"{req.peer.name}: done")
+            self.log(f"{req.peer.name}: {serve_one(req, self.staging)}")
 
     def close(self) -> None:
         """Stop taking requests; tell those still queued."""
