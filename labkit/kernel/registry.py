@@ -220,8 +220,10 @@ class Registry:
             if left:
                 raise TeardownIncomplete(self.run_id, left)
             self.entries = []
-            with suppress(FileNotFoundError):
-                self.path.unlink()
+            # and a save a kill cut short (an empty .tmp beside it)
+            for path in (self.path, self.path.with_suffix(".tmp")):
+                with suppress(FileNotFoundError):
+                    path.unlink()
         return removed
 
     def _remove(self) -> list[str]:
