@@ -62,6 +62,15 @@ def pytest_runtest_makereport(item, call):
         report.longrepr = f"skipped under CI=true, which runs every test: {reason}"
 
 
+def pytest_report_header(config):
+    from tests.leaks import before_the_suite
+
+    if left := before_the_suite():
+        return ["labkit objects from before this suite (not counted as its leaks; "
+                "`sudo labkit clean` removes them):", *left]
+    return None
+
+
 def pytest_collection_modifyitems(items):
     for item in items:
         for tier in ("tier1", "tier2"):

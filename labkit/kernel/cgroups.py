@@ -118,20 +118,24 @@ class Cgroup:
 def make(path: Path, record: bpf.Recorder | None = None, first: bool = False) -> Cgroup:
     """The cgroup at ``path`` (parents made as needed, each recorded when labkit made it);
     ``first``: teardown kills what is in it before it stops anything else (a program's
-    rank)."""
+    rank). labkit's own top cgroup is every run's parent, never one run's: recorded as
+    ``shared`` by each run that uses it, and removed only once it is empty."""
     root = require_root()
     rel = path.relative_to(root)
     here = root
     for part in rel.parts:
         here = here / part
+        shared = here == root / TOP
         try:
             here.mkdir()
         except FileExistsError:
-            continue
+            if not shared:
+                continue
         except OSError as exc:
             raise CgroupError(f"cannot make the cgroup {here}: {exc.strerror}") from exc
         if record:
-            record("cgroup", path=str(here), **({"first": True} if first and here == path
+            record("cgroup", path=str(here), **({"shared": True} if shared else
+                                                  {"first": True} if first and here == path
                                                   else {}))
     return Cgroup(path, path.stat().st_ino, len(rel.parts))
 

@@ -15,6 +15,8 @@ can follow. What teardown does per kind:
   user's program and whatever it started); after the processes' own stops, what is left
   in any recorded cgroup (a fabric's: whatever its processes started, however they
   changed their environment) is killed, and the directories removed, deepest first;
+  labkit's top cgroup (``shared``: every run's parent) is only removed once empty, never
+  with another run's cgroups in it;
 * ``netns`` (a node's namespace, by inode), ``veth``, ``qdisc``, ``tc_filter`` —
   objects inside a node's namespace: they vanish with its shell, and teardown
   checks that no process still holds the namespace;
@@ -231,7 +233,8 @@ class Registry:
         from labkit.kernel import bpf, cgroups
 
         removed = []
-        groups = [Path(e["path"]) for e in reversed(self.entries) if e["kind"] == "cgroup"]
+        groups = [Path(e["path"]) for e in reversed(self.entries)
+                  if e["kind"] == "cgroup" and not e.get("shared")]
         first = [Path(e["path"]) for e in reversed(self.entries)
                  if e["kind"] == "cgroup" and e.get("first")]
         for path in first:  # a program's ranks, and all they started
@@ -244,6 +247,10 @@ class Registry:
         for path in groups:  # whatever escaped the stops above goes with its cgroup
             if path.exists() and not cgroups.remove(path):
                 removed.append(f"removed cgroup {path}")
+        for e in self.entries:  # labkit's top cgroup, once no run is left in it
+            if e["kind"] == "cgroup" and e.get("shared"):
+                with suppress(OSError):
+                    Path(e["path"]).rmdir()  # fails while another run's cgroups are in it
         for e in self.entries:
             if e["kind"] == "pin_dir" and Path(e["path"]).exists():
                 bpf.unpin_dir(Path(e["path"]))
@@ -260,7 +267,7 @@ class Registry:
         out += [f"pid {pid}, started by a command entry" for pid in marked(self.run_id)]
         out += [f"{e['kind'].replace('_', ' ')} {e['path']}" for e in self.entries
                 if e["kind"] in ("cgroup", "pin_dir", "session_dir")
-                and Path(e["path"]).exists()]
+                and not e.get("shared") and Path(e["path"]).exists()]
         return out + self._survivors()
 
     def _survivors(self) -> list[str]:

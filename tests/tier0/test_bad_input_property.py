@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 from labkit.model import scenario, schema
 from labkit.model.scenario import ScenarioError
 from labkit.ui import cli
+from tests.leaks import without_leftovers_note
 
 REPO = Path(__file__).resolve().parents[2]
 BASE = yaml.safe_load((REPO / "topologies/bottleneck.yaml").read_text())
@@ -226,7 +227,7 @@ def test_malformed_scenario_is_one_clear_line_and_exit_2(tmp_path_factory, case)
     stderr = io.StringIO()
     with contextlib.redirect_stderr(stderr):
         code = cli.main(["run", str(path)])
-    lines = stderr.getvalue().strip().splitlines()
+    lines = without_leftovers_note(stderr.getvalue().strip().splitlines())
     assert code == 2
     assert len(lines) == 1 and lines[0].startswith(f"error: {path}: "), lines
 

@@ -19,6 +19,7 @@ import yaml
 from labkit.model import scenario as scenario_mod
 from labkit.ui import cli
 from tests import nobody
+from tests.leaks import without_leftovers_note
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLE = REPO / "data/sample/bottleneck"
@@ -173,7 +174,7 @@ def test_a_run_says_which_files_of_yours_it_loads_then_loads_them(tmp_path):
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and (tmp_path / "ran").exists(), proc.stderr
     kind = tmp_path / "kind.py"
-    assert proc.stderr.splitlines() == [
+    assert without_leftovers_note(proc.stderr.splitlines()) == [
         f"loading your traffic kind incast: {kind}:Incast (it runs as root)",
         f"error: {lab}: kinds.incast: {kind} defines no Incast"]
 

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from labkit.kernel import cgroups
+from labkit.kernel.registry import Registry
 from tests.conftest import require
 
 CHILD = r'''
@@ -73,12 +74,10 @@ print(json.dumps(out))
 def group(bpf_ready, tmp_path):
     require(cgroups.cgroup2_root() is not None, "needs a cgroup v2 hierarchy")
     require(Path("/usr/bin/unshare").exists(), "needs unshare (util-linux)")
-    made = []
-    group = cgroups.make(cgroups.require_root() / "labkit" / f"test-{os.getpid()}" / "rank0",
-                         lambda kind, path: made.append(Path(path)))
-    yield group
-    for path in reversed(made):
-        assert cgroups.remove(path) is None
+    record = Registry(f"test-jobmark-{os.getpid()}", tmp_path / "registry.json")
+    yield cgroups.make(cgroups.require_root() / cgroups.TOP / record.run_id / "rank0",
+                       record.add)
+    record.teardown()
 
 
 def test_the_jobs_packets_carry_its_dscp_and_nothing_else_does(group):
