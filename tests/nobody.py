@@ -61,3 +61,16 @@ def python(*argv: str, env: dict[str, str] | None = None, user: int = 65534,
             ["unshare", "--mount", "--propagation", "private", "sh", "-c", script,
              str(REPO), seen, "setpriv", *drop, *added(seen), interpreter, *argv],
             capture_output=True, text=True, timeout=timeout)
+
+
+def command(argv: list[str], cwd: Path, env: dict[str, str], user: int = 65534,
+            timeout: float = 600) -> subprocess.CompletedProcess:
+    """``argv`` in ``cwd`` (a directory anyone can reach) with only ``env`` (and PATH) in
+    its environment, as ``user`` when the tests run as root, else as the user running them."""
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), **env}
+    if os.geteuid() == 0:
+        if not shutil.which("setpriv"):
+            pytest.fail("setpriv (util-linux) is needed to drop root")
+        argv = ["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups", *argv]
+    return subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=timeout)

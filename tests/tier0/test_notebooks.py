@@ -1,10 +1,10 @@
-"""Notebooks run headless against the shipped sample data, with no errors or warnings."""
+"""The sample runs the notebooks read, and the notebooks as stored (they run headless in
+test_binder)."""
 
 from pathlib import Path
 
 import nbformat
 import pytest
-from nbclient import NotebookClient
 
 from labkit.runs import rundir
 
@@ -24,13 +24,9 @@ def test_sample_runs_load():
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
-def test_notebook_executes_cleanly(path):
+def test_notebook_is_stored_without_outputs(path):
+    """(Each runs headless, with no error or warning, in test_binder: in the environment
+    Binder builds, as a user without root.)"""
     nb = nbformat.read(path, as_version=4)
     assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code"), \
         "outputs are stripped in git"
-    NotebookClient(nb, timeout=120, kernel_name="python3",
-                   resources={"metadata": {"path": str(path.parent)}}).execute()
-    for cell in nb.cells:
-        for out in cell.get("outputs", []):
-            assert out.get("output_type") != "error", out
-            assert out.get("name") != "stderr", out.get("text")
