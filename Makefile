@@ -121,11 +121,17 @@ bpf-flags: bpf/build/vmlinux.h
 	@echo $(BPF_CFLAGS)
 
 # --- the two commands the README shows first -------------------------------------------
+# DEMO_ARGS: more for `labkit run`, e.g. make demo DEMO_ARGS="--policy fifo --duration 5".
 demo: setup
-	$(VENV)/bin/labkit run topologies/bottleneck.yaml; status=$$?; $(HANDBACK); exit $$status
+	$(VENV)/bin/labkit run topologies/bottleneck.yaml $(DEMO_ARGS); status=$$?; $(HANDBACK); \
+	exit $$status
 
+# Tier 0 in two processes (pytest-xdist, a test file to a process: its fixtures are built
+# once), then the kernel tiers one test at a time: they share the machine's kernel.
 test: dev torch mpi
-	$(VENV)/bin/pytest -q; status=$$?; $(HANDBACK); exit $$status
+	$(VENV)/bin/pytest -q -n 2 --dist loadfile tests/tier0; tier0=$$?; \
+	$(VENV)/bin/pytest -q tests/tier1 tests/tier2; status=$$?; $(HANDBACK); \
+	[ $$tier0 = 0 ] || status=$$tier0; exit $$status
 
 # JupyterLab on the notebooks and labs, with the `labkit` kernel (this checkout's venv).
 # LAB_ARGS: more for `labkit lab`, e.g. make lab LAB_ARGS="--port 9000 --no-browser".

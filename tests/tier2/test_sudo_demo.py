@@ -1,0 +1,43 @@
+"""Tier 2: `sudo make demo` in a student's fresh clone leaves nothing of root's in it.
+
+The clone belongs to the student (here nobody); make runs as root with the environment
+sudo gives it (SUDO_UID, SUDO_GID, SUDO_USER: what make's and labkit's hand-back read).
+Everything of `make demo` runs for real: the venv from the lock, the BPF objects, the hot
+path, and the demo's run (one policy, a few seconds: DEMO_ARGS), which records into the
+clone's data/runs. Afterwards no file in the clone, .git included, is root's, and the run
+names the clone's revision. About 1.5 minutes (the venv's packages from pip's cache)."""
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+from tests.leaks import assert_no_leaks
+
+REPO = Path(__file__).resolve().parents[2]
+STUDENT = 65534
+
+
+def test_sudo_make_demo_leaves_no_file_of_roots_in_the_clone(fabric_ready, tmp_path):
+    clone = tmp_path / "labkit"
+    subprocess.run(["git", "clone", "-q", "--no-hardlinks", str(REPO), str(clone)],
+                   check=True, timeout=120)
+    for path in (clone, *clone.rglob("*")):
+        os.chown(path, STUDENT, STUDENT, follow_symlinks=False)
+    sudo = {**os.environ, "SUDO_UID": str(STUDENT), "SUDO_GID": str(STUDENT),
+            "SUDO_USER": "nobody"}
+    sudo.pop("VIRTUAL_ENV", None)
+    proc = subprocess.run(["make", "demo", "DEMO_ARGS=--policy fifo --duration 3"],
+                          cwd=clone, env=sudo, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+
+    roots = [str(p.relative_to(clone)) for p in (clone, *clone.rglob("*"))
+             if p.lstat().st_uid == 0]
+    assert not roots, f"root owns {len(roots)} files in the clone: {roots[:10]}"
+    (run,) = (clone / "data/runs").iterdir()
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["status"] == "complete"
+    head = subprocess.run(["git", "-C", str(clone), "rev-parse", "HEAD"], capture_output=True,
+                          text=True, check=True).stdout.strip()
+    assert manifest["labkit_revision"] == head, manifest["labkit_revision"]
+    assert_no_leaks()
