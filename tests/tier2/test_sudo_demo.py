@@ -37,7 +37,8 @@ def test_sudo_make_demo_leaves_no_file_of_roots_in_the_clone(fabric_ready, tmp_p
     (run,) = (clone / "data/runs").iterdir()
     manifest = json.loads((run / "manifest.json").read_text())
     assert manifest["status"] == "complete"
-    head = subprocess.run(["git", "-C", str(clone), "rev-parse", "HEAD"], capture_output=True,
-                          text=True, check=True).stdout.strip()
+    head = subprocess.run(["git", "-c", f"safe.directory={clone}", "-C", str(clone),
+                           "rev-parse", "HEAD"], capture_output=True, text=True,
+                          check=True).stdout.strip()
     assert manifest["labkit_revision"] == head, manifest["labkit_revision"]
     assert_no_leaks()
