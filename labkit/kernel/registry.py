@@ -203,9 +203,11 @@ class Registry:
         self.add("pin_dir", path=str(path))
 
     def add(self, kind: str, **fields) -> None:
-        """Record one object (see the module docstring for the kinds)."""
-        self.entries.append({"kind": kind, **fields})
-        self._save()
+        """Record one object (see the module docstring for the kinds), once."""
+        entry = {"kind": kind, **fields}
+        if entry not in self.entries:  # the shared top cgroup, met by each of a run's hosts
+            self.entries.append(entry)
+            self._save()
 
     def teardown(self) -> list[str]:
         """Remove everything recorded, newest first, and once more what the first pass

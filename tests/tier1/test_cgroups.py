@@ -32,6 +32,7 @@ def test_a_teardown_leaves_the_other_runs_and_the_last_removes_the_top(top, tmp_
     others = {p for p in top.iterdir() if p.is_dir()} if top.exists() else set()
     first, first_proc = a_run(tmp_path, "first", top)  # made the top, if none was there
     second, second_proc = a_run(tmp_path, "second", top)
+    cgroups.make(top / second.run_id / "rank1", second.add)  # a second host of its own
     try:
         assert [e for e in second.entries if e.get("shared")] == \
             [{"kind": "cgroup", "path": str(top), "shared": True}]
