@@ -62,13 +62,15 @@ def pytest_runtest_makereport(item, call):
         report.longrepr = f"skipped under CI=true, which runs every test: {reason}"
 
 
-def pytest_report_header(config):
+def pytest_terminal_summary(terminalreporter):
+    """Name what labkit left before the suite began (shown under -q too)."""
     from tests.leaks import before_the_suite
 
     if left := before_the_suite():
-        return ["labkit objects from before this suite (not counted as its leaks; "
-                "`sudo labkit clean` removes them):", *left]
-    return None
+        terminalreporter.write_sep("-", "labkit objects from before this suite (not counted "
+                                   "as its leaks; `sudo labkit clean` removes them)")
+        for line in left:
+            terminalreporter.write_line(line)
 
 
 def pytest_collection_modifyitems(items):

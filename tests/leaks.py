@@ -8,6 +8,7 @@ import subprocess
 import tempfile
 import threading
 import time
+from collections import defaultdict
 from contextlib import suppress
 from pathlib import Path
 
@@ -97,9 +98,7 @@ def labkit_objects() -> dict[str, list[str]]:
 
 # what a run killed before the suite started left (named at the top of the suite's report:
 # `sudo labkit clean` removes it), so that it is not counted as a test's leak
-BEFORE = labkit_objects() if os.geteuid() == 0 else \
-    dict.fromkeys(("bpf_programs", "pins", "registries", "processes", "cgroups",
-                   "namespaces", "work_dirs"), [])
+BEFORE = labkit_objects() if os.geteuid() == 0 else defaultdict(list)
 
 
 def before_the_suite() -> list[str]:
@@ -111,7 +110,7 @@ def without_leftovers_note(lines: list[str]) -> list[str]:
     """A command's stderr lines without the note `labkit run` prints while such
     objects are there (labkit.kernel.registry.leftovers_line)."""
     return [line for line in lines
-            if not (line.startswith("note: ") and "earlier run(s) left objects" in line)]
+            if not (line.startswith("note: ") and registry.LEFTOVERS in line)]
 
 
 def assert_no_leaks(timeout_s: float = 5.0) -> None:

@@ -236,7 +236,7 @@ class Registry:
 
         removed = []
         groups = [Path(e["path"]) for e in reversed(self.entries)
-                  if e["kind"] == "cgroup" and not e.get("shared")]
+                  if e["kind"] == "cgroup" and not _shared(e)]
         first = [Path(e["path"]) for e in reversed(self.entries)
                  if e["kind"] == "cgroup" and e.get("first")]
         for path in first:  # a program's ranks, and all they started
@@ -250,7 +250,7 @@ class Registry:
             if path.exists() and not cgroups.remove(path):
                 removed.append(f"removed cgroup {path}")
         for e in self.entries:  # labkit's top cgroup, once no run is left in it
-            if e["kind"] == "cgroup" and e.get("shared"):
+            if e["kind"] == "cgroup" and _shared(e):
                 with suppress(OSError):
                     Path(e["path"]).rmdir()  # fails while another run's cgroups are in it
         for e in self.entries:
@@ -269,7 +269,7 @@ class Registry:
         out += [f"pid {pid}, started by a command entry" for pid in marked(self.run_id)]
         out += [f"{e['kind'].replace('_', ' ')} {e['path']}" for e in self.entries
                 if e["kind"] in ("cgroup", "pin_dir", "session_dir")
-                and not e.get("shared") and Path(e["path"]).exists()]
+                and not (e["kind"] == "cgroup" and _shared(e)) and Path(e["path"]).exists()]
         return out + self._survivors()
 
     def _survivors(self) -> list[str]:
@@ -291,6 +291,15 @@ class Registry:
             if bpf.prog_loaded(e["id"], e["name"]):
                 out.append(f"BPF program {e['name']} (id {e['id']})")
         return out
+
+
+def _shared(entry: dict) -> bool:
+    """Whether a cgroup entry is labkit's top cgroup, every run's parent (so marked since
+    it is recorded by each run; before that, recorded by the run that made it)."""
+    from labkit.kernel import cgroups
+
+    return entry.get("shared", False) or Path(entry["path"]) == (
+        (cgroups.cgroup2_root() or Path("/nonexistent")) / cgroups.TOP)
 
 
 def _holders(inodes: dict[int, str]) -> dict[int, int]:
@@ -324,6 +333,9 @@ def leftover_work_dirs() -> list[Path]:
             if running is None or running.run_id != p.name]
 
 
+LEFTOVERS = "earlier run(s) left objects behind"  # how leftovers_line begins, after a count
+
+
 def leftovers_line() -> str | None:
     """One line about runs that left objects or scratch files behind (killed), or None:
     for ``labkit run``, ``shell`` and ``doctor``."""
@@ -334,7 +346,7 @@ def leftovers_line() -> str | None:
         return None
     if not left:
         return None
-    return (f"{len(left)} earlier run(s) left objects behind "
+    return (f"{len(left)} {LEFTOVERS} "
             f"({', '.join(left)}): `sudo labkit clean` removes them")
 
 

@@ -5,6 +5,7 @@ instructor's answers. Its packages come from a wheelhouse that root downloads fi
 root's pip cache and index: the user without root has neither)."""
 
 import csv
+import json
 import os
 import shutil
 import subprocess
@@ -39,34 +40,44 @@ def own(path: Path) -> None:
 @pytest.fixture(scope="module")
 def binder():
     """The environment repo2docker would build, and the user's copy of the repository:
-    (python, repo, environment)."""
+    (python, repo, environment). With this machine's Python: runtime.txt asks Binder for
+    3.11, Debian 12's; on Debian 13 this is 3.13 (the lock holds for both)."""
     top = Path(tempfile.mkdtemp(prefix="labkit-binder-"))
-    os.chmod(top, 0o755)
-    wheels, repo, home = top / "wheels", top / "repo", top / "home"
-    pip("download", "-q", "-d", str(wheels), "-r", str(BINDER / "requirements.txt"))
-    pip("download", "-q", "-d", str(wheels), *build_requirements())  # postBuild's pip -e .
+    try:
+        os.chmod(top, 0o755)
+        wheels, repo, home = top / "wheels", top / "repo", top / "home"
+        pip("download", "-q", "-d", str(wheels), "-r", str(BINDER / "requirements.txt"))
+        pip("download", "-q", "-d", str(wheels), *build_requirements())  # postBuild's pip -e .
+        copy_checkout(repo)
+        home.mkdir()
+        own(repo)
+        own(home)
+        venv = home / "env"
+        env = {"HOME": str(home), "PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(wheels),
+               "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+               "PATH": f"{venv / 'bin'}:{os.environ.get('PATH', '/usr/bin:/bin')}"}
+        python = Path(sys.base_prefix) / "bin" / "python{}.{}".format(*sys.version_info)
+        for step in ([str(python), "-m", "venv", str(venv)],
+                     [str(venv / "bin/pip"), "install", "-q", "-r",
+                      str(repo / ".binder/requirements.txt")],
+                     [str(repo / ".binder/postBuild")]):
+            proc = nobody.command(step, cwd=repo, env=env, user=USER)
+            assert proc.returncode == 0, f"{step}: {proc.stdout[-2000:]}{proc.stderr[-3000:]}"
+        yield venv / "bin/python", repo, env
+    finally:
+        shutil.rmtree(top, ignore_errors=True)
+
+
+def copy_checkout(to: Path) -> None:
+    """The checkout's files (tracked, and new ones git does not ignore), as Binder copies a
+    repository."""
     files = subprocess.run(["git", "ls-files", "-z", "--cached", "--others",
                             "--exclude-standard"], cwd=REPO, capture_output=True,
                            check=True).stdout.decode().split("\0")
     for name in filter(None, files):
         if (REPO / name).is_file():
-            (repo / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(REPO / name, repo / name)
-    home.mkdir()
-    own(repo)
-    own(home)
-    env = {"HOME": str(home), "PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(wheels),
-           "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
-    venv = home / "env"
-    steps = [[str(Path(sys.base_prefix) / "bin/python3"), "-m", "venv", str(venv)],
-             [str(venv / "bin/pip"), "install", "-q", "-r", str(repo / ".binder/requirements.txt")],
-             [str(repo / ".binder/postBuild")]]
-    env["PATH"] = f"{venv / 'bin'}:{os.environ.get('PATH', '/usr/bin:/bin')}"
-    for step in steps:
-        proc = nobody.command(step, cwd=repo, env=env, user=USER)
-        assert proc.returncode == 0, f"{step}: {proc.stdout[-2000:]}{proc.stderr[-3000:]}"
-    yield venv / "bin/python", repo, env
-    shutil.rmtree(top)
+            (to / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO / name, to / name)
 
 
 def build_requirements() -> list[str]:
@@ -110,3 +121,10 @@ def test_labs_1_and_4_grade_full_marks_in_binders_environment_without_root(binde
     assert set(scores) == {lab.stem for lab in labs}
     for row in scores.values():
         assert int(row["max_score"]) > 0 and row["score"] == row["max_score"], row
+
+
+def test_postbuild_installs_the_labkit_kernel_for_binders_python(binder):
+    python, _, env = binder
+    spec = json.loads((Path(env["HOME"]) / "env/share/jupyter/kernels/labkit/kernel.json")
+                      .read_text())
+    assert spec["argv"][0] == str(python) and spec["display_name"] == "labkit (Python)"

@@ -5,9 +5,9 @@ network blocked."""
 
 import json
 import os
+import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -89,6 +89,9 @@ MOVES = [
 ]
 
 
+RUNNING_AT = re.compile(r"Voil. is running at:\s*http://127\.0\.0\.1:(\d+)/")
+
+
 @pytest.fixture(scope="module")
 def voila(tmp_path_factory):
     """One Voilà server over notebooks/ (each page gets its own kernel): the URL notebooks
@@ -102,15 +105,13 @@ def voila(tmp_path_factory):
          "--Voila.ip=127.0.0.1"],
         cwd=REPO / "notebooks", stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
+        # the port it says it listens on: another process (the other test worker's kernels)
+        # may have taken the free one first, and Voilà moves on to the next
         deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                assert server.poll() is None, log_path.read_text()
-                time.sleep(0.3)
-        yield f"http://127.0.0.1:{port}/voila/render/", log_path
+        while not (found := RUNNING_AT.search(log_path.read_text())):
+            assert server.poll() is None and time.monotonic() < deadline, log_path.read_text()
+            time.sleep(0.3)
+        yield f"http://127.0.0.1:{found[1]}/voila/render/", log_path
     finally:
         os.killpg(server.pid, signal.SIGTERM)  # the server and the kernels it started
         server.wait(timeout=20)

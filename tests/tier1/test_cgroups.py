@@ -19,34 +19,40 @@ def top(bpf_ready):
     return cgroups.require_root() / cgroups.TOP
 
 
-def a_run(tmp_path, name: str, top) -> tuple[Registry, subprocess.Popen]:
-    """A registry with a cgroup of its own under ``top`` and a process in it."""
+def a_run(tmp_path, name: str, top, procs: list) -> Registry:
+    """A registry with a cgroup of its own under ``top`` and a process in it (in
+    ``procs``)."""
     record = Registry(f"test-{name}-{os.getpid()}", tmp_path / f"{name}.json")
     group = cgroups.make(top / record.run_id / "rank0", record.add, first=True)
-    proc = subprocess.Popen(["sleep", "60"])
-    group.add(proc.pid)
-    return record, proc
+    procs.append(subprocess.Popen(["sleep", "60"]))
+    group.add(procs[-1].pid)
+    return record
 
 
 def test_a_teardown_leaves_the_other_runs_and_the_last_removes_the_top(top, tmp_path):
     others = {p for p in top.iterdir() if p.is_dir()} if top.exists() else set()
-    first, first_proc = a_run(tmp_path, "first", top)  # made the top, if none was there
-    second, second_proc = a_run(tmp_path, "second", top)
-    cgroups.make(top / second.run_id / "rank1", second.add)  # a second host of its own
+    records: list[Registry] = []
+    procs: list[subprocess.Popen] = []
     try:
+        records.append(a_run(tmp_path, "first", top, procs))  # made the top, if none was
+        records.append(a_run(tmp_path, "second", top, procs))
+        first, second = records
+        cgroups.make(top / second.run_id / "rank1", second.add)  # a second host of its own
         assert [e for e in second.entries if e.get("shared")] == \
             [{"kind": "cgroup", "path": str(top), "shared": True}]
 
         first.teardown()
-        assert first_proc.wait(timeout=5) == -9
-        assert second_proc.poll() is None, "the first run's teardown killed the second's"
+        assert procs[0].wait(timeout=5) == -9
+        assert procs[1].poll() is None, "the first run's teardown killed the second's"
         assert (top / second.run_id / "rank0").is_dir()
 
         second.teardown()
-        assert second_proc.wait(timeout=5) == -9
+        assert procs[1].wait(timeout=5) == -9
         assert not (top / second.run_id).exists()
         assert top.exists() == bool(others)  # only another's cgroups would keep it
     finally:  # what a failed assertion left
-        for record, proc in ((first, first_proc), (second, second_proc)):
+        for record in records:
             record.teardown()
-            proc.wait()
+        for proc in procs:
+            proc.kill()
+            proc.wait(timeout=5)

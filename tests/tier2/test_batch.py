@@ -59,14 +59,14 @@ def grid_file(tmp_path_factory) -> Path:
 
 def _check(done: labkit.Batch, executor: str, grid: dict) -> None:
     m = done.manifest
-    sizes, seeds = grid["axes"][KEY], grid["seeds"]
+    sizes, policies, seeds = grid["axes"][KEY], grid["policies"], grid["seeds"]
     assert m.status == "complete" and m.executor == executor
-    assert [p.status for p in done.points] == ["complete"] * (len(sizes) * 2 * len(seeds)), \
+    assert [p.status for p in done.points] == \
+        ["complete"] * (len(sizes) * len(policies) * len(seeds)), \
         [(p.name, p.error) for p in done.points]
     # size x policy x seed, the seed fastest
     assert [(p.parameters[KEY], list(p.policies), p.seed) for p in done.points] == [
-        (size, [policy], seed) for size in sizes for policy in ("fifo", "priority")
-        for seed in seeds]
+        (size, [policy], seed) for size in sizes for policy in policies for seed in seeds]
     for p in done.points:
         run = labkit.load_run(done.path / p.run)  # an ordinary, complete run
         assert run.manifest.status == "complete" and run.manifest.run_id == p.run_id

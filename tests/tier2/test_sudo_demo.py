@@ -1,7 +1,8 @@
 """Tier 2: `sudo make demo` in a student's fresh clone leaves nothing of root's in it.
 
 The clone belongs to the student (here nobody); make runs as root with the environment
-sudo gives it (SUDO_UID, SUDO_GID, SUDO_USER: what make's and labkit's hand-back read).
+sudo gives it (sudo_environment: SUDO_UID, SUDO_GID and SUDO_USER are what make's and
+labkit's hand-back read; a real sudo would need a sudoer account made on this machine).
 Everything of `make demo` runs for real: the venv from the lock, the BPF objects, the hot
 path, and the demo's run (one policy, a few seconds: DEMO_ARGS), which records into the
 clone's data/runs. Afterwards no file in the clone, .git included, is root's, and the run
@@ -24,11 +25,9 @@ def test_sudo_make_demo_leaves_no_file_of_roots_in_the_clone(fabric_ready, tmp_p
                    check=True, timeout=120)
     for path in (clone, *clone.rglob("*")):
         os.chown(path, STUDENT, STUDENT, follow_symlinks=False)
-    sudo = {**os.environ, "SUDO_UID": str(STUDENT), "SUDO_GID": str(STUDENT),
-            "SUDO_USER": "nobody"}
-    sudo.pop("VIRTUAL_ENV", None)
     proc = subprocess.run(["make", "demo", "DEMO_ARGS=--policy fifo --duration 3"],
-                          cwd=clone, env=sudo, capture_output=True, text=True, timeout=600)
+                          cwd=clone, env=sudo_environment(), capture_output=True, text=True,
+                          timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
 
     roots = [str(p.relative_to(clone)) for p in (clone, *clone.rglob("*"))
@@ -42,3 +41,16 @@ def test_sudo_make_demo_leaves_no_file_of_roots_in_the_clone(fabric_ready, tmp_p
                           check=True).stdout.strip()
     assert manifest["labkit_revision"] == head, manifest["labkit_revision"]
     assert_no_leaks()
+
+
+def sudo_environment() -> dict[str, str]:
+    """What sudo's env_reset leaves a command run by the student (Debian's sudoers), and
+    this machine's settings for reaching the package index (which a site keeps with
+    env_keep where it needs them)."""
+    kept = {k: v for k, v in os.environ.items()
+            if k.startswith("PIP_") or k.lower().endswith("_proxy")
+            or k in ("SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE", "LANG", "TERM")}
+    return {**kept, "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+            "HOME": "/root", "USER": "root", "LOGNAME": "root", "SHELL": "/bin/bash",
+            "SUDO_USER": "nobody", "SUDO_UID": str(STUDENT), "SUDO_GID": str(STUDENT),
+            "SUDO_COMMAND": "/usr/bin/make demo"}
