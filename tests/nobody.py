@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-AS_USER = ["--clear-groups", "env", "HOME=/tmp"]  # after setpriv --reuid --regid
+HOME = ["env", "HOME=/tmp"]  # the user's home, for what the command writes there
 
 
 def reachable(path: Path) -> bool:
@@ -45,11 +45,9 @@ def python(*argv: str, env: dict[str, str] | None = None, user: int = 65534,
     if os.geteuid() != 0:
         return subprocess.run([sys.executable, *argv], cwd=REPO, capture_output=True,
                               text=True, timeout=timeout, env={**os.environ, **(env or {})})
-    if not shutil.which("setpriv"):
-        pytest.fail("setpriv (util-linux) is needed to drop root")
-    drop = [f"--reuid={user}", f"--regid={user}", *AS_USER]
+    drop = [*dropping_root(user), *HOME]
     if reachable(REPO):
-        return subprocess.run(["setpriv", *drop, *added(REPO), sys.executable, *argv],
+        return subprocess.run([*drop, *added(REPO), sys.executable, *argv],
                               cwd=REPO, capture_output=True, text=True, timeout=timeout)
     python = Path(sys.executable)
     inside = python.is_relative_to(REPO)  # the checkout's own .venv
@@ -59,7 +57,7 @@ def python(*argv: str, env: dict[str, str] | None = None, user: int = 65534,
         script = 'mount --bind "$0" "$1" && cd "$1" && shift && exec "$@"'
         return subprocess.run(
             ["unshare", "--mount", "--propagation", "private", "sh", "-c", script,
-             str(REPO), seen, "setpriv", *drop, *added(seen), interpreter, *argv],
+             str(REPO), seen, *drop, *added(seen), interpreter, *argv],
             capture_output=True, text=True, timeout=timeout)
 
 
@@ -69,8 +67,14 @@ def command(argv: list[str], cwd: Path, env: dict[str, str], user: int = 65534,
     its environment, as ``user`` when the tests run as root, else as the user running them."""
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), **env}
     if os.geteuid() == 0:
-        if not shutil.which("setpriv"):
-            pytest.fail("setpriv (util-linux) is needed to drop root")
-        argv = ["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups", *argv]
+        argv = [*dropping_root(user), *argv]
     return subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True,
                           timeout=timeout)
+
+
+def dropping_root(user: int) -> list[str]:
+    """The command prefix that runs what follows as ``user`` (uid and gid, no other
+    groups)."""
+    if not shutil.which("setpriv"):
+        pytest.fail("setpriv (util-linux) is needed to drop root")
+    return ["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups"]

@@ -235,8 +235,9 @@ class Registry:
         from labkit.kernel import bpf, cgroups
 
         removed = []
+        shared = self._shared_cgroups()
         groups = [Path(e["path"]) for e in reversed(self.entries)
-                  if e["kind"] == "cgroup" and not _shared(e)]
+                  if e["kind"] == "cgroup" and Path(e["path"]) not in shared]
         first = [Path(e["path"]) for e in reversed(self.entries)
                  if e["kind"] == "cgroup" and e.get("first")]
         for path in first:  # a program's ranks, and all they started
@@ -249,10 +250,9 @@ class Registry:
         for path in groups:  # whatever escaped the stops above goes with its cgroup
             if path.exists() and not cgroups.remove(path):
                 removed.append(f"removed cgroup {path}")
-        for e in self.entries:  # labkit's top cgroup, once no run is left in it
-            if e["kind"] == "cgroup" and _shared(e):
-                with suppress(OSError):
-                    Path(e["path"]).rmdir()  # fails while another run's cgroups are in it
+        for path in shared:  # labkit's top cgroup, once no run is left in it
+            with suppress(OSError):
+                path.rmdir()  # fails while another run's cgroups are in it
         for e in self.entries:
             if e["kind"] == "pin_dir" and Path(e["path"]).exists():
                 bpf.unpin_dir(Path(e["path"]))
@@ -267,10 +267,22 @@ class Registry:
         out = [f"{e['what']} (pid {e['pid']})" for e in self.entries
                if e["kind"] == "process" and alive(e["pid"], e["start_time"])]
         out += [f"pid {pid}, started by a command entry" for pid in marked(self.run_id)]
+        shared = self._shared_cgroups()
         out += [f"{e['kind'].replace('_', ' ')} {e['path']}" for e in self.entries
                 if e["kind"] in ("cgroup", "pin_dir", "session_dir")
-                and not (e["kind"] == "cgroup" and _shared(e)) and Path(e["path"]).exists()]
+                and Path(e["path"]) not in shared and Path(e["path"]).exists()]
         return out + self._survivors()
+
+    def _shared_cgroups(self) -> set[Path]:
+        """The recorded cgroups that are labkit's top cgroup, every run's parent (marked
+        ``shared`` since each run records it; before that, recorded by the run that made
+        it, unmarked)."""
+        from labkit.kernel import cgroups
+
+        root = cgroups.cgroup2_root()
+        top = root / cgroups.TOP if root else None
+        return {Path(e["path"]) for e in self.entries if e["kind"] == "cgroup"
+                and (e.get("shared") or Path(e["path"]) == top)}
 
     def _survivors(self) -> list[str]:
         """Recorded namespaces still held by a process, recorded programs still loaded."""
@@ -291,15 +303,6 @@ class Registry:
             if bpf.prog_loaded(e["id"], e["name"]):
                 out.append(f"BPF program {e['name']} (id {e['id']})")
         return out
-
-
-def _shared(entry: dict) -> bool:
-    """Whether a cgroup entry is labkit's top cgroup, every run's parent (so marked since
-    it is recorded by each run; before that, recorded by the run that made it)."""
-    from labkit.kernel import cgroups
-
-    return entry.get("shared", False) or Path(entry["path"]) == (
-        (cgroups.cgroup2_root() or Path("/nonexistent")) / cgroups.TOP)
 
 
 def _holders(inodes: dict[int, str]) -> dict[int, int]:

@@ -16,6 +16,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from labkit.runs import owner
 from labkit.ui.labs import handout, notebook
 from tests import nobody
 
@@ -31,12 +32,6 @@ def pip(*argv: str) -> None:
     assert proc.returncode == 0, proc.stderr[-3000:]
 
 
-def own(path: Path) -> None:
-    if os.geteuid() == 0:
-        for p in (path, *path.rglob("*")):
-            os.chown(p, USER, USER, follow_symlinks=False)
-
-
 @pytest.fixture(scope="module")
 def binder():
     """The environment repo2docker would build, and the user's copy of the repository:
@@ -50,8 +45,7 @@ def binder():
         pip("download", "-q", "-d", str(wheels), *build_requirements())  # postBuild's pip -e .
         copy_checkout(repo)
         home.mkdir()
-        own(repo)
-        own(home)
+        owner.hand_back([repo, home], (USER, USER), skip=frozenset())
         venv = home / "env"
         env = {"HOME": str(home), "PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(wheels),
                "PIP_DISABLE_PIP_VERSION_CHECK": "1",
@@ -111,7 +105,7 @@ def test_labs_1_and_4_grade_full_marks_in_binders_environment_without_root(binde
         (work / "in" / "ben").mkdir(parents=True, exist_ok=True)
         solved = notebook.fill(notebook.read(lab), notebook.solution_for(lab))
         nbformat.write(solved, work / "in" / "ben" / lab.name)
-    own(work)
+    owner.hand_back([work], (USER, USER), skip=frozenset())
     labkit = python.with_name("labkit")  # postBuild's install
     proc = nobody.command([str(labkit), "labs", "grade", str(work / "in"), "--out",
                            str(work / "grades")], cwd=repo, env=env, user=USER, timeout=600)

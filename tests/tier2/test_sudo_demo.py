@@ -13,6 +13,7 @@ import os
 import subprocess
 from pathlib import Path
 
+from labkit.runs import owner
 from tests.leaks import assert_no_leaks
 
 REPO = Path(__file__).resolve().parents[2]
@@ -23,8 +24,7 @@ def test_sudo_make_demo_leaves_no_file_of_roots_in_the_clone(fabric_ready, tmp_p
     clone = tmp_path / "labkit"
     subprocess.run(["git", "clone", "-q", "--no-hardlinks", str(REPO), str(clone)],
                    check=True, timeout=120)
-    for path in (clone, *clone.rglob("*")):
-        os.chown(path, STUDENT, STUDENT, follow_symlinks=False)
+    owner.hand_back([clone], (STUDENT, STUDENT), skip=frozenset())  # the student's clone
     proc = subprocess.run(["make", "demo", "DEMO_ARGS=--policy fifo --duration 3"],
                           cwd=clone, env=sudo_environment(), capture_output=True, text=True,
                           timeout=600)
