@@ -68,16 +68,6 @@ def results(plans: list[schedules.Plan], transfer_ns: int,
             for r in range(len(plans))]
 
 
-class FakeRank:
-    """A collective agent that has finished: its host and its results."""
-
-    def __init__(self, node: str, result: CollectiveResult):
-        self.node, self._result = node, result
-
-    def result(self) -> CollectiveResult:
-        return self._result
-
-
 def job_run(base: Run, transfer_ns: dict[str, int], iterations: int = 2) -> Run:
     """``base``, a recorded training-job run, with the ``collectives`` and ``phases`` of
     virtual ranks running its job (one policy per entry of ``transfer_ns``: how long a
@@ -90,8 +80,8 @@ def job_run(base: Run, transfer_ns: dict[str, int], iterations: int = 2) -> Run:
     policies = []
     for policy, ns in transfer_ns.items():
         policies.append(experiment.PolicyResult(policy, "fifo"))
-        experiment._collect(policies[-1], [FakeRank(h, res) for h, res in zip(
-            hosts, results(plans, ns, iterations), strict=True)], [])
+        experiment._collect(policies[-1], list(zip(hosts, results(plans, ns, iterations),
+                                                     strict=True)), [])
     tables = {**base.tables, **{name: frame for name, frame in rundir.tables_from(policies)
                                  .items() if name in ("collectives", "phases")}}
     manifest = replace(base.manifest, tables=tuple(sorted({*base.manifest.tables, "phases"})))

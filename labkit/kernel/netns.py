@@ -41,6 +41,14 @@ class Netns:
         self.fd = os.open(f"/proc/{pid}/ns/net", os.O_RDONLY | os.O_CLOEXEC)
         self.inode = os.fstat(self.fd).st_ino  # what the kernel calls net->ns.inum
 
+    @classmethod
+    def inherited(cls, fd: int, name: str = "") -> Netns:
+        """The namespace open at ``fd``, handed over by the process that started this one."""
+        ns = cls.__new__(cls)
+        ns.pid, ns.name, ns.fd = 0, name or f"fd{fd}", fd
+        ns.inode = os.fstat(fd).st_ino
+        return ns
+
     def run(self, fn: Callable[..., T], *args, **kwargs) -> T:
         """Call ``fn(*args, **kwargs)`` inside this namespace and return its result."""
         result: list = []

@@ -36,6 +36,7 @@ from labkit.model.scenario_spec import (
     AUTO,
     CONTROLLERS,
     DEFAULT_PYTHON,
+    ENGINES,
     HOST_REF,
     JOB_DSCP,
     LAUNCHERS,
@@ -412,7 +413,11 @@ def _emulation(c: _Checker, doc, key: str) -> EmulationSpec:
                    f"or a number from {MIN_RATE_FACTOR:g} to {MAX_RATE_FACTOR:g}, got "
                    f"{factor!r}")
         factor = float(factor)
-    return EmulationSpec(gso_packets=gso, rate_factor=factor)
+    engines = doc.get("engines", "leaf")
+    if engines not in ENGINES:
+        c.fail(f"{key}.engines", f"must be one of {', '.join(ENGINES)} (one process per leaf's "
+               f"GPU hosts, or per rank), got {engines!r}")
+    return EmulationSpec(gso_packets=gso, rate_factor=factor, engines=engines)
 
 
 def _control(c: _Checker, doc, key: str) -> ControlSpec:

@@ -90,10 +90,17 @@ class EmulationSpec:
     then drops a run whole (docs/scenarios.md has the measurements). ``rate_factor`` runs
     every link at its rate times the factor, compute times and the scale factor divided by
     it: the same experiment, faster or slower (labkit.analysis.calibration.scaled); ``auto`` takes
-    the factor the newest ``labkit calibrate`` of this scenario on this machine found."""
+    the factor the newest ``labkit calibrate`` of this scenario on this machine found.
+    ``engines`` says how labkit's ranks are grouped into processes (labkit.traffic.collective):
+    ``leaf``, one engine for the GPU hosts behind each leaf (each rank still sends from its
+    own namespace and NIC), or ``rank``, one process per rank."""
 
     gso_packets: int = 1
     rate_factor: float | str = 1.0
+    engines: str = "leaf"
+
+
+ENGINES = ("leaf", "rank")  # emulation.engines
 
 
 AUTO = "auto"  # a value labkit chooses: algo (labkit tune), rate_factor (labkit calibrate)

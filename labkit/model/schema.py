@@ -44,7 +44,8 @@ def scenario_schema() -> dict[str, Any]:
                 "kinds": _class_files(),
                 "emulation": _closed({
                     "gso_packets": _number("gso_packets"),
-                    "rate_factor": {"anyOf": [_number("rate_factor"), {"const": scenario.AUTO}]}}),
+                    "rate_factor": {"anyOf": [_number("rate_factor"), {"const": scenario.AUTO}]},
+                    "engines": {"enum": list(scenario.ENGINES)}}),
             }, {"name", "fabric", "traffic"})}
 
 

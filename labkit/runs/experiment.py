@@ -82,6 +82,7 @@ from labkit.model.traffic.results import (
 )
 from labkit.traffic.agents import (
     Agent,
+    Engine,
     await_lines,
     await_ready,
     collective,
@@ -272,12 +273,12 @@ def _run_traffic(pf: PolicyFabric, workdir: Path, duration_s: float | None,
     sc, topo, fabric, pol, control = pf.sc, pf.topo, pf.fabric, pf.pol, pf.control
     result = PolicyResult(pol.name, pol.port_layout)
     commands = programs = None
-    agents: list[Agent[CollectiveResult] | Agent[StorageResult]] = []
+    agents: list[Engine | Agent[StorageResult]] = []
     pauser = pf.pauser.start() if pf.pauser else None
     try:
         rng = random.Random(f"{sc.seed}/{pol.name}")
         if sc.program:  # the user's program is the collective workload: no labkit ranks
-            ring: list[Agent[CollectiveResult]] = []
+            ring: list[Engine] = []
             ring_ops = 0
             programs = Programs(sc.program, topo, fabric, pf.groups, workdir / "program",
                                 control.phase_maps if control else None).launch()
@@ -289,7 +290,7 @@ def _run_traffic(pf: PolicyFabric, workdir: Path, duration_s: float | None,
                 # a capture shows packets as the fabric carries them: whole packets, so
                 # tshark reads each one (and checks its ICRC)
                 1 if pcap else sc.emulation.gso_packets,
-                lossless.carries_collectives(sc.fabric, pol.port_layout))
+                lossless.carries_collectives(sc.fabric, pol.port_layout), sc.emulation.engines)
         storage = start_storage(sc, topo, fabric, workdir) if pol.storage else []
         agents = [*ring, *storage]
         if pol.storage and sc.commands:  # the user's programs compete as storage does
@@ -307,7 +308,7 @@ def _run_traffic(pf: PolicyFabric, workdir: Path, duration_s: float | None,
                 _collect_telemetry(result, events.stop(), queues, pf.latency)
             if capture:
                 capture.stop()
-        _collect(result, ring, storage)
+        _collect(result, [rank for engine in ring for rank in engine.ranks()], storage)
         if programs:
             assert pf.marks is not None, "a program's fabric marks its ranks' traffic"
             _collect_program(result, programs, pf.marks)
@@ -367,7 +368,7 @@ def _collect_telemetry(result: PolicyResult, events: list[tuple], queues: QueueP
     result.events_lost, result.packets_sampled, result.unpaired = queues.delivery()
 
 
-def _drive(result: PolicyResult, ring: list[Agent[CollectiveResult]],
+def _drive(result: PolicyResult, ring: list[Engine],
            storage: list[Agent[StorageResult]],
            watched: list[WatchedPort], duration_s: float | None, ring_ops: int,
            progress: Callable[[int], None] | None, control: ControlSession | None,
@@ -421,18 +422,18 @@ def _own_cpu_s() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def _collect(result: PolicyResult, ring: list[Agent[CollectiveResult]],
+def _collect(result: PolicyResult, ranks: list[tuple[str, CollectiveResult]],
              storage: list[Agent[StorageResult]]) -> None:
-    for a in ring:
-        r = a.result()
+    """The ranks' results (each with its host) and the storage agents' into ``result``."""
+    for node, r in ranks:
         result.collectives.extend(
-            CollectiveRow(o.op, o.rank, a.node, o.start_ns, o.end_ns, o.wrong, o.compute_ns,
+            CollectiveRow(o.op, o.rank, node, o.start_ns, o.end_ns, o.wrong, o.compute_ns,
                           o.exposed_ns, o.bubble_ns) for o in r.ops)
-        result.phases.extend(PhaseRow(s.op, r.rank, a.node, s.phase, s.start_ns, s.end_ns)
+        result.phases.extend(PhaseRow(s.op, r.rank, node, s.phase, s.start_ns, s.end_ns)
                              for s in r.phases)
         c = r.counters or NOT_COUNTED  # a rank that never started counted nothing
         result.transport.append(TransportRow(
-            a.node, r.rank, c.packets_sent, c.retransmits, c.timeouts, c.naks, c.out_of_order,
+            node, r.rank, c.packets_sent, c.retransmits, c.timeouts, c.naks, c.out_of_order,
             c.bytes_received, c.cpu_user_s, c.cpu_sys_s, c.cnps))
         result.aborted |= r.aborted
     for host in storage:
@@ -501,11 +502,12 @@ def run_sweep(sc: Scenario, op: str, algo: str | Mapping[int, str], size_list: l
                                          iterations + 1, 0.0, workdir / str(size), rng,
                                          gso_packets=sc.emulation.gso_packets,
                                          lossless=lossless.carries_collectives(sc.fabric,
-                                                                               "fifo"))
+                                                                               "fifo"),
+                                         engines=sc.emulation.engines)
                 try:
                     ops = run_agents(procs, iterations + 1)
-                    resent = sum((a.result().counters or NOT_COUNTED).retransmits
-                                 for a in procs)
+                    resent = sum((r.counters or NOT_COUNTED).retransmits
+                                 for a in procs for _, r in a.ranks())
                 finally:
                     for a in procs:
                         a.close()

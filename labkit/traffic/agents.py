@@ -27,7 +27,12 @@ from labkit.kernel.fabric import Fabric
 from labkit.model.scenario_spec import Scenario
 from labkit.model.topo import Topology
 from labkit.model.traffic import configs, nvme, roce, wire
-from labkit.model.traffic.results import CollectiveResult, OpResult, StorageResult
+from labkit.model.traffic.results import (
+    CollectiveResult,
+    EngineResult,
+    OpResult,
+    StorageResult,
+)
 
 ROCE_MTUS = (4096, 2048, 1024, 512, 256)
 HEADERS = 20 + 8 + wire.BTH_LEN + wire.RETH_LEN + wire.ICRC_LEN  # IPv4 + UDP + RoCE
@@ -46,14 +51,14 @@ def roce_payload_bytes(mtu: int) -> int:
     return next(m for m in ROCE_MTUS if m + HEADERS <= mtu)
 
 
-R = TypeVar("R", CollectiveResult, StorageResult)
+R = TypeVar("R", EngineResult, StorageResult)
 
 
 class Agent(Generic[R]):
     """One agent process; :meth:`result` reads what it reported as ``reports``."""
 
     def __init__(self, fabric: Fabric, node: str, module: str,
-                 cfg: configs.Collective | configs.Storage, reports: type[R], workdir: Path,
+                 cfg: configs.Engine | configs.Storage, reports: type[R], workdir: Path,
                  what: str, pass_fds: tuple[int, ...] = ()):
         self.node, self.what = node, what
         self.reports: type[R] = reports
@@ -138,14 +143,37 @@ def collective(op: str, algo: str, size_bytes: int, group: int = 1) -> dict:
     return {**out, "group": group} if group > 1 else out
 
 
+class Engine(Agent[EngineResult]):
+    """A collective engine: one process driving the ranks of ``hosts`` (rank -> host)."""
+
+    hosts: dict[int, str]
+
+    def ranks(self) -> list[tuple[str, CollectiveResult]]:
+        """Each of its ranks' results, with the rank's host."""
+        return [(self.hosts[r.rank], r) for r in self.result().ranks]
+
+
+def engine_groups(topo: Topology, ranks: tuple[str, ...], engines: str) -> list[list[int]]:
+    """The ranks each engine drives: those whose hosts hang off the same leaf
+    (``leaf``; a host's first link tells its leaf) or each rank alone (``rank``)."""
+    if engines == "rank":
+        return [[i] for i in range(len(ranks))]
+    groups: dict[str, list[int]] = {}
+    for i, host in enumerate(ranks):
+        groups.setdefault(topo.ports[host][0].peer, []).append(i)
+    return list(groups.values())
+
+
 def start_collective(fabric: Fabric, topo: Topology, ranks: tuple[str, ...], workload: dict,
                      iterations: int, compute_ms: float, workdir: Path, rng: random.Random,
                      duration_s: float | None = None, phase_maps: dict[str, int] | None = None,
                      dcqcn: bool = False, gso_packets: int = 1,
-                     lossless: bool = False) -> list[Agent[CollectiveResult]]:
-    """One agent per rank (``labkit.traffic.collective``) running ``workload`` (see
-    :func:`collective`, or a training job: ``{"kind": "job", "job": {...}}``).
-    ``phase_maps``: per host, the fd of the map its agent publishes its phase to;
+                     lossless: bool = False, engines: str = "leaf") -> list[Engine]:
+    """The ranks (``labkit.traffic.collective``) running ``workload`` (see
+    :func:`collective`, or a training job: ``{"kind": "job", "job": {...}}``), in engines
+    grouped as ``engines`` says (:func:`engine_groups`): each engine starts in its first
+    rank's host and opens the others' sockets in their hosts' namespaces.
+    ``phase_maps``: per host, the fd of the map its ranks publish their phase to;
     ``dcqcn``: senders mark their packets ECN-capable and react to CNPs; ``gso_packets``:
     packets per GSO run (scenario ``emulation.gso_packets``); ``lossless``: the fabric
     never drops the ranks' packets, so their transport waits long before it resends."""
@@ -165,13 +193,23 @@ def start_collective(fabric: Fabric, topo: Topology, ranks: tuple[str, ...], wor
         nak_template=roce.ack_template(0, wire.SYNDROME_NAK_PSN),
         cnp_template=roce.cnp_template(0), gso_segments=1 if lossy else gso_packets,
         lossless=lossless)
-    return [Agent(fabric, host, "labkit.traffic.collective",
-                  replace(common, rank=i, ip=topo.host_ip(host),
-                          phase_map_fd=phase_maps.get(host),
-                          dcqcn_line_mbps=topo.ports[host][0].link.rate_mbps if dcqcn else None),
-                  CollectiveResult, workdir, "collective",
-                  pass_fds=(phase_maps[host],) if host in phase_maps else ())
-            for i, host in enumerate(ranks)]
+    out = []
+    for group in engine_groups(topo, ranks, engines):
+        home = ranks[group[0]]
+        guests = {ranks[i] for i in group} - {home}  # hosts whose namespace it joins
+        cfg = configs.Engine(ranks=[
+            replace(common, rank=i, ip=topo.host_ip(ranks[i]),
+                    phase_map_fd=phase_maps.get(ranks[i]),
+                    netns_fd=fabric.ns[ranks[i]].fd if ranks[i] in guests else None,
+                    dcqcn_line_mbps=topo.ports[ranks[i]][0].link.rate_mbps if dcqcn else None)
+            for i in group])
+        fds = {*(phase_maps[h] for h in (home, *guests) if h in phase_maps),
+               *(fabric.ns[h].fd for h in guests)}
+        engine = Engine(fabric, home, "labkit.traffic.collective", cfg, EngineResult, workdir,
+                        "collective", pass_fds=tuple(sorted(fds)))
+        engine.hosts = {i: ranks[i] for i in group}
+        out.append(engine)
+    return out
 
 
 def storage_configs(sc: Scenario, topo: Topology) -> dict[str, configs.Storage]:
@@ -211,7 +249,7 @@ def start_storage(sc: Scenario, topo: Topology, fabric: Fabric, workdir: Path
             for node, cfg in storage_configs(sc, topo).items()]
 
 
-def finish_together(ranks: list[Agent[CollectiveResult]], timeout_s: float,
+def finish_together(ranks: list[Engine], timeout_s: float,
                     on_line: Callable[[Agent, str], None] | None = None) -> None:
     """Wait until every rank has finished its ops, then let them all end (ranks keep
     acknowledging until then, and none exits while another is still in its last op)."""
@@ -238,9 +276,9 @@ def go(agents: list[Agent], at_ns: int) -> None:
         a.send(f"GO {at_ns}")
 
 
-def run_agents(agents: list[Agent[CollectiveResult]], iterations: int) -> list[OpResult]:
-    """Start collective agents together, wait for them, return their ops."""
-    await_ready(agents)
-    go(agents, start_time())
-    finish_together(agents, max(120, 10 * iterations))
-    return [op for a in agents for op in a.result().ops]
+def run_agents(engines: list[Engine], iterations: int) -> list[OpResult]:
+    """Start collective engines together, wait for them, return their ranks' ops."""
+    await_ready(engines)
+    go(engines, start_time())
+    finish_together(engines, max(120, 10 * iterations))
+    return [op for e in engines for r in e.result().ranks for op in r.ops]

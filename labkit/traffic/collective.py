@@ -1,18 +1,26 @@
-"""Collective agent: one process per rank, inside that GPU host's namespace.
+"""Collective engine: one process driving the ranks of a group of GPU hosts (those behind
+one leaf, or a single rank: scenario ``emulation.engines``). It starts in its first
+rank's host and opens each other rank's sockets in that rank's own namespace (a
+short-lived thread that joined it, :class:`labkit.kernel.netns.Netns`), so every rank
+still sends from its own NIC; one poll loop then turns only the ranks that have a packet,
+room to send or a due timer. One process per rank paid a wake-up, a cold cache and an
+interpreter loop per rank and step; an engine pays them once per group.
 
-Runs ``iterations`` ops of one collective (:mod:`labkit.model.traffic.schedules` gives
+Each rank runs ``iterations`` ops of one collective (:mod:`labkit.model.traffic.schedules` gives
 each rank its steps) over RoCE RC queue pairs, one per peer it talks to
 (:mod:`labkit.traffic.rc`). Closed loop: a step's messages leave only once the
 messages of the steps before it have arrived. Each message carries its chunk's
 value; at the end of every op the rank compares its values with the expected
 ones and reports how many chunks were wrong (nccl-tests' ``#wrong``).
 
-Protocol with the controller: the agent reads a JSON config (path in argv),
-binds its sockets, prints ``READY``, waits for ``GO <t0_ns>`` on stdin (a
-CLOCK_MONOTONIC instant shared by all namespaces), prints ``OP <k>`` as each op
-completes here and ``FINISHED`` after the last, keeps acknowledging until ``END``
-on stdin (every rank has finished), writes its results JSON, prints ``DONE`` and
-exits. SIGTERM ends it early; the results written then cover the ops completed.
+Protocol with the controller: the engine reads a JSON config (path in argv; its ranks,
+:class:`labkit.model.traffic.configs.Engine`), binds its ranks' sockets, prints
+``READY``, waits for ``GO <t0_ns>`` on stdin (a CLOCK_MONOTONIC instant shared by all
+namespaces), prints ``OP <k>`` as its first rank completes each op and ``FINISHED`` once
+all its ranks are done, keeps acknowledging until ``END`` on stdin (every rank of every
+engine has finished), writes its ranks' results JSON, prints ``DONE`` and exits. SIGTERM
+ends it early; the results written then cover the ops completed. Its CPU time is shared
+equally among its ranks' counters.
 
 Training jobs (:mod:`labkit.model.traffic.jobs`) run the same way, one plan per
 iteration, with their compute phases as timed waits; each iteration reports its
@@ -36,9 +44,16 @@ import sys
 import time
 
 from labkit.kernel import sched
+from labkit.kernel.netns import Netns
 from labkit.model import abi
 from labkit.model.traffic import configs, jobs, schedules, wire
-from labkit.model.traffic.results import CollectiveResult, OpResult, RankCounters, Span
+from labkit.model.traffic.results import (
+    CollectiveResult,
+    EngineResult,
+    OpResult,
+    RankCounters,
+    Span,
+)
 from labkit.traffic import hotpath, rc
 
 SO_RCVBUFFORCE = 33
@@ -48,6 +63,7 @@ RCVBUF_BYTES = 16 << 20
 SNDBUF_BYTES = 128 << 10
 SEND_BURST = 32  # packets per sendmmsg, between looks at the receive side
 QPN_BASE = 0x100  # the queue pair of rank r is QPN_BASE + r
+IDLE_NS = 50_000_000  # the longest an engine sleeps without a reason to wake
 COMPUTE, WIRE_WAIT, BUBBLE = "compute", "wire_wait", "bubble"  # phases of a span
 
 
@@ -64,6 +80,8 @@ class Op:
         self.plan = plan
         self.values = dict(plan.initial)
         self.pending = [list(step.recv) for step in plan.steps]
+        self.received = 0  # leading steps whose receives have all arrived
+        self._count_received()
         self.started = 0  # steps whose sends are queued
         self.busy_until: int | None = None  # computing until then
         self.start_ns = now
@@ -73,15 +91,23 @@ class Op:
 
     def arrived(self, peer: int, chunk: int, value: int, sent_ns: int = 0) -> bool:
         """Match a whole message to the earliest receive awaiting it."""
-        for awaited in self.pending:
+        for k in range(self.received, len(self.pending)):
+            awaited = self.pending[k]
             for m in awaited:
                 if m.peer == peer and m.chunk == chunk:
                     awaited.remove(m)
                     self.values[chunk] = (self.values.get(chunk, 0) + value if m.reduce
                                           else value)
                     self.last_sent_ns = sent_ns
+                    self._count_received()
                     return True
         return False
+
+    def _count_received(self) -> None:
+        pending, k = self.pending, self.received
+        while k < len(pending) and not pending[k]:
+            k += 1
+        self.received = k
 
     def waited(self, since: int, now: int) -> None:
         """Account a wait that ``now`` ended: until the message that ended it left its
@@ -110,7 +136,7 @@ class Op:
         compute is done (a step's compute starts once it may start)."""
         out = []
         steps = self.plan.steps
-        while self.started < len(steps) and not any(self.pending[:self.started]):
+        while self.started < len(steps) and self.received >= self.started:
             step = steps[self.started]
             if step.compute_ns:
                 if self.busy_until is None:
@@ -125,7 +151,7 @@ class Op:
 
     def can_advance(self) -> bool:
         """Whether a step may start now, without waiting for the network."""
-        return self.started < len(self.plan.steps) and not any(self.pending[:self.started])
+        return self.started < len(self.plan.steps) and self.received >= self.started
 
     def computing(self, now: int) -> bool:
         return self.busy_until is not None and now < self.busy_until
@@ -135,7 +161,7 @@ class Op:
         return not self.computing(now) and not self.can_advance()
 
     def received_all(self) -> bool:
-        return self.started == len(self.plan.steps) and not any(self.pending)
+        return self.started == self.received == len(self.plan.steps)
 
     def wrong(self) -> int:
         return sum(self.values.get(c) != v for c, v in self.plan.expected.items())
@@ -207,171 +233,256 @@ def _udp_socket() -> socket.socket:
     return s
 
 
-def run(cfg: configs.Collective, stdin, stdout) -> CollectiveResult:
-    rank = cfg.rank
-    plan = plan_for(cfg.workload, cfg.n, rank)
-    peers = cfg.peers
-    partners = sorted({m.peer for s in plan.steps for m in s.send + s.recv})
-    compute_ns = int(cfg.compute_ms * 1e6)
-    data = cfg.templates
-    op_state: list[Op] = []
-    early: list[tuple[int, int, int, int]] = []  # messages of the next op, arrived already
-    delivered = [0]  # whole messages so far: a new one may let the next step start
+class Rank:
+    """One rank's sockets, queue pairs and ops, driven one pass at a time by an
+    engine's loop (:func:`run`): :meth:`turn` does what can be done now and says when
+    the rank needs another look. Its sockets are opened in the calling thread's
+    namespace (the rank's host)."""
 
-    def deliver(peer: int, chunk: int, value: int, sent_ns: int) -> None:
+    def __init__(self, cfg: configs.Collective):
+        self.cfg = cfg
+        self.plan = plan_for(cfg.workload, cfg.n, cfg.rank)
+        partners = sorted({m.peer for s in self.plan.steps for m in s.send + s.recv})
+        self.compute_ns = int(cfg.compute_ms * 1e6)
+        self.op_state: list[Op] = []
+        self.early: list[tuple[int, int, int, int]] = []  # the next op's, arrived already
+        self.delivered = 0  # whole messages so far: a new one may let the next step start
+        dcqcn = cfg.dcqcn_line_mbps  # set when the scenario turns DCQCN on
+        self.rx = rx = _udp_socket()
+        rx.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, RCVBUF_BYTES)
+        if dcqcn:  # see each packet's ECN field: CE asks for a CNP
+            rx.setsockopt(socket.IPPROTO_IP, socket.IP_RECVTOS, 1)
+        rx.setsockopt(SOL_UDP, UDP_GRO, 1)  # a peer's GSO run arrives as it was sent
+        rx.bind(("0.0.0.0", wire.ROCEV2_PORT))
+        self.receiver = hotpath.Rx(rx, cfg.ip)
+        self.senders: dict[int, rc.Sender] = {}
+        self.tx: dict[int, socket.socket] = {}
+        self.by_index: dict[int, int] = {}  # the receiver's peer index -> rank
+        for p in partners:
+            s = self.tx[p] = _udp_socket()
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SNDBUF_BYTES)
+            if dcqcn:  # ECN-capable: the fabric may mark it CE instead of queueing it long
+                s.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, wire.ECT0)
+            s.bind(("0.0.0.0", cfg.sport_base + p))
+            qpn = QPN_BASE + p
+            out = hotpath.Tx(s, cfg.ip, cfg.sport_base + p, (cfg.peers[p], wire.ROCEV2_PORT),
+                             {k: rc.with_dqpn(v, qpn) for k, v in cfg.templates.items()},
+                             cfg.payload_bytes, abi.seq_base(cfg.rank), batch=SEND_BURST,
+                             gso=cfg.gso_segments)
+            self.senders[p] = rc.Sender(out, cfg.payload_bytes,
+                                        rc.Dcqcn(dcqcn * 1e6 / 8) if dcqcn else None,
+                                        rc.LOSSLESS_MIN_RTO_NS if cfg.lossless
+                                        else rc.MIN_RTO_NS)
+            index = self.receiver.add_peer(cfg.peers[p], wire.ROCEV2_PORT,
+                                           rc.with_dqpn(cfg.ack_template, qpn),
+                                           rc.with_dqpn(cfg.nak_template, qpn),
+                                           rc.with_dqpn(cfg.cnp_template, qpn) if dcqcn
+                                           else None)
+            self.by_index[index] = p
+        self.blocked: set[int] = set()  # peers whose socket is full: wait for room
+        self.watched: set[int] = set()  # peers whose socket the engine polls for room
+        self.ops: list[OpResult] = []
+        self.phases: list[Span] = []
+        self.op_index = 0
+        self.op_bytes = sum(m.nbytes for step in self.plan.steps for m in step.send)
+        self.board = PhaseBoard(cfg.phase_map_fd)
+        self.finished = False
+        self.next_op_at = self.stop_at = 0
+
+    def start(self, t0: int) -> None:
+        self.next_op_at = t0
+        self.stop_at = t0 + int(self.cfg.duration_s * 1e9) if self.cfg.duration_s else None
+        self.board.next_op_at(t0, self.op_bytes)
+
+    def _deliver(self, peer: int, chunk: int, value: int, sent_ns: int) -> None:
         """A whole message from ``peer`` (rank)."""
-        delivered[0] += 1
-        if not (op_state and op_state[0].arrived(peer, chunk, value, sent_ns)):
-            early.append((peer, chunk, value, sent_ns))
+        self.delivered += 1
+        if not (self.op_state and self.op_state[0].arrived(peer, chunk, value, sent_ns)):
+            self.early.append((peer, chunk, value, sent_ns))
 
-    dcqcn = cfg.dcqcn_line_mbps  # set when the scenario turns DCQCN on
-    rx = _udp_socket()
-    rx.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, RCVBUF_BYTES)
-    if dcqcn:  # see each packet's ECN field: CE asks for a CNP
-        rx.setsockopt(socket.IPPROTO_IP, socket.IP_RECVTOS, 1)
-    rx.setsockopt(SOL_UDP, UDP_GRO, 1)  # a peer's GSO run arrives as it was sent
-    rx.bind(("0.0.0.0", wire.ROCEV2_PORT))
-    receiver = hotpath.Rx(rx, cfg.ip)
-    senders, tx = {}, {}
-    by_index = {}  # the receiver's peer index -> rank
-    for p in partners:
-        s = tx[p] = _udp_socket()
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SNDBUF_BYTES)
-        if dcqcn:  # ECN-capable: the fabric may mark it CE instead of queueing it long
-            s.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, wire.ECT0)
-        s.bind(("0.0.0.0", cfg.sport_base + p))
-        qpn = QPN_BASE + p
-        out = hotpath.Tx(s, cfg.ip, cfg.sport_base + p, (peers[p], wire.ROCEV2_PORT),
-                         {k: rc.with_dqpn(v, qpn) for k, v in data.items()},
-                         cfg.payload_bytes, abi.seq_base(rank), batch=SEND_BURST,
-                         gso=cfg.gso_segments)
-        senders[p] = rc.Sender(out, cfg.payload_bytes,
-                               rc.Dcqcn(dcqcn * 1e6 / 8) if dcqcn else None,
-                               rc.LOSSLESS_MIN_RTO_NS if cfg.lossless else rc.MIN_RTO_NS)
-        index = receiver.add_peer(peers[p], wire.ROCEV2_PORT,
-                                  rc.with_dqpn(cfg.ack_template, qpn),
-                                  rc.with_dqpn(cfg.nak_template, qpn),
-                                  rc.with_dqpn(cfg.cnp_template, qpn) if dcqcn else None)
-        by_index[index] = p
-
-    print("READY", file=stdout, flush=True)
-    line = stdin.readline().split()
-    if not line or line[0] != "GO":
-        return CollectiveResult(rank=rank, ops=(), phases=(), aborted=True)
-    t0 = int(line[1])
-    stop_at = t0 + int(cfg.duration_s * 1e9) if cfg.duration_s else None
-    stopping = []
-    signal.signal(signal.SIGTERM, lambda *_: stopping.append(1))
-    poller = select.poll()
-    poller.register(rx, select.POLLIN)
-    watching: set[int] = set()  # tx sockets polled for room
-
-    def drain() -> None:
+    def drain(self) -> None:
         """Handle every packet waiting at the receive socket (in C: hotpath.Rx): whole
         messages go to the op, ACKs and CNPs to their queue pair's sender."""
-        for kind, index, a, b, c in receiver.drain():
-            p = by_index[index]
+        for kind, index, a, b, c in self.receiver.drain():
+            p = self.by_index[index]
             if kind == hotpath.DELIVER:
-                deliver(p, a, b, c)
+                self._deliver(p, a, b, c)
             elif kind == hotpath.ACK:
-                senders[p].on_ack(a, b, time.monotonic_ns())
+                self.senders[p].on_ack(a, b, time.monotonic_ns())
             else:
-                senders[p].on_cnp(time.monotonic_ns())
+                self.senders[p].on_cnp(time.monotonic_ns())
 
-    ops: list[OpResult] = []
-    phases: list[Span] = []
-    op_index, next_op_at = 0, t0
-    op_bytes = sum(m.nbytes for step in plan.steps for m in step.send)
-    board = PhaseBoard(cfg.phase_map_fd)
-    board.next_op_at(t0, op_bytes)
-    while (wait_ns := t0 - time.monotonic_ns()) > 0:
-        time.sleep(min(0.001, wait_ns / 1e9))
-
-    while op_index < cfg.iterations and not stopping:
-        now = time.monotonic_ns()
-        if stop_at and now >= stop_at:
-            break
-        if not op_state and now >= next_op_at:  # the next op starts
-            op_state.append(Op(plan, now))
-            board.op_started(now, op_bytes)
-            waiting, early[:] = list(early), []
+    def turn(self, now: int) -> int | None:
+        """Do what can be done now: start the next op, send what may leave, take what
+        arrived, fire timers. When to look again: 0 at once, a CLOCK_MONOTONIC instant
+        (or sooner, when a packet or room to send comes: :attr:`blocked`), or None once
+        the rank is done with its ops (:attr:`finished`; it only answers from then on)."""
+        if self.finished:
+            self.drain()
+            return None
+        if self.op_index >= self.cfg.iterations or (self.stop_at and now >= self.stop_at):
+            self.finish()
+            return None
+        senders = self.senders
+        if not self.op_state and now >= self.next_op_at:  # the next op starts
+            self.op_state.append(Op(self.plan, now))
+            self.board.op_started(now, self.op_bytes)
+            waiting, self.early = self.early, []
             for message in waiting:
-                deliver(*message)
-        op = op_state[0] if op_state else None
+                self._deliver(*message)
+        op = self.op_state[0] if self.op_state else None
         if op:
             for m, value in op.step(now):
                 senders[m.peer].enqueue(m.nbytes, m.chunk, value)
-        blocked = [p for p, s in senders.items() if s.pending() and not s.send_some(now)]
-        before = delivered[0]
-        drain()
+        self.blocked = {p for p, s in senders.items() if s.pending() and not s.send_some(now)}
+        before = self.delivered
+        self.drain()
         now = time.monotonic_ns()
         if op and op.received_all() and all(s.idle() for s in senders.values()):
-            ops.append(op.finish(op_index, rank, now))
-            phases += [Span(op_index, *span) for span in op.spans]
-            print(f"OP {op_index}", file=stdout, flush=True)
-            op_state.clear()
-            op_index += 1
-            next_op_at = now + compute_ns
-            board.op_ended(now - op.start_ns)
-            if op_index < cfg.iterations:
-                board.next_op_at(next_op_at, op_bytes)
-            continue
-        deadlines = [d for s in senders.values() if (d := s.deadline()) is not None]
-        expired = [p for p, s in senders.items() if (d := s.deadline()) is not None and now >= d]
-        for p in expired:
-            senders[p].on_timeout(now)
-        if (expired or delivered[0] != before
-                or any(s.ready(now) for p, s in senders.items() if p not in blocked)):
-            continue
+            self.ops.append(op.finish(self.op_index, self.cfg.rank, now))
+            self.phases += [Span(self.op_index, *span) for span in op.spans]
+            self.op_state.clear()
+            self.op_index += 1
+            self.next_op_at = now + self.compute_ns
+            self.board.op_ended(now - op.start_ns)
+            if self.op_index < self.cfg.iterations:
+                self.board.next_op_at(self.next_op_at, self.op_bytes)
+            return 0
+        deadlines, expired = [], False
+        for s in senders.values():
+            if (d := s.deadline()) is not None:
+                if now >= d:
+                    s.on_timeout(now)
+                    expired = True
+                deadlines.append(d)
+        if (expired or self.delivered != before
+                or any(s.ready(now) for p, s in senders.items() if p not in self.blocked)):
+            return 0
         # wait for a packet, room to send, a timer, DCQCN's pace, the end of a compute or
         # the next op
         busy = op.busy_until if op else None
         paced = [t for s in senders.values() if (t := s.paced_until(now)) is not None]
-        waits = deadlines + paced + [d for d in (None if op_state else next_op_at, stop_at,
-                                                 busy) if d]
-        timeout_ms = max(0, min(waits) - now) / 1e6 if waits else 50
-        for p in set(blocked) - watching:
-            poller.register(tx[p], select.POLLOUT)
-        for p in watching - set(blocked):
-            poller.unregister(tx[p])
-        watching = set(blocked)
-        poller.poll(min(timeout_ms, 50))
+        waits = deadlines + paced + [d for d in (None if self.op_state else self.next_op_at,
+                                                 self.stop_at, busy) if d]
+        return min(min(waits), now + IDLE_NS) if waits else now + IDLE_NS
 
-    board.close()
+    def watch(self, poller: select.poll) -> None:
+        """Poll for room on exactly the sockets that were full at the last turn."""
+        if not (self.blocked or self.watched):
+            return
+        for p in self.blocked - self.watched:
+            poller.register(self.tx[p], select.POLLOUT)
+        for p in self.watched - self.blocked:
+            poller.unregister(self.tx[p])
+        self.watched = set(self.blocked)
+
+    def finish(self) -> None:
+        """Done with its ops: the phase board closes, the rank only answers from now."""
+        if not self.finished:
+            self.finished = True
+            self.blocked = set()
+            self.board.close()
+
+    def result(self, stopped: bool, cpu_user_s: float, cpu_sys_s: float) -> CollectiveResult:
+        received = [self.receiver.stats(i) for i in self.by_index]
+        senders = self.senders.values()
+        return CollectiveResult(
+            rank=self.cfg.rank, ops=tuple(self.ops), phases=tuple(self.phases),
+            aborted=stopped or self.op_index < self.cfg.iterations,
+            counters=RankCounters(
+                cpu_user_s=cpu_user_s, cpu_sys_s=cpu_sys_s,
+                retransmits=sum(s.retransmits for s in senders),
+                timeouts=sum(s.timeouts for s in senders),
+                naks=sum(s.naks for s in senders),
+                cnps=sum(s.cnps for s in senders),
+                out_of_order=sum(st["out_of_order"] for st in received),
+                bytes_received=sum(st["bytes"] for st in received),
+                packets_sent=sum(s.high for s in senders)))
+
+
+def open_ranks(cfgs: list[configs.Collective]) -> list[Rank]:
+    """Each rank with its sockets in its own host's namespace (``netns_fd``, joined by a
+    short-lived thread; None: this process's namespace)."""
+    ranks = []
+    for cfg in cfgs:
+        if cfg.netns_fd is None:
+            ranks.append(Rank(cfg))
+        else:
+            ranks.append(Netns.inherited(cfg.netns_fd).run(Rank, cfg))
+    return ranks
+
+
+def run(ranks: list[Rank], stdin, stdout) -> list[CollectiveResult]:
+    """Drive ``ranks`` (an engine's, all in this process) with one poll loop: each pass
+    turns only the ranks that have a packet, room to send or a due timer. Prints
+    ``OP <k>`` as the first rank completes op k, ``FINISHED`` once all are done."""
+    print("READY", file=stdout, flush=True)
+    line = stdin.readline().split()
+    if not line or line[0] != "GO":
+        return [CollectiveResult(rank=r.cfg.rank, ops=(), phases=(), aborted=True)
+                for r in ranks]
+    t0 = int(line[1])
+    stopping = []
+    signal.signal(signal.SIGTERM, lambda *_: stopping.append(1))
+    poller = select.poll()
+    owner: dict[int, Rank] = {}  # fd -> its rank
+    for r in ranks:
+        owner |= {s.fileno(): r for s in (r.rx, *r.tx.values())}
+        poller.register(r.rx, select.POLLIN)
+        r.start(t0)
+    wake = dict.fromkeys(ranks, t0)  # when each rank needs a look
+    told = 0  # ops of the first rank reported
+    while (wait_ns := t0 - time.monotonic_ns()) > 0:
+        time.sleep(min(0.001, wait_ns / 1e9))
+
+    due = set(ranks)
+    while wake and not stopping:
+        now = time.monotonic_ns()
+        for r in due:
+            at = r.turn(now)
+            if at is None:
+                wake.pop(r, None)
+            else:
+                wake[r] = at
+            r.watch(poller)
+        for k in range(told, len(ranks[0].ops)):
+            print(f"OP {k}", file=stdout, flush=True)
+        told = len(ranks[0].ops)
+        if not wake:
+            break
+        timeout_ms = max(0, min(wake.values()) - time.monotonic_ns()) / 1e6
+        events = poller.poll(min(timeout_ms, IDLE_NS / 1e6))
+        now = time.monotonic_ns()
+        due = {owner[fd] for fd, _ in events} | {r for r, at in wake.items() if at <= now}
+
+    for r in ranks:
+        r.finish()
     # Stay until every rank is done: a peer whose last ACK was lost resends its last
     # message and needs it ACKed again, and ranks exiting early would take CPU from the
     # ones still finishing the last op.
     print("FINISHED", file=stdout, flush=True)
-    for p in watching:
-        poller.unregister(tx[p])
+    for r in ranks:
+        r.watch(poller)
     poller.register(stdin, select.POLLIN)
     while not stopping:
-        if any(fd == stdin.fileno() for fd, _ in poller.poll(50)):
+        events = poller.poll(IDLE_NS // 1_000_000)
+        if any(fd == stdin.fileno() for fd, _ in events):
             stdin.readline()  # END, or "" when the controller is gone
             break
-        drain()
+        for fd, _ in events:
+            owner[fd].drain()
     usage = resource.getrusage(resource.RUSAGE_SELF)
-    received = [receiver.stats(i) for i in by_index]
-    return CollectiveResult(
-        rank=rank, ops=tuple(ops), phases=tuple(phases),
-        aborted=bool(stopping) or op_index < cfg.iterations,
-        counters=RankCounters(
-            cpu_user_s=usage.ru_utime, cpu_sys_s=usage.ru_stime,
-            retransmits=sum(s.retransmits for s in senders.values()),
-            timeouts=sum(s.timeouts for s in senders.values()),
-            naks=sum(s.naks for s in senders.values()),
-            cnps=sum(s.cnps for s in senders.values()),
-            out_of_order=sum(st["out_of_order"] for st in received),
-            bytes_received=sum(st["bytes"] for st in received),
-            packets_sent=sum(s.high for s in senders.values())))
+    share = 1 / len(ranks)  # the engine's CPU, shared equally among its ranks
+    return [r.result(bool(stopping), usage.ru_utime * share, usage.ru_stime * share)
+            for r in ranks]
 
 
 def main() -> None:
-    cfg = configs.read_collective(sys.argv[1])
+    cfg = configs.read_engine(sys.argv[1])
     sched.run_ahead(sched.RANK_NICE)  # a rank's compute ends on time, its packets leave when due
-    result = run(cfg, sys.stdin, sys.stdout)
+    results = run(open_ranks(cfg.ranks), sys.stdin, sys.stdout)
     with open(cfg.out, "w") as f:
-        json.dump(result.to_json(), f)
+        json.dump(EngineResult(tuple(results)).to_json(), f)
     print("DONE", flush=True)
 
 

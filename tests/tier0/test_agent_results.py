@@ -10,6 +10,7 @@ import pytest
 from labkit.model.traffic.results import (
     CollectiveResult,
     CommandEnd,
+    EngineResult,
     IoDone,
     OpResult,
     ProgramRankEnd,
@@ -32,8 +33,11 @@ STORAGE = {"samples": {"dataset": [[10, 4096], [60, 8192]]},
 STORAGE_NEVER_STARTED = {"samples": {}, "ios": [], "aborted": True, "errors": []}
 
 
+ENGINE = {"ranks": [RANK, NEVER_STARTED]}
+
+
 @pytest.mark.parametrize("cls, doc", [(CollectiveResult, RANK), (CollectiveResult, NEVER_STARTED),
-                                      (StorageResult, STORAGE),
+                                      (EngineResult, ENGINE), (StorageResult, STORAGE),
                                       (StorageResult, STORAGE_NEVER_STARTED)])
 def test_every_result_file_reads_back_and_writes_again_byte_for_byte(cls, doc):
     result = cls.from_json(json.loads(json.dumps(doc)))
@@ -66,8 +70,8 @@ class Finished:
 def test_the_run_reads_the_results_into_its_tables():
     policy = experiment.PolicyResult("fifo", "fifo")
     policy.storage_stopped_ns = 65
-    experiment._collect(policy, [Finished("g2", CollectiveResult.from_json(RANK)),
-                                 Finished("g3", CollectiveResult.from_json(NEVER_STARTED))],
+    experiment._collect(policy, [("g2", CollectiveResult.from_json(RANK)),
+                                 ("g3", CollectiveResult.from_json(NEVER_STARTED))],
                         [Finished("s1", StorageResult.from_json(STORAGE))])
     tables = rundir.tables_from([policy])
     assert tables["collectives"].row(0) == ("fifo", 0, 1, "g2", 100, 900, 0, 300, 200, 50)

@@ -255,10 +255,10 @@ PIPELINE = {"parallelism": "pipeline", "microbatches": 4, "activation_bytes": 1 
 def test_phases_go_from_the_agents_results_to_their_table_and_back(tmp_path):
     from labkit.model.traffic import jobs
     from labkit.runs import experiment
-    from tests.spans import FakeRank, assert_spans_fit, results
+    from tests.spans import assert_spans_fit, results
 
     plans = [jobs.plan(PIPELINE, 3, r) for r in range(3)]
-    ranks = [FakeRank(f"g{r + 1}", res) for r, res in enumerate(results(plans, 250_000, 2))]
+    ranks = [(f"g{r + 1}", res) for r, res in enumerate(results(plans, 250_000, 2))]
     policy = experiment.PolicyResult("fifo", "fifo")
     experiment._collect(policy, ranks, [])
     tables = rundir.tables_from([policy])

@@ -3,6 +3,7 @@
 import socket
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -118,6 +119,7 @@ def test_every_agent_config_survives_its_file(tmp_path):
         iterations=3, compute_ms=1.0, duration_s=None, payload_bytes=1024,
         peers={0: "10.0.1.1", 1: "10.0.1.2"}, sport_base=50000,
         templates={"only": b"\x0a\x00"}, ack_template=b"\x11", nak_template=b"\x11\x60",
-        cnp_template=b"\x81", phase_map_fd=7, dcqcn_line_mbps=100.0)
-    configs.write(ranks, tmp_path / "rank.json")
-    assert configs.read_collective(tmp_path / "rank.json") == ranks
+        cnp_template=b"\x81", phase_map_fd=7, dcqcn_line_mbps=100.0, netns_fd=9)
+    engine = configs.Engine(ranks=[ranks, replace(ranks, rank=0, netns_fd=None)], out="x")
+    configs.write(engine, tmp_path / "engine.json")
+    assert configs.read_engine(tmp_path / "engine.json") == engine

@@ -137,3 +137,31 @@ def test_gso_runs_carry_whole_packets_that_every_probe_still_samples(fabric_read
     stamped = run["sojourn"].filter((pl.col("lane") == "vip") & (pl.col("stamp_ns") > 0))
     assert stamped.height > 50 and run["latency"].filter(pl.col("lane") == "vip").height > 50
     assert_no_leaks()
+
+
+def test_an_engine_per_leaf_sends_each_rank_from_its_own_nic(fabric_ready, tmp_path):
+    """With ``emulation.engines: leaf`` (the default) one process drives the ranks behind
+    each leaf, yet each rank's packets leave from its own host: on g2's NIC every RoCE
+    packet is g2's or for g2, and every rank sent and received its share."""
+    from scapy.layers.inet import IP, UDP
+    from scapy.utils import PcapReader
+
+    run = labkit.run(REPO / "topologies/bottleneck.yaml", ["isolated"], duration=3,
+                     pcap=["g2-leaf1"], out=tmp_path / "run")
+    engines = sorted((run.path / "agents" / "isolated").glob("collective-*.json"))
+    engines = [e for e in engines if not e.name.endswith(".result.json")]
+    ranks = [[r["rank"] for r in json.loads(e.read_text())["ranks"]] for e in engines]
+    assert sorted(ranks) == [[0, 1, 2, 3], [4, 5, 6, 7]]  # g1-g4 on leaf1, g5-g8 on leaf2
+    g2 = Topology(labkit.load_scenario(REPO / "topologies/bottleneck.yaml").fabric).host_ip("g2")
+    seen = 0
+    with PcapReader(str(run.path / "isolated" / "g2-leaf1.pcap")) as packets:
+        for pkt in packets:
+            if IP in pkt and UDP in pkt and pkt[UDP].dport == 4791:
+                assert g2 in (pkt[IP].src, pkt[IP].dst), pkt.summary()
+                seen += 1
+    assert seen > 1000
+    transport = run["transport"]
+    assert transport.height == 8
+    assert transport["packets_sent"].min() > 0 and transport["bytes_received"].min() > 0
+    assert (run["collectives"]["wrong"] == 0).all()
+    assert_no_leaks()

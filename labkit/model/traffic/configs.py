@@ -35,7 +35,15 @@ class Collective:
     dcqcn_line_mbps: float | None = None  # set: ECN-capable packets, rate cuts on CNPs
     gso_segments: int = 1  # packets of equal size sent as one UDP GSO run (traffic.hotpath)
     lossless: bool = False  # the fabric pauses instead of dropping: long transport timeouts
-    out: str = ""  # where the agent writes its result
+    netns_fd: int | None = None  # the rank's host's namespace, inherited (None: the engine's)
+
+
+@dataclass(frozen=True)
+class Engine:
+    """A collective engine (:mod:`labkit.traffic.collective`): the ranks one process drives."""
+
+    ranks: list[Collective]
+    out: str = ""  # where the engine writes its ranks' results
 
 
 @dataclass(frozen=True)
@@ -119,13 +127,18 @@ def _decoded(cls, doc: dict):
     return cls(**{k: _unhex(v) if k in _BYTES else v for k, v in doc.items()})
 
 
-def write(cfg: Collective | Storage, path: Path) -> None:
+def write(cfg: Engine | Storage, path: Path) -> None:
     path.write_text(json.dumps(_encode(asdict(cfg))))
 
 
-def read_collective(path: str | Path) -> Collective:
-    cfg = _decoded(Collective, json.loads(Path(path).read_text()))
+def _collective(doc: dict) -> Collective:
+    cfg = _decoded(Collective, doc)
     return replace(cfg, peers={int(r): ip for r, ip in cfg.peers.items()})
+
+
+def read_engine(path: str | Path) -> Engine:
+    doc = json.loads(Path(path).read_text())
+    return Engine(ranks=[_collective(r) for r in doc["ranks"]], out=doc.get("out", ""))
 
 
 def read_storage(path: str | Path) -> Storage:

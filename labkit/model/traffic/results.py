@@ -87,6 +87,20 @@ class CollectiveResult:
                    if "packets_sent" in doc else None)
 
 
+@dataclass(frozen=True)
+class EngineResult:
+    """What a collective engine's ranks reported, in the order it drove them."""
+
+    ranks: tuple[CollectiveResult, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"ranks": [r.to_json() for r in self.ranks]}
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> EngineResult:
+        return cls(ranks=tuple(CollectiveResult.from_json(r) for r in doc["ranks"]))
+
+
 class IoDone(NamedTuple):
     """A storage I/O completed at a client: its entry, arrival, latency (arrival to
     CapsuleResp) and size."""
