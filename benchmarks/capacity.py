@@ -88,8 +88,9 @@ def report(m: dict) -> None:
 def run() -> list[dict]:
     records, rows = [], []
     with tempfile.TemporaryDirectory(prefix="labkit-bench-capacity-") as tmp:
-        if (per_rank := measure(SIDE_BY_SIDE, 8, Path(tmp), "rank")) and \
-                (per_leaf := measure(SIDE_BY_SIDE, 8, Path(tmp), "leaf")):
+        side = Path(tmp) / "side-by-side"
+        if (per_rank := measure(SIDE_BY_SIDE, 8, side, "rank")) and \
+                (per_leaf := measure(SIDE_BY_SIDE, 8, side, "leaf")):
             report(per_rank)
             report(per_leaf)
             records.append({"name": f"engine_cpu_per_packet_ratio_{SIDE_BY_SIDE}r_gso8",
