@@ -29,5 +29,6 @@ struct lk_pause_hold *lk_abi_pause_hold;
 struct lk_pause_event *lk_abi_pause_event;
 struct lk_jobmark_config *lk_abi_jobmark_config;
 struct lk_burst *lk_abi_burst;
+struct lk_dctcp_sample *lk_abi_dctcp_sample;
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";

@@ -67,6 +67,15 @@ def labkit_objects() -> dict[str, list[str]]:
     out = subprocess.run(["bpftool", "-j", "prog", "show"], capture_output=True, text=True)
     progs = [f"{p['id']}:{p.get('name')}" for p in json.loads(out.stdout or "[]")
              if str(p.get("name", "")).startswith("lk_")]
+    # a struct_ops map lives until the last socket that used it has closed; a registered
+    # TCP congestion control is listed in tcp_available_congestion_control
+    out = subprocess.run(["bpftool", "-j", "struct_ops", "show"], capture_output=True,
+                         text=True)
+    struct_ops = [f"{m.get('id')}:{m.get('name')}" for m in json.loads(out.stdout or "[]")
+                  if str(m.get("name", "")).startswith("lk_")]
+    struct_ops += [f"registered: {cc}" for cc in Path(
+        "/proc/sys/net/ipv4/tcp_available_congestion_control").read_text().split()
+                   if cc.startswith("lk_")]
     pins = [str(p) for p in bpf.PIN_ROOT.rglob("*")] if bpf.PIN_ROOT.exists() else []
     registries = [str(p) for p in registry.REGISTRY_DIR.glob("*.json")]
     registries += [str(p) for p in registry.REGISTRY_DIR.glob("*.tmp")]  # cut-short saves
@@ -92,8 +101,9 @@ def labkit_objects() -> dict[str, list[str]]:
     work = [str(p) for p in registry.WORK_DIR.glob("*")]
     # an MPI job's session directories (labkit.traffic.programs: tempfile's, then registered)
     work += [str(p) for p in Path(tempfile.gettempdir()).glob("labkit-mpi-*")]
-    return {"bpf_programs": progs, "pins": pins, "registries": registries, "processes": procs,
-            "cgroups": groups, "namespaces": namespaces, "work_dirs": work}
+    return {"bpf_programs": progs, "struct_ops": struct_ops, "pins": pins,
+            "registries": registries, "processes": procs, "cgroups": groups,
+            "namespaces": namespaces, "work_dirs": work}
 
 
 # what a run killed before the suite started left (named at the top of the suite's report:

@@ -233,4 +233,18 @@ struct lk_burst {
 };
 #define LK_MAX_BURSTS 4096 /* per host and policy; more are counted, not kept */
 
+/* One window of a lk_dctcp sender (dctcp.bpf.c), as it ends. */
+struct lk_dctcp_sample {
+	__u64 t_ns;
+	__u32 saddr;  /* network order */
+	__u32 daddr;
+	__u16 sport;  /* host order */
+	__u16 dport;
+	__u32 alpha;  /* x 1024 */
+	__u32 cwnd;   /* packets */
+	__u32 acked;  /* the window's bytes ... */
+	__u32 marked; /* ... and those acknowledged with ECE */
+	__u32 pad;
+};
+
 #endif /* __LABKIT_H */

@@ -150,6 +150,8 @@ _SIGNATURES = [
     ("bpf_program__fd", _int, [_vp]),
     ("bpf_program__attach", _vp, [_vp]),
     ("bpf_program__attach_iter", _vp, [_vp, _vp]),
+    ("bpf_program__attach_cgroup", _vp, [_vp, _int]),
+    ("bpf_map__attach_struct_ops", _vp, [_vp]),
     ("bpf_link__fd", _int, [_vp]),
     ("bpf_iter_create", _int, [_int]),
     ("bpf_map__name", _cp, [_vp]),
@@ -173,6 +175,8 @@ _SIGNATURES = [
     ("libbpf_num_possible_cpus", _int, []),
     ("libbpf_version_string", _cp, []),
     ("bpf_prog_get_fd_by_id", _int, [_u32]),
+    ("bpf_map_get_fd_by_id", _int, [_u32]),
+    ("bpf_map_delete_elem", _int, [_int, _vp]),
     ("ring_buffer__new", _vp, [_int, _vp, _vp, _vp]),
     ("ring_buffer__poll", _int, [_vp, _int]),
     ("ring_buffer__consume", _int, [_vp]),
@@ -294,6 +298,7 @@ class Map:
     """A map of a loaded object, addressed by raw bytes or ctypes values."""
 
     def __init__(self, ptr: int):
+        self._ptr = ptr
         self.name = lib.bpf_map__name(ptr).decode()
         self.fd = lib.bpf_map__fd(ptr)
         self.type = lib.bpf_map__type(ptr)
@@ -375,6 +380,13 @@ class Map:
     def pin(self, path: Path) -> None:
         _check(lib.bpf_obj_pin(self.fd, str(path).encode()), f"pin of map {self.name} at {path}")
 
+    def attach_struct_ops(self) -> TracingLink:
+        """Register a struct_ops map (a TCP congestion control, ...) until the link closes."""
+        link = lib.bpf_map__attach_struct_ops(self._ptr)
+        if not link:
+            raise BpfError(f"registration of struct_ops {self.name}", _errno())
+        return TracingLink(link)
+
 
 class InheritedMap:
     """A map known only by a file descriptor this process inherited from the one that
@@ -450,6 +462,13 @@ class Program:
         if not link:
             raise BpfError(f"attach of iterator {self.name}", _errno())
         return Iterator(link)
+
+    def attach_cgroup(self, cgroup_fd: int) -> TracingLink:
+        """Attach a cgroup program (sock_ops, ...) to the cgroup open at ``cgroup_fd``."""
+        link = lib.bpf_program__attach_cgroup(self._ptr, cgroup_fd)
+        if not link:
+            raise BpfError(f"attach of {self.name} to a cgroup", _errno())
+        return TracingLink(link)
 
     def pin(self, path: Path) -> None:
         _check(lib.bpf_obj_pin(self.fd, str(path).encode()), f"pin of {self.name} at {path}")
@@ -541,6 +560,30 @@ def prog_info(fd: int) -> tuple[int, str]:
     _check(lib.bpf_obj_get_info_by_fd(fd, info, ctypes.byref(size)), "bpf_obj_get_info_by_fd")
     return (int.from_bytes(info.raw[4:8], "little"),
             info.raw[64:80].split(b"\0", 1)[0].decode(errors="replace"))
+
+
+def map_info(fd: int) -> tuple[int, str]:
+    """(id, name) of the map open at ``fd`` (struct bpf_map_info: id at byte 4, name at
+    byte 24)."""
+    info = ctypes.create_string_buffer(256)
+    size = ctypes.c_uint32(len(info))
+    _check(lib.bpf_obj_get_info_by_fd(fd, info, ctypes.byref(size)), "bpf_obj_get_info_by_fd")
+    return (int.from_bytes(info.raw[4:8], "little"),
+            info.raw[24:40].split(b"\0", 1)[0].decode(errors="replace"))
+
+
+def unregister_struct_ops(map_id: int, name: str) -> bool:
+    """Unregister the struct_ops map ``map_id`` if it is still the map ``name`` (what a
+    killed run registered): True if it was registered. Sockets still using it keep it
+    until they close."""
+    fd = lib.bpf_map_get_fd_by_id(map_id)
+    if fd < 0:
+        return False
+    try:
+        return map_info(fd)[1] == name[:15] and \
+            lib.bpf_map_delete_elem(fd, ctypes.byref(ctypes.c_uint32(0))) == 0
+    finally:
+        os.close(fd)
 
 
 def prog_loaded(prog_id: int, name: str) -> bool:

@@ -21,7 +21,10 @@ can follow. What teardown does per kind:
   objects inside a node's namespace: they vanish with its shell, and teardown
   checks that no process still holds the namespace;
 * ``bpf_prog`` (by id), ``tracing_link`` — held by labkit's file descriptors,
-  tc filters and pins: teardown checks that each program is gone.
+  tc filters and pins: teardown checks that each program is gone;
+* ``struct_ops`` — a registered struct_ops (lk_dctcp, a TCP congestion control), by map
+  id and name: unregistered after the processes (their namespaces take the sockets
+  that use it); teardown checks that no congestion control of that name is left.
 
 A run's scratch files (compiled programs, a sweep's agent files) are in its
 :func:`work_dir`, ``/run/labkit/work/<run id>``, removed as the run ends; those of a
@@ -254,6 +257,9 @@ class Registry:
             with suppress(OSError):
                 path.rmdir()  # fails while another run's cgroups are in it
         for e in self.entries:
+            if e["kind"] == "struct_ops" and bpf.unregister_struct_ops(e["id"], e["name"]):
+                removed.append(f"unregistered struct_ops {e['name']} (map {e['id']})")
+        for e in self.entries:
             if e["kind"] == "pin_dir" and Path(e["path"]).exists():
                 bpf.unpin_dir(Path(e["path"]))
                 removed.append(f"unpinned {e['path']}")
@@ -296,6 +302,8 @@ class Registry:
         for inode, pid in _holders(inodes).items():
             out.append(f"namespace of {inodes[inode]} (held by pid {pid}, not labkit's)")
         for e in self.entries:
+            if e["kind"] == "struct_ops" and e["name"] in _congestion_controls():
+                out.append(f"struct_ops {e['name']} (map {e['id']}), still registered")
             if e["kind"] != "bpf_prog":
                 continue
             while bpf.prog_loaded(e["id"], e["name"]) and time.monotonic() < deadline:
@@ -303,6 +311,11 @@ class Registry:
             if bpf.prog_loaded(e["id"], e["name"]):
                 out.append(f"BPF program {e['name']} (id {e['id']})")
         return out
+
+
+def _congestion_controls() -> list[str]:
+    """The TCP congestion controls registered on this machine."""
+    return Path("/proc/sys/net/ipv4/tcp_available_congestion_control").read_text().split()
 
 
 def _holders(inodes: dict[int, str]) -> dict[int, int]:

@@ -148,6 +148,15 @@ class JobState(ctypes.Structure):
 
 MAX_BURSTS = 4096  # LK_MAX_BURSTS
 
+
+class DctcpSample(ctypes.Structure):
+    """``struct lk_dctcp_sample``: one window of a lk_dctcp sender as it ends (addresses
+    in network order, ports in host order, alpha x 1024)."""
+
+    _fields_ = [("t_ns", u64), ("saddr", u32), ("daddr", u32), ("sport", u16),
+                ("dport", u16), ("alpha", u32), ("cwnd", u32), ("acked", u32),
+                ("marked", u32), ("pad", u32)]
+
 MIRRORS: dict[str, type[ctypes.Structure]] = {
     "lk_rule": Rule, "lk_classifier_config": ClassifierConfig,
     "lk_lane_counters": LaneCounters, "lk_port_key": PortKey, "lk_hist": Hist,
@@ -157,7 +166,7 @@ MIRRORS: dict[str, type[ctypes.Structure]] = {
     "lk_valve_counters": ValveCounters, "lk_pause_port": PausePort,
     "lk_pause_queue": PauseQueue, "lk_pause_hold": PauseHold,
     "lk_pause_event": PauseEvent, "lk_jobmark_config": JobmarkConfig, "lk_burst": Burst,
-    "lk_job_state": JobState,
+    "lk_job_state": JobState, "lk_dctcp_sample": DctcpSample,
 }
 
 _CODES: dict[type, str] = {u8: "B", u16: "H", u32: "I", u64: "Q"}
@@ -178,3 +187,4 @@ LANE_COUNTERS = packer(LaneCounters)
 JOB_PHASE = packer(JobPhase)
 PAUSE_EVENT = packer(PauseEvent)
 BURST = packer(Burst)
+DCTCP_SAMPLE = packer(DctcpSample)

@@ -1,0 +1,105 @@
+"""lk_dctcp (``bpf/dctcp.bpf.c``) for a run: DCTCP as a BPF TCP congestion control.
+
+:class:`Dctcp` registers it (struct_ops, recorded in the run registry), attaches the
+selector (cgroup sock_ops) to the run's fabric cgroup and lists the namespaces whose
+TCP sockets take it (by netns cookie): each as it connects or starts listening, before
+its SYN, so ECN is negotiated. No sysctl changes: a per-socket choice made by a BPF
+program is allowed whatever ``tcp_allowed_congestion_control`` says.
+
+Teardown order: the fabric first (its processes, and with their namespaces every socket
+that uses lk_dctcp), then the selector, then the registration; a killed run's
+registration is removed by ``labkit clean`` from the registry (by map id and name).
+Each window's alpha comes back through a ring buffer (:meth:`Dctcp.samples`).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+
+from labkit.kernel import bpf
+from labkit.kernel.netns import Netns
+from labkit.model.abi import DCTCP_SAMPLE, DctcpSample
+
+NAME = "lk_dctcp"  # the congestion control's name (tcp_congestion_ops.name)
+SELECTOR = "lk_dctcp_select"
+SO_NETNS_COOKIE = 71  # <asm-generic/socket.h>, Linux 5.14
+
+
+def netns_cookie() -> int:
+    """The calling thread's network namespace cookie (what bpf_get_netns_cookie reads)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        return int.from_bytes(s.getsockopt(socket.SOL_SOCKET, SO_NETNS_COOKIE, 8), "little")
+
+
+def _select_here() -> int:
+    """In a namespace that takes lk_dctcp: no ECN fallback on resent SYNs; its cookie."""
+    Path("/proc/sys/net/ipv4/tcp_ecn_fallback").write_text("0")
+    return netns_cookie()
+
+
+def registered() -> bool:
+    """Whether a congestion control called lk_dctcp is registered on this machine."""
+    path = Path("/proc/sys/net/ipv4/tcp_available_congestion_control")
+    return NAME in path.read_text().split()
+
+
+class Dctcp:
+    """lk_dctcp registered for one fabric, picked by the sockets of :meth:`select`'s
+    namespaces in the cgroup given to :meth:`attach`."""
+
+    def __init__(self, record: bpf.Recorder | None = None):
+        if registered():
+            raise RuntimeError(f"a congestion control called {NAME} is registered already "
+                               "(another run's: `sudo labkit clean` removes a killed one's)")
+        # its programs outlive the fabric's teardown (they go with the registration, which
+        # the registry records): not recorded one by one
+        self.obj = bpf.BpfObject(bpf.object_path("dctcp"))
+        self.selector: bpf.TracingLink | None = None
+        try:
+            ops = self.obj.maps[NAME]
+            map_id, _ = bpf.map_info(ops.fd)
+            self.ops: bpf.TracingLink | None = ops.attach_struct_ops()
+            if record:
+                record("struct_ops", name=NAME, id=map_id)
+        except BaseException:
+            self.obj.close()
+            raise
+        self._samples: list[DctcpSample] = []
+        self._ring = bpf.RingBuffer(self.obj.maps["lk_dctcp_samples"].fd, self._on_sample)
+
+    def attach(self, cgroup: Path) -> None:
+        """Attach the selector to the cgroup at ``cgroup`` (and the cgroups below it)."""
+        fd = os.open(cgroup, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            self.selector = self.obj.programs[SELECTOR].attach_cgroup(fd)
+        finally:
+            os.close(fd)
+
+    def select(self, ns: Netns) -> None:
+        """The TCP sockets of namespace ``ns`` take lk_dctcp from now on. A SYN resent
+        keeps asking for ECN there (``tcp_ecn_fallback`` 0, a setting of that namespace
+        alone): else a connection whose first SYN met a full queue would run without
+        ECN, as Reno, and fill the queue DCTCP keeps short."""
+        self.obj.maps["lk_dctcp_hosts"].update(ns.run(_select_here), b"\x01")
+
+    def _on_sample(self, raw: bytes) -> None:
+        self._samples.append(DctcpSample(*DCTCP_SAMPLE.unpack_from(raw)))
+
+    def samples(self) -> list[DctcpSample]:
+        """Every window's end so far, oldest first (alpha and cwnd per flow)."""
+        self._ring.consume()
+        return list(self._samples)
+
+    def close(self) -> None:
+        """Detach the selector, unregister lk_dctcp, release the object (after the
+        fabric: its sockets are gone by then)."""
+        if self.selector:
+            self.selector.close()
+            self.selector = None
+        if self.ops:
+            self.ops.close()
+            self.ops = None
+        self._ring.close()
+        self.obj.close()
