@@ -9,8 +9,9 @@
  * passes the snd_nxt of the window's start) it counts the bytes acknowledged and
  * those acknowledged with ECE, and updates alpha <- (1 - g) alpha + g F, g = 1/16,
  * F the marked fraction. On ECE the stack enters CWR once per window and asks
- * ssthresh(), which cuts cwnd by alpha/2. On a loss it halves as Reno does (RFC 8257
- * section 3.3); growth is Reno's. A connection whose peer did not agree to ECN is Reno.
+ * ssthresh(), which cuts cwnd by alpha/2. On a loss (fast recovery, or a timeout) it
+ * halves as Reno does (RFC 8257 section 3.3); growth is Reno's. A connection whose
+ * peer did not agree to ECN is Reno.
  *
  * Receiver: ECE echoes the CE state of the data exactly (RFC 8257 section 3.2): when
  * the state changes, a delayed ACK still owed for the old state leaves first, and the
@@ -190,6 +191,17 @@ static __always_inline void echo_ce(struct sock *sk, __u32 ce)
 		tp->ecn_flags &= ~TCP_ECN_DEMAND_CWR;
 }
 
+/* A loss: as Reno (RFC 8257 section 3.3), once per round trip: halve the window the
+ * flow had as it was lost, not DCTCP's alpha/2 (with a small alpha that would keep a
+ * full queue full). */
+static __always_inline void react_to_loss(struct sock *sk)
+{
+	struct tcp_sock *tp = tcp_of(sk);
+
+	ca_of(sk)->loss_cwnd = tp->snd_cwnd;
+	tp->snd_ssthresh = tp->snd_cwnd >> 1 > 2 ? tp->snd_cwnd >> 1 : 2;
+}
+
 SEC("struct_ops")
 void BPF_PROG(lk_dctcp_cwnd_event, struct sock *sk, enum tcp_ca_event ev)
 {
@@ -197,17 +209,17 @@ void BPF_PROG(lk_dctcp_cwnd_event, struct sock *sk, enum tcp_ca_event ev)
 		echo_ce(sk, 1);
 	else if (ev == CA_EVENT_ECN_NO_CE)
 		echo_ce(sk, 0);
+	else if (ev == CA_EVENT_LOSS) /* a retransmission timeout, before cwnd is reset */
+		react_to_loss(sk);
 }
 
 SEC("struct_ops")
 void BPF_PROG(lk_dctcp_set_state, struct sock *sk, __u8 new_state)
 {
-	struct tcp_sock *tp = tcp_of(sk);
-
-	if (new_state == TCP_CA_Loss) { /* a loss: as Reno (RFC 8257 section 3.3) */
-		ca_of(sk)->loss_cwnd = tp->snd_cwnd;
-		tp->snd_ssthresh = tp->snd_cwnd >> 1 > 2 ? tp->snd_cwnd >> 1 : 2;
-	}
+	/* fast recovery begins (set_state runs before icsk_ca_state changes) */
+	if (new_state == TCP_CA_Recovery &&
+	    ((struct inet_connection_sock *)sk)->icsk_ca_state != TCP_CA_Recovery)
+		react_to_loss(sk);
 }
 
 SEC("struct_ops")

@@ -28,7 +28,9 @@ from labkit.model.summary import (
     BottleneckLane,
     Command,
     ControllerReport,
+    DctcpFlow,
     DequeueTiming,
+    EcnPort,
     Fidelity,
     Job,
     Lossless,
@@ -45,6 +47,7 @@ from labkit.model.summary import (
     Storage,
     StorageEntry,
     Summary,
+    Tcp,
     Transport,
     Workload,
 )
@@ -519,9 +522,30 @@ def _policy(tables: dict, meta: SummaryMeta, policy: str, ops: pl.DataFrame, sta
         controller=controller(of("controller"), control, of("transport")) if control else None,
         cpu_busy=busy, cpu_bound=fid.cpu_bound, fidelity=replace(fid, notes=tuple(notes)),
         window_s=seconds, transport=transport(of("transport")), lossless=pauses,
+        tcp=tcp(of("dctcp"), meta, policy, start, end),
         telemetry=meta.telemetry.get(policy),
         lossy_links=meta.loss_drops.get(policy, {}),  # drops on purpose
         commands=commands)
+
+
+def tcp(windows: pl.DataFrame, meta: SummaryMeta, policy: str, start: int, end: int
+        ) -> Tcp | None:
+    """The TCP senders' congestion control (None: the scenario left it alone): the ports'
+    marks, and each lk_dctcp flow's windows that ended in the measured window."""
+    if meta.tcp_control == "default" and meta.ecn_k_packets is None:
+        return None
+    inside = windows.filter(pl.col("t_ns").is_between(start, end))
+    flows = {}
+    for (flow,), w in inside.group_by("flow", maintain_order=True):
+        flows[str(flow)] = DctcpFlow(
+            host=str(w["host"][0]), windows=w.height,
+            marked_share=float((w["marked_bytes"] > 0).mean() or 0.0),
+            alpha_mean=float(w["alpha"].mean() or 0.0),
+            cwnd_p50=float(w["cwnd"].median() or 0.0))
+    return Tcp(control=meta.tcp_control, ecn_k_packets=meta.ecn_k_packets,
+               marks={port: EcnPort(**counts)
+                      for port, counts in meta.ecn_marks.get(policy, {}).items()},
+               flows=flows)
 
 
 def summarize(tables: dict[str, pl.DataFrame], meta: SummaryMeta) -> Summary:

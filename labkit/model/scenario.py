@@ -35,6 +35,7 @@ from labkit.model.fabric_spec import FabricSpec, HostSpec, LinkSpec, ServerSpec
 from labkit.model.scenario_spec import (
     AUTO,
     CONTROLLERS,
+    DEFAULT_K_PACKETS,
     DEFAULT_PYTHON,
     ENGINES,
     HOST_REF,
@@ -44,6 +45,7 @@ from labkit.model.scenario_spec import (
     PER_RANK_TEMPLATES,
     RANK_TEMPLATES,
     ROCEV2_PORT,
+    TCP_CONTROLS,
     AllReduceSpec,
     Arrival,
     CommandSpec,
@@ -56,6 +58,7 @@ from labkit.model.scenario_spec import (
     ProgramSpec,
     Scenario,
     StorageSpec,
+    TransportSpec,
     policy,
 )
 from labkit.model.scenario_spec import POLICIES as POLICIES
@@ -149,6 +152,7 @@ LIMITS = {
     "horizon_ms": Limit(0.1, 900, why="the hosts' gates count it times the rate in 64 bits"),
     "fabric_ce_us": Limit(0, 10_000_000, above=True),
     "gso_packets": Limit(1, 16, integer=True),
+    "ecn_k_packets": Limit(1, 10_000, integer=True),
     "rate_factor": Limit(MIN_RATE_FACTOR, MAX_RATE_FACTOR),
 }
 
@@ -350,7 +354,7 @@ def parse(doc: Any, file: str = "<scenario>") -> Scenario:
     c = _Checker(file)
     top = c.mapping(doc, "", {"name", "description", "scale_factor", "seed", "defaults",
                               "fabric", "lanes", "traffic", "policies", "control", "kinds",
-                              "emulation"},
+                              "emulation", "transport"},
                     {"name", "fabric", "traffic"})
     name = c.string(top["name"], "name")
     if not SCENARIO_NAME_RE.fullmatch(name):
@@ -373,6 +377,7 @@ def parse(doc: Any, file: str = "<scenario>") -> Scenario:
         lanes = _with_program_rule(c, lanes, program)
     control = _control(c, top.get("control", {}), "control")
     emulation = _emulation(c, top.get("emulation", {}), "emulation")
+    transport = _transport(c, top.get("transport", {}), "transport", fabric)
     policies = _policies(c, top.get("policies", list(LAYOUTS)), "policies",
                          [name for name, _ in control.controllers])
     if program and emulation.rate_factor != 1:
@@ -381,7 +386,36 @@ def parse(doc: Any, file: str = "<scenario>") -> Scenario:
     return Scenario(name, file, scale, seed, fabric, lanes, allreduce, storage,
                     tuple(p.name for p in policies), description, job=job, control=control,
                     commands=commands, kinds=kinds, kind_entries=kind_entries,
-                    classifier=classifier, emulation=emulation, program=program)
+                    classifier=classifier, emulation=emulation, program=program,
+                    transport=transport)
+
+
+def _transport(c: _Checker, doc, key: str, fabric: FabricSpec) -> TransportSpec:
+    c.mapping(doc, key, set(TransportSpec.__dataclass_fields__))
+    tcp = doc.get("tcp", TransportSpec.tcp)
+    if tcp not in TCP_CONTROLS:
+        c.fail(f"{key}.tcp", f"must be one of {', '.join(TCP_CONTROLS)} (dctcp: DCTCP in "
+               f"eBPF for the hosts' TCP senders), got {tcp!r}")
+    hosts = doc.get("hosts")
+    if hosts is not None:
+        if tcp != "dctcp":
+            c.fail(f"{key}.hosts", "names the hosts that run DCTCP: set `tcp: dctcp` too")
+        known = {h.name for h in fabric.hosts}
+        if not isinstance(hosts, list) or not hosts or not all(
+                isinstance(h, str) for h in hosts):
+            c.fail(f"{key}.hosts", f"must be a list of host names, got {hosts!r}")
+        for i, h in enumerate(hosts):
+            if h not in known:
+                c.fail(f"{key}.hosts[{i}]", f"no host {h!r} in the fabric (hosts: "
+                       f"{', '.join(sorted(known))})")
+        hosts = tuple(hosts)
+    k = doc.get("ecn_k_packets", DEFAULT_K_PACKETS if tcp == "dctcp" else None)
+    if k is not None:
+        k = c.integer(k, f"{key}.ecn_k_packets", "ecn_k_packets")
+        if not fabric.bottlenecks:
+            c.fail(f"{key}.ecn_k_packets", "marks at the bottleneck ports: the fabric names "
+                   "none (fabric.bottlenecks)")
+    return TransportSpec(tcp=tcp, hosts=hosts, ecn_k_packets=k)
 
 
 def _with_program_rule(c: _Checker, lanes: tuple[LaneRule, ...], program: ProgramSpec

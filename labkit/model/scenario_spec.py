@@ -101,6 +101,22 @@ class EmulationSpec:
 
 
 ENGINES = ("leaf", "rank")  # emulation.engines
+TCP_CONTROLS = ("default", "dctcp")  # transport.tcp
+DEFAULT_K_PACKETS = 20  # DCTCP's K at 1-10 Gbit/s (Alizadeh et al.): a port's marking step
+
+
+@dataclass(frozen=True)
+class TransportSpec:
+    """How the fabric's TCP senders control congestion. ``tcp: dctcp`` runs lk_dctcp
+    (labkit.kernel.dctcp, DCTCP in eBPF) for every TCP socket of ``hosts`` (None: every
+    host; list both ends of a flow, as DCTCP's receivers echo each CE mark), and the
+    bottleneck ports mark ECN-capable packets CE once ``ecn_k_packets`` packets are
+    queued (DCTCP's K, default 20). ``tcp: default`` keeps each namespace's own (BBR here);
+    ``ecn_k_packets`` alone marks for whatever reacts to ECN."""
+
+    tcp: str = "default"
+    hosts: tuple[str, ...] | None = None
+    ecn_k_packets: int | None = None
 
 
 AUTO = "auto"  # a value labkit chooses: algo (labkit tune), rate_factor (labkit calibrate)
@@ -263,6 +279,7 @@ class Scenario:
     job: JobSpec | None = None
     control: ControlSpec = ControlSpec()
     emulation: EmulationSpec = EmulationSpec()
+    transport: TransportSpec = TransportSpec()
     commands: tuple[CommandSpec, ...] = ()
     # the user's own traffic kinds: (name, "file.py:Class") pairs, loaded like controllers
     # when a run starts (never while parsing), which then expands their ``kind_entries``
@@ -280,6 +297,8 @@ class Scenario:
         doc = asdict(self)
         if not doc["kind_entries"]:
             del doc["kind_entries"]
+        if self.transport == TransportSpec():  # recorded only when a scenario sets it
+            del doc["transport"]
         return doc
 
     @property

@@ -42,6 +42,10 @@ def scenario_schema() -> dict[str, Any]:
                        if k not in ("dcqcn", "controllers")},
                     "dcqcn": {"type": "boolean"}, "controllers": _class_files()}),
                 "kinds": _class_files(),
+                "transport": _closed({
+                    "tcp": {"enum": list(scenario.TCP_CONTROLS)},
+                    "hosts": {"type": "array", "minItems": 1, "items": {"type": "string"}},
+                    "ecn_k_packets": _number("ecn_k_packets")}),
                 "emulation": _closed({
                     "gso_packets": _number("gso_packets"),
                     "rate_factor": {"anyOf": [_number("rate_factor"), {"const": scenario.AUTO}]},

@@ -407,6 +407,38 @@ class PausedQueue(Record):
 
 
 @dataclass(frozen=True, kw_only=True)
+class EcnPort(Record):
+    """A port's step marking (``transport.ecn_k_packets``): the ECN-capable packets it
+    saw, and those it marked CE for finding K packets or more queued."""
+
+    ect: int
+    ce: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class DctcpFlow(Record):
+    """One lk_dctcp sender over the measured window: its windows, the share of them
+    that met marks, DCTCP's alpha (mean), its window (cwnd, median, packets)."""
+
+    host: str
+    windows: int
+    marked_share: float
+    alpha_mean: float
+    cwnd_p50: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class Tcp(Record):
+    """The TCP senders' congestion control (``transport``): lk_dctcp or each namespace's
+    own, K at the bottleneck ports and what they marked, and each lk_dctcp flow."""
+
+    control: str
+    ecn_k_packets: int | None
+    marks: dict[str, EcnPort]
+    flows: dict[str, DctcpFlow]
+
+
+@dataclass(frozen=True, kw_only=True)
 class Lossless(Record):
     """A lossless fabric's pauses (docs/lossless.md): how many, per paused ``"<port>
     <class>"``, how fast they acted, one MTU frame's wire time and the headroom's budget."""
@@ -460,6 +492,7 @@ class PolicySummary(Record):
     fidelity: Fidelity
     window_s: float
     transport: Transport | None = None
+    tcp: Tcp | None = when_set()
     lossless: Lossless | None = when_set()
     telemetry: Telemetry | None = None
     lossy_links: dict[str, int]  # drops on purpose, per lossy link

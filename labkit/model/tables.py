@@ -214,11 +214,25 @@ class BurstRow(NamedTuple):
     packets: Int
 
 
+class DctcpRow(NamedTuple):
+    """One window of a lk_dctcp sender as it ended (``dctcp``): its flow, DCTCP's alpha
+    after it, the window (cwnd, packets), the bytes it acknowledged and those marked."""
+
+    t_ns: Int
+    host: Str  # the sender
+    flow: Str  # "<src ip>:<port> > <dst ip>:<port>"
+    alpha: Float  # 0 to 1
+    cwnd: Int
+    acked_bytes: Int
+    marked_bytes: Int
+
+
 TABLES: dict[str, type[tuple]] = {  # every table by its name (its file's), in this order
     "collectives": CollectiveRow, "phases": PhaseRow, "transport": TransportRow,
     "queue": QueueRow, "lanes": LaneRow, "sojourn": SojournRow, "latency": LatencyRow,
     "histograms": HistRow, "gaps": GapRow, "flows": FlowRow, "ios": IoRow, "cpu": CpuRow,
     "pauses": PauseRow, "controller": Decision, "program_ops": OpRow, "bursts": BurstRow,
+    "dctcp": DctcpRow,
 }
 
 

@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import random
 import resource
+import socket
+import sys
 import time
 from collections.abc import Callable, Mapping
 from contextlib import ExitStack
@@ -36,6 +38,8 @@ from labkit.control import CONTROLLERS, Controller
 from labkit.control.session import ControlSession
 from labkit.kernel import bpf, cgroups, interrupts, loss, tc
 from labkit.kernel.capture import CpuSampler, QueuePoller, WatchedPort
+from labkit.kernel.dctcp import Dctcp
+from labkit.kernel.ecnmark import EcnMarks
 from labkit.kernel.fabric import Fabric
 from labkit.kernel.jobmark import JobMarks
 from labkit.kernel.lanes import Classifier
@@ -50,7 +54,7 @@ from labkit.kernel.telemetry import (
     sample_every_for,
 )
 from labkit.model import lossless
-from labkit.model.abi import EV_GAP, EV_SOJOURN, LANES
+from labkit.model.abi import EV_GAP, EV_SOJOURN, LANES, DctcpSample
 from labkit.model.scenario_spec import Policy, ProgramSpec, Scenario
 from labkit.model.summary import Command, Telemetry
 from labkit.model.summary_meta import LosslessMeta, PortMeta, SummaryMeta
@@ -58,6 +62,7 @@ from labkit.model.tables import (
     BurstRow,
     CollectiveRow,
     CpuRow,
+    DctcpRow,
     Decision,
     FlowRow,
     GapRow,
@@ -129,6 +134,8 @@ class PolicyResult:
     loss_drops: dict[str, int] = field(default_factory=dict)  # per lossy link
     controller: list[Decision] = field(default_factory=list)  # the valves' decisions
     control: dict | None = None  # valve totals and the controller's own figures
+    ecn_marks: dict[str, dict[str, int]] = field(default_factory=dict)  # per marking port
+    dctcp: list[DctcpRow] = field(default_factory=list)  # lk_dctcp's windows, as they ended
     commands: list[CommandEnd] = field(default_factory=list)  # the command entries, as they ended
     pauses: list[PauseRow] = field(default_factory=list)  # a lossless fabric's pauses
     pause_notes: list[str] = field(default_factory=list)  # what the pauser could not do
@@ -165,6 +172,8 @@ class PolicyFabric:
         # built by __enter__ (each None until then; queues and latency without telemetry,
         # control without a controller)
         self.lossy: LossyLinks | None = None
+        self.dctcp: Dctcp | None = None  # transport.tcp: dctcp
+        self.ecn_marks: EcnMarks | None = None  # transport.ecn_k_packets
         self.classifier: Classifier | None = None
         self.queues: QueueProbe | None = None
         self.latency: LatencyProbe | None = None
@@ -187,6 +196,7 @@ class PolicyFabric:
         sc, topo, registry, fabric = self.sc, self.topo, self.registry, self.fabric
         fabric.start()
         self.lossy = loss.attach(topo, fabric, record=registry.add)
+        self._transport()
         classifier = self.classifier = Classifier(sc.lanes, self.pol.port_layout,
                                                   record=registry.add,
                                                   path=self.classifier_object)
@@ -213,6 +223,25 @@ class PolicyFabric:
         if sc.program:
             self._mark_program(sc.program)
 
+    def _transport(self) -> None:
+        """lk_dctcp for the TCP sockets of the hosts the scenario names (``transport``),
+        and DCTCP's step marking at the bottleneck ports."""
+        t, fabric = self.sc.transport, self.fabric
+        if t.tcp == "dctcp":
+            if fabric.group is None:
+                raise RuntimeError("transport.tcp: dctcp picks lk_dctcp per socket from the "
+                                   "fabric's cgroup, and this machine has no cgroup v2")
+            self.dctcp = Dctcp(self.registry.add)
+            self.dctcp.attach(fabric.group.path)
+            for host in t.hosts or self.topo.hosts:
+                self.dctcp.select(fabric.ns[host])
+        if t.ecn_k_packets:
+            self.ecn_marks = EcnMarks(self.registry.add)
+            for port in self.topo.bottleneck_ports():
+                h = fabric.handle(port)
+                self.ecn_marks.attach(h.ns, h.ifname, h.ifindex, t.ecn_k_packets,
+                                      port.link.mtu)
+
     def _mark_program(self, spec: ProgramSpec) -> None:
         """A cgroup per rank of the user's program (``spec``), and on each rank host's NIC
         the job marker that knows the cgroup (writing the host's valve's phase, when
@@ -237,9 +266,11 @@ class PolicyFabric:
         """Close what the fabric holds, newest first, then tear it down by the registry:
         every step runs whichever of them raised, and the error is raised after."""
         with interrupts.deferred("tearing the fabric down"), ExitStack() as steps:
+            if self.dctcp is not None:  # last: once the fabric's sockets are gone
+                steps.callback(self.dctcp.close)
             steps.callback(self.fabric.stop)
-            for held in (self.lossy, self.queues, self.classifier, self.latency, self.control,
-                         self.pauser, self.marks):
+            for held in (self.lossy, self.ecn_marks, self.queues, self.classifier,
+                         self.latency, self.control, self.pauser, self.marks):
                 if held is not None:
                     steps.callback(held.close)
 
@@ -314,6 +345,10 @@ def _run_traffic(pf: PolicyFabric, workdir: Path, duration_s: float | None,
             _collect_program(result, programs, pf.marks)
         if pf.lossy:
             result.loss_drops = pf.lossy.drops()
+        if pf.ecn_marks:
+            result.ecn_marks = pf.ecn_marks.counts()
+        if pf.dctcp:
+            result.dctcp = dctcp_rows(pf.dctcp.samples(), topo)
         if control:
             result.controller = control.valves.decisions
             result.control = control.summary_counters()
@@ -328,6 +363,17 @@ def _run_traffic(pf: PolicyFabric, workdir: Path, duration_s: float | None,
         if pauser:
             result.pauses = pauser.stop()
             result.pause_notes = pauser.notes()
+
+
+def dctcp_rows(samples: list[DctcpSample], topo: Topology) -> list[DctcpRow]:
+    """lk_dctcp's windows as rows of the ``dctcp`` table, each with its sending host."""
+    hosts = {topo.host_ip(h): h for h in topo.hosts}
+    rows = []
+    for w in samples:
+        src, dst = (socket.inet_ntoa(a.to_bytes(4, sys.byteorder)) for a in (w.saddr, w.daddr))
+        rows.append(DctcpRow(w.t_ns, hosts.get(src, src), f"{src}:{w.sport} > {dst}:{w.dport}",
+                             w.alpha / 1024, w.cwnd, w.acked, w.marked))
+    return rows
 
 
 def _attach_probes(topo: Topology, fabric: Fabric, classifier: Classifier,
@@ -592,6 +638,8 @@ def summary_meta(sc: Scenario, topo: Topology, run_id: str, results: list[Policy
                                        orchestrator_cpu_share=r.orchestrator_cpu_share)
                    for r in results},
         loss_drops={r.policy: r.loss_drops for r in results},
+        tcp_control=sc.transport.tcp, ecn_k_packets=sc.transport.ecn_k_packets,
+        ecn_marks={r.policy: r.ecn_marks for r in results if r.ecn_marks},
         commands={r.policy: tuple(Command(**asdict(c)) for c in r.commands)  # the same fields
                   for r in results if r.commands},
         storage_errors={r.policy: r.storage_errors for r in results},

@@ -71,7 +71,8 @@ SCHEMAS: dict[str, dict[str, PolarsDataType]] = {
     name: {"policy": pl.String, **row_schema(row)} for name, row in TABLES.items()}
 # tables newer than the first runs: a manifest without a "tables" list predates them,
 # and such a run loads with them empty (as does one whose list lacks them)
-ADDED_LATER = {"ios", "controller", "gaps", "phases", "pauses", "program_ops", "bursts"}
+ADDED_LATER = {"ios", "controller", "gaps", "phases", "pauses", "program_ops", "bursts",
+               "dctcp"}
 COLUMNS_ADDED_LATER = {("transport", "cnps"): 0}  # what older runs lack, and its value there
 
 
