@@ -18,7 +18,7 @@ import selectors
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Generic, TypeVar
@@ -104,7 +104,7 @@ class Agent(Generic[R]):
         self.err.close()
 
 
-def await_lines(agents: list[Agent], word: str, timeout_s: float,
+def await_lines(agents: Sequence[Agent], word: str, timeout_s: float,
                  on_line: Callable[[Agent, str], None] | None = None) -> None:
     """Read agents' stdout until each has printed ``word`` (or fail clearly)."""
     sel = selectors.DefaultSelector()
@@ -259,7 +259,7 @@ def finish_together(ranks: list[Engine], timeout_s: float,
     await_lines(ranks, "DONE", 10)
 
 
-def await_ready(agents: list[Agent]) -> None:
+def await_ready(agents: Sequence[Agent]) -> None:
     """Wait for every agent's READY (it has its sockets and its peers)."""
     await_lines(agents, "READY", READY_TIMEOUT_S)
 
@@ -270,7 +270,7 @@ def start_time() -> int:
     return time.monotonic_ns() + GO_LEAD_NS
 
 
-def go(agents: list[Agent], at_ns: int) -> None:
+def go(agents: Sequence[Agent], at_ns: int) -> None:
     """Tell ``agents`` to start at ``at_ns`` (CLOCK_MONOTONIC, shared by every namespace)."""
     for a in agents:
         a.send(f"GO {at_ns}")

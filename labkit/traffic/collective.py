@@ -287,7 +287,8 @@ class Rank:
         self.op_bytes = sum(m.nbytes for step in self.plan.steps for m in step.send)
         self.board = PhaseBoard(cfg.phase_map_fd)
         self.finished = False
-        self.next_op_at = self.stop_at = 0
+        self.next_op_at = 0
+        self.stop_at: int | None = None  # the run's duration ends it then
 
     def start(self, t0: int) -> None:
         self.next_op_at = t0
