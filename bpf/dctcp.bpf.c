@@ -50,6 +50,7 @@ struct lk_dctcp {		/* per socket, in icsk_ca_priv (at most 104 bytes) */
 	__u32 ce_state;		/* receiver: the CE state of the last data packet */
 	__u32 prior_rcv_nxt;	/* receiver: rcv_nxt when it was seen */
 	__u32 started;		/* the first window has begun (sequence numbers are set) */
+	__u32 receiving;	/* receiver: data has arrived (ce_state, prior_rcv_nxt are set) */
 };
 
 struct {
@@ -91,16 +92,16 @@ static __always_inline void new_window(struct tcp_sock *tp, struct lk_dctcp *ca)
 SEC("struct_ops")
 void BPF_PROG(lk_dctcp_init, struct sock *sk)
 {
-	struct tcp_sock *tp = tcp_of(sk);
 	struct lk_dctcp *ca = ca_of(sk);
 
 	ca->alpha = MAX_ALPHA; /* as Linux's DCTCP: cut by half at the first marks */
 	ca->loss_cwnd = 0;
-	ca->ce_state = 0;
-	ca->prior_rcv_nxt = tp->rcv_nxt;
-	/* chosen by lk_dctcp_select as the socket connects, this runs before the initial
-	 * sequence numbers are set: the first window begins at the first ACK */
+	/* chosen by lk_dctcp_select as the socket connects (or its listener as it starts to
+	 * listen: an accepted socket inherits this state), this runs before the sequence
+	 * numbers are set: the first window begins at the first ACK, the receiver's state at
+	 * the first data */
 	ca->started = 0;
+	ca->receiving = 0;
 }
 
 SEC("struct_ops")
@@ -172,6 +173,11 @@ static __always_inline void echo_ce(struct sock *sk, __u32 ce)
 	struct tcp_sock *tp = tcp_of(sk);
 	struct lk_dctcp *ca = ca_of(sk);
 
+	if (!ca->receiving) { /* the first data: rcv_nxt is set only now */
+		ca->receiving = 1;
+		ca->ce_state = ce;
+		ca->prior_rcv_nxt = tp->rcv_nxt;
+	}
 	if (ca->ce_state != ce) {
 		if (icsk->icsk_ack.pending & ICSK_ACK_TIMER) {
 			/* the delayed ACK owed for the earlier data carries the earlier state */

@@ -101,9 +101,7 @@ def test_lk_dctcp_runs_the_flows_of_the_hosts_chosen_and_reacts_to_marks(fabric_
     by the selector, before the SYN), s2's the namespace's default; the port marks past
     K, s1's windows meet those marks and alpha follows them; nothing is left after.
 
-    (How closely lk_dctcp holds the queue at K is measured, not asserted here yet: in
-    most runs its median is 16-24 packets, the paper's ~21, but some runs see it rise
-    towards the buffer for seconds; docs/dctcp.md has the figures.)"""
+    The queue itself: :func:`test_the_papers_queue`."""
     run = run_paper(True, "test-dctcp", ("s1", "s2"), chosen=("s1", "g2"))
     assert run["cc"][0] == "lk_dctcp" and run["cc"][1] != "lk_dctcp", run["cc"]
     windows = [w for w in run["samples"] if w.dport == 5201]  # s1's, as a sender
@@ -115,5 +113,21 @@ def test_lk_dctcp_runs_the_flows_of_the_hosts_chosen_and_reacts_to_marks(fabric_
     counts = run["marks"]["r1/r1-eth3"]
     assert 0 < counts["ce"] < counts["ect"]
     assert run["link_mbps"] >= 0.9 * RATE_MBPS, run["link_mbps"]
+    assert not registered()
+    assert_no_leaks()
+
+
+def test_the_papers_queue(fabric_ready):
+    """Two flows: under lk_dctcp with marking at K the queue's median is within [15, 25]
+    packets (the paper and the reproduction: about 21), under CUBIC at a drop-tail port
+    it fills most of the buffer (the reproduction: about 355 of 425), and the link is
+    full in both."""
+    tcp = run_paper(False, "test-dctcp-tcp")
+    dctcp = run_paper(True, "test-dctcp")
+    assert dctcp["cc"] == ["lk_dctcp", "lk_dctcp"] and tcp["cc"] == ["cubic", "cubic"]
+    assert 15 <= dctcp["median"] <= 25, dctcp["median"]
+    assert tcp["median"] >= 200, tcp["median"]
+    for run in (dctcp, tcp):
+        assert run["link_mbps"] >= 0.95 * RATE_MBPS, run["link_mbps"]
     assert not registered()
     assert_no_leaks()
