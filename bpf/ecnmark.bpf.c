@@ -4,7 +4,11 @@
  * more already queued at the port (its root qdisc's backlog, read as the packet is about
  * to be enqueued) is marked CE if it is ECN-capable. K is in lk_mark_k, set by labkit
  * from the scenario's packets (transport.ecn_k_packets) at the port's MTU. A GSO run
- * is one skb: marked whole, as the packets it is cut into would have found the queue.
+ * is one skb, marked whole or not at all, but the packets it stands for would each have
+ * found the queue longer by the ones before it: it is marked with the probability that
+ * is the share of them that would have found K or more. (Marked on its first packet's
+ * view alone, a run of 5 would go unmarked where single packets behind it are marked,
+ * and the flows sending runs would take the port from those that do not.)
  * Marked and ECN-capable packets are counted (lk_mark_counts). Every packet goes on to
  * the next filter (the lane classifier) whatever it did.
  */
@@ -52,9 +56,9 @@ int lk_mark(struct __sk_buff *ctx)
 	struct iphdr *ip = (void *)(eth + 1);
 	struct net_device *dev;
 	struct Qdisc *root;
-	__u32 zero = 0, *k;
+	__u32 zero = 0, *k, backlog, frame, short_of, marked;
 	__u16 old, new;
-	__u64 packets;
+	__u32 packets;
 	__u8 tos;
 
 	if ((void *)(ip + 1) > data_end || eth->h_proto != bpf_htons(ETH_P_IP))
@@ -67,8 +71,17 @@ int lk_mark(struct __sk_buff *ctx)
 	k = bpf_map_lookup_elem(&lk_mark_k, &zero);
 	dev = skb->dev;
 	root = dev ? dev->qdisc : NULL;
-	if (!k || !root || root->qstats.backlog < *k)
+	if (!k || !root)
 		return TC_ACT_UNSPEC;
+	backlog = root->qstats.backlog;
+	if (backlog < *k) {
+		/* the run's packets that would find K queued: those past the first short_of */
+		frame = ctx->len / packets;
+		short_of = frame ? (*k - backlog + frame - 1) / frame : packets;
+		marked = short_of < packets ? packets - short_of : 0;
+		if (!marked || bpf_get_prandom_u32() % packets >= marked)
+			return TC_ACT_UNSPEC;
+	}
 	if ((tos & ECN_MASK) != ECN_CE) {
 		old = bpf_htons(((__u16)((__u8 *)ip)[0] << 8) | tos);
 		new = bpf_htons(((__u16)((__u8 *)ip)[0] << 8) | tos | ECN_CE);
