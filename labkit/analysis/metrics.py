@@ -29,9 +29,11 @@ from labkit.model.summary import (
     Command,
     ControllerReport,
     DequeueTiming,
+    EcnPort,
     Fidelity,
     Job,
     Lossless,
+    Marking,
     MarksAndDrops,
     PausedQueue,
     PauseTimes,
@@ -519,9 +521,19 @@ def _policy(tables: dict, meta: SummaryMeta, policy: str, ops: pl.DataFrame, sta
         controller=controller(of("controller"), control, of("transport")) if control else None,
         cpu_busy=busy, cpu_bound=fid.cpu_bound, fidelity=replace(fid, notes=tuple(notes)),
         window_s=seconds, transport=transport(of("transport")), lossless=pauses,
+        marking=marking(meta, policy),
         telemetry=meta.telemetry.get(policy),
         lossy_links=meta.loss_drops.get(policy, {}),  # drops on purpose
         commands=commands)
+
+
+def marking(meta: SummaryMeta, policy: str) -> Marking | None:
+    """The bottleneck ports' step marking (None: the scenario does not mark)."""
+    if meta.ecn_k_packets is None:
+        return None
+    return Marking(k_packets=meta.ecn_k_packets,
+                   ports={port: EcnPort(ect=counts["ect"], ce=counts["ce"])
+                          for port, counts in meta.ecn_marks.get(policy, {}).items()})
 
 
 def summarize(tables: dict[str, pl.DataFrame], meta: SummaryMeta) -> Summary:

@@ -56,6 +56,7 @@ from labkit.model.scenario_spec import (
     ProgramSpec,
     Scenario,
     StorageSpec,
+    TransportSpec,
     policy,
 )
 from labkit.model.scenario_spec import POLICIES as POLICIES
@@ -149,6 +150,7 @@ LIMITS = {
     "horizon_ms": Limit(0.1, 900, why="the hosts' gates count it times the rate in 64 bits"),
     "fabric_ce_us": Limit(0, 10_000_000, above=True),
     "gso_packets": Limit(1, 16, integer=True),
+    "ecn_k_packets": Limit(1, 10_000, integer=True, why="packets queued at a port"),
     "rate_factor": Limit(MIN_RATE_FACTOR, MAX_RATE_FACTOR),
 }
 
@@ -350,7 +352,7 @@ def parse(doc: Any, file: str = "<scenario>") -> Scenario:
     c = _Checker(file)
     top = c.mapping(doc, "", {"name", "description", "scale_factor", "seed", "defaults",
                               "fabric", "lanes", "traffic", "policies", "control", "kinds",
-                              "emulation"},
+                              "emulation", "transport"},
                     {"name", "fabric", "traffic"})
     name = c.string(top["name"], "name")
     if not SCENARIO_NAME_RE.fullmatch(name):
@@ -373,6 +375,7 @@ def parse(doc: Any, file: str = "<scenario>") -> Scenario:
         lanes = _with_program_rule(c, lanes, program)
     control = _control(c, top.get("control", {}), "control")
     emulation = _emulation(c, top.get("emulation", {}), "emulation")
+    transport = _transport(c, top.get("transport", {}), "transport", fabric)
     policies = _policies(c, top.get("policies", list(LAYOUTS)), "policies",
                          [name for name, _ in control.controllers])
     if program and emulation.rate_factor != 1:
@@ -381,7 +384,19 @@ def parse(doc: Any, file: str = "<scenario>") -> Scenario:
     return Scenario(name, file, scale, seed, fabric, lanes, allreduce, storage,
                     tuple(p.name for p in policies), description, job=job, control=control,
                     commands=commands, kinds=kinds, kind_entries=kind_entries,
-                    classifier=classifier, emulation=emulation, program=program)
+                    classifier=classifier, emulation=emulation, program=program,
+                    transport=transport)
+
+
+def _transport(c: _Checker, doc, key: str, fabric: FabricSpec) -> TransportSpec:
+    c.mapping(doc, key, set(TransportSpec.__dataclass_fields__))
+    k = doc.get("ecn_k_packets")
+    if k is not None:
+        k = c.integer(k, f"{key}.ecn_k_packets", "ecn_k_packets")
+        if not fabric.bottlenecks:
+            c.fail(f"{key}.ecn_k_packets", "marks at the bottleneck ports, and the fabric "
+                   "names none: add fabric.bottlenecks")
+    return TransportSpec(ecn_k_packets=k)
 
 
 def _with_program_rule(c: _Checker, lanes: tuple[LaneRule, ...], program: ProgramSpec

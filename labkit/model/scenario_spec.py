@@ -103,6 +103,16 @@ class EmulationSpec:
 ENGINES = ("leaf", "rank")  # emulation.engines
 
 
+@dataclass(frozen=True)
+class TransportSpec:
+    """How the fabric signals congestion to its senders: with ``ecn_k_packets`` set, the
+    bottleneck ports mark each ECN-capable packet CE once that many packets are queued
+    (DCTCP's step marking, K; labkit.kernel.ecnmark), for whatever reacts to ECN: the
+    hosts' TCP (labkit's namespaces negotiate ECN), RoCE ranks under DCQCN."""
+
+    ecn_k_packets: int | None = None
+
+
 AUTO = "auto"  # a value labkit chooses: algo (labkit tune), rate_factor (labkit calibrate)
 
 
@@ -263,6 +273,7 @@ class Scenario:
     job: JobSpec | None = None
     control: ControlSpec = ControlSpec()
     emulation: EmulationSpec = EmulationSpec()
+    transport: TransportSpec = TransportSpec()
     commands: tuple[CommandSpec, ...] = ()
     # the user's own traffic kinds: (name, "file.py:Class") pairs, loaded like controllers
     # when a run starts (never while parsing), which then expands their ``kind_entries``
@@ -280,6 +291,8 @@ class Scenario:
         doc = asdict(self)
         if not doc["kind_entries"]:
             del doc["kind_entries"]
+        if self.transport == TransportSpec():  # recorded only when a scenario sets it
+            del doc["transport"]
         return doc
 
     @property

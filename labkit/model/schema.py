@@ -42,6 +42,7 @@ def scenario_schema() -> dict[str, Any]:
                        if k not in ("dcqcn", "controllers")},
                     "dcqcn": {"type": "boolean"}, "controllers": _class_files()}),
                 "kinds": _class_files(),
+                "transport": _closed({"ecn_k_packets": _number("ecn_k_packets")}),
                 "emulation": _closed({
                     "gso_packets": _number("gso_packets"),
                     "rate_factor": {"anyOf": [_number("rate_factor"), {"const": scenario.AUTO}]},

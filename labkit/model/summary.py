@@ -407,6 +407,24 @@ class PausedQueue(Record):
 
 
 @dataclass(frozen=True, kw_only=True)
+class EcnPort(Record):
+    """A port's step marking: the ECN-capable packets it saw (a GSO run counts its
+    packets), and those it marked CE for finding K packets or more queued."""
+
+    ect: int
+    ce: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class Marking(Record):
+    """The bottleneck ports' step marking (``transport.ecn_k_packets``): K, and per port
+    (``<node>/<interface>``) what it saw and marked over the whole policy."""
+
+    k_packets: int
+    ports: dict[str, EcnPort]
+
+
+@dataclass(frozen=True, kw_only=True)
 class Lossless(Record):
     """A lossless fabric's pauses (docs/lossless.md): how many, per paused ``"<port>
     <class>"``, how fast they acted, one MTU frame's wire time and the headroom's budget."""
@@ -460,6 +478,7 @@ class PolicySummary(Record):
     fidelity: Fidelity
     window_s: float
     transport: Transport | None = None
+    marking: Marking | None = when_set()
     lossless: Lossless | None = when_set()
     telemetry: Telemetry | None = None
     lossy_links: dict[str, int]  # drops on purpose, per lossy link

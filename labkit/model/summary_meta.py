@@ -65,3 +65,5 @@ class SummaryMeta:
     warmup: int = 0  # a program's first iterations, left out of every figure
     control: dict[str, dict[str, Any]] = field(default_factory=dict)
     lossless: LosslessMeta | None = None
+    ecn_k_packets: int | None = None  # transport.ecn_k_packets: the bottleneck ports mark
+    ecn_marks: dict[str, dict[str, dict[str, int]]] = field(default_factory=dict)  # per port

@@ -36,6 +36,7 @@ from labkit.control import CONTROLLERS, Controller
 from labkit.control.session import ControlSession
 from labkit.kernel import bpf, cgroups, interrupts, loss, tc
 from labkit.kernel.capture import CpuSampler, QueuePoller, WatchedPort
+from labkit.kernel.ecnmark import EcnMarks
 from labkit.kernel.fabric import Fabric
 from labkit.kernel.jobmark import JobMarks
 from labkit.kernel.lanes import Classifier
@@ -129,6 +130,7 @@ class PolicyResult:
     loss_drops: dict[str, int] = field(default_factory=dict)  # per lossy link
     controller: list[Decision] = field(default_factory=list)  # the valves' decisions
     control: dict | None = None  # valve totals and the controller's own figures
+    ecn_marks: dict[str, dict[str, int]] = field(default_factory=dict)  # per marking port
     commands: list[CommandEnd] = field(default_factory=list)  # the command entries, as they ended
     pauses: list[PauseRow] = field(default_factory=list)  # a lossless fabric's pauses
     pause_notes: list[str] = field(default_factory=list)  # what the pauser could not do
@@ -165,6 +167,7 @@ class PolicyFabric:
         # built by __enter__ (each None until then; queues and latency without telemetry,
         # control without a controller)
         self.lossy: LossyLinks | None = None
+        self.ecn_marks: EcnMarks | None = None  # transport.ecn_k_packets
         self.classifier: Classifier | None = None
         self.queues: QueueProbe | None = None
         self.latency: LatencyProbe | None = None
@@ -187,6 +190,11 @@ class PolicyFabric:
         sc, topo, registry, fabric = self.sc, self.topo, self.registry, self.fabric
         fabric.start()
         self.lossy = loss.attach(topo, fabric, record=registry.add)
+        if k := sc.transport.ecn_k_packets:
+            self.ecn_marks = EcnMarks(registry.add)
+            for port in topo.bottleneck_ports():
+                h = fabric.handle(port)
+                self.ecn_marks.attach(h.ns, h.ifname, h.ifindex, k, port.link.mtu)
         classifier = self.classifier = Classifier(sc.lanes, self.pol.port_layout,
                                                   record=registry.add,
                                                   path=self.classifier_object)
@@ -238,8 +246,8 @@ class PolicyFabric:
         every step runs whichever of them raised, and the error is raised after."""
         with interrupts.deferred("tearing the fabric down"), ExitStack() as steps:
             steps.callback(self.fabric.stop)
-            for held in (self.lossy, self.queues, self.classifier, self.latency, self.control,
-                         self.pauser, self.marks):
+            for held in (self.lossy, self.ecn_marks, self.queues, self.classifier,
+                         self.latency, self.control, self.pauser, self.marks):
                 if held is not None:
                     steps.callback(held.close)
 
@@ -314,6 +322,8 @@ def _run_traffic(pf: PolicyFabric, workdir: Path, duration_s: float | None,
             _collect_program(result, programs, pf.marks)
         if pf.lossy:
             result.loss_drops = pf.lossy.drops()
+        if pf.ecn_marks:
+            result.ecn_marks = pf.ecn_marks.counts()
         if control:
             result.controller = control.valves.decisions
             result.control = control.summary_counters()
@@ -592,6 +602,8 @@ def summary_meta(sc: Scenario, topo: Topology, run_id: str, results: list[Policy
                                        orchestrator_cpu_share=r.orchestrator_cpu_share)
                    for r in results},
         loss_drops={r.policy: r.loss_drops for r in results},
+        ecn_k_packets=sc.transport.ecn_k_packets,
+        ecn_marks={r.policy: r.ecn_marks for r in results if r.ecn_marks},
         commands={r.policy: tuple(Command(**asdict(c)) for c in r.commands)  # the same fields
                   for r in results if r.commands},
         storage_errors={r.policy: r.storage_errors for r in results},
