@@ -1,14 +1,15 @@
 // SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
 /*
- * DCTCP's step marking at a port (tc, clsact egress): a packet that finds K bytes or
- * more already queued at the port (its root qdisc's backlog, read as the packet is about
- * to be enqueued) is marked CE if it is ECN-capable. K is in lk_mark_k, set by labkit
- * from the scenario's packets (transport.ecn_k_packets) at the port's MTU. A GSO run
- * is one skb, marked whole or not at all, but the packets it stands for would each have
- * found the queue longer by the ones before it: it is marked with the probability that
- * is the share of them that would have found K or more. (Marked on its first packet's
- * view alone, a run of 5 would go unmarked where single packets behind it are marked,
- * and the flows sending runs would take the port from those that do not.)
+ * Step marking at a port, as DCTCP's switches mark (tc, clsact egress): a packet that
+ * finds K bytes or more already queued at the port (its root qdisc's backlog, read as the
+ * packet is about to be enqueued) is marked CE if it is ECN-capable: a TCP sender that
+ * negotiated ECN, a RoCE rank under DCQCN. K is in lk_mark_k, set by labkit from the
+ * scenario's packets (transport.ecn_k_packets) at the port's MTU. A GSO run is one skb,
+ * marked whole or not at all, but the packets it stands for would each have found the
+ * queue longer by the ones before it: it is marked with the probability that is the
+ * share of them that would have found K or more. (Marked on its first packet's view
+ * alone, a run of 5 would go unmarked where single packets behind it are marked, and
+ * the flows that send runs would take the port from those that do not.)
  * Marked and ECN-capable packets are counted (lk_mark_counts). Every packet goes on to
  * the next filter (the lane classifier) whatever it did.
  */

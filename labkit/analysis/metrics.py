@@ -34,6 +34,7 @@ from labkit.model.summary import (
     Fidelity,
     Job,
     Lossless,
+    Marking,
     MarksAndDrops,
     PausedQueue,
     PauseTimes,
@@ -522,18 +523,16 @@ def _policy(tables: dict, meta: SummaryMeta, policy: str, ops: pl.DataFrame, sta
         controller=controller(of("controller"), control, of("transport")) if control else None,
         cpu_busy=busy, cpu_bound=fid.cpu_bound, fidelity=replace(fid, notes=tuple(notes)),
         window_s=seconds, transport=transport(of("transport")), lossless=pauses,
-        tcp=tcp(of("dctcp"), meta, policy, start, end),
+        tcp=tcp(of("dctcp"), meta, start, end) if meta.tcp_control != "default" else None,
+        marking=marking(of("queue"), meta, policy, start, end),
         telemetry=meta.telemetry.get(policy),
         lossy_links=meta.loss_drops.get(policy, {}),  # drops on purpose
         commands=commands)
 
 
-def tcp(windows: pl.DataFrame, meta: SummaryMeta, policy: str, start: int, end: int
-        ) -> Tcp | None:
-    """The TCP senders' congestion control (None: the scenario left it alone): the ports'
-    marks, and each lk_dctcp flow's windows that ended in the measured window."""
-    if meta.tcp_control == "default" and meta.ecn_k_packets is None:
-        return None
+def tcp(windows: pl.DataFrame, meta: SummaryMeta, start: int, end: int) -> Tcp:
+    """The TCP senders' congestion control (``transport.tcp``): each lk_dctcp flow's
+    windows that ended in the measured window."""
     inside = windows.filter(pl.col("t_ns").is_between(start, end))
     flows = {}
     for (flow,), w in inside.group_by("flow", maintain_order=True):
@@ -542,10 +541,24 @@ def tcp(windows: pl.DataFrame, meta: SummaryMeta, policy: str, start: int, end: 
             marked_share=float((w["marked_bytes"] > 0).mean() or 0.0),
             alpha_mean=float(w["alpha"].mean() or 0.0),
             cwnd_p50=float(w["cwnd"].median() or 0.0))
-    return Tcp(control=meta.tcp_control, ecn_k_packets=meta.ecn_k_packets,
-               marks={port: EcnPort(**counts)
-                      for port, counts in meta.ecn_marks.get(policy, {}).items()},
-               flows=flows)
+    return Tcp(control=meta.tcp_control, flows=flows)
+def marking(queue: pl.DataFrame, meta: SummaryMeta, policy: str, start: int, end: int
+            ) -> Marking | None:
+    """The bottleneck ports' step marking (None: the scenario does not mark): per port,
+    its counts and its queue's length in frames over the measured window."""
+    if meta.ecn_k_packets is None:
+        return None
+    ports = {}
+    for port, counts in meta.ecn_marks.get(policy, {}).items():
+        ifname = port.rsplit("/", 1)[-1]
+        frames = backlog_series(queue, policy, ifname, start, end)["backlog_bytes"] / counts.get(
+            "frame", 1)
+        ports[port] = EcnPort(
+            ect=counts["ect"], ce=counts["ce"],
+            queue_p50_packets=None if frames.is_empty() else round(float(frames.median()), 1),
+            queue_p99_packets=None if frames.is_empty() else round(float(
+                frames.quantile(0.99, interpolation="linear")), 1))
+    return Marking(k_packets=meta.ecn_k_packets, ports=ports)
 
 
 def summarize(tables: dict[str, pl.DataFrame], meta: SummaryMeta) -> Summary:

@@ -1,5 +1,6 @@
-"""DCTCP's step marking (``bpf/ecnmark.bpf.c``) on a fabric's ports: an ECN-capable
-packet that finds K bytes or more queued at the port is marked CE.
+"""Step marking (``bpf/ecnmark.bpf.c``) on a fabric's bottleneck ports, as DCTCP's
+switches mark: an ECN-capable packet that finds K bytes or more queued at the port is
+marked CE (scenario ``transport.ecn_k_packets``).
 
 K is given in packets, as the DCTCP paper gives it, and kept in bytes at the port's MTU
 (a frame: MTU plus the Ethernet header). One object per port: each has its own K and
@@ -27,22 +28,26 @@ class EcnMarks:
     def __init__(self, record: bpf.Recorder | None = None):
         self.record = record
         self.objects: dict[str, bpf.BpfObject] = {}
+        self.frames: dict[str, int] = {}  # a full frame's bytes, per port
         self.attachments: list[tuple[Netns, bpf.TcAttachment]] = []
 
     def attach(self, ns: Netns, ifname: str, ifindex: int, k_packets: int, mtu: int) -> None:
         obj = bpf.record_programs(bpf.BpfObject(bpf.object_path("ecnmark")), self.record)
         self.objects[f"{ns.name}/{ifname}"] = obj
+        self.frames[f"{ns.name}/{ifname}"] = mtu + ETH_HLEN
         obj.maps["lk_mark_k"].update(0, k_bytes(k_packets, mtu).to_bytes(4, "little"))
         bpf.attach_filter(ns, obj.programs[PROGRAM], ifname, ifindex, tc.PRIO_ECN_MARK,
                           self.attachments, self.record)
 
     def counts(self) -> dict[str, dict[str, int]]:
-        """Per port, the ECN-capable packets it saw and those it found over K (marked CE)."""
+        """Per port, the ECN-capable packets it saw, those it found over K (marked CE), and
+        its full frame's bytes (``frame``: what a queue's bytes are counted in)."""
         out = {}
         for port, obj in self.objects.items():
             counts = obj.maps["lk_mark_counts"]
             out[port] = {name: sum(int.from_bytes(v, "little") for v in counts.per_cpu(key))
                          for name, key in (("ect", ECT), ("ce", CE))}
+            out[port]["frame"] = self.frames[port]
         return out
 
     def close(self) -> None:

@@ -48,8 +48,8 @@ FIFO_CLASS = 0x10010
 HELD_CLASS = 0x10020  # a held port's class for every non-vip packet
 # tc filter priorities on a port's clsact hooks (lower runs first). Egress: a lossy link's
 # dropper, a rank host's job marker (it writes the DSCP the valve then reads), a host's
-# valve, DCTCP's step marker (CE past K), then the lane classifier. Ingress: the latency
-# probe alone (0: the kernel picks).
+# valve, the step marker (CE past K), then the lane classifier. Ingress: the latency probe
+# alone (0: the kernel picks).
 PRIO_DROPPER, PRIO_MARK, PRIO_VALVE, PRIO_CLASSIFIER, PRIO_LATENCY = 1, 3, 5, 10, 0
 PRIO_ECN_MARK = 7
 TOKEN_RATE_FRACTION = 0.01  # the lower lanes' guaranteed share of the link

@@ -152,7 +152,7 @@ LIMITS = {
     "horizon_ms": Limit(0.1, 900, why="the hosts' gates count it times the rate in 64 bits"),
     "fabric_ce_us": Limit(0, 10_000_000, above=True),
     "gso_packets": Limit(1, 16, integer=True),
-    "ecn_k_packets": Limit(1, 10_000, integer=True),
+    "ecn_k_packets": Limit(1, 10_000, integer=True, why="packets queued at a port"),
     "rate_factor": Limit(MIN_RATE_FACTOR, MAX_RATE_FACTOR),
 }
 
@@ -413,8 +413,8 @@ def _transport(c: _Checker, doc, key: str, fabric: FabricSpec) -> TransportSpec:
     if k is not None:
         k = c.integer(k, f"{key}.ecn_k_packets", "ecn_k_packets")
         if not fabric.bottlenecks:
-            c.fail(f"{key}.ecn_k_packets", "marks at the bottleneck ports: the fabric names "
-                   "none (fabric.bottlenecks)")
+            c.fail(f"{key}.ecn_k_packets", "marks at the bottleneck ports, and the fabric "
+                   "names none: add fabric.bottlenecks")
     return TransportSpec(tcp=tcp, hosts=hosts, ecn_k_packets=k)
 
 

@@ -109,10 +109,12 @@ DEFAULT_K_PACKETS = 20  # DCTCP's K at 1-10 Gbit/s (Alizadeh et al.): a port's m
 class TransportSpec:
     """How the fabric's TCP senders control congestion. ``tcp: dctcp`` runs lk_dctcp
     (labkit.kernel.dctcp, DCTCP in eBPF) for every TCP socket of ``hosts`` (None: every
-    host; list both ends of a flow, as DCTCP's receivers echo each CE mark), and the
-    bottleneck ports mark ECN-capable packets CE once ``ecn_k_packets`` packets are
-    queued (DCTCP's K, default 20). ``tcp: default`` keeps each namespace's own (BBR here);
-    ``ecn_k_packets`` alone marks for whatever reacts to ECN."""
+    host; list both ends of a flow, as DCTCP's receivers echo each CE mark). With
+    ``ecn_k_packets`` (DCTCP's K; 20 under dctcp unless set) the bottleneck ports mark
+    each ECN-capable packet CE once that many packets are queued (labkit.kernel.ecnmark),
+    for whatever reacts to ECN: lk_dctcp, the hosts' own TCP (labkit's namespaces
+    negotiate ECN), RoCE ranks under DCQCN. ``tcp: default`` keeps each namespace's own
+    congestion control (BBR here)."""
 
     tcp: str = "default"
     hosts: tuple[str, ...] | None = None

@@ -408,11 +408,14 @@ class PausedQueue(Record):
 
 @dataclass(frozen=True, kw_only=True)
 class EcnPort(Record):
-    """A port's step marking (``transport.ecn_k_packets``): the ECN-capable packets it
-    saw, and those it marked CE for finding K packets or more queued."""
+    """A port's step marking: the ECN-capable packets it saw (a GSO run counts its
+    packets), those it marked CE for finding K packets or more queued, and its queue over
+    the measured window, in full frames (median, 99th percentile; None: not sampled)."""
 
     ect: int
     ce: int
+    queue_p50_packets: float | None = None
+    queue_p99_packets: float | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -429,13 +432,17 @@ class DctcpFlow(Record):
 
 @dataclass(frozen=True, kw_only=True)
 class Tcp(Record):
-    """The TCP senders' congestion control (``transport``): lk_dctcp or each namespace's
-    own, K at the bottleneck ports and what they marked, and each lk_dctcp flow."""
+    """The TCP senders' congestion control (``transport.tcp``): lk_dctcp, and each of its
+    flows (the marks they met at the ports: ``marking``)."""
 
     control: str
-    ecn_k_packets: int | None
-    marks: dict[str, EcnPort]
     flows: dict[str, DctcpFlow]
+class Marking(Record):
+    """The bottleneck ports' step marking (``transport.ecn_k_packets``): K, and per port
+    (``<node>/<interface>``) what it saw and marked over the whole policy."""
+
+    k_packets: int
+    ports: dict[str, EcnPort]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -492,6 +499,7 @@ class PolicySummary(Record):
     fidelity: Fidelity
     window_s: float
     transport: Transport | None = None
+    marking: Marking | None = when_set()
     tcp: Tcp | None = when_set()
     lossless: Lossless | None = when_set()
     telemetry: Telemetry | None = None

@@ -66,5 +66,5 @@ class SummaryMeta:
     control: dict[str, dict[str, Any]] = field(default_factory=dict)
     lossless: LosslessMeta | None = None
     tcp_control: str = "default"  # transport.tcp
-    ecn_k_packets: int | None = None  # transport.ecn_k_packets
+    ecn_k_packets: int | None = None  # transport.ecn_k_packets: the bottleneck ports mark
     ecn_marks: dict[str, dict[str, dict[str, int]]] = field(default_factory=dict)  # per port

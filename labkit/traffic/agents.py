@@ -146,7 +146,11 @@ def collective(op: str, algo: str, size_bytes: int, group: int = 1) -> dict:
 class Engine(Agent[EngineResult]):
     """A collective engine: one process driving the ranks of ``hosts`` (rank -> host)."""
 
-    hosts: dict[int, str]
+    def __init__(self, fabric: Fabric, hosts: dict[int, str], cfg: configs.Engine,
+                 workdir: Path, pass_fds: tuple[int, ...]):
+        self.hosts = hosts
+        super().__init__(fabric, hosts[min(hosts)], "labkit.traffic.collective", cfg,
+                         EngineResult, workdir, "collective", pass_fds=pass_fds)
 
     def ranks(self) -> list[tuple[str, CollectiveResult]]:
         """Each of its ranks' results, with the rank's host."""
@@ -205,10 +209,8 @@ def start_collective(fabric: Fabric, topo: Topology, ranks: tuple[str, ...], wor
             for i in group])
         fds = {*(phase_maps[h] for h in (home, *guests) if h in phase_maps),
                *(fabric.ns[h].fd for h in guests)}
-        engine = Engine(fabric, home, "labkit.traffic.collective", cfg, EngineResult, workdir,
-                        "collective", pass_fds=tuple(sorted(fds)))
-        engine.hosts = {i: ranks[i] for i in group}
-        out.append(engine)
+        out.append(Engine(fabric, {i: ranks[i] for i in group}, cfg, workdir,
+                          tuple(sorted(fds))))
     return out
 
 

@@ -29,8 +29,8 @@ communication) and waiting for a peer that had not sent yet (bubbles); every op 
 reports those phases as spans, when each began and ended (``phases`` in the results:
 ``[op, phase, start_ns, end_ns]``), a few per step of its plan.
 
-Standard library only (plus ``wire``, ``hotpath``, ``rc``, ``schedules``, ``jobs``):
-agents start fast.
+Standard library only (plus ``wire``, ``hotpath``, ``rc``, ``schedules``, ``jobs``,
+``netns``): engines start fast.
 """
 
 from __future__ import annotations

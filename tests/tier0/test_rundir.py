@@ -187,6 +187,8 @@ RECORDED = {  # every table's columns and dtypes as runs have recorded them (bef
                     "bytes": I64, "start_ns": I64, "end_ns": I64},
     "bursts": {"policy": STR, "host": STR, "start_ns": I64, "end_ns": I64, "bytes": I64,
                "packets": I64},
+    "dctcp": {"policy": STR, "t_ns": I64, "host": STR, "flow": STR, "alpha": F64, "cwnd": I64,
+              "acked_bytes": I64, "marked_bytes": I64},
 }
 
 
