@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import socket
+import subprocess
 from pathlib import Path
 
 from labkit.kernel import bpf
@@ -37,6 +38,13 @@ def _select_here() -> int:
     """In a namespace that takes lk_dctcp: no ECN fallback on resent SYNs; its cookie."""
     Path("/proc/sys/net/ipv4/tcp_ecn_fallback").write_text("0")
     return netns_cookie()
+
+
+def _abort_tcp_sockets() -> None:
+    """Destroy every TCP socket of the calling thread's namespace (sock_diag's
+    SOCK_DESTROY, as iproute2's ``ss -K`` sends it: pyroute2 does not send it)."""
+    subprocess.run(["ss", "-K", "-t", "-a", "-n"], stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL, check=False)
 
 
 def registered() -> bool:
@@ -67,6 +75,7 @@ class Dctcp:
             self.obj.close()
             raise
         self._samples: list[DctcpSample] = []
+        self._chosen: list[Netns] = []  # select()'s namespaces, held open until close()
         self._ring = bpf.RingBuffer(self.obj.maps["lk_dctcp_samples"].fd, self._on_sample)
 
     def attach(self, cgroup: Path) -> None:
@@ -83,6 +92,7 @@ class Dctcp:
         alone): else a connection whose first SYN met a full queue would run without
         ECN, as Reno, and fill the queue DCTCP keeps short."""
         self.obj.maps["lk_dctcp_hosts"].update(ns.run(_select_here), b"\x01")
+        self._chosen.append(Netns.inherited(os.dup(ns.fd), ns.name))
 
     def _on_sample(self, raw: bytes) -> None:
         self._samples.append(DctcpSample(*DCTCP_SAMPLE.unpack_from(raw)))
@@ -93,8 +103,14 @@ class Dctcp:
         return list(self._samples)
 
     def close(self) -> None:
-        """Detach the selector, unregister lk_dctcp, release the object (after the
-        fabric: its sockets are gone by then)."""
+        """After the fabric's teardown: destroy the TCP sockets its processes left behind
+        in the chosen namespaces (closing in FIN-WAIT to peers that are gone, they would
+        hold lk_dctcp, and their namespace, for minutes), let the namespaces go, detach
+        the selector, unregister lk_dctcp, release the object."""
+        for ns in self._chosen:
+            ns.run(_abort_tcp_sockets)
+            ns.close()
+        self._chosen.clear()
         if self.selector:
             self.selector.close()
             self.selector = None

@@ -437,6 +437,9 @@ class Tcp(Record):
 
     control: str
     flows: dict[str, DctcpFlow]
+
+
+@dataclass(frozen=True, kw_only=True)
 class Marking(Record):
     """The bottleneck ports' step marking (``transport.ecn_k_packets``): K, and per port
     (``<node>/<interface>``) what it saw and marked over the whole policy."""
