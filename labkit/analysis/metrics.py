@@ -30,20 +30,20 @@ from labkit.model.summary import (
     ControllerReport,
     DctcpFlow,
     DequeueTiming,
-    EcnPort,
     Fidelity,
     Job,
     Lossless,
-    Marking,
     MarksAndDrops,
     PausedQueue,
     PauseTimes,
     PerLane,
     PolicySummary,
+    PortQueue,
     Program,
     ProgramOp,
     ProgramRank,
     ProgramTraffic,
+    Queues,
     ReactionTimes,
     Storage,
     StorageEntry,
@@ -524,7 +524,7 @@ def _policy(tables: dict, meta: SummaryMeta, policy: str, ops: pl.DataFrame, sta
         cpu_busy=busy, cpu_bound=fid.cpu_bound, fidelity=replace(fid, notes=tuple(notes)),
         window_s=seconds, transport=transport(of("transport")), lossless=pauses,
         tcp=tcp(of("dctcp"), meta, start, end) if meta.tcp_control != "default" else None,
-        marking=marking(of("queue"), meta, policy, start, end),
+        queues=queues(of("queue"), meta, policy, start, end),
         telemetry=meta.telemetry.get(policy),
         lossy_links=meta.loss_drops.get(policy, {}),  # drops on purpose
         commands=commands)
@@ -538,27 +538,29 @@ def tcp(windows: pl.DataFrame, meta: SummaryMeta, start: int, end: int) -> Tcp:
     for (flow,), w in inside.group_by("flow", maintain_order=True):
         flows[str(flow)] = DctcpFlow(
             host=str(w["host"][0]), windows=w.height,
-            marked_share=float((w["marked_bytes"] > 0).mean() or 0.0),
-            alpha_mean=float(w["alpha"].mean() or 0.0),
-            cwnd_p50=float(w["cwnd"].median() or 0.0))
+            marked_share=_num((w["marked_bytes"] > 0).mean()),
+            alpha_mean=_num(w["alpha"].mean()), cwnd_p50=_num(w["cwnd"].median()))
     return Tcp(control=meta.tcp_control, flows=flows)
-def marking(queue: pl.DataFrame, meta: SummaryMeta, policy: str, start: int, end: int
-            ) -> Marking | None:
-    """The bottleneck ports' step marking (None: the scenario does not mark): per port,
-    its counts and its queue's length in frames over the measured window."""
-    if meta.ecn_k_packets is None:
+
+
+def queues(queue: pl.DataFrame, meta: SummaryMeta, policy: str, start: int, end: int
+           ) -> Queues | None:
+    """The bottleneck ports' queues in full frames over the measured window, and their
+    marks (None: the scenario leaves ``transport`` alone)."""
+    if meta.tcp_control == "default" and meta.ecn_k_packets is None:
         return None
+    marks = meta.ecn_marks.get(policy, {})
     ports = {}
-    for port, counts in meta.ecn_marks.get(policy, {}).items():
-        ifname = port.rsplit("/", 1)[-1]
-        frames = backlog_series(queue, policy, ifname, start, end)["backlog_bytes"] / counts.get(
-            "frame", 1)
-        ports[port] = EcnPort(
-            ect=counts["ect"], ce=counts["ce"],
-            queue_p50_packets=None if frames.is_empty() else round(float(frames.median()), 1),
-            queue_p99_packets=None if frames.is_empty() else round(float(
-                frames.quantile(0.99, interpolation="linear")), 1))
-    return Marking(k_packets=meta.ecn_k_packets, ports=ports)
+    for ifname, port in meta.ports.items():
+        label = f"{port.node}/{ifname}"
+        frames = backlog_series(queue, policy, ifname, start, end)["backlog_bytes"]
+        frames = frames / port.frame_bytes
+        counts = marks.get(label, {})
+        ports[label] = PortQueue(
+            queue_p50_packets=round(_num(frames.median()), 1) if len(frames) else None,
+            queue_p99_packets=round(_quantile(frames, 0.99), 1) if len(frames) else None,
+            ect=counts.get("ect"), ce=counts.get("ce"))
+    return Queues(k_packets=meta.ecn_k_packets, ports=ports)
 
 
 def summarize(tables: dict[str, pl.DataFrame], meta: SummaryMeta) -> Summary:

@@ -47,6 +47,12 @@ def _abort_tcp_sockets() -> None:
                    stderr=subprocess.DEVNULL, check=False)
 
 
+def tcp_congestion_control(name: str) -> None:
+    """The calling thread's namespace's own TCP congestion control from now on (a setting
+    of that namespace alone; one of the root namespace's tcp_allowed_congestion_control)."""
+    Path("/proc/sys/net/ipv4/tcp_congestion_control").write_text(name)
+
+
 def registered() -> bool:
     """Whether a congestion control called lk_dctcp is registered on this machine."""
     path = Path("/proc/sys/net/ipv4/tcp_available_congestion_control")

@@ -28,26 +28,22 @@ class EcnMarks:
     def __init__(self, record: bpf.Recorder | None = None):
         self.record = record
         self.objects: dict[str, bpf.BpfObject] = {}
-        self.frames: dict[str, int] = {}  # a full frame's bytes, per port
         self.attachments: list[tuple[Netns, bpf.TcAttachment]] = []
 
     def attach(self, ns: Netns, ifname: str, ifindex: int, k_packets: int, mtu: int) -> None:
         obj = bpf.record_programs(bpf.BpfObject(bpf.object_path("ecnmark")), self.record)
         self.objects[f"{ns.name}/{ifname}"] = obj
-        self.frames[f"{ns.name}/{ifname}"] = mtu + ETH_HLEN
         obj.maps["lk_mark_k"].update(0, k_bytes(k_packets, mtu).to_bytes(4, "little"))
         bpf.attach_filter(ns, obj.programs[PROGRAM], ifname, ifindex, tc.PRIO_ECN_MARK,
                           self.attachments, self.record)
 
     def counts(self) -> dict[str, dict[str, int]]:
-        """Per port, the ECN-capable packets it saw, those it found over K (marked CE), and
-        its full frame's bytes (``frame``: what a queue's bytes are counted in)."""
+        """Per port, the ECN-capable packets it saw and those it found over K (marked CE)."""
         out = {}
         for port, obj in self.objects.items():
             counts = obj.maps["lk_mark_counts"]
             out[port] = {name: sum(int.from_bytes(v, "little") for v in counts.per_cpu(key))
                          for name, key in (("ect", ECT), ("ce", CE))}
-            out[port]["frame"] = self.frames[port]
         return out
 
     def close(self) -> None:

@@ -395,11 +395,12 @@ def _transport(c: _Checker, doc, key: str, fabric: FabricSpec) -> TransportSpec:
     tcp = doc.get("tcp", TransportSpec.tcp)
     if tcp not in TCP_CONTROLS:
         c.fail(f"{key}.tcp", f"must be one of {', '.join(TCP_CONTROLS)} (dctcp: DCTCP in "
-               f"eBPF for the hosts' TCP senders), got {tcp!r}")
+               f"eBPF for the hosts' TCP senders; reno: the kernel's Reno), got {tcp!r}")
     hosts = doc.get("hosts")
     if hosts is not None:
-        if tcp != "dctcp":
-            c.fail(f"{key}.hosts", "names the hosts that run DCTCP: set `tcp: dctcp` too")
+        if tcp == "default":
+            c.fail(f"{key}.hosts", "names the hosts whose TCP `tcp` sets: set `tcp: dctcp` or "
+                   "`tcp: reno` too")
         known = {h.name for h in fabric.hosts}
         if not isinstance(hosts, list) or not hosts or not all(
                 isinstance(h, str) for h in hosts):

@@ -101,7 +101,7 @@ class EmulationSpec:
 
 
 ENGINES = ("leaf", "rank")  # emulation.engines
-TCP_CONTROLS = ("default", "dctcp")  # transport.tcp
+TCP_CONTROLS = ("default", "dctcp", "reno")  # transport.tcp
 DEFAULT_K_PACKETS = 20  # DCTCP's K at 1-10 Gbit/s (Alizadeh et al.): a port's marking step
 
 
@@ -113,8 +113,9 @@ class TransportSpec:
     ``ecn_k_packets`` (DCTCP's K; 20 under dctcp unless set) the bottleneck ports mark
     each ECN-capable packet CE once that many packets are queued (labkit.kernel.ecnmark),
     for whatever reacts to ECN: lk_dctcp, the hosts' own TCP (labkit's namespaces
-    negotiate ECN), RoCE ranks under DCQCN. ``tcp: default`` keeps each namespace's own
-    congestion control (BBR here)."""
+    negotiate ECN), RoCE ranks under DCQCN. ``tcp: reno`` makes the kernel's Reno the
+    ``hosts``' own (the DCTCP paper's TCP; a setting of each namespace), ``tcp: default``
+    keeps each namespace's own congestion control (BBR here)."""
 
     tcp: str = "default"
     hosts: tuple[str, ...] | None = None

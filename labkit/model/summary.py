@@ -407,15 +407,16 @@ class PausedQueue(Record):
 
 
 @dataclass(frozen=True, kw_only=True)
-class EcnPort(Record):
-    """A port's step marking: the ECN-capable packets it saw (a GSO run counts its
-    packets), those it marked CE for finding K packets or more queued, and its queue over
-    the measured window, in full frames (median, 99th percentile; None: not sampled)."""
+class PortQueue(Record):
+    """A bottleneck port under ``transport``: its queue over the measured window in full
+    frames (median, 99th percentile; None: not sampled), and when it marks, the
+    ECN-capable packets it saw over the policy (a GSO run counts its packets) and those
+    it marked CE for finding K packets or more queued (None: it does not mark)."""
 
-    ect: int
-    ce: int
-    queue_p50_packets: float | None = None
-    queue_p99_packets: float | None = None
+    queue_p50_packets: float | None
+    queue_p99_packets: float | None
+    ect: int | None = None
+    ce: int | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -440,12 +441,12 @@ class Tcp(Record):
 
 
 @dataclass(frozen=True, kw_only=True)
-class Marking(Record):
-    """The bottleneck ports' step marking (``transport.ecn_k_packets``): K, and per port
-    (``<node>/<interface>``) what it saw and marked over the whole policy."""
+class Queues(Record):
+    """The bottleneck ports' queues when the scenario sets ``transport``: K (None: the
+    ports do not mark) and each port (``<node>/<interface>``)."""
 
-    k_packets: int
-    ports: dict[str, EcnPort]
+    k_packets: int | None
+    ports: dict[str, PortQueue]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -502,7 +503,7 @@ class PolicySummary(Record):
     fidelity: Fidelity
     window_s: float
     transport: Transport | None = None
-    marking: Marking | None = when_set()
+    queues: Queues | None = when_set()
     tcp: Tcp | None = when_set()
     lossless: Lossless | None = when_set()
     telemetry: Telemetry | None = None

@@ -15,8 +15,8 @@ from labkit.model.summary import Command, Telemetry
 
 @dataclass(frozen=True, kw_only=True)
 class PortMeta:
-    """A bottleneck port: its link, rate, node, HTB burst, hop ("node->peer") and the
-    ranks whose ring hop crosses it."""
+    """A bottleneck port: its link, rate, node, HTB burst, hop ("node->peer"), the
+    ranks whose ring hop crosses it and its full frame's bytes."""
 
     link: str
     rate_mbps: float
@@ -24,6 +24,7 @@ class PortMeta:
     burst_bytes: int
     hop: str
     senders: tuple[int, ...]
+    frame_bytes: int = 1514  # a full frame: the link's MTU and the Ethernet header
 
 
 @dataclass(frozen=True, kw_only=True)

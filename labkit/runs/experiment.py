@@ -38,8 +38,8 @@ from labkit.control import CONTROLLERS, Controller
 from labkit.control.session import ControlSession
 from labkit.kernel import bpf, cgroups, interrupts, loss, tc
 from labkit.kernel.capture import CpuSampler, QueuePoller, WatchedPort
-from labkit.kernel.dctcp import Dctcp
-from labkit.kernel.ecnmark import EcnMarks
+from labkit.kernel.dctcp import Dctcp, tcp_congestion_control
+from labkit.kernel.ecnmark import ETH_HLEN, EcnMarks
 from labkit.kernel.fabric import Fabric
 from labkit.kernel.jobmark import JobMarks
 from labkit.kernel.lanes import Classifier
@@ -235,6 +235,9 @@ class PolicyFabric:
             self.dctcp.attach(fabric.group.path)
             for host in t.hosts or self.topo.hosts:
                 self.dctcp.select(fabric.ns[host])
+        elif t.tcp != "default":  # a kernel congestion control, each namespace's own
+            for host in t.hosts or self.topo.hosts:
+                fabric.ns[host].run(tcp_congestion_control, t.tcp)
         if t.ecn_k_packets:
             self.ecn_marks = EcnMarks(self.registry.add)
             for port in self.topo.bottleneck_ports():
@@ -618,7 +621,8 @@ def summary_meta(sc: Scenario, topo: Topology, run_id: str, results: list[Policy
                                 burst_bytes=tc.burst_bytes(tc.bytes_per_s(p.link.rate_mbps),
                                                            p.link.mtu),
                                 hop=f"{p.node}->{p.peer}",
-                                senders=tuple(sorted(senders.get(f"{p.node}->{p.peer}", ()))))
+                                senders=tuple(sorted(senders.get(f"{p.node}->{p.peer}", ()))),
+                                frame_bytes=p.link.mtu + ETH_HLEN)
              for p in topo.bottleneck_ports()}
     ring_link = min(link.rate_mbps for a in ranks for b in ranks if a != b
                     for link in topo.links_on_path(a, b))

@@ -885,6 +885,28 @@ def _fmt(value, spec: str = ".2f") -> str:
     return "—" if value is None else format(value, spec)
 
 
+def _print_queues(summary: Summary) -> None:
+    """The bottleneck ports' queues in packets and their CE marks (``transport``)."""
+    queues = {k: p for k, p in summary.policies.items() if p.queues}
+    if not queues:
+        return
+    first = next(iter(queues.values()))
+    tcp = first.tcp.control if first.tcp else "default"
+    k = first.queues.k_packets if first.queues else None
+    q = Table(title=f"transport: TCP {tcp}, "
+                    f"{'marking past K = ' + str(k) + ' packets' if k else 'no marking'}: "
+                    "the bottleneck ports' queues in full frames", title_justify="left")
+    for col in ("policy", "port", "queue p50", "p99", "CE marked", "ECN-capable"):
+        q.add_column(col, justify="left" if col in ("policy", "port") else "right",
+                     no_wrap=True)
+    for policy, p in queues.items():
+        for label, port in (p.queues.ports.items() if p.queues else ()):
+            q.add_row(policy, label, _fmt(port.queue_p50_packets, ".1f"),
+                      _fmt(port.queue_p99_packets, ".1f"), _fmt(port.ce, "d"),
+                      _fmt(port.ect, "d"))
+    console.print(q)
+
+
 def _print_summary(summary: Summary) -> None:
     from labkit.analysis import metrics
 
@@ -942,6 +964,7 @@ def _print_summary(summary: Summary) -> None:
                       str(sum(v.ecn_marks for v in lanes.values())),
                       _fmt(ctl.prediction_error_ms, ".1f"))
         console.print(c)
+    _print_queues(summary)
     paused = {k: (p.lossless, p.transport) for k, p in summary.policies.items() if p.lossless}
     if paused:
         lossless_lanes = ", ".join(next(iter(paused.values()))[0].lanes)

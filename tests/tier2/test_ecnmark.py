@@ -97,10 +97,12 @@ def test_a_scenario_marks_at_its_bottleneck_and_says_so(fabric_ready, tmp_path):
     sc = replace(scenario.load(REPO / "topologies/bottleneck.yaml"),
                  transport=scenario.TransportSpec(ecn_k_packets=K))
     run = labkit.run(sc, ["fifo"], duration=3, out=tmp_path / "run")
-    marking = run.summary.policies["fifo"].marking
-    assert marking is not None and marking.k_packets == K
-    assert len(marking.ports) == 2  # both directions of leaf1-spine1
-    counts = marking.ports["spine1/spine1-eth0"]  # where the reads and the ring queue
-    assert 0 < counts.ce <= counts.ect  # the storage TCP negotiates ECN, RoCE does not
+    queues = run.summary.policies["fifo"].queues
+    assert queues is not None and queues.k_packets == K
+    assert len(queues.ports) == 2  # both directions of leaf1-spine1
+    port = queues.ports["spine1/spine1-eth0"]  # where the reads and the ring queue
+    assert port.ce is not None and port.ect is not None
+    assert 0 < port.ce <= port.ect  # the storage TCP negotiates ECN, RoCE does not
+    assert port.queue_p99_packets is not None and port.queue_p99_packets > 0
     assert run.manifest.scenario["transport"] == {"ecn_k_packets": K}
     assert_no_leaks()
