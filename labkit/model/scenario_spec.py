@@ -300,7 +300,9 @@ class Scenario:
         doc = asdict(self)
         if not doc["kind_entries"]:
             del doc["kind_entries"]
-        if self.transport == TransportSpec():  # recorded only when a scenario sets it
+        unset = asdict(TransportSpec())  # recorded only as far as a scenario sets it
+        doc["transport"] = {k: v for k, v in doc["transport"].items() if v != unset[k]}
+        if not doc["transport"]:
             del doc["transport"]
         return doc
 

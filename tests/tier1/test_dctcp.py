@@ -1,7 +1,6 @@
-"""lk_dctcp and DCTCP's step marker, in the kernel without a fabric: the congestion
-control registers for a run and is gone after it (no struct_ops, no name left, no
-sysctl changed); the marker, fed scapy-built packets through BPF_PROG_TEST_RUN, marks
-ECN-capable packets CE past K with a valid checksum and leaves the others alone.
+"""lk_dctcp in the kernel without a fabric: the congestion control registers for a run
+and is gone after it (no struct_ops, no name left, no sysctl changed), and a killed run's
+registration is removed by its record. (The step marker: tests/tier1/test_ecnmark.py.)
 
 (lk_dctcp's own programs cannot go through BPF_PROG_TEST_RUN: the kernel runs test runs
 of struct_ops only for its test struct, bpf_dummy_ops. tests/tier2/test_dctcp.py runs
@@ -10,15 +9,10 @@ them under real TCP flows.)"""
 from pathlib import Path
 
 import pytest
-from scapy.layers.inet import IP, TCP
-from scapy.layers.l2 import Ether
-from scapy.packet import Raw
 
-from labkit.kernel import bpf, dctcp, ecnmark
+from labkit.kernel import bpf, dctcp
 from tests.leaks import assert_no_leaks
 
-PASS = 0xFFFFFFFF  # TC_ACT_UNSPEC (-1 as u32): on to the next filter
-NOT_ECT, ECT0, CE = 0b00, 0b10, 0b11
 SYSCTLS = ("tcp_allowed_congestion_control", "tcp_congestion_control",
            "tcp_available_congestion_control")
 
@@ -56,26 +50,3 @@ def test_a_killed_runs_registration_is_removed_by_its_record(bpf_ready):
     assert not dctcp.registered()
     assert_no_leaks()
 
-
-def packet(ecn: int) -> bytes:
-    return bytes(Ether() / IP(tos=ecn | 0x68) / TCP(sport=20000, dport=4420) / Raw(bytes(1000)))
-
-
-@pytest.mark.parametrize("k_bytes, ecn, marked", [(0, ECT0, True), (0, NOT_ECT, False),
-                                                 (0, CE, True), (1 << 20, ECT0, False)])
-def test_the_marker_marks_ecn_capable_packets_past_k(bpf_ready, k_bytes, ecn, marked):
-    """A test run's packet leaves from loopback, whose queue is empty: K 0 is passed,
-    1 MiB is not."""
-    with bpf.BpfObject(bpf.object_path("ecnmark")) as obj:
-        obj.maps["lk_mark_k"].update(0, k_bytes.to_bytes(4, "little"))
-        run = obj.programs[ecnmark.PROGRAM].test_run(packet(ecn))
-        assert run.retval == PASS
-        out = Ether(run.data)
-        assert out[IP].tos == (0x68 | (CE if marked else ecn))  # DSCP kept
-        fixed = IP(bytes(out[IP]))
-        del fixed.chksum
-        assert IP(bytes(fixed)).chksum == out[IP].chksum  # the checksum is right
-        counts = {name: sum(int.from_bytes(v, "little")
-                            for v in obj.maps["lk_mark_counts"].per_cpu(key))
-                  for name, key in (("ect", ecnmark.ECT), ("ce", ecnmark.CE))}
-        assert counts == {"ect": int(ecn != NOT_ECT), "ce": int(marked)}

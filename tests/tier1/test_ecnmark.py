@@ -1,7 +1,8 @@
 """The step marker (``bpf/ecnmark.bpf.c``), fed scapy-built packets through
 BPF_PROG_TEST_RUN: an ECN-capable packet that finds K bytes queued is marked CE with a
 valid checksum and its DSCP kept; a packet that is not ECN-capable, or finds less than K,
-is left alone; both are counted."""
+is left alone; both are counted. A GSO run that finds less than K is marked whole with the
+share of its packets that would have found K."""
 
 import pytest
 from scapy.layers.inet import IP, TCP
@@ -41,3 +42,23 @@ def test_the_marker_marks_ecn_capable_packets_past_k(bpf_ready, k_bytes, ecn, ma
                             for v in obj.maps["lk_mark_counts"].per_cpu(key))
                   for name, key in (("ect", ecnmark.ECT), ("ce", ecnmark.CE))}
         assert counts == {"ect": int(ecn != NOT_ECT), "ce": int(marked)}
+
+
+def test_a_gso_run_is_marked_with_the_share_of_its_packets_past_k(bpf_ready):
+    """A run of 4 frames meeting an empty queue with K at 2 of its frames: its last 2
+    packets would find K queued, so it is marked in about half of its passes, and each
+    marked pass counts its 4 packets."""
+    run4 = bytes(Ether() / IP(tos=DSCP | ECT0) / TCP(sport=20000, dport=4420)
+                 / Raw(bytes(4 * 800)))  # a test run's packet fits a page
+    ctx = bpf.SkBuff(gso_segs=4, gso_size=800)
+    passes, marked = 400, 0
+    with bpf.BpfObject(bpf.object_path("ecnmark")) as obj:
+        obj.maps["lk_mark_k"].update(0, (2 * (len(run4) // 4)).to_bytes(4, "little"))
+        prog = obj.programs[ecnmark.PROGRAM]
+        for _ in range(passes):
+            marked += Ether(prog.test_run(run4, ctx).data)[IP].tos & CE == CE
+        counts = {name: sum(int.from_bytes(v, "little")
+                            for v in obj.maps["lk_mark_counts"].per_cpu(key))
+                  for name, key in (("ect", ecnmark.ECT), ("ce", ecnmark.CE))}
+    assert 0.35 * passes < marked < 0.65 * passes, marked
+    assert counts == {"ect": 4 * passes, "ce": 4 * marked}
