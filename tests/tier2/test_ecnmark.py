@@ -11,7 +11,7 @@ from pathlib import Path
 import labkit
 from labkit.model import scenario
 from tests.leaks import assert_no_leaks
-from tests.paper import K, RATE_MBPS, two_flows
+from tests.paper import RATE_MBPS, K, two_flows
 
 REPO = Path(__file__).resolve().parents[2]
 
