@@ -101,6 +101,52 @@ pl.concat([by_policy(run, "off"), by_policy(dcqcn, "on")]).sort(
 plots.op_time_cdf(dcqcn)
 
 # %% [markdown]
+# ## DCTCP vs TCP
+#
+# The gates hold storage at the senders' NICs; the senders' own congestion control can
+# react too. `transport: {tcp: dctcp}` runs lk_dctcp, a DCTCP written in eBPF
+# (`bpf/dctcp.bpf.c`), for every TCP socket of the hosts, and the bottleneck ports mark
+# CE once K packets are queued. `topologies/dctcp-paper.yaml` is the DCTCP paper's port:
+# two iperf3 flows into one 100 Mbit/s port with a 425-packet buffer
+# (`data/sample/dctcp-paper/dctcp`), and beside it the paper's TCP, Reno, at the same
+# port without marks (`data/sample/dctcp-paper/reno`). TCP fills the buffer, drops and
+# halves, a slow sawtooth near the top; DCTCP holds the queue at K, in the band its
+# analysis predicts.
+
+# %%
+paper = {name: load_run(Path("..") / "data" / "sample" / "dctcp-paper" / path)
+         for name, path in (("DCTCP (lk_dctcp, K = 20)", "dctcp"), ("TCP (Reno)", "reno"))}
+plots.dctcp_queue(paper)
+
+# %% [markdown]
+# Each bottleneck port's queue in full frames, its marks, and each lk_dctcp flow: DCTCP's
+# alpha, how many of its windows met marks and its window.
+
+# %%
+pl.DataFrame([{"run": name, "port": port, **q.to_json()}
+              for name, r in paper.items()
+              for port, q in r.summary.policies["fifo"].queues.ports.items()])
+
+# %%
+pl.DataFrame([{"flow": flow, **f.to_json()}
+              for flow, f in paper["DCTCP (lk_dctcp, K = 20)"].summary.policies["fifo"]
+              .tcp.flows.items() if f.windows >= 100])
+
+# %% [markdown]
+# And on `checkpoint-burst`: the storage TCP under lk_dctcp with the uplink marking at K
+# (`data/sample/checkpoint-burst-dctcp`), beside plain FIFO. The ring waits less and
+# loses fewer packets, but DCTCP cannot hold this queue at K: each of the many storage
+# flows keeps at least two jumbo frames in flight, more than K all together, and the
+# checkpoints start every burst in slow start.
+
+# %%
+dctcp = load_run(Path("..") / "data" / "sample" / "checkpoint-burst-dctcp")
+pl.concat([summary_frame(r.summary, digits=2).filter(pl.col("policy") == "fifo")
+           .select("policy", "slowdown_p50", "slowdown_p99", "storage_mbps", "vip_drops")
+           .with_columns(tcp=pl.lit(label))
+           for r, label in ((run, "default (BBR)"), (dctcp, "lk_dctcp, K = 20"))])
+
+# %% [markdown]
 # ## Try it live
 #
 # With root: a short run of `checkpoint-burst.yaml` alone, under FIFO and with state-aware

@@ -557,7 +557,7 @@ def queues(queue: pl.DataFrame, meta: SummaryMeta, policy: str, start: int, end:
         frames = frames / port.frame_bytes
         counts = marks.get(label, {})
         ports[label] = PortQueue(
-            queue_p50_packets=round(_num(frames.median()), 1) if len(frames) else None,
+            frame_bytes=port.frame_bytes, queue_p50_packets=round(_num(frames.median()), 1) if len(frames) else None,
             queue_p99_packets=round(_quantile(frames, 0.99), 1) if len(frames) else None,
             ect=counts.get("ect"), ce=counts.get("ce"))
     return Queues(k_packets=meta.ecn_k_packets, ports=ports)

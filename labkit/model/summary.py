@@ -409,10 +409,11 @@ class PausedQueue(Record):
 @dataclass(frozen=True, kw_only=True)
 class PortQueue(Record):
     """A bottleneck port under ``transport``: its queue over the measured window in full
-    frames (median, 99th percentile; None: not sampled), and when it marks, the
-    ECN-capable packets it saw over the policy (a GSO run counts its packets) and those
-    it marked CE for finding K packets or more queued (None: it does not mark)."""
+    frames of ``frame_bytes`` (median, 99th percentile; None: not sampled), and when it
+    marks, the ECN-capable packets it saw over the policy (a GSO run counts its packets)
+    and those it marked CE for finding K packets or more queued (None: it does not mark)."""
 
+    frame_bytes: int
     queue_p50_packets: float | None
     queue_p99_packets: float | None
     ect: int | None = None

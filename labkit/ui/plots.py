@@ -589,3 +589,54 @@ def _link_hover(link: dict, scale: float) -> str:
 def _node_hover(node: dict) -> str:
     return f"<b>{node['name']}</b> · {kind_text(node)}<br>" + "<br>".join(
         f"{p['ifname']} {p['address']} → {p['peer']}" for p in node["ports"])
+
+
+def dctcp_queue(runs: dict[str, Run], policy: str = "fifo",
+                seconds: tuple[float, float] = (1.0, 7.0), zoom_s: float = 0.5) -> go.Figure:
+    """The queue at each run's busiest bottleneck port in full frames (``runs``: a name for
+    each, e.g. DCTCP and TCP): above, all of them over ``seconds`` of their ops (from
+    their start); below, the run that marks at K over its first ``zoom_s`` of them, with
+    what the DCTCP paper's analysis predicts for its N lk_dctcp flows: the queue peaks at
+    ``Q_max = K + N`` and swings ``A = ½·√(2N(C·RTT + K))`` below it (C·RTT, the path's
+    own packets in flight, taken as 0: the emulated links have no propagation delay)."""
+    fig = make_subplots(rows=2, cols=1, vertical_spacing=0.14,
+                        subplot_titles=("all runs", "the run that marks at K, closer"))
+    marking: tuple[int, int] | None = None
+    for i, (name, run) in enumerate(runs.items()):
+        p = _policy_of(run, policy)
+        port = p.bottleneck.port
+        frame = next((q.frame_bytes for label, q in p.queues.ports.items()
+                      if label.endswith(f"/{port}")), 1514) if p.queues else 1514
+        start = metrics.windows(metrics.op_times(run["collectives"]))[policy][0]
+        color = DCTCP_COLORS[i % len(DCTCP_COLORS)]
+        marks = bool(p.queues and p.queues.k_packets and p.tcp)
+        for row, (a, b) in enumerate([seconds] + ([(seconds[0], seconds[0] + zoom_s)]
+                                                  if marks else []), start=1):
+            q = metrics.backlog_series(run["queue"], policy, port, start + int(a * 1e9),
+                                       start + int(b * 1e9))
+            fig.add_scatter(x=((q["t_ns"] - start) / 1e9).to_list(),
+                            y=(q["backlog_bytes"] / frame).to_list(), mode="lines",
+                            name=name, showlegend=row == 1, row=row, col=1,
+                            line={"width": 1.5, "color": color})
+        if marks and p.queues and p.queues.k_packets and p.tcp:
+            flows = sum(1 for f in p.tcp.flows.values() if f.windows >= 100)
+            marking = (p.queues.k_packets, flows)
+    if marking:
+        k, n = marking
+        q_max, amplitude = k + n, 0.5 * (2 * n * k) ** 0.5
+        fig.add_hrect(y0=q_max - amplitude, y1=q_max, line_width=0, fillcolor="#0072B2",
+                      opacity=0.12, row=2, col=1, annotation_position="top left",
+                      annotation_text=f"Q_max = K + N = {q_max}, A = {amplitude:.1f}")
+        fig.add_hline(y=k, line={"dash": "dot", "color": "#555555"}, row=2, col=1,
+                      annotation_text=f"K = {k}", annotation_position="bottom right")
+    first = next(iter(runs.values()))
+    sub = (f"{first.summary.scenario} · runs "
+           f"{', '.join(r.summary.run_id for r in runs.values())} · "
+           f"{recorded_by(first.manifest.provenance)}")
+    fig = _style(fig, "The queue at the bottleneck port", sub, "", "")
+    fig.update_xaxes(title_text="time since the first op (s)", row=2, col=1)
+    fig.update_yaxes(title_text="queue (full frames)")
+    return fig.update_layout(height=620)
+
+
+DCTCP_COLORS = ("#0072B2", "#D55E00", "#009E73")

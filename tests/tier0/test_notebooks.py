@@ -18,7 +18,8 @@ def test_sample_runs_load():
     assert set(run.summary.policies) == {"isolated", "fifo", "priority"}
     for name in ("checkpoint-burst", "checkpoint-burst-dcqcn", "tensor-parallel",
                  "pipeline-parallel", "data-parallel", "expert-parallel", "lossless/lossy",
-                 "lossless/lossless", "pytorch-ddp", "fidelity/x1", "fidelity/x8"):
+                 "lossless/lossless", "pytorch-ddp", "fidelity/x1", "fidelity/x8",
+                 "checkpoint-burst-dctcp", "dctcp-paper/dctcp", "dctcp-paper/reno"):
         assert rundir.load_run(REPO / "data/sample" / name).manifest.status == "complete"
     assert len(list((REPO / "data/sample/sweeps").glob("*/sweep.json"))) == 6
 

@@ -210,7 +210,7 @@ def test_every_sample_run_loads_in_its_schemas(sample):
     assert {name: dict(frame.schema) for name, frame in run.tables.items()} == RECORDED
 
 
-ROUND_TRIP = ["checkpoint-burst", "lossless/lossless", "pytorch-ddp"]  # rows of every table
+ROUND_TRIP = ["checkpoint-burst", "lossless/lossless", "pytorch-ddp", "dctcp-paper/dctcp"]
 
 
 @pytest.mark.parametrize("sample", ROUND_TRIP)
