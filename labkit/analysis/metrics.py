@@ -555,10 +555,12 @@ def queues(queue: pl.DataFrame, meta: SummaryMeta, policy: str, start: int, end:
         label = f"{port.node}/{ifname}"
         frames = backlog_series(queue, policy, ifname, start, end)["backlog_bytes"]
         frames = frames / port.frame_bytes
+        sampled = len(frames) > 0
         counts = marks.get(label, {})
         ports[label] = PortQueue(
-            frame_bytes=port.frame_bytes, queue_p50_packets=round(_num(frames.median()), 1) if len(frames) else None,
-            queue_p99_packets=round(_quantile(frames, 0.99), 1) if len(frames) else None,
+            frame_bytes=port.frame_bytes,
+            queue_p50_packets=round(_num(frames.median()), 1) if sampled else None,
+            queue_p99_packets=round(_quantile(frames, 0.99), 1) if sampled else None,
             ect=counts.get("ect"), ce=counts.get("ce"))
     return Queues(k_packets=meta.ecn_k_packets, ports=ports)
 
