@@ -9,9 +9,10 @@
  * passes the snd_nxt of the window's start) it counts the bytes acknowledged and
  * those acknowledged with ECE, and updates alpha <- (1 - g) alpha + g F, g = 1/16,
  * F the marked fraction. On ECE the stack enters CWR once per window and asks
- * ssthresh(), which cuts cwnd by alpha/2. On a loss (fast recovery, or a timeout) it
- * halves as Reno does (RFC 8257 section 3.3); growth is Reno's. A connection whose
- * peer did not agree to ECN is Reno.
+ * ssthresh(), the window cut by alpha/2, and lk_dctcp's cong_control (it owns the
+ * window: the stack's PRR does not run) applies it at once. On a loss (fast recovery,
+ * or a timeout) it halves as Reno does (RFC 8257 section 3.3); growth is Reno's. A
+ * connection whose peer did not agree to ECN is Reno.
  *
  * Receiver: ECE echoes the CE state of the data exactly (RFC 8257 section 3.2): when
  * the state changes, a delayed ACK still owed for the old state leaves first, and the
@@ -24,10 +25,11 @@
  * hands the stack a value the program did not return (measured with a struct_ops that
  * only calls Reno's kfuncs: ssthresh 0x81104110, the low half of a kernel text address,
  * and the hook's run count short by as many calls; docs/dctcp.md). The stack then
- * computes a window near 10^9 and the sender floods the port. So every hook first
- * repairs what such a value left: a window larger than any lk_dctcp grew to, an
- * ssthresh larger than the window it cut. set_state runs between ssthresh() and the
- * first use of its value (PRR), so a bad ssthresh is repaired before it is used.
+ * computes a window near 10^9 and the sender floods the port. So lk_dctcp owns the
+ * window (cong_control: neither PRR nor the end of a reduction applies an ssthresh it
+ * did not check), and repairs what such a value left, in set_state (right after
+ * ssthresh()) and on every ACK before anything is sent: a window larger than any
+ * lk_dctcp grew to, an ssthresh larger than the window it cut.
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
@@ -134,8 +136,8 @@ static __always_inline __u32 cut_window(struct tcp_sock *tp, struct lk_dctcp *ca
 }
 
 /* Repair what a lost hook's value left (see the guard above): a window lk_dctcp never
- * grew to, an ssthresh above the window it cut. Legitimate windows only shrink outside
- * cong_avoid (reductions, undo to an earlier window), so none exceeds max_cwnd. */
+ * grew to, an ssthresh above the window it cut. Outside cong_control's growth windows
+ * only shrink (reductions, undo to an earlier window), so none exceeds max_cwnd. */
 static __always_inline void repair(struct sock *sk)
 {
 	struct tcp_sock *tp = tcp_of(sk);
