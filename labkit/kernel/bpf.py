@@ -586,6 +586,14 @@ def unregister_struct_ops(map_id: int, name: str) -> bool:
         os.close(fd)
 
 
+def map_exists(map_id: int) -> bool:
+    """Whether the kernel still holds map ``map_id``."""
+    fd = lib.bpf_map_get_fd_by_id(map_id)
+    if fd >= 0:
+        os.close(fd)
+    return fd >= 0
+
+
 def prog_loaded(prog_id: int, name: str) -> bool:
     """Whether the kernel still holds program ``prog_id`` (and it is still ``name``)."""
     fd = lib.bpf_prog_get_fd_by_id(prog_id)

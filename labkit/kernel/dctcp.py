@@ -1,15 +1,17 @@
-"""lk_dctcp (``bpf/dctcp.bpf.c``) for a run: DCTCP as a BPF TCP congestion control.
+"""The hosts' TCP congestion control for a run: lk_dctcp (``bpf/dctcp.bpf.c``), DCTCP
+as a BPF TCP congestion control, or a kernel one as a namespace's own
+(:func:`tcp_congestion_control`, ``transport.tcp: reno``).
 
-:class:`Dctcp` registers it (struct_ops, recorded in the run registry), attaches the
-selector (cgroup sock_ops) to the run's fabric cgroup and lists the namespaces whose
+:class:`Dctcp` registers lk_dctcp (struct_ops, recorded in the run registry), attaches
+the selector (cgroup sock_ops) to the run's fabric cgroup and lists the namespaces whose
 TCP sockets take it (by netns cookie): each as it connects or starts listening, before
-its SYN, so ECN is negotiated. No sysctl changes: a per-socket choice made by a BPF
-program is allowed whatever ``tcp_allowed_congestion_control`` says.
+its SYN, so ECN is negotiated. No global sysctl changes: a per-socket choice made by a
+BPF program is allowed whatever ``tcp_allowed_congestion_control`` says.
 
-Teardown order: the fabric first (its processes, and with their namespaces every socket
-that uses lk_dctcp), then the selector, then the registration; a killed run's
-registration is removed by ``labkit clean`` from the registry (by map id and name).
-Each window's alpha comes back through a ring buffer (:meth:`Dctcp.samples`).
+Teardown order: the fabric first (its processes), then the TCP sockets they left in the
+chosen namespaces, then the selector, then the registration; a killed run's registration
+is removed by ``labkit clean`` from the registry (by map id and name). Each window's
+alpha comes back through a ring buffer (:meth:`Dctcp.samples`).
 """
 
 from __future__ import annotations
@@ -34,9 +36,16 @@ def netns_cookie() -> int:
         return int.from_bytes(s.getsockopt(socket.SOL_SOCKET, SO_NETNS_COOKIE, 8), "little")
 
 
+# what a namespace that takes lk_dctcp sets for itself: a resent SYN still asks for ECN,
+# and a socket closing towards a peer that is gone (a killed run's) gives up within a
+# second or so, not minutes: until then it holds lk_dctcp, which `labkit clean` waits for
+NAMESPACE_SYSCTLS = {"tcp_ecn_fallback": "0", "tcp_orphan_retries": "1", "tcp_fin_timeout": "1"}
+
+
 def _select_here() -> int:
-    """In a namespace that takes lk_dctcp: no ECN fallback on resent SYNs; its cookie."""
-    Path("/proc/sys/net/ipv4/tcp_ecn_fallback").write_text("0")
+    """In a namespace that takes lk_dctcp: its own NAMESPACE_SYSCTLS; its cookie."""
+    for key, value in NAMESPACE_SYSCTLS.items():
+        Path("/proc/sys/net/ipv4", key).write_text(value)
     return netns_cookie()
 
 
@@ -93,10 +102,10 @@ class Dctcp:
             os.close(fd)
 
     def select(self, ns: Netns) -> None:
-        """The TCP sockets of namespace ``ns`` take lk_dctcp from now on. A SYN resent
-        keeps asking for ECN there (``tcp_ecn_fallback`` 0, a setting of that namespace
-        alone): else a connection whose first SYN met a full queue would run without
-        ECN, as Reno, and fill the queue DCTCP keeps short."""
+        """The TCP sockets of namespace ``ns`` take lk_dctcp from now on, with its
+        NAMESPACE_SYSCTLS (settings of that namespace alone). A SYN resent keeps asking
+        for ECN there (``tcp_ecn_fallback`` 0): else a connection whose first SYN met a
+        full queue would run without ECN, as Reno, and fill the queue DCTCP keeps short."""
         self.obj.maps["lk_dctcp_hosts"].update(ns.run(_select_here), b"\x01")
         self._chosen.append(Netns.inherited(os.dup(ns.fd), ns.name))
 

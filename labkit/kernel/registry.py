@@ -58,6 +58,9 @@ STATE_DIR = Path(os.environ.get("LABKIT_STATE_DIR", "/run/labkit"))
 MARKER = "LABKIT_COMMAND"
 REGISTRY_DIR = STATE_DIR / "registry"
 WORK_DIR = STATE_DIR / "work"
+# how long `labkit clean` waits for a killed run's unregistered struct_ops to be freed: its
+# sockets still closing hold it (lk_dctcp's namespaces give up on them within a second)
+STRUCT_OPS_WAIT_S = 5.0
 
 
 @contextmanager
@@ -350,6 +353,19 @@ def leftover_work_dirs() -> list[Path]:
 
 
 LEFTOVERS = "earlier run(s) left objects behind"  # how leftovers_line begins, after a count
+
+
+def wait_freed(struct_ops: list[dict]) -> list[str]:
+    """Wait up to STRUCT_OPS_WAIT_S for these recorded struct_ops maps (a killed run's,
+    unregistered) to be freed; what is still held after, as words."""
+    from labkit.kernel import bpf
+
+    deadline = time.monotonic() + STRUCT_OPS_WAIT_S
+    while (held := [e for e in struct_ops if bpf.map_exists(e["id"])]) and \
+            time.monotonic() < deadline:
+        time.sleep(0.1)
+    return [f"struct_ops {e['name']} (map {e['id']}) is unregistered, but sockets still "
+            "closing hold it: the kernel frees it when they have" for e in held]
 
 
 def leftovers_line() -> str | None:

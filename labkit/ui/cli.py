@@ -1282,6 +1282,7 @@ def _clean(leftovers: list, work_dirs: list[Path], dry_run: bool) -> int:
             console.print(f"run {reg.run_id}: recorded " +
                           ", ".join(f"{n} {kind}" for kind, n in sorted(kinds.items())))
             continue
+        struct_ops = [e for e in reg.entries if e["kind"] == "struct_ops"]
         try:
             removed = reg.teardown()
         except registry.TeardownIncomplete as exc:
@@ -1289,6 +1290,8 @@ def _clean(leftovers: list, work_dirs: list[Path], dry_run: bool) -> int:
             failed = 1
             continue
         console.print(f"run {reg.run_id}: " + ("; ".join(removed) or "nothing was left"))
+        for note in registry.wait_freed(struct_ops):
+            console.print(f"run {reg.run_id}: {note}", highlight=False)
     for path in work_dirs:  # scratch files of a killed run (none is running: we hold the lock)
         try:
             if not dry_run:

@@ -1,15 +1,20 @@
 """lk_dctcp on the DCTCP paper's port (tests/paper.py; the shipped scenario
 topologies/dctcp-paper.yaml): it runs the flows of the hosts chosen, cuts its window on
 marks, and holds the queue near K where the paper's TCP at a drop-tail port fills most of
-the buffer. Nothing is left registered after."""
+the buffer. Nothing is left registered after a run, nor after `kill -9` and `labkit
+clean`."""
 
+import signal
+import subprocess
+import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 
 import labkit
 from labkit.kernel.dctcp import registered
 from labkit.model import scenario
-from tests.leaks import assert_no_leaks
+from tests.leaks import assert_no_leaks, labkit_objects
 from tests.paper import BUFFER_PACKETS, RATE_MBPS, two_flows
 
 REPO = Path(__file__).resolve().parents[2]
@@ -64,5 +69,48 @@ def test_the_papers_queue(fabric_ready, tmp_path):
         cuts = [i for i in range(2, len(cwnd)) if cwnd[i] < cwnd[i - 1]]
         after_marks = [i for i in cuts if marked[i - 1] or marked[i - 2]]
         assert len(cuts) > 20 and len(after_marks) >= 0.7 * len(cuts), (flow, len(cuts))
+    assert not registered()
+    assert_no_leaks()
+
+
+def run_until_the_flows_are_under_way(tmp_path: Path) -> subprocess.Popen:
+    """`labkit run topologies/dctcp-paper.yaml` in a process of its own, once lk_dctcp is
+    registered and its iperf3 flows have run for a second."""
+    proc = subprocess.Popen([sys.executable, "-m", "labkit.ui.cli", "run",
+                             str(REPO / "topologies/dctcp-paper.yaml"),
+                             "--out", str(tmp_path / "run")], cwd=REPO,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not (registered() and any("iperf3 -c" in p for p in labkit_objects()["processes"])):
+        assert time.monotonic() < deadline and proc.poll() is None, \
+            f"the flows never started: {proc.poll() is not None and proc.stderr.read()}"
+        time.sleep(0.2)
+    time.sleep(1)
+    return proc
+
+
+def test_kill_9_then_clean_leaves_no_struct_ops(fabric_ready, tmp_path):
+    """A run killed while its flows run under lk_dctcp leaves it registered; `labkit
+    clean` unregisters it by its record and waits until the kernel has freed it (the
+    killed run's sockets, closing towards peers that are gone, give up within a second)."""
+    proc = run_until_the_flows_are_under_way(tmp_path)
+    proc.kill()
+    proc.wait()
+    assert registered()  # outlived the run
+    clean = subprocess.run([sys.executable, "-m", "labkit.ui.cli", "clean"], cwd=REPO,
+                           capture_output=True, text=True)
+    assert clean.returncode == 0, clean.stderr
+    assert "unregistered struct_ops lk_dctcp" in clean.stdout, clean.stdout
+    assert "sockets still closing hold it" not in clean.stdout, clean.stdout
+    assert not registered()
+    assert_no_leaks()  # bpftool struct_ops show included
+
+
+def test_ctrl_c_during_the_flows_leaves_nothing(fabric_ready, tmp_path):
+    """Ctrl-C (SIGINT) while the flows run under lk_dctcp: the run tears its fabric down,
+    its sockets, then lk_dctcp, and leaves nothing registered."""
+    proc = run_until_the_flows_are_under_way(tmp_path)
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=60) != 0
     assert not registered()
     assert_no_leaks()
