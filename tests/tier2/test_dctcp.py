@@ -41,16 +41,16 @@ def test_lk_dctcp_runs_the_flows_of_the_hosts_chosen_and_meets_marks(fabric_read
 
 
 def test_the_papers_queue(fabric_ready, tmp_path):
-    """The shipped scenario, as it is and with the paper's TCP: under lk_dctcp with
+    """The shipped scenario (4 s of it), as it is and with the paper's TCP: under lk_dctcp with
     marking at K the queue's median is within [15, 25] packets (the paper and the
     reproduction: about 21), under Reno at a drop-tail port it fills most of the buffer
     (the reproduction: about 355 of 425), and the link is full in both. Each lk_dctcp
     sender cuts its window after marked windows, and only then."""
     sc = scenario.load(REPO / "topologies/dctcp-paper.yaml")
-    run = labkit.run(sc, ["fifo"], out=tmp_path / "dctcp")
+    run = labkit.run(sc, ["fifo"], duration=4, out=tmp_path / "dctcp")
     dctcp = run.summary.policies["fifo"]
     reno = labkit.run(replace(sc, transport=scenario.TransportSpec(tcp="reno")), ["fifo"],
-                      out=tmp_path / "reno").summary.policies["fifo"]
+                      duration=4, out=tmp_path / "reno").summary.policies["fifo"]
     port = "r1/r1-eth1"  # r1's port to g2
     assert dctcp.queues and reno.queues and dctcp.tcp and reno.tcp
     assert dctcp.tcp.control == "dctcp" and reno.tcp.control == "reno"
