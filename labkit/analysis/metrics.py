@@ -537,7 +537,9 @@ def tcp(windows: pl.DataFrame, meta: SummaryMeta, start: int, end: int) -> Tcp:
     flows = {}
     for (flow,), w in inside.group_by("flow", maintain_order=True):
         flows[str(flow)] = DctcpFlow(
-            host=str(w["host"][0]), windows=w.height,
+            host=str(w["host"][0]),
+            mbps=_num(w["acked_bytes"].sum()) * 8 / ((end - start) / 1e9) / 1e6,
+            windows=w.height,
             marked_share=_num((w["marked_bytes"] > 0).mean()),
             alpha_mean=_num(w["alpha"].mean()), cwnd_p50=_num(w["cwnd"].median()))
     return Tcp(control=meta.tcp_control, flows=flows)

@@ -422,10 +422,12 @@ class PortQueue(Record):
 
 @dataclass(frozen=True, kw_only=True)
 class DctcpFlow(Record):
-    """One lk_dctcp sender over the measured window: its windows, the share of them
-    that met marks, DCTCP's alpha (mean), its window (cwnd, median, packets)."""
+    """One lk_dctcp sender over the measured window: its goodput (Mbit/s: the bytes its
+    windows acknowledged, a duplicate ACK counted as a segment), its windows, the share
+    of them that met marks, DCTCP's alpha (mean), its window (cwnd, median, packets)."""
 
     host: str
+    mbps: float
     windows: int
     marked_share: float
     alpha_mean: float

@@ -55,6 +55,8 @@ def test_the_papers_queue(fabric_ready, tmp_path):
     assert dctcp.queues and reno.queues and dctcp.tcp and reno.tcp
     assert dctcp.tcp.control == "dctcp" and reno.tcp.control == "reno"
     assert {f.host for f in dctcp.tcp.flows.values()} == {"s1", "s2"}
+    goodput = sum(f.mbps for f in dctcp.tcp.flows.values())  # the flows share the port
+    assert 0.9 * RATE_MBPS <= goodput <= 1.05 * RATE_MBPS, goodput
     d, r = dctcp.queues.ports[port], reno.queues.ports[port]
     assert d.queue_p50_packets is not None and 15 <= d.queue_p50_packets <= 25, d
     assert r.queue_p50_packets is not None and r.queue_p50_packets >= 200, r
