@@ -437,7 +437,7 @@ class DctcpFlow(Record):
 @dataclass(frozen=True, kw_only=True)
 class Tcp(Record):
     """The TCP senders' congestion control (``transport.tcp``): lk_dctcp, and each of its
-    flows (the marks they met at the ports: ``marking``)."""
+    flows (the marks they met at the ports: ``queues``)."""
 
     control: str
     flows: dict[str, DctcpFlow]

@@ -887,20 +887,19 @@ def _fmt(value, spec: str = ".2f") -> str:
 
 def _print_queues(summary: Summary) -> None:
     """The bottleneck ports' queues in packets and their CE marks (``transport``)."""
-    queues = {k: p for k, p in summary.policies.items() if p.queues}
+    queues = {k: p.queues for k, p in summary.policies.items() if p.queues}
     if not queues:
         return
-    first = next(iter(queues.values()))
-    tcp = first.tcp.control if first.tcp else "default"
-    k = first.queues.k_packets if first.queues else None
+    tcp = next((p.tcp.control for p in summary.policies.values() if p.tcp), "default")
+    k = next(iter(queues.values())).k_packets
     q = Table(title=f"transport: TCP {tcp}, "
                     f"{'marking past K = ' + str(k) + ' packets' if k else 'no marking'}: "
                     "the bottleneck ports' queues in full frames", title_justify="left")
     for col in ("policy", "port", "queue p50", "p99", "CE marked", "ECN-capable"):
         q.add_column(col, justify="left" if col in ("policy", "port") else "right",
                      no_wrap=True)
-    for policy, p in queues.items():
-        for label, port in (p.queues.ports.items() if p.queues else ()):
+    for policy, ports in queues.items():
+        for label, port in ports.ports.items():
             q.add_row(policy, label, _fmt(port.queue_p50_packets, ".1f"),
                       _fmt(port.queue_p99_packets, ".1f"), _fmt(port.ce, "d"),
                       _fmt(port.ect, "d"))

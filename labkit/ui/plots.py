@@ -495,13 +495,18 @@ def victim_io(runs: dict[str, Run], entry: str = "victim", policy: str = "fifo")
         fig.add_scatter(x=x, y=y, mode="lines", name=name,
                         line={"shape": "hv", "dash": PORT_DASH[i % len(PORT_DASH)],
                               "color": policy_color(policy)})
-    first = next(iter(runs.values()))
-    sub = (f"{first.summary.scenario} · runs "
-           f"{', '.join(r.summary.run_id for r in runs.values())} · 1 emulated Mbit/s = "
-           f"{first.summary.scale_factor:g} real Mbit/s · "
-           f"{recorded_by(first.manifest.provenance)}")
-    return _style(fig, f"I/O completion time of {entry} under {policy}", sub,
+    return _style(fig, f"I/O completion time of {entry} under {policy}", runs_subtitle(runs),
                   "I/O completion time (ms)", "fraction of I/Os")
+
+
+def runs_subtitle(runs: dict[str, Run]) -> str:
+    """Where a figure drawn from several runs of one scenario came from (:func:`subtitle`
+    for one run)."""
+    first = next(iter(runs.values()))
+    return (f"{first.summary.scenario} · runs "
+            f"{', '.join(r.summary.run_id for r in runs.values())} · 1 emulated Mbit/s = "
+            f"{first.summary.scale_factor:g} real Mbit/s · "
+            f"{recorded_by(first.manifest.provenance)}")
 
 
 NODE_COLORS = {"gpu": "#0072B2", "storage": "#E69F00", "router": "#000000",
@@ -591,6 +596,9 @@ def _node_hover(node: dict) -> str:
         f"{p['ifname']} {p['address']} → {p['peer']}" for p in node["ports"])
 
 
+DCTCP_COLORS = ("#0072B2", "#D55E00", "#009E73")  # one per run
+
+
 def dctcp_queue(runs: dict[str, Run], policy: str = "fifo",
                 seconds: tuple[float, float] = (1.0, 7.0), zoom_s: float = 0.5) -> go.Figure:
     """The queue at each run's busiest bottleneck port in full frames (``runs``: a name for
@@ -601,26 +609,26 @@ def dctcp_queue(runs: dict[str, Run], policy: str = "fifo",
     own packets in flight, taken as 0: the emulated links have no propagation delay)."""
     fig = make_subplots(rows=2, cols=1, vertical_spacing=0.14,
                         subplot_titles=("all runs", "the run that marks at K, closer"))
-    marking: tuple[int, int] | None = None
+    marking: tuple[int, int] | None = None  # the marking run's K and N
     for i, (name, run) in enumerate(runs.items()):
         p = _policy_of(run, policy)
         port = p.bottleneck.port
-        frame = next((q.frame_bytes for label, q in p.queues.ports.items()
-                      if label.endswith(f"/{port}")), 1514) if p.queues else 1514
+        ports = p.queues.ports if p.queues else {}
+        frame = next((q.frame_bytes for label, q in ports.items() if label.endswith(f"/{port}")),
+                     1514)  # a standard frame, for a run recorded without transport
         start = metrics.windows(metrics.op_times(run["collectives"]))[policy][0]
-        color = DCTCP_COLORS[i % len(DCTCP_COLORS)]
-        marks = bool(p.queues and p.queues.k_packets and p.tcp)
-        for row, (a, b) in enumerate([seconds] + ([(seconds[0], seconds[0] + zoom_s)]
-                                                  if marks else []), start=1):
+        spans = [seconds]
+        if p.queues and p.queues.k_packets and p.tcp:
+            spans.append((seconds[0], seconds[0] + zoom_s))
+            marking = (p.queues.k_packets,
+                       sum(1 for f in p.tcp.flows.values() if f.windows >= 100))
+        for row, (a, b) in enumerate(spans, start=1):
             q = metrics.backlog_series(run["queue"], policy, port, start + int(a * 1e9),
                                        start + int(b * 1e9))
             fig.add_scatter(x=((q["t_ns"] - start) / 1e9).to_list(),
                             y=(q["backlog_bytes"] / frame).to_list(), mode="lines",
                             name=name, showlegend=row == 1, row=row, col=1,
-                            line={"width": 1.5, "color": color})
-        if marks and p.queues and p.queues.k_packets and p.tcp:
-            flows = sum(1 for f in p.tcp.flows.values() if f.windows >= 100)
-            marking = (p.queues.k_packets, flows)
+                            line={"width": 1.5, "color": DCTCP_COLORS[i % len(DCTCP_COLORS)]})
     if marking:
         k, n = marking
         q_max, amplitude = k + n, 0.5 * (2 * n * k) ** 0.5
@@ -629,14 +637,7 @@ def dctcp_queue(runs: dict[str, Run], policy: str = "fifo",
                       annotation_text=f"Q_max = K + N = {q_max}, A = {amplitude:.1f}")
         fig.add_hline(y=k, line={"dash": "dot", "color": "#555555"}, row=2, col=1,
                       annotation_text=f"K = {k}", annotation_position="bottom right")
-    first = next(iter(runs.values()))
-    sub = (f"{first.summary.scenario} · runs "
-           f"{', '.join(r.summary.run_id for r in runs.values())} · "
-           f"{recorded_by(first.manifest.provenance)}")
-    fig = _style(fig, "The queue at the bottleneck port", sub, "", "")
+    fig = _style(fig, "The queue at the bottleneck port", runs_subtitle(runs), "", "")
     fig.update_xaxes(title_text="time since the first op (s)", row=2, col=1)
     fig.update_yaxes(title_text="queue (full frames)")
     return fig.update_layout(height=620)
-
-
-DCTCP_COLORS = ("#0072B2", "#D55E00", "#009E73")
