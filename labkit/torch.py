@@ -62,6 +62,7 @@ PHASE = struct.Struct("=QQQIIQQ")  # struct lk_job_phase (labkit.model.abi.JobPh
 SOON = 1  # enum lk_phase
 HISTORY = 8  # steps learned from
 WINDOW_NS = 30_000_000  # an announced window; the kernel holds it open while the job sends
+USERS_STEPS = False  # the job made Steps of its own: labkit's start-up hook then steps aside
 
 
 class PhaseMap:
@@ -113,11 +114,14 @@ class PhaseMap:
 class Steps:
     """The job's steps and collectives, as labkit reads them (see the module docstring)."""
 
-    def __init__(self, out=None, phase_fd: int | None = None):
+    def __init__(self, out=None, phase_fd: int | None = None, by_labkit: bool = False):
+        global USERS_STEPS
+        USERS_STEPS |= not by_labkit
         self.out = out or sys.stdout
         fd = os.environ.get("LABKIT_PHASE_FD") if phase_fd is None else phase_fd
         self.phase = PhaseMap(int(fd) if fd not in (None, "") else None)
         self.index = 0
+        self._start = 0
         self._lock = threading.Lock()
         self._ops: list[tuple[str, int | None, int, int]] = []  # this step's, as they end
         self._blocking_ns = 0
@@ -132,13 +136,40 @@ class Steps:
     def step(self):
         """One iteration: printed as an ``iteration`` line with its exposed communication,
         after ``op`` lines for its collectives."""
-        start = time.monotonic_ns()
+        self.begin()
+        yield self
+        self.end()
+
+    @contextmanager
+    def comm(self, name: str = "all_reduce", nbytes: int | None = None):
+        """A blocking collective of the job's own (its whole time is exposed)."""
+        t0 = time.monotonic_ns()
+        self._hold(t0)
+        yield
+        self.record(name, nbytes, t0, time.monotonic_ns())
+
+    def watch(self, ddp):
+        """Time every gradient bucket's all_reduce of a ``DistributedDataParallel``
+        model (a communication hook around DDP's default one); returns the model."""
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+        ddp.register_comm_hook(None, self.timed_hook(default_hooks.allreduce_hook))
+        return ddp
+
+    # --- the same, for whoever drives the steps (labkit.traffic.torchhook) -----------------
+
+    def begin(self, now: int | None = None) -> None:
+        """A step starts (now, or at ``now``)."""
+        self._start = time.monotonic_ns() if now is None else now
         self.phase.clear_crossing()
         with self._lock:
             self._ops, self._blocking_ns, self._ready_ns = [], 0, 0
             self._holding = False
-        yield self
-        end = time.monotonic_ns()
+
+    def end(self, now: int | None = None) -> None:
+        """The step begun last ends (now, or at ``now``): its lines, then the next
+        step's window."""
+        start, end = self._start, time.monotonic_ns() if now is None else now
         with self._lock:
             ops, blocking, ready = list(self._ops), self._blocking_ns, self._ready_ns
         tail = max((o[3] for o in ops), default=0) - ready if ready else 0
@@ -149,39 +180,46 @@ class Steps:
         self.index += 1
         self._learn_and_announce(start, end)
 
-    @contextmanager
-    def comm(self, name: str = "all_reduce", nbytes: int | None = None):
-        """A blocking collective of the job's own (its whole time is exposed)."""
-        t0 = time.monotonic_ns()
-        self._hold(t0)
-        yield
-        t1 = time.monotonic_ns()
+    def record(self, name: str, nbytes: int | None, t0: int, t1: int,
+               blocking: bool = True) -> None:
+        """A collective of this step ran from ``t0`` to ``t1``; a blocking one's whole
+        time is exposed communication."""
         with self._lock:
             self._ops.append((name, nbytes, t0, t1))
-            self._blocking_ns += t1 - t0
+            if blocking:
+                self._blocking_ns += t1 - t0
 
-    def watch(self, ddp):
-        """Time every gradient bucket's all_reduce of a ``DistributedDataParallel``
-        model (a communication hook around DDP's default one); returns the model."""
-        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+    def pending(self) -> bool:
+        """Whether the step under way has timed a collective."""
+        with self._lock:
+            return bool(self._ops)
 
-        def hook(state, bucket):
+    def starting(self, t0: int, ready: bool = False) -> None:
+        """A collective of this step starts at ``t0`` (``ready``: a DDP bucket, whose
+        gradients are ready then): the step's communication holds the window."""
+        if ready:
+            with self._lock:
+                self._ready_ns = t0
+        self._hold(t0)
+
+    def timed_hook(self, hook, starting=None, record=None):
+        """DDP's communication hook ``hook``, each bucket's all_reduce timed (told to
+        ``starting`` and ``record``, by default this step's)."""
+        starting, record = starting or self.starting, record or self.record
+
+        def timed(state, bucket):
             t0 = time.monotonic_ns()
             buffer = bucket.buffer()
             nbytes = buffer.numel() * buffer.element_size()
-            with self._lock:
-                self._ready_ns = t0
-            self._hold(t0)
+            starting(t0, True)
 
             def ended(fut):
-                with self._lock:
-                    self._ops.append(("all_reduce", nbytes, t0, time.monotonic_ns()))
+                record("all_reduce", nbytes, t0, time.monotonic_ns(), False)
                 return fut.value()
 
-            return default_hooks.allreduce_hook(state, bucket).then(ended)
+            return hook(state, bucket).then(ended)
 
-        ddp.register_comm_hook(None, hook)
-        return ddp
+        return timed
 
     # --- the phase ------------------------------------------------------------------------
 

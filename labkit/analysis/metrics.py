@@ -194,7 +194,8 @@ def program(ops: pl.DataFrame, collectives: pl.DataFrame, program_ops: pl.DataFr
         traffic=ProgramTraffic(packets=sum(r.packets for r in seen),
                                bytes=sum(r.bytes for r in seen),
                                bursts_lost=info["bursts_lost"]),
-        cpu_s=sum(r.cpu_s for r in seen), bad_lines=info["bad_lines"], ranks=seen)
+        cpu_s=sum(r.cpu_s for r in seen), bad_lines=info["bad_lines"], ranks=seen,
+        unmeasured=info.get("unmeasured"))
 
 
 def goodput_mbps(flows: pl.DataFrame, start: int, end: int) -> float:
@@ -632,10 +633,17 @@ def program_notes(p: Program | None) -> list[str]:
     if not p:
         return []
     notes = []
-    if p.source == "traffic":
+    if p.source == "hook":
+        notes.append(f"{p.name} reported no times of its own: labkit timed its collectives "
+                     "from outside its code (a start-up hook for PyTorch, MPI's profiling "
+                     "interface for MPI; docs/programs.md)")
+    if p.source == "traffic" and p.unmeasured:
+        notes.append(f"{p.name}'s collectives are not measurable from its traffic: "
+                     f"{p.unmeasured}; no times and no slowdown are given for it")
+    elif p.source == "traffic":
         notes.append(f"{p.name} reported no times of its own (docs/programs.md): its "
                      "iterations and ops are the bursts of its traffic, as its hosts' NICs "
-                     "sent them")
+                     "sent them, cut where the gaps between them are learned to end an op")
     if p.bad_lines:
         notes.append(f"{p.bad_lines} line(s) of {p.name}'s output looked like "
                      "labkit's line protocol but were not valid: they were left out")

@@ -46,6 +46,7 @@ from labkit.model.scenario_spec import (
     RANK_TEMPLATES,
     ROCEV2_PORT,
     TCP_CONTROLS,
+    TIMINGS,
     AllReduceSpec,
     Arrival,
     CommandSpec,
@@ -883,7 +884,8 @@ def _command(c: _Checker, t: dict, key: str, fabric: FabricSpec) -> CommandSpec:
 
 def _program_entry(c: _Checker, t: dict, key: str, fabric: FabricSpec) -> ProgramSpec:
     c.mapping(t, key, {"kind", "name", "ranks", "run", "python", "iterations", "warmup", "env",
-                       "master_port", "dscp", "quiet_ms", "duration_s", "imports", "launcher"},
+                       "master_port", "dscp", "quiet_ms", "duration_s", "imports", "launcher",
+                       "timing"},
               {"ranks", "run"})
     name = c.label(t.get("name", "program"), f"{key}.name", "'ddp' or 'train-1'")
     ranks = _selection(c, t["ranks"], f"{key}.ranks", fabric)
@@ -902,6 +904,9 @@ def _program_entry(c: _Checker, t: dict, key: str, fabric: FabricSpec) -> Progra
             c.fail(f"{key}.run", f"{{{per_rank[0]}}} differs from rank to rank, and mpirun "
                                  "starts every rank with one command line: read the rank "
                                  "from MPI (COMM_WORLD, or OMPI_COMM_WORLD_RANK)")
+    timing = t.get("timing", "auto")
+    if timing not in TIMINGS:
+        c.fail(f"{key}.timing", f"must be one of {', '.join(TIMINGS)}, got {timing!r}")
     python = c.string(t.get("python", DEFAULT_PYTHON), f"{key}.python")
     if "/" in python and not python.startswith("/"):  # relative: to the scenario's directory
         python = str((Path(c.file).parent / python).resolve())
@@ -931,7 +936,8 @@ def _program_entry(c: _Checker, t: dict, key: str, fabric: FabricSpec) -> Progra
         env=tuple(sorted((k, str(v)) for k, v in env.items())),
         master_port=c.integer(t.get("master_port", 29500), f"{key}.master_port", "master_port"),
         dscp=c.integer(t.get("dscp", JOB_DSCP), f"{key}.dscp", "program.dscp"),
-        quiet_ms=quiet, duration_s=duration, imports=tuple(imports), launcher=launcher, key=key)
+        quiet_ms=quiet, duration_s=duration, imports=tuple(imports), launcher=launcher,
+        timing=timing, key=key)
 
 
 def _one_host(c: _Checker, value, key: str, fabric: FabricSpec) -> str:

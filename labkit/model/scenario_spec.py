@@ -225,6 +225,10 @@ LAUNCHERS = ("labkit", "mpirun")
 # what mpirun's one command line cannot hold: it is the same for every rank
 PER_RANK_TEMPLATES = ("rank", "local_rank", "local_world_size", "ifname")
 DEFAULT_PYTHON = "/usr/bin/python3"  # Debian's: `make torch` installs python3-torch for it
+# how labkit times a job that prints none of its own lines: its collectives from outside
+# its code (PyTorch's through a start-up hook, MPI's through a PMPI shim), or from its
+# traffic alone (docs/programs.md)
+TIMINGS = ("auto", "traffic")
 JOB_DSCP = 26  # the DSCP a program's packets carry (AF31, a common RoCE traffic class)
 
 
@@ -252,6 +256,7 @@ class ProgramSpec:
     duration_s: float | None = None  # stop the ranks after this long (None: when they exit)
     imports: tuple[str, ...] = ()  # modules the interpreter must import (checked first)
     launcher: str = "labkit"  # or "mpirun" (:data:`LAUNCHERS`)
+    timing: str = "auto"  # or "traffic" (:data:`TIMINGS`): what times an unmodified job
     kind: str = "program"
     key: str = field(default="", compare=False)  # where in the file: "traffic[0]"
 

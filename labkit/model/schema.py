@@ -176,6 +176,7 @@ def _built_in_kinds() -> dict[str, dict]:
             "quiet_ms": _number("quiet_ms"),
             "duration_s": {"anyOf": [_number("duration_s"), {"type": "null"}]},
             "imports": _list(_whole(scenario.MODULE_RE.pattern)),
-            "launcher": {"enum": list(scenario.LAUNCHERS)}},
+            "launcher": {"enum": list(scenario.LAUNCHERS)},
+            "timing": {"enum": list(scenario.TIMINGS)}},
             {"ranks", "run"}),
     }

@@ -248,7 +248,9 @@ class Program(Record):
 
     KEY: ClassVar[str] = "program"
     name: str
-    source: str  # lines: what it printed; traffic: the bursts of its traffic
+    # lines: what it printed; hook: what labkit's start-up hook (PyTorch) or PMPI shim
+    # (MPI) timed of it; traffic: the bursts of its traffic
+    source: str
     iterations: int
     warmup: int = 0  # first iterations left out of every figure
     p50_ms: float | None
@@ -265,6 +267,7 @@ class Program(Record):
     ranks: tuple[ProgramRank, ...]
     slowdown_p50: float | None = None
     slowdown_p99: float | None = None
+    unmeasured: str | None = when_set()  # why its traffic does not show its collectives
 
 
 Workload = AllReduce | Job | Program

@@ -33,7 +33,7 @@ from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
 
-from labkit.analysis import nccltests
+from labkit.analysis import jobtiming, nccltests
 from labkit.control import CONTROLLERS, Controller
 from labkit.control.session import ControlSession
 from labkit.kernel import bpf, cgroups, interrupts, loss, tc
@@ -100,7 +100,7 @@ from labkit.traffic.agents import (
 )
 from labkit.traffic.collective import plan_for
 from labkit.traffic.commands import Commands
-from labkit.traffic.programs import Programs, iterations_from_ops, ops_from_bursts
+from labkit.traffic.programs import Programs
 
 STORAGE_WARMUP_S = 1.0
 
@@ -496,20 +496,27 @@ def _collect(result: PolicyResult, ranks: list[tuple[str, CollectiveResult]],
 
 
 def _collect_program(result: PolicyResult, programs: Programs, marks: JobMarks) -> None:
-    """The program's iterations and ops as it reported them (:mod:`labkit.model.traffic.lines`)
-    or, when it reported none, as its traffic showed them; its ranks and traffic."""
+    """The program's iterations and ops, from the best source there is: as it printed
+    them (:mod:`labkit.model.traffic.lines`), as labkit's hook or MPI shim timed them
+    (``timing: auto``), else as its traffic showed them, when that fits the model
+    (:mod:`labkit.analysis.jobtiming`: otherwise none, and why); its ranks and traffic."""
     spec = programs.spec
     programs.stop()  # nothing is left running; the cgroups' CPU is read
-    reported, ops, bad = programs.reported()
     per_host, result.bursts, lost = marks.traffic()
+    source, unmeasured = "lines", None
+    reported, ops, bad = programs.reported()
+    if not (reported or ops) and spec.timing == "auto":
+        source = "hook"
+        reported, ops, bad = programs.reported(hooked=True)
     result.program_ops = [OpRow(rank, host, o.i, o.op, o.bytes, o.start_ns, o.end_ns)
                           for rank, host, o in ops]
-    source = "lines" if reported or ops else "traffic"
-    if source == "traffic":
-        result.program_ops = ops_from_bursts(result.bursts,
-                                             {h: r for r, h in enumerate(spec.ranks)},
-                                             int(spec.quiet_ms * 1e6))
-    iterations = reported or iterations_from_ops(result.program_ops)
+    if not (reported or ops):
+        source = "traffic"
+        seen = jobtiming.ops_from_traffic(result.bursts,
+                                          {h: r for r, h in enumerate(spec.ranks)},
+                                          spec.iterations)
+        result.program_ops, unmeasured = seen.ops, seen.unmeasured
+    iterations = reported or jobtiming.iterations_from_ops(result.program_ops)
     result.collectives = [
         CollectiveRow(op=it.i, rank=rank, host=host, start_ns=it.start_ns, end_ns=it.end_ns,
                       wrong=0, compute_ns=it.end_ns - it.start_ns - (it.exposed_ns or 0),
@@ -520,6 +527,8 @@ def _collect_program(result: PolicyResult, programs: Programs, marks: JobMarks) 
         "bursts_lost": lost,
         "ranks": [{**row.to_json(), "packets": per_host[row.host][0],
                    "bytes": per_host[row.host][1]} for row in programs.rows()]}
+    if unmeasured:
+        result.program["unmeasured"] = unmeasured
 
 
 def run_sweep(sc: Scenario, op: str, algo: str | Mapping[int, str], size_list: list[int],

@@ -50,7 +50,6 @@ from labkit.kernel.cgroups import Cgroup
 from labkit.kernel.fabric import Fabric
 from labkit.kernel.registry import MARKER
 from labkit.model.scenario import HOST_REF, ProgramSpec, ScenarioError
-from labkit.model.tables import OpRow
 from labkit.model.topo import Topology
 from labkit.model.traffic import lines
 from labkit.model.traffic.results import ProgramRankEnd
@@ -75,6 +74,9 @@ LIMIT_S = 1800.0  # a program that never ends is stopped, and the run fails, aft
 EXIT_GRACE_S = 15.0  # ranks still there this long after rank 0 reported its last iteration
 IMPORT_CHECK_S = 120.0
 MPI_AGENT = Path(__file__).with_name("mpi_agent.sh")
+STARTUP = Path(__file__).with_name("startup")  # sitecustomize: labkit.traffic.torchhook
+MPITIME = Path(__file__).with_name("_mpitime.so")  # mpitime.c, built by make setup
+OPS_DIR = "LABKIT_OPS_DIR"  # where the hook and the shim write each rank's timed ops
 MPIRUN = "mpirun.openmpi"  # Debian's openmpi-bin: Open MPI's, whichever mpirun is chosen
 MPI_NET = "10.0.0.0/16"  # the hosts' NICs (labkit.model.topo): not NVLink's, not lo
 # what mpirun (or a rank) says of the rank that failed, in Open MPI 4.1 and 5.0: a rank's
@@ -133,7 +135,8 @@ def job_env(spec: ProgramSpec, base: dict[str, str] | None = None) -> dict[str, 
     env.update({"OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", "USE_LIBUV": "0"})
     env.update(dict(spec.env))
     root = str(bpf.REPO_ROOT)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+    hook = str(STARTUP) if spec.timing == "auto" else None
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (hook, root, env.get("PYTHONPATH")) if p)
     return env
 
 
@@ -167,13 +170,14 @@ def mpirun_argv(spec: ProgramSpec, topo: Topology, outdir: Path) -> list[str]:
     machine), ranks not bound to cores (eight ranks on a few cores); each rank's output
     in ``outdir``; :func:`job_env`'s variables and :data:`MARKER` exported to every rank.
     Options Open MPI 4.1 and 5.0 both take; its runtime's own are :func:`mpirun_env`'s."""
-    exported = sorted({*job_env(spec, {}), MARKER})
+    exported = sorted({*job_env(spec, {}), MARKER, OPS_DIR} - {"LD_PRELOAD"})
+    preload = ("-x", f"LD_PRELOAD={MPITIME}") if spec.timing == "auto" else ()
     return ["unshare", "--uts", "--", "/bin/sh", "-c", NAMED, topo.host_ip(spec.ranks[0]),
             MPIRUN, "--allow-run-as-root", "-np", str(len(spec.ranks)),
             "--host", ",".join(f"{topo.host_ip(h)}:1" for h in spec.ranks),
             "--bind-to", "none", "--mca", "pml", "ob1", "--mca", "btl", "tcp,self",
             "--mca", "btl_tcp_if_include", MPI_NET,
-            *(arg for name in exported for arg in ("-x", name)),
+            *(arg for name in exported for arg in ("-x", name)), *preload,
             "/bin/sh", "-c", RANK_WRAPPER, str(outdir), *rank_argv(spec, topo, 0, "")]
 
 
@@ -198,6 +202,9 @@ def check(spec: ProgramSpec, topo: Topology, source: str) -> None:
     if spec.launcher == "mpirun" and shutil.which(MPIRUN) is None:
         raise ScenarioError(source, f"{key}.launcher", f"{MPIRUN} is not installed here: "
                             "Debian's openmpi-bin (`make mpi` installs it, with python3-mpi4py)")
+    if spec.launcher == "mpirun" and spec.timing == "auto" and not MPITIME.is_file():
+        raise ScenarioError(source, f"{key}.timing", f"{MPITIME} is not built: `make setup` "
+                            "builds it (or set timing: traffic)")
     uses_python = "{python}" in spec.run[0] or spec.imports
     python = interpreter(spec)
     if uses_python and not (os.path.isfile(python) and os.access(python, os.X_OK)):
@@ -287,6 +294,7 @@ class Programs:
             ifname = self.fabric.nic(host).ifname
             env = rank_env(self.spec, self.topo, r, ifname)
             env[MARKER] = f"{self.fabric.registry.run_id}/{self.spec.name}-rank{r}"
+            env[OPS_DIR] = str(self.workdir.resolve())
             fds: tuple[int, ...] = ()
             if host in self.phase_fds:
                 env["LABKIT_PHASE_FD"] = str(self.phase_fds[host])
@@ -321,7 +329,8 @@ class Programs:
             for h in spec.ranks))
         (session / first).mkdir()
         env = (job_env(spec) | mpirun_env(hosts, session / first)
-               | {MARKER: f"{self.fabric.registry.run_id}/{spec.name}-mpirun"})
+               | {MARKER: f"{self.fabric.registry.run_id}/{spec.name}-mpirun",
+                  OPS_DIR: str(self.workdir.resolve())})
         outdir = self.workdir.resolve()
         with open(self.workdir / "mpirun.out", "wb") as o, open(self.mpirun_err, "wb") as e:
             proc = self.fabric.popen(
@@ -463,13 +472,15 @@ class Programs:
                                stopped_by_labkit=r.stopped_by_labkit, lingered=r.lingered,
                                cpu_s=r.cpu_s) for r in self.ranks]
 
-    def reported(self) -> tuple[list[tuple[int, str, lines.Iteration]],
-                                list[tuple[int, str, lines.Op]], int]:
-        """Every rank's iterations and ops, as (rank, host, line), and the bad lines."""
+    def reported(self, hooked: bool = False) -> tuple[list[tuple[int, str, lines.Iteration]],
+                                                    list[tuple[int, str, lines.Op]], int]:
+        """Every rank's iterations and ops, as (rank, host, line), and the bad lines: as it
+        printed them, or (``hooked``) as labkit's hook or shim timed them."""
         iterations, ops, bad = [], [], 0
         for rank in self.ranks:
             try:
-                text = rank.out.read_text(errors="replace")
+                text = (self.workdir / f"rank{rank.rank}.ops" if hooked else rank.out
+                        ).read_text(errors="replace")
             except OSError:
                 continue
             its, found, wrong = lines.parse(text)
@@ -477,60 +488,3 @@ class Programs:
             ops += [(rank.rank, rank.host, op) for op in found]
             bad += wrong
         return iterations, ops, bad
-
-
-# --- what the program did, from what it reported or from its traffic ----------------------
-
-SIGNIFICANT = 0.10  # of a host's largest burst: smaller ones are chatter, not collectives
-
-
-def ops_from_bursts(bursts: list, ranks: dict[str, int], quiet_ns: int) -> list[OpRow]:
-    """The collectives a program's traffic shows: each host's bursts of at least
-    :data:`SIGNIFICANT` of its largest, pooled across hosts; bursts that overlap or lie
-    within ``quiet_ns`` of each other are one op, numbered in time order. ``bursts`` are
-    :class:`labkit.model.tables.BurstRow`; ``ranks`` maps hosts to ranks."""
-    largest: dict[str, int] = {}
-    for b in bursts:
-        largest[b.host] = max(largest.get(b.host, 0), b.bytes)
-    kept = sorted((b for b in bursts if b.host in ranks
-                   and b.bytes >= SIGNIFICANT * largest[b.host]), key=lambda b: b.start_ns)
-    clusters: list[list] = []
-    end = 0
-    for b in kept:
-        if not clusters or b.start_ns > end + quiet_ns:
-            clusters.append([])
-            end = 0
-        clusters[-1].append(b)
-        end = max(end, b.end_ns)
-    out = []
-    for k, members in enumerate(clusters):
-        for host in dict.fromkeys(b.host for b in members):
-            mine = [b for b in members if b.host == host]
-            out.append(OpRow(ranks[host], host, k, "burst", sum(b.bytes for b in mine),
-                             min(b.start_ns for b in mine), max(b.end_ns for b in mine)))
-    return out
-
-
-def iterations_from_ops(ops: list[OpRow]) -> list[tuple[int, str, lines.Iteration]]:
-    """Iterations for a program that reported only its ops (or nothing: its traffic's
-    ops): per rank, iteration k runs from the end of the communication of iteration k-1
-    (the first: from its own start) to the end of its own; its ops' time is exposed
-    communication, the rest compute. Ops share an iteration when they carry its number;
-    without one, each op is an iteration."""
-    out = []
-    for rank in sorted({o.rank for o in ops}):
-        mine = sorted((o for o in ops if o.rank == rank), key=lambda o: o.start_ns)
-        groups: dict[object, list[OpRow]] = {}
-        for n, o in enumerate(mine):
-            groups.setdefault(("i", o.iteration) if o.iteration is not None else ("n", n),
-                              []).append(o)
-        previous_end = None
-        for k, members in enumerate(sorted(groups.values(), key=lambda m: m[0].start_ns)):
-            first = min(o.start_ns for o in members)
-            last = max(o.end_ns for o in members)
-            start = first if previous_end is None else min(previous_end, first)
-            busy = sum(o.end_ns - o.start_ns for o in members)
-            out.append((rank, members[0].host,
-                        lines.Iteration(k, start, last, min(busy, last - start))))
-            previous_end = last
-    return out

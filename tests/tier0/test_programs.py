@@ -16,13 +16,15 @@ import polars as pl
 import pytest
 import yaml
 
-from labkit.analysis import metrics
+from labkit.analysis import jobtiming, metrics
 from labkit.kernel import cgroups
 from labkit.kernel.jobmark import BurstRow
 from labkit.model import scenario, topo
 from labkit.model.scenario import ScenarioError
 from labkit.model.summary import ProgramRank, Summary
+from labkit.model.tables import OpRow
 from labkit.model.traffic import lines
+from labkit.model.traffic.rhythm import Rhythm
 from labkit.traffic import programs
 
 REPO = Path(__file__).resolve().parents[2]
@@ -125,7 +127,11 @@ def test_each_rank_gets_torchruns_environment(doc):
     assert env["GROUP_RANK"] == "1" and env["MASTER_ADDR"] == t.host_ip("g1")
     assert env["MASTER_PORT"] == "29500" and env["GLOO_SOCKET_IFNAME"] == "g4-eth0"
     assert env["NCCL_SOCKET_IFNAME"] == "g4-eth0" and env["OMP_NUM_THREADS"] == "1"
-    assert env["PYTHONPATH"].split(":")[0] == str(REPO) and env["PATH"] == "/bin"
+    # labkit's start-up hook first (timing: auto), then labkit's checkout
+    assert env["PYTHONPATH"].split(":")[:2] == [str(REPO / "labkit/traffic/startup"),
+                                                str(REPO)] and env["PATH"] == "/bin"
+    without = replace(sc.program, timing="traffic")
+    assert programs.rank_env(without, t, 3, "g4-eth0")["PYTHONPATH"].split(":")[0] == str(REPO)
 
 
 def test_the_entrys_env_wins_over_the_defaults_not_over_the_ranks(doc):
@@ -294,27 +300,68 @@ def burst(host, start_ms, end_ms, nbytes=1_000_000):
     return BurstRow(host, int(start_ms * 1e6), int(end_ms * 1e6), nbytes, nbytes // 9000)
 
 
+def ring(starts_ms, hosts=("g1", "g2"), op_ms=40.0, steps=2, step_gap_ms=2.0):
+    """Bursts of a job whose ops start at ``starts_ms``: each host sends ``steps`` bursts
+    per op, ``step_gap_ms`` apart (a ring's steps), ``op_ms`` in all."""
+    step = (op_ms - (steps - 1) * step_gap_ms) / steps
+    return [burst(h, s + k * (step + step_gap_ms) + j * 0.5, s + k * (step + step_gap_ms)
+                  + step + j * 0.5)
+            for s in starts_ms for j, h in enumerate(hosts) for k in range(steps)]
+
+
 def test_bursts_make_ops_across_hosts_and_chatter_is_left_out():
-    bursts = [burst("g1", 0, 300), burst("g2", 5, 305), burst("g1", 330, 330.1, 66),
-              burst("g1", 400, 700), burst("g2", 402, 701)]
-    ops = programs.ops_from_bursts(bursts, {"g1": 0, "g2": 1}, 10_000_000)
-    assert [(o.iteration, o.host) for o in ops] == [(0, "g1"), (0, "g2"), (1, "g1"), (1, "g2")]
-    assert {o.op for o in ops} == {"burst"} and ops[0].end_ns == 300_000_000
+    bursts = ring([0, 200, 400, 600, 800]) + [burst("g1", 100, 100.1, 66)]
+    seen = jobtiming.ops_from_traffic(bursts, {"g1": 0, "g2": 1}, iterations=5)
+    assert seen.unmeasured is None
+    assert [(o.iteration, o.host) for o in seen.ops][:4] == [
+        (0, "g1"), (0, "g2"), (1, "g1"), (1, "g2")]
+    assert {o.op for o in seen.ops} == {"burst"} and len(seen.ops) == 10
+    # the gaps inside an op (2 ms) and between ops (160 ms) are told apart, learned
+    assert 2e6 < seen.split_ns < 160e6
+    assert seen.ops[0].start_ns == 0 and seen.ops[1].end_ns == pytest.approx(40.5e6)
+
+
+def test_traffic_whose_op_gaps_are_as_long_as_its_compute_is_not_measurable():
+    # under contention a collective's own steps wait as long as the compute between them
+    bursts = ring([0, 300, 600, 900, 1200, 1500], op_ms=250, steps=3, step_gap_ms=90)
+    seen = jobtiming.ops_from_traffic(bursts, {"g1": 0, "g2": 1}, iterations=6)
+    assert seen.ops == [] and "6 iterations" in seen.unmeasured
+    unsteady = ring([0, 100, 500, 560, 1400, 1450])
+    seen = jobtiming.ops_from_traffic(unsteady, {"g1": 0, "g2": 1})
+    assert seen.ops == [] and "no steady rhythm" in seen.unmeasured
+    few = jobtiming.ops_from_traffic(ring([0, 200]), {"g1": 0, "g2": 1})
+    assert few.ops == [] and "too few" in few.unmeasured
 
 
 def test_iterations_from_ops_run_end_to_end():
-    ops = [programs.OpRow(0, "g1", None, "burst", 10, s, e)
+    ops = [OpRow(0, "g1", None, "burst", 10, s, e)
            for s, e in ((100, 300), (400, 600), (700, 900))]
-    its = programs.iterations_from_ops(ops)
+    its = jobtiming.iterations_from_ops(ops)
     assert [(it.start_ns, it.end_ns, it.exposed_ns) for _, _, it in its] == [
         (100, 300, 200), (300, 600, 200), (600, 900, 200)]
 
 
+def test_ops_without_iterations_are_cut_by_the_jobs_rhythm():
+    # a preamble's broadcast, then two all_reduces of different sizes per iteration
+    names = [("broadcast", 4)] + [("all_reduce", 8), ("all_reduce", 16)] * 4
+    ops = [OpRow(0, "g1", None, n, b, 100 * k, 100 * k + 50) for k, (n, b) in enumerate(names)]
+    its = jobtiming.iterations_from_ops(ops)
+    assert [(it.start_ns, it.end_ns) for _, _, it in its] == [
+        (0, 50), (50, 250), (250, 450), (450, 650), (650, 850)]
+
+
+def test_a_rhythm_is_followed_online():
+    for seq, cuts in (("AAAAA", ".||||"), ("ABABABAB", "...|.|.|"),
+                      ("AABAABAABAAB", ".|..||..|..|")):
+        r = Rhythm()
+        assert "".join("|" if r.ended(c) else "." for c in seq) == cuts, seq
+
+
 def test_ops_of_one_iteration_share_it():
-    ops = [programs.OpRow(0, "g1", 0, "all_reduce", 10, 100, 200),
-           programs.OpRow(0, "g1", 0, "all_reduce", 10, 110, 260),
-           programs.OpRow(0, "g1", 1, "all_reduce", 10, 400, 500)]
-    its = programs.iterations_from_ops(ops)
+    ops = [OpRow(0, "g1", 0, "all_reduce", 10, 100, 200),
+           OpRow(0, "g1", 0, "all_reduce", 10, 110, 260),
+           OpRow(0, "g1", 1, "all_reduce", 10, 400, 500)]
+    its = jobtiming.iterations_from_ops(ops)
     assert [(it.i, it.start_ns, it.end_ns) for _, _, it in its] == [(0, 100, 260), (1, 260, 500)]
 
 
