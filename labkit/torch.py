@@ -166,17 +166,18 @@ class Steps:
             self._ops, self._blocking_ns, self._ready_ns = [], 0, 0
             self._holding = False
 
-    def end(self, now: int | None = None) -> None:
-        """The step begun last ends (now, or at ``now``): its lines, then the next
-        step's window."""
+    def end(self, now: int | None = None, report: bool = True) -> None:
+        """The step begun last ends (now, or at ``now``): its lines (unless not
+        ``report``), then the next step's window."""
         start, end = self._start, time.monotonic_ns() if now is None else now
         with self._lock:
             ops, blocking, ready = list(self._ops), self._blocking_ns, self._ready_ns
         tail = max((o[3] for o in ops), default=0) - ready if ready else 0
         exposed = min(end - start, blocking + max(tail, 0))
-        for name, nbytes, t0, t1 in ops:
-            print(op_line(name, t0, t1, nbytes, self.index), file=self.out)
-        print(iteration_line(self.index, start, end, exposed), file=self.out, flush=True)
+        if report:
+            for name, nbytes, t0, t1 in ops:
+                print(op_line(name, t0, t1, nbytes, self.index), file=self.out)
+            print(iteration_line(self.index, start, end, exposed), file=self.out, flush=True)
         self.index += 1
         self._learn_and_announce(start, end)
 

@@ -128,6 +128,18 @@ def _by_rhythm(mine: list[OpRow]) -> list[list[OpRow]]:
     return [mine[:first]] + [mine[k:k + p] for k in range(first, len(mine), p)]
 
 
+def numbered(ops: list[OpRow]) -> list[OpRow]:
+    """``ops`` with each one's iteration: as it carries it, else as the job's rhythm cuts
+    its rank's ops (:func:`_by_rhythm`), so that warm-up iterations leave out their ops
+    too."""
+    out = []
+    for rank in sorted({o.rank for o in ops}):
+        mine = sorted((o for o in ops if o.rank == rank), key=lambda o: o.start_ns)
+        out += [o._replace(iteration=k) for k, members in enumerate(_by_rhythm(mine))
+                for o in members]
+    return out
+
+
 def iterations_from_ops(ops: list[OpRow]) -> list[tuple[int, str, lines.Iteration]]:
     """Iterations for a program that reported only its ops (or nothing: its traffic's
     ops): per rank, iteration k runs from the end of the communication of iteration k-1

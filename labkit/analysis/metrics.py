@@ -157,14 +157,19 @@ def program(ops: pl.DataFrame, collectives: pl.DataFrame, program_ops: pl.DataFr
     iteration, first rank's start to last rank's end), compute and exposed communication
     per rank, and each collective it reported, or that its traffic showed (``info``:
     what the run recorded of it; ``vip_bytes``: what the bottleneck's vip lane carried
-    over the window). Times in ms."""
-    ms = ops["ms"]
+    over the window). Times in ms: what each rank timed, pooled over the ranks, as the job's
+    own clock would give them (from its traffic, where a rank's own span is not seen: from
+    the first rank's start to the last rank's end)."""
     per_rank = collectives.with_columns((pl.col("end_ns") - pl.col("start_ns")).alias("t"))
+    by_rank = info["source"] != "traffic"
+    ms = per_rank["t"] / 1e6 if by_rank else ops["ms"]
     by_op = {}
     instances = op_instances(program_ops) if program_ops.height else program_ops
     for name in sorted(set(instances["op"])) if instances.height else ():
         mine = instances.filter(pl.col("op") == name)
-        t = mine["ms"]
+        t = ((program_ops.filter(pl.col("op") == name)
+              .select((pl.col("end_ns") - pl.col("start_ns")) / 1e6).to_series())
+             if by_rank else mine["ms"])
         nbytes = mine["bytes"].drop_nulls()
         mean_ms = _num(t.mean())
         size = int(_num(nbytes.median())) if nbytes.len() else None

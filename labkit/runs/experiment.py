@@ -516,6 +516,8 @@ def _collect_program(result: PolicyResult, programs: Programs, marks: JobMarks) 
                                           {h: r for r, h in enumerate(spec.ranks)},
                                           spec.iterations)
         result.program_ops, unmeasured = seen.ops, seen.unmeasured
+    if not reported:
+        result.program_ops = jobtiming.numbered(result.program_ops)
     iterations = reported or jobtiming.iterations_from_ops(result.program_ops)
     result.collectives = [
         CollectiveRow(op=it.i, rank=rank, host=host, start_ns=it.start_ns, end_ns=it.end_ns,

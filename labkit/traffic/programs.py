@@ -282,7 +282,8 @@ class Programs:
         self.phase_fds = phase_fds or {}
         self.ranks: list[Rank] = []
         self.released_ns = 0
-        self._read = 0  # bytes of rank 0's stdout read for progress
+        self._read = 0  # bytes of rank 0's stdout (or its timed ops) read for progress
+        self._following: Path | None = None
         self._done = 0
 
     def launch(self) -> Programs:
@@ -389,9 +390,16 @@ class Programs:
                 pass  # it is gone already: wait() reports it
 
     def progress(self) -> int:
-        """Iterations (or, without iteration lines, ops) rank 0 reported so far."""
+        """Iterations (or, without iteration lines, ops) rank 0 reported so far, or that
+        labkit's hook timed of it."""
+        out, hooked = self.ranks[0].out, self.workdir / f"rank{self.ranks[0].rank}.ops"
+        path = self._following or out
+        if path == out and not self._done and hooked.exists():  # it prints none: the hook's
+            path = hooked
+        if path != self._following:
+            self._following, self._read, self._done = path, 0, 0
         try:
-            with open(self.ranks[0].out, "rb") as f:
+            with open(path, "rb") as f:
                 f.seek(self._read)
                 chunk = f.read()
         except OSError:

@@ -11,8 +11,10 @@ imports them:
   hook around DDP's own all_reduce (or around the job's own hook, if it registers one;
   a built-in hook the job registers is left untimed), and each forward pass starts an
   iteration;
-* without DDP, the job's rhythm (:class:`labkit.model.traffic.rhythm.Rhythm`: the
-  pattern of ops it repeats) says which op ends an iteration.
+* without DDP, each op is written as it ends, without an iteration (the analysis cuts
+  them by the job's rhythm afterwards, :mod:`labkit.analysis.jobtiming`); online, the
+  rhythm (:class:`labkit.model.traffic.rhythm.Rhythm`: the pattern of ops the job
+  repeats) says which op ends a step, for the phase.
 
 What it times goes, as :mod:`labkit.model.traffic.lines`' lines, to
 ``$LABKIT_OPS_DIR/rank<N>.ops`` (never the job's stdout), through a
@@ -39,6 +41,7 @@ import time
 from importlib.abc import MetaPathFinder
 
 from labkit import torch as steps_mod
+from labkit.model.traffic.lines import op_line
 from labkit.model.traffic.rhythm import Rhythm
 
 # the collectives timed, and the argument that holds what each sends (None: nothing)
@@ -114,10 +117,11 @@ class Hook:
             self.open = True
 
     def _cut(self, now: int) -> None:
-        """One step ends and the next begins, at ``now``."""
+        """One step ends and the next begins, at ``now`` (a DDP job's step is reported
+        whole; other ops are reported as they end)."""
         with self._lock:
             if self.open:
-                self.steps.end(now)
+                self.steps.end(now, report=self.ddp)
                 self.open = False
             self._begin(now)
 
@@ -128,11 +132,8 @@ class Hook:
             self._cut(time.monotonic_ns())
 
     def close(self) -> None:
-        """At exit: the step under way ends with its last collective (a DDP job's last
-        step, whose end no forward pass marks, is left out)."""
-        if self.on and self.open and self.steps.pending() and not self.ddp:
-            self.steps.end(self.last_end)
-            self.open = False
+        """At exit: the job communicates no more (a DDP job's last step, whose end no
+        forward pass marks, is left out)."""
         if self.on:
             self.steps.close()
         self.out.flush()
@@ -148,7 +149,10 @@ class Hook:
               blocking: bool = True) -> None:
         self.steps.record(name, nbytes, t0, t1, blocking)
         self.last_end = max(self.last_end, t1)
-        if not self.ddp and self.rhythm.ended((name, nbytes)):
+        if self.ddp:
+            return
+        print(op_line(name, t0, t1, nbytes), file=self.out)
+        if self.rhythm.ended((name, nbytes)):
             self._cut(t1)
 
     def timed(self, name: str, fn):

@@ -992,8 +992,10 @@ def _print_program(summary: Summary) -> None:
         return
     first = next(iter(programs.values()))
     source = {"lines": "as it reported them (labkit's line protocol)",
+              "hook": "timed by labkit from outside its code (it reported none)",
               "traffic": "from its traffic as the kernel saw it (it reported none)"}
-    t = Table(title=f"your program {first.name}: its collectives, {source[first.source]}"
+    said = " / ".join(source.get(s, s) for s in dict.fromkeys(p.source for p in programs.values()))
+    t = Table(title=f"your program {first.name}: its collectives, {said}"
                     f"; the first {first.warmup} iteration(s) left out",
               title_justify="left", caption="compute and exposed: mean per iteration and "
               "rank; CPU: what its ranks' cgroups used", caption_justify="left")
