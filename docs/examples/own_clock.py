@@ -1,9 +1,11 @@
 """A training loop that knows nothing of labkit and keeps its own clock.
 
 Compute (a sleep, as a GPU's would be), then one collective of ``--size`` bytes, again and
-again, over PyTorch's gloo (``--backend gloo``, torchrun's environment) or mpi4py
-(``--backend mpi``, started by mpirun); with ``--ddp``, a small model trained with
-DistributedDataParallel instead (its gradients are ``--size`` bytes, in DDP's buckets).
+again, over PyTorch's gloo (``--backend gloo``, torchrun's environment), mpi4py (``--backend
+mpi``, started by mpirun) or plain TCP sockets (``--backend sockets``: every rank sends its
+bytes to rank 0, which sends the sum back, as a parameter server would; standard library
+only); with ``--ddp``, a small model trained with DistributedDataParallel instead (its
+gradients are ``--size`` bytes, in DDP's buckets).
 It imports nothing of labkit and prints no line of labkit's: labkit times it from outside
 (docs/programs.md). Its own times go to stderr, one line per op and per iteration, in its
 own words, so that labkit's figures can be checked against the job's clock:
@@ -91,9 +93,53 @@ def mpi(args, say) -> None:
         last = t1
 
 
+def sockets(args, say) -> None:
+    import os
+    import socket
+
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    address = (os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]))
+    payload = bytes(args.size)
+
+    def receive(sock) -> None:
+        left = args.size
+        while left:
+            left -= len(sock.recv(min(left, 1 << 20)))
+
+    if rank == 0:
+        server = socket.create_server(address)
+        peers = [server.accept()[0] for _ in range(world - 1)]
+    else:
+        while True:
+            try:
+                peers = [socket.create_connection(address, timeout=60)]
+                break
+            except OSError:
+                time.sleep(0.2)  # rank 0 not listening yet
+    for peer in peers:
+        peer.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    last = time.monotonic()
+    for i in range(args.steps):
+        time.sleep(args.compute_ms / 1e3)
+        t0 = time.monotonic()
+        if rank == 0:
+            for peer in peers:
+                receive(peer)
+            for peer in peers:
+                peer.sendall(payload)
+        else:
+            peers[0].sendall(payload)
+            receive(peers[0])
+        t1 = time.monotonic()
+        say(i, t0, t1, last)
+        last = t1
+    for peer in peers:
+        peer.close()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--backend", choices=("gloo", "mpi"), default="gloo")
+    parser.add_argument("--backend", choices=("gloo", "mpi", "sockets"), default="gloo")
     parser.add_argument("--ddp", action="store_true", help="DDP's buckets (gloo only)")
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--size", type=size, default=1 << 20, help="bytes per step")
@@ -106,6 +152,8 @@ def main() -> int:
 
     if args.backend == "mpi":
         mpi(args, say)
+    elif args.backend == "sockets":
+        sockets(args, say)
     elif args.ddp:
         ddp(args, say)
     else:

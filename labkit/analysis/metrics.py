@@ -484,16 +484,24 @@ def fidelity(tables: dict, policy: str, meta: SummaryMeta, start: int, end: int,
                     dequeue=dequeue, notes=tuple(notes))
 
 
+def utilizations(queue: pl.DataFrame, meta: SummaryMeta, start: int, end: int
+                 ) -> dict[str, float]:
+    """Each bottleneck port's share of its rate used over [start, end] (one policy's)."""
+    seconds = (end - start) / 1e9
+    return {r["port"]: r["bytes"] * 8 / seconds / 1e6 / meta.ports[r["port"]].rate_mbps
+            for r in port_utilization(queue, start, end).iter_rows(named=True)
+            if r["port"] in meta.ports}
+
+
 def _policy(tables: dict, meta: SummaryMeta, policy: str, ops: pl.DataFrame, start: int,
-            end: int) -> PolicySummary:
+            end: int, port: str) -> PolicySummary:
+    """One policy's summary over [start, end], its bottleneck figures at ``port`` (the
+    run's: the same port for every policy)."""
     def of(name: str) -> pl.DataFrame:
         return tables[name].filter(pl.col("policy") == policy)
 
     seconds = (end - start) / 1e9
-    sent = port_utilization(of("queue"), start, end)
-    util = {r["port"]: r["bytes"] * 8 / seconds / 1e6 / meta.ports[r["port"]].rate_mbps
-            for r in sent.iter_rows(named=True)}
-    port = busiest_port(util, list(meta.ports))
+    util = utilizations(of("queue"), meta, start, end)
     info = meta.ports[port]
     control = meta.control.get(policy)
     lanes = bottleneck_lanes(of, port, info.senders, start, end,
@@ -588,7 +596,16 @@ def summarize(tables: dict[str, pl.DataFrame], meta: SummaryMeta) -> Summary:
                       pl.col("iteration").is_null() | (pl.col("iteration") >= warmup))}
     ops = op_times(tables["collectives"])
     spans = windows(ops)
-    policies = {p: _policy(tables, meta, p, ops.filter(pl.col("policy") == p), *spans[p])
+    if meta.workload == "program" and "bursts" in tables:  # its times not measurable:
+        spans = windows(tables["bursts"]) | spans                # its traffic's span
+    # the port the tables name, one for the run: the bottleneck port busiest over them all
+    used: dict[str, float] = {}
+    for p, (start, end) in spans.items():
+        for port, share in utilizations(
+                tables["queue"].filter(pl.col("policy") == p), meta, start, end).items():
+            used[port] = used.get(port, 0.0) + share
+    port = busiest_port(used, list(meta.ports))
+    policies = {p: _policy(tables, meta, p, ops.filter(pl.col("policy") == p), *spans[p], port)
                 for p in meta.policies if p in spans}
     base = policies["isolated"].workload if "isolated" in policies else None
     policies = {p: replace(s, workload=with_slowdowns(s.workload, base))
