@@ -1009,6 +1009,10 @@ def _print_program(summary: Summary) -> None:
                   f"{_fmt(r['slowdown_p50'])} / {_fmt(r['slowdown_p99'])}",
                   _fmt(r["busbw_mbps"], ".1f"), _fmt(p.compute_ms, ".0f"),
                   _fmt(p.exposed_comm_ms, ".0f"), _fmt(p.cpu_s, ".1f"))
+    for policy, p in programs.items():  # no times: say so, in the table
+        if p.unmeasured:
+            t.add_row(policy, "not measurable from its traffic", "—", "—", "—", "— / —", "—",
+                      "—", "—", _fmt(p.cpu_s, ".1f"))
     console.print(t)
 
 
