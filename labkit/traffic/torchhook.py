@@ -162,16 +162,21 @@ class Hook:
         except (TypeError, ValueError):
             return fn
         payload = PAYLOAD[name]
+        names = list(signature.parameters)
+        at = {n: names.index(n) if n in names else None for n in (payload, "async_op")}
+
+        def given(args, kwargs, arg):
+            """An argument by name, wherever the call put it (bind's cost, without it)."""
+            if arg in kwargs:
+                return kwargs[arg]
+            k = at.get(arg)
+            return args[k] if k is not None and k < len(args) else None
 
         @functools.wraps(fn)
         def collective(*args, **kwargs):
             if not self.on or getattr(self._local, "inside", False):
                 return fn(*args, **kwargs)
-            try:
-                given = signature.bind_partial(*args, **kwargs).arguments
-            except TypeError:
-                return fn(*args, **kwargs)  # the collective itself says what is wrong
-            nbytes = _nbytes(given.get(payload)) if payload else None
+            nbytes = _nbytes(given(args, kwargs, payload)) if payload else None
             t0 = time.monotonic_ns()
             self.starting(t0)
             self._local.inside = True
@@ -179,7 +184,7 @@ class Hook:
                 work = fn(*args, **kwargs)
             finally:
                 self._local.inside = False
-            if given.get("async_op") and work is not None:
+            if given(args, kwargs, "async_op") and work is not None:
                 return _Pending(work, lambda: self.ended(name, nbytes, t0,
                                                          time.monotonic_ns()))
             self.ended(name, nbytes, t0, time.monotonic_ns())
