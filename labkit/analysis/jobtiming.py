@@ -88,7 +88,7 @@ def ops_from_traffic(bursts: list[BurstRow], ranks: dict[str, int],
     kept = _significant(bursts, ranks)
     union = _clusters(kept, 0)
     gaps = [min(b.start_ns for b in after) - max(b.end_ns for b in before)
-            for before, after in zip(union, union[1:])]
+            for before, after in zip(union, union[1:], strict=False)]
     split, ratio = learn_split(gaps)
     clusters = _clusters(kept, split)
     between = [g for g in gaps if g > split]

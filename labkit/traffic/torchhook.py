@@ -38,6 +38,7 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from importlib.abc import MetaPathFinder
 
 from labkit import torch as steps_mod
@@ -56,10 +57,11 @@ C10D = "torch.distributed.distributed_c10d"
 DDP = "torch.nn.parallel.distributed"
 
 
-def ops_path(env: dict[str, str] | None = None) -> str:
+def ops_path(env: Mapping[str, str] | None = None) -> str:
     """This rank's file of timed ops: ``rank<N>.ops`` under ``LABKIT_OPS_DIR``, N from
     torchrun's ``RANK`` or Open MPI's ``OMPI_COMM_WORLD_RANK`` (else this process's id)."""
     env = os.environ if env is None else env
+    assert env is not None
     rank = env.get("RANK") or env.get("OMPI_COMM_WORLD_RANK") or f"pid{os.getpid()}"
     return os.path.join(env["LABKIT_OPS_DIR"], f"rank{rank}.ops")
 
@@ -190,7 +192,7 @@ class Hook:
             self.ended(name, nbytes, t0, time.monotonic_ns())
             return work
 
-        collective.__labkit_timed__ = True
+        setattr(collective, "__labkit_timed__", True)  # noqa: B010 (a function's attribute)
         return collective
 
     # --- patches, as torch's modules are imported ------------------------------------------
@@ -261,7 +263,7 @@ class _AfterImport(MetaPathFinder):
             except Exception as e:  # never the job's failure
                 print(f"labkit: {name} not timed: {e}", file=sys.stderr)
 
-        loader.exec_module = exec_module
+        loader.exec_module = exec_module  # type: ignore[method-assign]
         return spec
 
 
