@@ -7,7 +7,7 @@ docs/examples/allreduce.py all-reduces 2 MiB after a 50 ms compute, over and ove
   fabric (gloo adds its own reduction and threads: within 15 %);
 * with no labkit line at all (--silent), its packets are the vip lane's at the bottleneck,
   the sojourn probe times them in that queue, the gates never hold them, and its
-  iterations are read from its traffic;
+  iterations are timed by the start-up hook labkit puts in its interpreter;
 * a rank that fails ends the run, naming the rank and its error;
 * Ctrl-C, and kill -9 followed by `labkit clean`, leave no process and no cgroup.
 """
@@ -88,7 +88,7 @@ def test_the_jobs_all_reduce_alone_agrees_with_labkits_ring(fabric_ready, alone)
 
 def test_an_unmodified_jobs_packets_are_vip_at_the_bottleneck(fabric_ready, silent):
     p = silent.summary.policies["fifo"].workload
-    assert p.source == "traffic" and p.iterations >= STEPS - 2
+    assert p.source == "hook" and p.iterations >= STEPS - 2
     last = silent["lanes"].filter(pl.col("policy") == "fifo").sort("t_ns").group_by(
         "port", "lane").last()
     at = {r["lane"]: r["offered_packets"] for r in
@@ -111,9 +111,9 @@ def test_the_gates_never_hold_the_jobs_packets(fabric_ready, silent):
     assert p.bottleneck.lanes.vip.drops == 0
 
 
-def test_the_jobs_phase_comes_from_its_traffic(fabric_ready, silent):
-    """With no helper, the kernel's view of the job's packets across the bottleneck is
-    the phase the state-aware relay carries to the storage host."""
+def test_the_jobs_phase_reaches_the_storage_host(fabric_ready, silent):
+    """With no line of labkit in the job, the hook's announcements and the kernel's view
+    of its packets are the phase the state-aware relay carries to the storage host."""
     relayed = silent["controller"].filter((pl.col("policy") == "state-aware")
                                           & pl.col("busy_from_ns").is_not_null())
     ops = metrics.op_times(silent["collectives"].filter(pl.col("policy") == "state-aware"))
