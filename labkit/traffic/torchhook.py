@@ -13,8 +13,9 @@ imports them:
   iteration;
 * without DDP, each op is written as it ends, without an iteration (the analysis cuts
   them by the job's rhythm afterwards, :mod:`labkit.analysis.jobtiming`); online, the
-  rhythm (:class:`labkit.model.traffic.rhythm.Rhythm`: the pattern of ops the job
-  repeats) says which op ends a step, for the phase.
+  first op ends the first step, and from then on the rhythm
+  (:class:`labkit.model.traffic.rhythm.Rhythm`: the pattern of ops the job repeats) says
+  which op ends a step, for the phase.
 
 What it times goes, as :mod:`labkit.model.traffic.lines`' lines, to
 ``$LABKIT_OPS_DIR/rank<N>.ops`` (never the job's stdout), through a
@@ -154,7 +155,9 @@ class Hook:
         if self.ddp:
             return
         print(op_line(name, t0, t1, nbytes), file=self.out)
-        if self.rhythm.ended((name, nbytes)):
+        # the first op ends the first step (the framework's set-up, which teaches the
+        # phase nothing), so the second is held whole as labkit.torch holds it
+        if self.rhythm.ended((name, nbytes)) or self.steps.index == 0:
             self._cut(t1)
 
     def timed(self, name: str, fn):

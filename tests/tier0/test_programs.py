@@ -293,6 +293,28 @@ def test_a_crossing_ranks_communication_holds_until_its_step_ends():
     assert [a[2] for a in alone.phase.announced] == [SOON, SOON, 0]
 
 
+
+def test_the_hooks_first_op_ends_the_set_up_step_and_the_rhythm_the_rest(tmp_path):
+    """An unmodified job's ops, as labkit's start-up hook sees them without DDP: its first
+    op ends the first step (set-up), so the second step is held whole from its end; from
+    then on the job's rhythm (one all_reduce here) ends each step, and each step's end
+    announces the next window."""
+    from labkit.torch import SOON, WINDOW_NS
+    from labkit.traffic.torchhook import Hook
+
+    hook = Hook(io.StringIO())
+    hook.steps.phase = _Phase([400, 150, 150, 150])
+    t = time.monotonic_ns()  # the stand-in map's clock
+    for _ in range(4):
+        hook.starting(t + 100)
+        hook.ended("all_reduce", 8, t + 100, t + 200)
+        t += 1000
+    assert hook.steps.index == 4  # a step per op, the first one included
+    announced = [(a[1] - a[0], a[2]) for a in hook.steps.phase.announced]
+    assert announced[0] == (200, SOON)  # the second step held: twice the first, from its end
+    assert announced[-1] == (WINDOW_NS, SOON)  # then a learned window for the next
+    assert hook.out.getvalue().count('"all_reduce"') == 4
+
 # --- what is derived -----------------------------------------------------------------------
 
 
