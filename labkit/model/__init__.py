@@ -9,5 +9,6 @@ Schema: :mod:`.schema`), the fabric's graph (:mod:`.topo`), a lossless fabric's 
 :mod:`.summary_meta`: what the summary needs besides the tables),
 users' classes (:mod:`.extend`), and the traffic's model (:mod:`.traffic`: wire formats,
 collective schedules, job plans in virtual time, agent configs and results, a program's
-lines). docs/architecture.md draws the layers.
+lines). Every file labkit is given is read within :mod:`.inputs`' limits (size,
+encoding, nesting, YAML aliases). docs/architecture.md draws the layers.
 """

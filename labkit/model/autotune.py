@@ -28,6 +28,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from labkit.model import inputs
 from labkit.model.fabric_spec import FabricSpec
 from labkit.model.topo import Topology
 from labkit.model.traffic import schedules
@@ -298,10 +299,11 @@ class Model:
         return json.dumps(doc, indent=2) + "\n"
 
     @classmethod
-    def from_json(cls, text: str, fabric_key: str | None = None) -> Model:
-        """A model saved by :meth:`to_json`; with ``fabric_key``, only if it was fitted on
-        that fabric (ValueError otherwise)."""
-        doc = json.loads(text)
+    def from_json(cls, text: str, fabric_key: str | None = None, file: str = "the model"
+                  ) -> Model:
+        """A model saved by :meth:`to_json` (read from ``file``); with ``fabric_key``, only
+        if it was fitted on that fabric (ValueError otherwise)."""
+        doc = inputs.json_document(text, file)
         if not isinstance(doc, dict) or doc.get("format") != FORMAT:
             raise ValueError(f"not a saved autotune model (no \"format\": \"{FORMAT}\")")
         if doc.get("version") != VERSION:

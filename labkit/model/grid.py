@@ -39,8 +39,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from labkit.model import inputs
 from labkit.model import scenario as scenario_mod
 from labkit.model.scenario import LIMITS, SCENARIO_NAME_RE, Scenario, ScenarioError, kind_of
 
@@ -168,8 +167,10 @@ def scenario_with(path: str | Path, settings: list[str]) -> Scenario:
                                 "must be KEY=VALUE, e.g. fabric.lossless=true")
         key, raw = match.groups()
         try:
-            doc = apply(doc, resolve(doc, key), yaml.safe_load(raw))
-        except (ValueError, yaml.YAMLError) as exc:
+            doc = apply(doc, resolve(doc, key), inputs.yaml_document(raw, "--set"))
+        except inputs.InputError as exc:
+            raise ScenarioError(str(path), f"--set {key}", exc.reason) from None
+        except ValueError as exc:
             raise ScenarioError(str(path), f"--set {key}", str(exc)) from None
     # a derived scenario is not the file: its runs record it whole, and no file's hash
     return replace(scenario_mod.parse(doc, str(path)), sha256="")
@@ -189,6 +190,10 @@ def parse(doc: Any, file: str = "<grid>", text: str = "") -> Grid:
 
     if not isinstance(doc, dict):
         fail("", f"must be a mapping of {', '.join(sorted(GRID_KEYS))}, got {kind_of(doc)}")
+    if "scenario" not in doc and {"fabric", "traffic"} & set(doc):
+        fail("", "this is a scenario file, not a grid (a grid names the scenario it varies "
+                 "under `scenario:`): `labkit run` runs it, `labkit validate` and `labkit "
+                 "inspect` check it")
     for k in doc:
         if k not in GRID_KEYS:
             fail(str(k), f"unknown key (allowed: {', '.join(sorted(GRID_KEYS))})")

@@ -27,7 +27,7 @@ from typing import Any, NoReturn
 
 import yaml
 
-from labkit.model import lossless, topo
+from labkit.model import inputs, lossless, topo
 from labkit.model.abi import LANES  # the lanes a scenario names: the kernel's, in its order
 from labkit.model.fabric_spec import FabricSpec, HostSpec, LinkSpec, ServerSpec
 
@@ -63,6 +63,7 @@ from labkit.model.scenario_spec import (
     policy,
 )
 from labkit.model.scenario_spec import POLICIES as POLICIES
+from labkit.model.traffic import schedules
 
 ROLES = ("gpu", "storage")
 # names, each matched whole (fullmatch: `$` would let a final newline through)
@@ -102,7 +103,8 @@ class Limit:
         """What is wrong with ``value`` here (None: nothing; inf and nan never fit);
         ``shown``: the value as written, when ``value`` was read from it."""
         if isinstance(value, bool) or not isinstance(value, int if self.integer else int | float):
-            return f"must be {'an integer' if self.integer else 'a number'}, got {kind_of(value)}"
+            return (f"must be {'an integer' if self.integer else 'a number'}, got "
+                    f"{number_text(value) or kind_of(value)}")
         if (value > self.lo if self.above else value >= self.lo) and value <= self.hi:
             return None
         why = f" ({self.why})" if self.why else ""
@@ -235,7 +237,7 @@ class _Checker:
 
     def string(self, value, key: str) -> str:
         if not isinstance(value, str) or not value:
-            self.fail(key, f"must be a non-empty string, got {kind_of(value)}")
+            self.fail(key, f"must be a non-empty string, got {as_text(value)}")
         if "\0" in value:
             self.fail(key, "must not hold a NUL character")
         return value
@@ -248,8 +250,9 @@ class _Checker:
 
     def label(self, value, key: str, like: str) -> str:
         if not isinstance(value, str) or not LABEL_RE.fullmatch(value):
+            got = repr(value) if isinstance(value, str) and value else as_text(value)
             self.fail(key, f"must be a label like {like} (a-z, then a-z0-9_-, at most 32), "
-                           f"got {value!r}")
+                           f"got {got}")
         return value
 
     def number(self, value, key: str, limit: str) -> float:
@@ -278,7 +281,8 @@ class _Checker:
             unit = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3}[m.group(2).lower()]
             n = int(Fraction(m.group(1)) * unit)
         else:
-            self.fail(key, f"must be a size like 4MiB, 64K or 65536, got {value!r}")
+            self.fail(key, f"must be a size like 4MiB, 64K or 65536, got "
+                           f"{number_text(value) or repr(value)}")
         if problem := LIMITS[limit].problem(n, value):
             self.fail(key, problem)
         return n
@@ -289,6 +293,41 @@ def kind_of(value) -> str:
     return {dict: "a mapping", list: "a list", str: "a string", bool: "a boolean"}.get(
         type(value), "null" if value is None else type(value).__name__
     )
+
+
+NUMBER_TEXT = re.compile(r"\s*[-+]?(\d[\d_]*\.?[\d_]*|\.\d[\d_]*)([eE][-+]?\d+)?\s*")
+
+
+def number_text(value) -> str | None:
+    """What an error says of text written where a number goes: ``1e3`` (YAML 1.1 reads a
+    float only with a '.' and a signed exponent) or a quoted ``'1000'``, with what to
+    write instead; None for any other value."""
+    if not isinstance(value, str) or not NUMBER_TEXT.fullmatch(value):
+        return None
+    if yaml.resolver.Resolver().resolve(yaml.ScalarNode, value.strip(), (True, False)) in (
+            "tag:yaml.org,2002:int", "tag:yaml.org,2002:float"):  # as safe_load reads it
+        return f"the text {value!r} (write it without quotes)"
+    x = float(value.replace("_", ""))
+    mantissa, exponent = f"{x:e}".split("e")
+    mantissa = mantissa.rstrip("0") + "0" * mantissa.rstrip("0").endswith(".")
+    options = [f"{int(x)}"] if x.is_integer() and abs(x) < 1e15 else []
+    options.append(f"{mantissa}e{int(exponent):+d}")
+    return (f"the text {value!r} (YAML 1.1 reads {value.strip()} as text, not a number: "
+            f"write {' or '.join(options)})")
+
+
+def as_text(value) -> str:
+    """What an error says of a value that should have been text: an empty string, or how
+    YAML 1.1 came to read a name as a boolean or a number, and the quotes that fix it."""
+    if value == "" or value is None:
+        return "an empty string" if value == "" else "nothing (null)"
+    if isinstance(value, bool):
+        words = "yes, on and true" if value else "no, off and false"
+        return (f"the boolean {str(value).lower()} (YAML 1.1 reads {words} so: write a name "
+                f"in quotes, e.g. '{'yes' if value else 'no'}')")
+    if isinstance(value, int | float):
+        return f"the number {value!r} (write it in quotes, '{value}', to make it text)"
+    return kind_of(value)
 
 
 def _join(key: str, sub) -> str:
@@ -311,48 +350,30 @@ def load(path: str | Path) -> Scenario:
 
 
 def read_yaml(path: str | Path, error: type[ScenarioError] | None = None) -> tuple[str, Any]:
-    """The text of a YAML data file and its document; ``error`` (a :class:`ScenarioError`
-    class) names the file and what is wrong: unreadable, not YAML, a key written twice."""
-    error = error or ScenarioError
-    file = str(path)
+    """The text of a YAML data file and its document, read within
+    :mod:`labkit.model.inputs`' limits; ``error`` (a :class:`ScenarioError` class) names
+    the file and what is wrong: unreadable, too large, not UTF-8, not YAML, nested too
+    deep, an alias bomb, a key written twice."""
     try:
-        text = Path(path).read_text()
-    except OSError as exc:
-        raise error(file, "", f"cannot read the file: {exc.strerror}") from exc
-    try:
-        _no_key_twice(yaml.compose(text, Loader=yaml.SafeLoader), file, error=error)
-        doc = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
-        problem = " ".join(str(getattr(exc, "problem", None) or exc).split())  # one line
-        raise error(file, "", f"not valid YAML: {where}{problem}") from None
-    return text, doc
+        return inputs.read_yaml(path)
+    except inputs.InputError as exc:
+        raise (error or ScenarioError)(exc.file, exc.key, exc.reason) from None
 
 
-def _no_key_twice(node: yaml.Node | None, file: str, path: str = "",
-                  error: type[ScenarioError] = ScenarioError) -> None:
-    """Refuse a mapping that names a key twice, at any depth (YAML itself lets the last
-    one win: a second `policies:` or `traffic:` would silently replace the first)."""
-    if isinstance(node, yaml.MappingNode):
-        first: dict[str, int] = {}
-        for key_node, value_node in node.value:
-            key = str(key_node.value)
-            where = _join(path, key)
-            line = key_node.start_mark.line + 1
-            if key in first and key != "<<":
-                raise error(file, where, f"written twice, at line {first[key]} and line "
-                                         f"{line}: keep one")
-            first.setdefault(key, line)
-            _no_key_twice(value_node, file, where, error)
-    elif isinstance(node, yaml.SequenceNode):
-        for i, item in enumerate(node.value):
-            _no_key_twice(item, file, f"{path}[{i}]", error)
+def is_grid(doc: Any) -> bool:
+    """Whether a YAML document is a grid's: it names the scenario it varies (no key of a
+    scenario is ``scenario``)."""
+    return isinstance(doc, dict) and "scenario" in doc
 
 
 def parse(doc: Any, file: str = "<scenario>") -> Scenario:
     """Validate an already-parsed YAML document."""
     c = _Checker(file)
+    if is_grid(doc) and "fabric" not in doc:
+        c.fail("scenario", f"this is a grid file, not a scenario (it varies "
+                           f"{str(doc['scenario'])[:200]!r}): `labkit batch` runs it and "
+                           "`labkit validate` checks every point; other commands take the "
+                           "scenario file it names")
     top = c.mapping(doc, "", {"name", "description", "scale_factor", "seed", "defaults",
                               "fabric", "lanes", "traffic", "policies", "control", "kinds",
                               "emulation", "transport"},
@@ -531,6 +552,7 @@ def _fabric(c: _Checker, fab, link_defaults: dict) -> FabricSpec:
     nodes = set(routers) | set(router_of)
     overrides: dict[frozenset, dict] = {}
     router_links: list[LinkSpec] = []
+    listed: dict[frozenset, int] = {}  # each link's first entry
     for i, entry in enumerate(c.seq(fab.get("links", []), "fabric.links")):
         key = f"fabric.links[{i}]"
         if isinstance(entry, list):
@@ -541,12 +563,15 @@ def _fabric(c: _Checker, fab, link_defaults: dict) -> FabricSpec:
             key = f"{key}.between"
         a, b = _pair(c, ends, key, nodes)
         pair = frozenset((a, b))
+        if pair in listed:
+            c.fail(key, f"link {a}-{b} is listed twice (also fabric.links[{listed[pair]}]; "
+                        f"[{a}, {b}] and [{b}, {a}] are one link): keep one, labkit builds no "
+                        "parallel links")
+        listed[pair] = i
         if a in router_of or b in router_of:
             host, other = (a, b) if a in router_of else (b, a)
             if router_of[host] != other:
                 c.fail(key, f"host {host!r} is attached to {router_of[host]!r}, not {other!r}")
-            if pair in overrides:
-                c.fail(key, f"link {a}-{b} is listed twice")
             overrides[pair] = props
         else:
             router_links.append(LinkSpec(a, b, **{**link_defaults, **props}))
@@ -642,6 +667,16 @@ def server_problem(fabric: FabricSpec, ranks: tuple[str, ...]) -> str | None:
     return None
 
 
+def _algo_problem(algo: str, fabric: FabricSpec, ranks: tuple[str, ...]) -> str | None:
+    """Why ``ranks`` cannot run the All-Reduce ``algo`` (None: they can, or labkit chooses
+    it): :func:`server_problem`, then the check a run's schedules make."""
+    if algo == AUTO:
+        return None
+    if algo == "hierarchical" and (problem := server_problem(fabric, ranks)):
+        return problem
+    return schedules.problem("all_reduce", algo, len(ranks), fabric.gpus_per_host)
+
+
 def _lossless(c: _Checker, value) -> tuple[str, ...]:
     """``fabric.lossless``: true (the vip lane), false, or a list of lanes."""
     key = "fabric.lossless"
@@ -720,9 +755,12 @@ def _rule(c: _Checker, rule, key: str, lane: str) -> LaneRule:
     for k, v in rule.items():
         kk = _join(key, k)
         if k == "roce":
-            if c.boolean(v, kk):
-                fields.update(roce=True, dport=ROCEV2_PORT)
-                proto = _same_proto(c, kk, proto, "udp")
+            if not c.boolean(v, kk):
+                c.fail(kk, "false is no condition (a rule cannot say 'not RoCE'): delete "
+                           "the key, and match the packets by a field they have (dscp, "
+                           "tcp_port, udp_dport, ...)")
+            fields.update(roce=True, dport=ROCEV2_PORT)
+            proto = _same_proto(c, kk, proto, "udp")
         elif k == "dscp":
             fields["dscp"] = c.integer(v, kk, "dscp")
         else:
@@ -992,7 +1030,7 @@ def _traffic(c: _Checker, traffic, fabric: FabricSpec, kinds: dict[str, str]):
             ranks = _selection(c, t["ranks"], f"{key}.ranks", fabric)
             if len(ranks) < 2:
                 c.fail(f"{key}.ranks", "an all-reduce needs at least 2 ranks")
-            if t.get("algo") == "hierarchical" and (problem := server_problem(fabric, ranks)):
+            if problem := _algo_problem(t.get("algo", "ring"), fabric, ranks):
                 c.fail(f"{key}.algo", problem)
             allreduce = AllReduceSpec(
                 ranks=ranks,

@@ -116,8 +116,8 @@ def _fabric(link: dict) -> dict:
 
 
 def _lanes() -> dict:
-    fields = {k: {"type": "boolean"} if k == "roce" else _number("dscp" if k == "dscp" else "port")
-              for k in sorted(scenario.RULE_KEYS)}
+    fields = {k: {"const": True} if k == "roce" else _number("dscp" if k == "dscp" else "port")
+              for k in sorted(scenario.RULE_KEYS)}  # roce: false is no condition
     rules = _list({**_closed(fields), "minProperties": 1}, maxItems=scenario.MAX_LANE_RULES)
     return _closed({**dict.fromkeys(scenario.LANES, rules),
                     "program": _whole(r".+\.bpf\.[co]")})

@@ -15,12 +15,12 @@ as the numbers that moved.
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from labkit.kernel.bpf import REPO_ROOT
+from labkit.model import inputs
 
 SAMPLE_ROOT = REPO_ROOT / "data" / "sample"
 QUOTED = re.compile(r"(?P<num>-?\d+(?:\.\d+)?)(?P<unit>[^<\d\n]{0,12}?)"
@@ -35,9 +35,9 @@ def documents(repo: Path = REPO_ROOT) -> list[Path]:
 
 
 def value_of(sample: str, key: str, root: Path = SAMPLE_ROOT) -> float:
-    """``key`` (dotted) of ``root/sample/summary.json``; OSError, KeyError or TypeError
-    when there is no such number."""
-    doc = json.loads((root / sample / "summary.json").read_text())
+    """``key`` (dotted) of ``root/sample/summary.json``; InputError (the file missing or
+    unreadable), KeyError or TypeError when there is no such number."""
+    doc = inputs.read_json(root / sample / "summary.json")
     for part in key.split("."):
         doc = doc[part]
     if not isinstance(doc, int | float) or isinstance(doc, bool):
@@ -86,7 +86,7 @@ def quotes(text: str, where: str, root: Path = SAMPLE_ROOT) -> list[Quote]:
         digits = len(m["num"].partition(".")[2])
         try:
             value = value_of(m["sample"], m["key"], root)
-        except (OSError, KeyError, TypeError) as exc:
+        except (inputs.InputError, KeyError, TypeError) as exc:
             found.append(Quote(where, line, m.start("num"), m.end("num"), m["num"],
                                m["unit"], m["sample"], m["key"], None, problem=str(exc)))
             continue

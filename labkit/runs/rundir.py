@@ -32,6 +32,7 @@ import polars as pl
 from polars.datatypes import DataTypeClass
 
 from labkit.kernel import bpf
+from labkit.model import inputs
 from labkit.model import manifest as manifest_mod
 from labkit.model.autotune import Model
 from labkit.model.manifest import (
@@ -236,7 +237,13 @@ def load_tuning(path: str | Path, models: Path | None = None) -> Tuning:
     rows = pl.read_parquet(path / "tune.parquet").drop("run_id", strict=False)
     sweeps = {algo: rows.filter(pl.col("algo") == algo).to_dicts()
               for algo in rows["algo"].unique(maintain_order=True)}
-    model = Model.from_json((path / "model.json").read_text())
+    f = path / "model.json"
+    try:
+        model = Model.from_json(inputs.read_text(f, inputs.JSON_BYTES), file=str(f))
+    except inputs.InputError as exc:
+        raise RunDataError(str(exc)) from None
+    except ValueError as exc:
+        raise RunDataError(f"{f}: {exc}") from None
     kept = store.kept_model(model.fabric_key, manifest.run_id, models)
     return Tuning(path, sweeps, model, kept if kept.is_file() else None, manifest)
 
@@ -266,19 +273,33 @@ class Run:
 
 def read_documents(path: Path, names: tuple[str, ...] = ("manifest.json", "summary.json")
                    ) -> dict[str, dict]:
-    """A run directory's JSON documents by file name; RunDataError names what is wrong."""
+    """A run directory's JSON documents by file name, read within
+    :mod:`labkit.model.inputs`' limits; RunDataError names what is wrong."""
     if not path.is_dir():
         raise RunDataError(f"{path}: not a run directory")
     docs = {}
     for name in names:
         f = path / name
+        if not f.exists():
+            raise RunDataError(_holds_runs(path) or f"{f}: missing (an incomplete or damaged "
+                                                     "run)")
         try:
-            docs[name] = json.loads(f.read_text())
-        except FileNotFoundError:
-            raise RunDataError(f"{f}: missing (an incomplete or damaged run)") from None
-        except ValueError as exc:
-            raise RunDataError(f"{f}: not valid JSON ({exc})") from None
+            docs[name] = inputs.read_json(f)
+        except inputs.InputError as exc:
+            raise RunDataError(str(exc)) from None
     return docs
+
+
+def _holds_runs(path: Path) -> str | None:
+    """What to say of ``path`` when it is a folder of recorded runs, not one (None: it
+    is not)."""
+    runs = sorted(d.name for d in path.iterdir()
+                  if not d.name.startswith(".") and (d / "manifest.json").is_file())
+    if not runs:
+        return None
+    shown = ", ".join(runs[-5:]) + (f" and {len(runs) - 5} more" if len(runs) > 5 else "")
+    return (f"{path}: a folder of {len(runs)} recorded run{'s' * (len(runs) > 1)} ({shown}), "
+            f"not a run itself: name one, e.g. {path / runs[-1]}")
 
 
 def kind_of(path: Path, doc: dict) -> str:
@@ -408,4 +429,7 @@ def load_sweeps(root: str | Path) -> dict[str, list[SweepRecord]]:
     found = sorted(Path(root).glob("*/sweep.json"))
     if not found:
         raise RunDataError(f"{root}: no sweep directories (*/sweep.json)")
-    return {f.parent.name: json.loads(f.read_text()) for f in found}
+    try:
+        return {f.parent.name: inputs.read_json(f) for f in found}
+    except inputs.InputError as exc:
+        raise RunDataError(str(exc)) from None

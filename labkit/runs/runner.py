@@ -447,10 +447,7 @@ def _runs(sc: Scenario, algo: str, sizes: Sequence[int]) -> bool:
     of two, the hierarchical one servers)."""
     from labkit.model.traffic import schedules
 
-    try:
-        schedules.schedule("all_reduce", algo, len(sc.ranks), 0, sizes[0],
-                           sc.fabric.gpus_per_host)
-    except ValueError:
+    if schedules.problem("all_reduce", algo, len(sc.ranks), sc.fabric.gpus_per_host):
         return False
     return algo != "hierarchical" or not scenario_mod.server_problem(sc.fabric, sc.ranks)
 
@@ -637,10 +634,8 @@ def check_sweep(sc: Scenario, op: str, algo: str, sizes: Sequence[int], iters: i
         for each in sorted({model.choose(size, allowed).algo for size in sizes}):
             check_sweep(sc, op, each, sizes, iters)
         return
-    try:
-        schedules.schedule(op, algo, len(sc.ranks), 0, sizes[0], sc.fabric.gpus_per_host)
-    except ValueError as exc:
-        raise ScenarioError(source, "algo", str(exc)) from None
+    if reason := schedules.problem(op, algo, len(sc.ranks), sc.fabric.gpus_per_host):
+        raise ScenarioError(source, "algo", reason)
     if algo == "hierarchical" and (problem := scenario_mod.server_problem(sc.fabric, sc.ranks)):
         raise ScenarioError(source, "algo", problem)
     if iters < 1:

@@ -12,7 +12,6 @@ the entry's ``minutes``.
 
 from __future__ import annotations
 
-import json
 import shlex
 import shutil
 import subprocess
@@ -23,9 +22,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-import yaml
-
 from labkit.kernel.bpf import REPO_ROOT
+from labkit.model import inputs
 from labkit.runs.provenance import git_revision
 
 SAMPLE_ROOT = REPO_ROOT / "data" / "sample"
@@ -62,9 +60,9 @@ class Sample:
 def load(file: Path = SAMPLES_FILE) -> list[Sample]:
     """Every sample in ``file``, in its order; SamplesError names the entry and key."""
     try:
-        doc = yaml.safe_load(file.read_text())
-    except (OSError, yaml.YAMLError) as exc:
-        raise SamplesError(f"{file}: cannot be read as YAML ({exc})") from None
+        _, doc = inputs.read_yaml(file)
+    except inputs.InputError as exc:
+        raise SamplesError(str(exc)) from None
     if not isinstance(doc, dict) or not isinstance(doc.get("samples"), list):
         raise SamplesError(f"{file}: needs `samples:`, a list of entries")
     found: list[Sample] = []
@@ -117,10 +115,10 @@ def estimate_s(sample: Sample, root: Path = SAMPLE_ROOT) -> float:
     """Seconds the sample's last recording took (its manifest's start and end), or its
     entry's ``minutes`` when it has no such manifest."""
     try:
-        m = json.loads((root / sample.path / "manifest.json").read_text())
+        m = inputs.read_json(root / sample.path / "manifest.json")
         took = (datetime.fromisoformat(m["end_time"])
                 - datetime.fromisoformat(m["start_time"])).total_seconds()
-    except (OSError, ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError):  # InputError too: unreadable, not JSON
         return sample.minutes * 60
     return took if took > 0 else sample.minutes * 60
 

@@ -13,6 +13,7 @@ import socket
 from pathlib import Path
 
 from labkit.kernel import bpf
+from labkit.model import inputs
 from labkit.model import manifest as manifest_mod
 from labkit.model.autotune import Model
 from labkit.model.manifest import CalibrationManifest
@@ -43,7 +44,8 @@ def newest_model(fabric_key: str, models: Path | None = None) -> tuple[Model, Pa
     found = sorted(((models or MODELS_DIR) / fabric_key).glob("*.json"))
     if not found:
         return None
-    return Model.from_json(found[-1].read_text(), fabric_key), found[-1]
+    text = inputs.read_text(found[-1], inputs.JSON_BYTES)
+    return Model.from_json(text, fabric_key, str(found[-1])), found[-1]
 
 
 def newest_calibration(scenario: dict, root: Path) -> tuple[Path, dict] | None:
@@ -55,7 +57,7 @@ def newest_calibration(scenario: dict, root: Path) -> tuple[Path, dict] | None:
         if d.name.startswith(".") or not (d / "summary.json").is_file():
             continue  # an interrupted calibration, or not a run
         try:
-            doc = json.loads((d / "manifest.json").read_text())
+            doc = inputs.read_json(d / "manifest.json")
             if manifest_mod.kind_of(doc) != "calibration":
                 continue
             manifest = CalibrationManifest.from_json(doc)
@@ -65,7 +67,7 @@ def newest_calibration(scenario: dict, root: Path) -> tuple[Path, dict] | None:
                 and _as_calibrated(manifest.scenario) == want
                 and (newest is None or manifest.start_time >= newest[0])):
             newest = (manifest.start_time, d)
-    return newest and (newest[1], json.loads((newest[1] / "summary.json").read_text()))
+    return newest and (newest[1], inputs.read_json(newest[1] / "summary.json"))
 
 
 def _as_calibrated(scenario: dict) -> str:

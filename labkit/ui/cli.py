@@ -339,7 +339,7 @@ def cmd_validate(args) -> int:
     file = str(args.file)
     try:
         text, doc = scenario_mod.read_yaml(file)
-        is_grid = isinstance(doc, dict) and "scenario" in doc  # no scenario key has it
+        is_grid = scenario_mod.is_grid(doc)
         found = grid.parse(doc, file, text) if is_grid else scenario_mod.parse(doc, file)
     except scenario_mod.ScenarioError as exc:
         if not args.json:
@@ -544,6 +544,12 @@ def _failed(exc: Exception) -> int:
     else:  # RunFailed, or a kernel-side failure while `labkit shell` built its fabric
         err.print(f"[red]{'run' if isinstance(exc, RunFailed) else 'shell'} failed:[/] {exc}")
     return 1
+
+
+def _refused(exc: Exception) -> int:
+    """Say what is wrong with the command's input, in one line; exit code 2."""
+    err.print(f"[red]error:[/] {escape(str(exc))}", highlight=False)
+    return 2
 
 
 def _sizes(args) -> list[int] | None:
@@ -1079,6 +1085,10 @@ def cmd_figures(args) -> int:
     run = _load(args.run_dir)
     if run is None:
         return 2
+    try:
+        figures.writable_folder(args.out)  # before anything is built
+    except OSError as exc:
+        return _refused(exc)
     names = [name for name, _ in figures.figure_set(run)]
     images = shutil.which("chromium") is not None
     if not images:
@@ -1090,9 +1100,8 @@ def cmd_figures(args) -> int:
             written = figures.write(run, args.out,
                                     lambda step: progress.update(task, advance=1,
                                                                  description=step), images)
-        except FileExistsError as exc:
-            err.print(f"[red]error:[/] {exc}")
-            return 2
+        except OSError as exc:  # a file that is there already, or the disk's
+            return _refused(exc)
     console.print(f"{len(written)} files in {args.out}: " + ", ".join(names))
     return 0
 

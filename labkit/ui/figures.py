@@ -15,6 +15,7 @@ one derived from the figure's name, so the same run gives byte-identical SVG fil
 from __future__ import annotations
 
 import re
+import tempfile
 from collections.abc import Callable, Collection, Iterator
 from functools import partial
 from pathlib import Path
@@ -71,13 +72,27 @@ def write_page(fig: go.Figure, path: Path, name: str) -> None:
     fig.write_html(path, include_plotlyjs="directory", full_html=True, div_id=name)
 
 
+def writable_folder(out: Path) -> None:
+    """Make ``out`` a folder this process can write into, or raise FileExistsError (a
+    file is there) or PermissionError, whose one line names it and what to do."""
+    if out.exists() and not out.is_dir():
+        raise FileExistsError(f"{out} is a file, not a folder: --out names a new or empty "
+                              "folder for the figures")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        tempfile.TemporaryFile(dir=out).close()
+    except OSError as exc:
+        raise PermissionError(f"cannot write into {out}: {exc.strerror}; choose a folder "
+                              "of your own for --out") from None
+
+
 def write(run: Run, out: Path, on_step: Callable[[str], None] | None = None,
           images: bool = True, only: Collection[str] | None = None) -> list[Path]:
     """Write every figure of ``run`` (those named in ``only``, if given) into ``out`` as
     .html, .svg and .png (only .html without ``images``); returns the files. ``on_step``
     hears of each figure built and each format rendered (figures + 2 steps). Existing files
     are left alone: a figure set is written into an empty or new directory."""
-    out.mkdir(parents=True, exist_ok=True)
+    writable_folder(out)
     built: dict[str, go.Figure] = {}
     for name, build in figure_set(run):
         if only is not None and name not in only:

@@ -32,6 +32,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from labkit.model import inputs
+
 if TYPE_CHECKING:
     from labkit.runs.runner import Progress
 
@@ -114,9 +116,9 @@ def _read_request(conn: socket.socket) -> dict:
         if len(data) > MAX_REQUEST:
             raise Refused(f"a request is one JSON line of at most {MAX_REQUEST} bytes")
     try:
-        doc = json.loads(data)
-    except ValueError as exc:
-        raise Refused(f"a request is one JSON line: {exc}") from exc
+        doc = inputs.json_document(inputs.decode(data, "request"), "request")
+    except inputs.InputError as exc:
+        raise Refused(f"a request is one JSON line: {exc.reason}") from None
     if not isinstance(doc, dict):
         raise Refused("a request is a JSON object")
     return doc

@@ -19,7 +19,6 @@ from pathlib import Path
 import ipywidgets as w
 import plotly.graph_objects as go
 import polars as pl
-import yaml
 
 from labkit.analysis import metrics
 from labkit.model import scenario
@@ -228,7 +227,7 @@ def live_scenario(base: Path, storage_load: float, size: str, hosts: int) -> Sce
     ``hosts`` GPU hosts (half behind each leaf, as far as they go), ``size`` per message,
     storage at ``storage_load`` x the bottleneck. Parsed as if it were ``base`` itself, so
     paths in it (controllers, kinds, a classifier) stay relative to ``base``."""
-    doc = yaml.safe_load(base.read_text())
+    _, doc = scenario.read_yaml(base)
     gpus = doc["fabric"]["hosts"]["gpu"]
     leaves = list(gpus.values())
     ranks = [h for pair in zip(*leaves, strict=False) for h in pair][:hosts]

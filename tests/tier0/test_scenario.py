@@ -116,12 +116,21 @@ def _hosts_on(router: str, n: int):
     return mutate
 
 
+def _routers_between(n: int):
+    """A mutation: ``n`` more routers, each linked to leaf2 and spine1 (2n more links)."""
+    def mutate(d):
+        d["fabric"]["routers"].extend(f"x{i}" for i in range(n))
+        d["fabric"]["links"].extend([f"x{i}", end] for i in range(n) for end in ("leaf2",
+                                                                                 "spine1"))
+    return mutate
+
+
 # issue 31: each was accepted, and failed later in the kernel or an agent
 @pytest.mark.parametrize("mutate, key, reason", [
     (lambda d: d["fabric"]["hosts"]["gpu"]["leaf1"].__setitem__(0, "g1\n"),
      "fabric.hosts.gpu.leaf1[0]", "not a node name"),
     (_hosts_on("leaf2", 300), "fabric.hosts", "the address plan has room for 255"),
-    (lambda d: d["fabric"]["links"].extend([["leaf2", "spine1"]] * 254), "fabric.links",
+    (_routers_between(127), "fabric.links",
      "256 links between routers; the address plan has room for 255"),
     (_hosts_on("leafaaaa1", 100), "fabric.routers[3]",
      "leafaaaa1 has 101 links, and its port leafaaaa1-eth100 is 16 characters"),

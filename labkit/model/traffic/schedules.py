@@ -113,16 +113,28 @@ def _split(size: int, parts: int) -> int:
     return max(1, -(-size // parts))
 
 
+def problem(op: str, algo: str, n: int, group: int = 1) -> str | None:
+    """Why ``n`` ranks (``group`` to a server) cannot run ``op`` by ``algo``, or None: the
+    one check a schedule, a scenario's validation and a sweep's all make."""
+    if algo not in ALGOS.get(op, ()):
+        return f"no algorithm {algo!r} for {op} (known: {', '.join(ALGOS.get(op, ()))})"
+    if algo == "hierarchical" and (group < 1 or n % group):
+        return (f"hierarchical needs servers of equal size: {group} ranks per server do not "
+                f"divide {n} ranks")
+    if algo == "halving_doubling" and n & (n - 1):
+        below = 1 << (n.bit_length() - 1)
+        return (f"halving_doubling needs a power-of-two number of ranks, got {n}: use "
+                f"{below} or {2 * below} ranks, or another algorithm (ring, tree)")
+    return None
+
+
 def schedule(op: str, algo: str, n: int, rank: int, size: int,
              group: int = 1) -> tuple[list[Step], int]:
     """(steps of ``rank``, number of chunks of the buffer); ``group``: ranks per server, for
-    the hierarchical algorithm."""
-    if algo not in ALGOS.get(op, ()):
-        raise ValueError(f"no algorithm {algo!r} for {op} (known: {', '.join(ALGOS[op])})")
+    the hierarchical algorithm. ValueError says why (:func:`problem`) it cannot be."""
+    if reason := problem(op, algo, n, group):
+        raise ValueError(reason)
     if algo == "hierarchical":
-        if group < 1 or n % group:
-            raise ValueError(f"hierarchical needs servers of equal size: {group} ranks per "
-                             f"server do not divide {n} ranks")
         return _hierarchical(n, rank, _split(size, n), group), n
     if op == "all_reduce" and algo == "ring":
         return _ring(n, rank, _split(size, n), reduce_steps=n - 1, gather_steps=n - 1), n
@@ -199,8 +211,6 @@ def _hierarchical(n: int, rank: int, chunk: int, group: int) -> list[Step]:
 
 def _halving_doubling(n: int, rank: int, size: int) -> list[Step]:
     """Recursive halving (reduce-scatter), then recursive doubling (all-gather); n = 2^k."""
-    if n & (n - 1):
-        raise ValueError(f"halving_doubling needs a power-of-two number of ranks, got {n}")
     chunk = _split(size, n)
     steps, lo, hi = [], 0, n  # the chunks this rank still reduces: [lo, hi)
     distance = n // 2

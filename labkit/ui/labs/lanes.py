@@ -8,8 +8,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import yaml
-
 from labkit.kernel.bpf import REPO_ROOT
 from labkit.model import scenario
 from labkit.model.scenario import ROCEV2_PORT, LaneRule, Scenario, ScenarioError
@@ -39,7 +37,7 @@ def with_lanes(base: Path, lanes: dict) -> Scenario:
 
 def lanes_document(base: Path, lanes: dict) -> dict:
     """The document of the scenario file ``base`` with its ``lanes:`` replaced."""
-    doc = yaml.safe_load(Path(base).read_text())
+    _, doc = scenario.read_yaml(base)
     doc["lanes"] = lanes
     return doc
 

@@ -12,9 +12,11 @@ its other cells exist once, in the lab.
 from __future__ import annotations
 
 import argparse
+import io
 import sys
 from pathlib import Path
 
+from labkit.model import inputs
 from labkit.ui.labs.verdict import MIME, PASS, TODO
 
 ANSWER, LIVE = "answer", "live"
@@ -22,10 +24,19 @@ LIVE_STUB = "run = None  # the live cell, left out"
 
 
 def read(path: Path):
-    """A lab (``.ipynb`` or its percent ``.py``) as an nbformat notebook."""
+    """A lab (``.ipynb`` or its percent ``.py``) as an nbformat notebook, read within
+    :mod:`labkit.model.inputs`' limits; InputError names a file that is not one."""
     import jupytext
 
-    return jupytext.read(Path(path))
+    path = Path(path)
+    text = inputs.read_text(path, inputs.JSON_BYTES)
+    if path.suffix == ".ipynb":
+        inputs.json_document(text, str(path))  # JSON, nested within the limit
+    try:
+        return jupytext.read(io.StringIO(text), fmt={"extension": path.suffix})
+    except Exception as exc:  # nbformat and jupytext raise many kinds for a bad notebook
+        raise inputs.InputError(str(path), f"not a notebook ({type(exc).__name__}: "
+                                           f"{' '.join(str(exc).split())[:200]})") from None
 
 
 def tagged(nb, tag: str) -> list:

@@ -13,7 +13,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import polars as pl
-import yaml
 
 from labkit.kernel.bpf import REPO_ROOT
 from labkit.model import scenario
@@ -34,7 +33,7 @@ FORMULA_CASES = [(p, m) for p in (2, 4, 8) for m in (1, 2, 3, 8, 16)]
 
 
 def _doc(path: Path) -> dict:
-    return yaml.safe_load(Path(path).read_text())
+    return scenario.read_yaml(path)[1]
 
 
 def _job_entry(doc: dict) -> dict:
