@@ -5,8 +5,9 @@ A file is untrusted input (``labkit serve`` reads what students hand it), so rea
 costs bounded time and memory, and a file that breaks a limit is refused with
 :class:`InputError`, whose one line names the file, what is wrong and what to do:
 
-* size: at most :data:`YAML_BYTES` of YAML (PyYAML reads about 150 KB/s) or
-  :data:`JSON_BYTES` of JSON; only that much is ever read;
+* size: at most :data:`YAML_BYTES` of YAML (PyYAML's pure-Python reader, the one that
+  lets nesting be checked, takes about 0.6 s for that much) or :data:`JSON_BYTES` of
+  JSON; only that much is ever read;
 * encoding: UTF-8 text (a UTF-8 byte-order mark is dropped); UTF-16/32, NUL bytes and
   undecodable bytes are named as such;
 * nesting: at most :data:`MAX_DEPTH` levels, checked while composing YAML (before PyYAML's
@@ -30,14 +31,15 @@ from typing import Any
 
 import yaml
 
-YAML_BYTES = 256 * 1024  # the largest shipped scenario is 5 KiB
+YAML_BYTES = 64 * 1024  # the largest shipped scenario is 5 KiB; PyYAML reads 100 KiB/s
 JSON_BYTES = 64 * 1024 * 1024  # a run's documents, notebooks with their outputs
 MAX_DEPTH = 64  # labkit's files nest 8 levels at most
-MAX_NODES = 100_000  # values of a YAML document with its aliases expanded
+MAX_NODES = 20_000  # values of a YAML document, its aliases expanded (shipped: < 1,000)
 MAX_INT_DIGITS = 100  # a longer number is no value of labkit's (and Python refuses 4300)
 BOMS = ((b"\xff\xfe\x00\x00", "UTF-32"), (b"\x00\x00\xfe\xff", "UTF-32"),
         (b"\xff\xfe", "UTF-16"), (b"\xfe\xff", "UTF-16"))
 AS_UTF8 = "save it as UTF-8"
+MAX_LINE = 1000  # characters of an error line; a longer one loses its middle
 
 
 class InputError(ValueError):
@@ -46,8 +48,18 @@ class InputError(ValueError):
 
     def __init__(self, file: str, reason: str, key: str = ""):
         self.file, self.key, self.reason = file, key, reason
-        line = f"{file}: {key}: {reason}" if key else f"{file}: {reason}"
-        super().__init__("".join(c if c.isprintable() else repr(c)[1:-1] for c in line))
+        super().__init__(one_line(f"{file}: {key}: {reason}" if key else f"{file}: {reason}"))
+
+
+def one_line(text: str) -> str:
+    """``text`` as one readable line of an error: control characters escaped (a "\\n"
+    in a key is written so), and past :data:`MAX_LINE` characters its middle left out
+    (a value of 200,000 characters quoted in it), keeping the end's what-to-do."""
+    line = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+    if len(line) <= MAX_LINE:
+        return line
+    keep = MAX_LINE // 2
+    return f"{line[:keep]}[... {len(line) - 2 * keep:,} characters ...]{line[-keep:]}"
 
 
 def read_text(path: str | Path, max_bytes: int = YAML_BYTES) -> str:
@@ -183,9 +195,7 @@ def _check_expanded(root: yaml.Node, file: str) -> None:
             open_.discard(id(node))
             done[id(node)] = (size, depth)
             if size > MAX_NODES:
-                raise InputError(file, f"line {line}: its aliases expand the document past "
-                                       f"{MAX_NODES:,} values (a YAML alias bomb?): write "
-                                       "the values out, or alias less")
+                _too_many(file, line, len(done) <= MAX_NODES)
             if depth > MAX_DEPTH:
                 _too_deep(file, node.start_mark)
             continue
@@ -200,6 +210,17 @@ def _check_expanded(root: yaml.Node, file: str) -> None:
         open_.add(id(node))
         todo.append((node, True))
         todo.extend((k, False) for k in _children(node))
+
+
+def _too_many(file: str, line: int, aliased: bool) -> None:
+    """Refuse a document of more than :data:`MAX_NODES` values (``aliased``: only once
+    its aliases are expanded)."""
+    if aliased:
+        raise InputError(file, f"line {line}: its aliases expand the document past "
+                               f"{MAX_NODES:,} values (a YAML alias bomb?): write the values "
+                               "out, or alias less")
+    raise InputError(file, f"line {line}: holds more than {MAX_NODES:,} values: labkit's "
+                           "files hold hundreds; is it the right file?")
 
 
 def _join(key: str, sub: str | int) -> str:

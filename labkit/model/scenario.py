@@ -165,8 +165,7 @@ class ScenarioError(ValueError):
 
     def __init__(self, file: str, key: str, reason: str):
         self.file, self.key, self.reason = file, key, reason
-        line = f"{file}: {key or '<top>'}: {reason}"  # one line: "\n" in a key is written so
-        super().__init__("".join(c if c.isprintable() else repr(c)[1:-1] for c in line))
+        super().__init__(inputs.one_line(f"{file}: {key or '<top>'}: {reason}"))
 
 
 # per parallelism: required sizes / counts / times, and optional keys with defaults

@@ -136,13 +136,15 @@ BAD = [  # (bytes, what the line says)
                          "save it as UTF-8"),
     (b"[" * 5000, "line 1: nested deeper than 64 levels: labkit's files are a few levels "
                   "deep; is it the right file?"),
-    (BOMB.encode(), "line 6: its aliases expand the document past 100,000 values (a YAML "
+    (BOMB.encode(), "line 5: its aliases expand the document past 20,000 values (a YAML "
                     "alias bomb?): write the values out, or alias less"),
     (b"a: &a [1, *a]\n", "line 1: an alias refers to a node that holds it (a recursive "
                          "structure): labkit's files are plain data"),
     (b"seed: " + b"9" * 5000, "line 1: a number of 5,000 digits: no value here is that large"),
-    (b"#" * (300 * 1024), "is 300 KiB, larger than the 256 KiB labkit reads of such a file: is "
+    (b"#" * (100 * 1024), "is 100 KiB, larger than the 64 KiB labkit reads of such a file: is "
                           "it the right file?"),
+    (b"[" + b"1, " * 20_001 + b"1]", "line 1: holds more than 20,000 values: labkit's files "
+                                    "hold hundreds; is it the right file?"),
     (b"a: 1\x08\n", "not valid YAML: character #x0008 at offset 4: control characters are "
                     "not allowed"),
 ]
@@ -155,9 +157,9 @@ def test_a_file_past_a_limit_is_one_line_in_well_under_a_second(tmp_path, reader
     name, argv = READERS[reader]
     path = tmp_path / name
     path.write_bytes(data)
-    began = time.monotonic()
+    began = time.process_time()
     assert refusal(*argv, path) == f"{path}: <top>: {reason}"
-    assert time.monotonic() - began < 1.0
+    assert time.process_time() - began < 1.0  # CPU seconds: the machine's other work aside
 
 
 def test_aliases_within_the_limits_read_as_plain_data(tmp_path):
