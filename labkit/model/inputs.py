@@ -27,7 +27,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import yaml
 
@@ -120,15 +120,16 @@ class _Loader(yaml.SafeLoader):
         self.depth += 1
         try:
             if self.depth > MAX_DEPTH:
-                _too_deep(self.file, self.peek_event().start_mark)
+                _too_deep(self.file, self.peek_event().start_mark.line + 1)
             return super().compose_node(parent, index)
         finally:
             self.depth -= 1
 
 
-def _too_deep(file: str, mark) -> None:
-    raise InputError(file, f"line {mark.line + 1}: nested deeper than {MAX_DEPTH} levels: "
-                           "labkit's files are a few levels deep; is it the right file?")
+def _too_deep(file: str, line: int | None = None) -> NoReturn:
+    where = f"line {line}: " if line else ""
+    raise InputError(file, f"{where}nested deeper than {MAX_DEPTH} levels: labkit's files "
+                           "are a few levels deep; is it the right file?")
 
 
 def yaml_document(text: str, file: str) -> Any:
@@ -197,7 +198,7 @@ def _check_expanded(root: yaml.Node, file: str) -> None:
             if size > MAX_NODES:
                 _too_many(file, line, len(done) <= MAX_NODES)
             if depth > MAX_DEPTH:
-                _too_deep(file, node.start_mark)
+                _too_deep(file, line)
             continue
         if id(node) in done:
             continue
@@ -212,7 +213,7 @@ def _check_expanded(root: yaml.Node, file: str) -> None:
         todo.extend((k, False) for k in _children(node))
 
 
-def _too_many(file: str, line: int, aliased: bool) -> None:
+def _too_many(file: str, line: int, aliased: bool) -> NoReturn:
     """Refuse a document of more than :data:`MAX_NODES` values (``aliased``: only once
     its aliases are expanded)."""
     if aliased:
@@ -261,20 +262,17 @@ def json_document(text: str, file: str) -> Any:
     """The JSON document ``text`` holds, nested at most :data:`MAX_DEPTH` levels."""
     try:
         doc = json.loads(text)
-    except RecursionError:
-        raise InputError(file, f"nested deeper than {MAX_DEPTH} levels: is it the right "
-                               "file?") from None
+    except RecursionError:  # thousands of levels: Python's stack ends first
+        _too_deep(file)
     except ValueError as exc:
         raise InputError(file, f"not valid JSON ({_first(exc)})") from None
-    todo: list[tuple[Any, int]] = [(doc, 1)]
+    todo: list[tuple[Any, int]] = [(doc, 1)] if isinstance(doc, dict | list) else []
     while todo:
         value, depth = todo.pop()
         if depth > MAX_DEPTH:
-            raise InputError(file, f"nested deeper than {MAX_DEPTH} levels: is it the right "
-                                   "file?")
-        items = value.values() if isinstance(value, dict) else value \
-            if isinstance(value, list) else ()
-        todo.extend((v, depth + 1) for v in items if isinstance(v, dict | list))
+            _too_deep(file)
+        children = value.values() if isinstance(value, dict) else value
+        todo.extend((v, depth + 1) for v in children if isinstance(v, dict | list))
     return doc
 
 

@@ -361,14 +361,14 @@ def read_yaml(path: str | Path, error: type[ScenarioError] | None = None) -> tup
 
 def is_grid(doc: Any) -> bool:
     """Whether a YAML document is a grid's: it names the scenario it varies (no key of a
-    scenario is ``scenario``)."""
-    return isinstance(doc, dict) and "scenario" in doc
+    scenario is ``scenario``) and has no fabric of its own."""
+    return isinstance(doc, dict) and "scenario" in doc and "fabric" not in doc
 
 
 def parse(doc: Any, file: str = "<scenario>") -> Scenario:
     """Validate an already-parsed YAML document."""
     c = _Checker(file)
-    if is_grid(doc) and "fabric" not in doc:
+    if is_grid(doc):
         c.fail("scenario", f"this is a grid file, not a scenario (it varies "
                            f"{str(doc['scenario'])[:200]!r}): `labkit batch` runs it and "
                            "`labkit validate` checks every point; other commands take the "

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from labkit.model import inputs
+from labkit.model.traffic import lines
 from labkit.ui import cli, serve
 from tests import nobody
 
@@ -173,9 +174,9 @@ def test_aliases_within_the_limits_read_as_plain_data(tmp_path):
 def test_a_run_folder_s_json_past_a_limit_is_one_line(tmp_path):
     run = tmp_path / "run"
     run.mkdir()
-    for text, reason in [("[" * 100_000, "nested deeper than 64 levels: is it the right file?"),
-                         ("[" * 100 + "]" * 100, "nested deeper than 64 levels: is it the "
-                                                 "right file?"),
+    deep = "nested deeper than 64 levels: labkit's files are a few levels deep; is it the " \
+           "right file?"
+    for text, reason in [("[" * 100_000, deep), ("[" * 100 + "]" * 100, deep),
                          ('{"a": ' + "1" * 5000 + "}", "not valid JSON (Exceeds the limit "
                                                        "(4300 digits) for integer string "
                                                        "conversion: value has 5000 digits)")]:
@@ -195,5 +196,11 @@ def test_a_request_to_the_service_nested_too_deep_is_refused():
     with a, b:
         a.sendall(b"[" * 100_000 + b"\n")
         with pytest.raises(serve.Refused, match="^a request is one JSON line: nested deeper "
-                                                "than 64 levels"):
+                                                "than 64 levels: "):
             serve._read_request(b)
+
+
+def test_a_program_s_line_nested_too_deep_is_counted_bad():
+    """A user's program prints labkit's JSON lines: one nested past Python's stack is a
+    bad line, as any other."""
+    assert lines.parse('{"labkit": ' + "[" * 100_000 + "\n") == ([], [], 1)

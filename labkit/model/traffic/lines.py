@@ -77,7 +77,7 @@ def parse(text: str) -> tuple[list[Iteration], list[Op], int]:
             continue
         try:
             doc = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):  # not JSON, or "[[[..." past Python's stack
             bad += 1
             continue
         kind = doc.get(KEY) if isinstance(doc, dict) else None
