@@ -11,6 +11,11 @@
  *
  *   {"labkit": "op", "op": "all_reduce", "bytes": 2097152, "start_ns": ..., "end_ns": ...}
  *
+ * and, as each starts, its start time (decimal ns, one per line) to rank<N>.starts:
+ * labkit's own process reads both as they grow and announces the rank's phase to its
+ * host for it (labkit/traffic/opsteps.py), since Open MPI's daemons close the phase
+ * map's descriptor before they start a rank.
+ *
  * Names are torch.distributed's, so an MPI job's report reads like a PyTorch job's;
  * bytes are what the rank contributes (count x the datatype's size). Without
  * LABKIT_OPS_DIR, or when the file cannot be opened, every call goes straight through.
@@ -48,20 +53,30 @@ int PMPI_Scatter(const void *s, int sn, lk_type st, void *r, int rn, lk_type rt,
 int PMPI_Barrier(lk_comm c);
 
 static int lk_fd = -2; /* -2: not opened yet; -1: not timing */
+static int lk_starts_fd = -1;
 static pthread_once_t lk_once = PTHREAD_ONCE_INIT;
+
+/* $LABKIT_OPS_DIR/rank<N>.<kind>, opened to append; -1 when it cannot be. */
+static int lk_open_file(const char *dir, const char *rank, const char *kind)
+{
+	char path[4096];
+
+	if (snprintf(path, sizeof(path), "%s/rank%s.%s", dir, rank, kind) >= (int)sizeof(path))
+		return -1;
+	return open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+}
 
 static void lk_open(void)
 {
 	const char *dir = getenv("LABKIT_OPS_DIR");
 	const char *rank = getenv("OMPI_COMM_WORLD_RANK");
-	char path[4096];
 
 	lk_fd = -1;
 	if (!dir || !rank)
 		return;
-	if (snprintf(path, sizeof(path), "%s/rank%s.ops", dir, rank) >= (int)sizeof(path))
-		return;
-	lk_fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+	lk_fd = lk_open_file(dir, rank, "ops");
+	if (lk_fd >= 0)
+		lk_starts_fd = lk_open_file(dir, rank, "starts");
 }
 
 static unsigned long long lk_now(void)
@@ -98,6 +113,17 @@ static void lk_record(const char *name, long long bytes, unsigned long long t0)
 		lk_fd = -1; /* never the job's failure: stop timing */
 }
 
+/* An op starts at T0: one line, in one write. */
+static void lk_started(unsigned long long t0)
+{
+	char line[32];
+	int n = snprintf(line, sizeof(line), "%llu\n", t0);
+
+	if (lk_starts_fd >= 0 && n > 0 && n < (int)sizeof(line) &&
+	    write(lk_starts_fd, line, n) < 0)
+		lk_starts_fd = -1;
+}
+
 static int lk_timing(void)
 {
 	pthread_once(&lk_once, lk_open);
@@ -114,6 +140,7 @@ static int lk_timing(void)
 			return call;                                  \
 		nbytes = (bytes);                                     \
 		t0 = lk_now();                                        \
+		lk_started(t0);                                       \
 		rc = call;                                            \
 		lk_record(name, nbytes, t0);                          \
 		return rc;                                            \

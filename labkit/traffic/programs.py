@@ -26,6 +26,9 @@ joins that host's cgroup and enters its network namespace first: each host's dae
 rank live in the host's cgroup as a rank started by labkit does. Each rank's output is
 kept as a rank's of labkit's (a shell around it, ``OMPI_COMM_WORLD_RANK`` names the
 files); the environment above, without torchrun's variables, is exported to every rank.
+Open MPI's daemons close the phase map's descriptor, so under a controller labkit announces
+an MPI job's phase for it from the ops its PMPI shim writes
+(:class:`labkit.traffic.opsteps.Follower`).
 
 The run lasts until every rank exits, or until ``duration_s``. A rank that exits with
 an error ends it: the others are stopped and :class:`ProgramError` names the rank, its
@@ -53,6 +56,7 @@ from labkit.model.scenario import HOST_REF, ProgramSpec, ScenarioError
 from labkit.model.topo import Topology
 from labkit.model.traffic import lines
 from labkit.model.traffic.results import ProgramRankEnd
+from labkit.traffic.opsteps import Follower, Tail, ops_file
 
 # sh -c SCRIPT NAME CWD ARGV...: wait for the release, then become the program
 HELD = 'cd -- "$1" && shift && read -r go && exec "$@" < /dev/null'
@@ -282,9 +286,9 @@ class Programs:
         self.phase_fds = phase_fds or {}
         self.ranks: list[Rank] = []
         self.released_ns = 0
-        self._read = 0  # bytes of rank 0's stdout (or its timed ops) read for progress
-        self._following: Path | None = None
+        self._following: Tail | None = None  # rank 0's stdout (or its timed ops), for progress
         self._done = 0
+        self.follower: Follower | None = None  # an MPI job's phase, from the shim's ops
 
     def launch(self) -> Programs:
         """Start every rank, held, each in its cgroup (or mpirun, held, in the first's)."""
@@ -344,6 +348,10 @@ class Programs:
         for r, host in enumerate(spec.ranks):
             self.ranks.append(Rank(r, host, argv, proc, self.groups[host],
                                    outdir / f"rank{r}.out", outdir / f"rank{r}.err"))
+        if spec.timing == "auto" and self.phase_fds:  # the shim's ops, the ranks' phase
+            self.follower = Follower(str(outdir), {r: self.phase_fds[h] for r, h in
+                                                   enumerate(spec.ranks) if h in self.phase_fds})
+            self.follower.start()
         return self
 
     def _processes(self) -> list[subprocess.Popen]:
@@ -392,21 +400,14 @@ class Programs:
     def progress(self) -> int:
         """Iterations (or, without iteration lines, ops) rank 0 reported so far, or that
         labkit's hook timed of it."""
-        out, hooked = self.ranks[0].out, self.workdir / f"rank{self.ranks[0].rank}.ops"
-        path = self._following or out
+        out = self.ranks[0].out
+        hooked = Path(ops_file(str(self.workdir), self.ranks[0].rank))
+        path = Path(self._following.path) if self._following else out
         if path == out and not self._done and hooked.exists():  # it prints none: the hook's
             path = hooked
-        if path != self._following:
-            self._following, self._read, self._done = path, 0, 0
-        try:
-            with open(path, "rb") as f:
-                f.seek(self._read)
-                chunk = f.read()
-        except OSError:
-            return self._done
-        whole = chunk.rfind(b"\n") + 1
-        self._read += whole
-        its, ops, _ = lines.parse(chunk[:whole].decode(errors="replace"))
+        if self._following is None or path != Path(self._following.path):
+            self._following, self._done = Tail(str(path)), 0
+        its, ops, _ = lines.parse(self._following.new_lines())
         self._done += len(its) or len(ops)
         return self._done
 
@@ -452,6 +453,9 @@ class Programs:
         """End every rank still running (SIGTERM, then the cgroup's kill after
         :data:`STOP_GRACE_S`), reap them; one row per rank: its host, argv, exit code,
         whether labkit stopped it and the CPU its cgroup used."""
+        if self.follower:
+            self.follower.stop()
+            self.follower = None
         running = [p for p in self._processes() if p.poll() is None]
         for rank in self.ranks:
             rank.stopped_by_labkit |= rank.proc in running
@@ -487,7 +491,7 @@ class Programs:
         iterations, ops, bad = [], [], 0
         for rank in self.ranks:
             try:
-                text = (self.workdir / f"rank{rank.rank}.ops" if hooked else rank.out
+                text = (Path(ops_file(str(self.workdir), rank.rank)) if hooked else rank.out
                         ).read_text(errors="replace")
             except OSError:
                 continue

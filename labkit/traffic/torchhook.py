@@ -13,9 +13,7 @@ imports them:
   iteration;
 * without DDP, each op is written as it ends, without an iteration (the analysis cuts
   them by the job's rhythm afterwards, :mod:`labkit.analysis.jobtiming`); online, the
-  first op ends the first step, and from then on the rhythm
-  (:class:`labkit.model.traffic.rhythm.Rhythm`: the pattern of ops the job repeats) says
-  which op ends a step, for the phase.
+  steps are cut from the ops as :mod:`labkit.traffic.opsteps` says, for the phase.
 
 What it times goes, as :mod:`labkit.model.traffic.lines`' lines, to
 ``$LABKIT_OPS_DIR/rank<N>.ops`` (never the job's stdout), through a
@@ -43,8 +41,7 @@ from collections.abc import Mapping
 from importlib.abc import MetaPathFinder
 
 from labkit import torch as steps_mod
-from labkit.model.traffic.lines import op_line
-from labkit.model.traffic.rhythm import Rhythm
+from labkit.traffic.opsteps import OpSteps, ops_file
 
 # the collectives timed, and the argument that holds what each sends (None: nothing)
 PAYLOAD = {
@@ -64,7 +61,7 @@ def ops_path(env: Mapping[str, str] | None = None) -> str:
     env = os.environ if env is None else env
     assert env is not None
     rank = env.get("RANK") or env.get("OMPI_COMM_WORLD_RANK") or f"pid{os.getpid()}"
-    return os.path.join(env["LABKIT_OPS_DIR"], f"rank{rank}.ops")
+    return ops_file(env["LABKIT_OPS_DIR"], rank)
 
 
 def _nbytes(value) -> int | None:
@@ -95,70 +92,32 @@ class _Pending:
         return getattr(self._work, name)
 
 
-class Hook:
+class Hook(OpSteps):
     """The job's steps as this hook sees them (see the module docstring)."""
 
     def __init__(self, out):
-        self.out = out
-        self.steps = steps_mod.Steps(out=out, by_labkit=True)
-        self.rhythm = Rhythm()
-        self.ddp = False  # a DDP model's forward passes cut the steps
-        self.open = False  # a step has begun
-        self.last_end = 0
+        super().__init__(out)
         self._local = threading.local()  # inside a timed collective: nested ones are its own
-        self._lock = threading.Lock()
 
     @property
     def on(self) -> bool:
         return not steps_mod.USERS_STEPS
 
-    # --- steps --------------------------------------------------------------------------
-
-    def _begin(self, now: int) -> None:
-        if not self.open:
-            self.steps.begin(now)
-            self.open = True
-
-    def _cut(self, now: int) -> None:
-        """One step ends and the next begins, at ``now`` (a DDP job's step is reported
-        whole; other ops are reported as they end)."""
-        with self._lock:
-            if self.open:
-                self.steps.end(now, report=self.ddp)
-                self.open = False
-            self._begin(now)
-
     def forward(self) -> None:
         """A DDP model's forward pass: a step begins."""
         if self.on:
             self.ddp = True
-            self._cut(time.monotonic_ns())
+            self.cut(time.monotonic_ns())
 
     def close(self) -> None:
         """At exit: the job communicates no more (a DDP job's last step, whose end no
         forward pass marks, is left out)."""
         if self.on:
-            self.steps.close()
-        self.out.flush()
+            super().close()
+        if self.out is not None:
+            self.out.flush()
 
     # --- collectives --------------------------------------------------------------------
-
-    def starting(self, t0: int, ready: bool = False) -> None:
-        with self._lock:
-            self._begin(t0)
-        self.steps.starting(t0, ready)
-
-    def ended(self, name: str, nbytes: int | None, t0: int, t1: int,
-              blocking: bool = True) -> None:
-        self.steps.record(name, nbytes, t0, t1, blocking)
-        self.last_end = max(self.last_end, t1)
-        if self.ddp:
-            return
-        print(op_line(name, t0, t1, nbytes), file=self.out)
-        # the first op ends the first step (the framework's set-up, which teaches the
-        # phase nothing), so the second is held whole as labkit.torch holds it
-        if self.rhythm.ended((name, nbytes)) or self.steps.index == 0:
-            self._cut(t1)
 
     def timed(self, name: str, fn):
         """``fn``, a collective of torch.distributed, timed."""

@@ -304,7 +304,7 @@ def test_the_hooks_first_op_ends_the_set_up_step_and_the_rhythm_the_rest(tmp_pat
 
     hook = Hook(io.StringIO())
     hook.steps.phase = _Phase([400, 150, 150, 150])
-    t = time.monotonic_ns()  # the stand-in map's clock
+    t = time.monotonic_ns() - 10**10  # before the stand-in map clears its note: crossed
     for _ in range(4):
         hook.starting(t + 100)
         hook.ended("all_reduce", 8, t + 100, t + 200)
@@ -314,6 +314,40 @@ def test_the_hooks_first_op_ends_the_set_up_step_and_the_rhythm_the_rest(tmp_pat
     assert announced[0] == (200, SOON)  # the second step held: twice the first, from its end
     assert announced[-1] == (WINDOW_NS, SOON)  # then a learned window for the next
     assert hook.out.getvalue().count('"all_reduce"') == 4
+
+
+def test_an_mpi_jobs_phase_is_announced_from_the_shims_files(tmp_path):
+    """Open MPI's ranks cannot reach their host's phase map: labkit follows the op starts
+    and ops the shim appends, whole lines only, in time order, and announces for each
+    rank as the hook would: each op's start holds the window of a rank whose steps cross,
+    each step's end announces the next."""
+    from labkit.model.traffic.lines import op_line
+    from labkit.torch import SOON, WINDOW_NS
+    from labkit.traffic.opsteps import Follower
+
+    follower = Follower(str(tmp_path), {0: -1})
+    steps = follower.ranks[0].steps
+    steps.phase = _Phase([400, 150, 150, 150])
+    follower.follow(0)  # nothing written yet
+    t = time.monotonic_ns() - 10**10  # before the stand-in map clears its note: crossed
+    ops = "".join(op_line("all_reduce", t + k * 10**9, t + k * 10**9 + 10**8, 8) + "\n"
+                  for k in range(4))
+    (tmp_path / "rank0.starts").write_text("".join(f"{t + k * 10**9}\n" for k in range(4)))
+    (tmp_path / "rank0.ops").write_text(ops[:-20])  # the last line half written
+    follower.follow(0)
+    assert steps.index == 3
+    with open(tmp_path / "rank0.ops", "a") as f:
+        f.write(ops[-20:])
+    follower.follow(0)
+    assert steps.index == 4
+    kinds = ["next" if end - start == WINDOW_NS else "hold"
+             for start, end, _ in steps.phase.announced]
+    assert kinds == ["hold", "hold", "next", "hold", "next", "hold", "next"], kinds
+    assert all(phase == SOON for _, _, phase in steps.phase.announced)
+    follower.start()
+    follower.stop()  # its thread ends, and so does each rank's window
+    assert not follower.is_alive() and steps.phase.announced[-1] == (0, 0, 0)
+
 
 # --- what is derived -----------------------------------------------------------------------
 
