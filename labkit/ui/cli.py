@@ -217,13 +217,17 @@ def build_parser() -> argparse.ArgumentParser:
     batch.add_argument("--dry-run", action="store_true",
                        help="list the points the grid expands into, run nothing")
     report = sub.add_parser("report", help="print the summary of a recorded run (a sweep: "
-                            "its rows again, as nccl-tests prints them)")
-    report.add_argument("run_dir", type=Path, help="a run or sweep directory, e.g. "
-                        "data/sample/bottleneck, data/sample/sweeps/ring")
+                            "its rows again, as nccl-tests prints them; a tuning: its rows "
+                            "and its model)")
+    report.add_argument("run_dir", type=Path, help="a run, sweep or tuning directory, e.g. "
+                        "data/sample/bottleneck, data/sample/sweeps/ring, "
+                        "data/sample/tune/leaf-spine")
     report.add_argument("--json", action="store_true",
                         help="print the summary as JSON (schema labkit.report)")
-    figures = sub.add_parser("figures", help="write a run's figures as HTML, SVG and PNG")
-    figures.add_argument("run_dir", type=Path, help="a run directory, e.g. data/sample/bottleneck")
+    figures = sub.add_parser("figures", help="write a run's, sweep's or tuning's figures as "
+                             "HTML, SVG and PNG")
+    figures.add_argument("run_dir", type=Path, help="a run, sweep or tuning directory, e.g. "
+                         "data/sample/bottleneck, data/sample/sweeps/ring")
     figures.add_argument("--out", type=Path, required=True,
                          help="directory for the figures, e.g. --out figures/")
     runs = sub.add_parser("runs", help="list recorded runs with their status and size")
@@ -906,7 +910,7 @@ def _print_queues(summary: Summary) -> None:
                      no_wrap=True)
     for policy, ports in queues.items():
         for label, port in ports.ports.items():
-            q.add_row(policy, label, _fmt(port.queue_p50_packets, ".1f"),
+            q.add_row(policy, label.rpartition("/")[2], _fmt(port.queue_p50_packets, ".1f"),
                       _fmt(port.queue_p99_packets, ".1f"), _fmt(port.ce, "d"),
                       _fmt(port.ect, "d"))
     console.print(q)
@@ -945,7 +949,11 @@ def _print_summary(summary: Summary) -> None:
                   "yes" if r["cpu_bound"] else "no")
     console.print(t)
     _print_program(summary)
-    d = Table(title="at the bottleneck port, p99 in microseconds", title_justify="left")
+    named = {p.bottleneck.port for p in summary.policies.values()}
+    d = Table(title="at the bottleneck port, p99 in microseconds", title_justify="left",
+              caption="the port differs between rows: this run was recorded before labkit "
+                      "named one bottleneck port per run (each policy's busiest)"
+              if len(named) > 1 else None, caption_justify="left")
     for col in ("policy", "port", "vip sojourn", "low sojourn", "vip one-way latency",
                 "max backlog KiB"):
         d.add_column(col, justify="left" if col in ("policy", "port") else "right", no_wrap=True)
@@ -1036,6 +1044,8 @@ def _load(path: Path):
 def cmd_report(args) -> int:
     if (args.run_dir / "sweep.json").exists():
         return _report_sweep(args)
+    if (args.run_dir / "tune.parquet").exists():
+        return _report_tuning(args)
     run = _load(args.run_dir)
     if run is None:
         return 2
@@ -1079,11 +1089,53 @@ def _report_sweep(args) -> int:
     return 0
 
 
+def _report_tuning(args) -> int:
+    """A recorded tuning: every algorithm's rows as nccl-tests prints them, then the model
+    fitted from them and what it chooses at each size; ``--json``: its manifest, rows and
+    model."""
+    from labkit.analysis import nccltests
+    from labkit.runs.rundir import RunDataError, load_tuning
+
+    try:
+        tuning = load_tuning(args.run_dir)
+    except RunDataError as exc:
+        err.print(f"[red]error:[/] {escape(str(exc))}")
+        return 2
+    m, model = tuning.manifest, tuning.model
+    if args.json:
+        _print_json("report", {"run_dir": str(args.run_dir), "status": m.status,
+                               "kind": "tune", "manifest": m.to_json(),
+                               "rows": [r for rows in tuning.sweeps.values() for r in rows],
+                               "model": json.loads(model.to_json())})
+        return 0
+    print(f"# labkit tune {m.run_id}: every All-Reduce algorithm over {len(m.ranks)} ranks "
+          f"of {m.scenario.get('name')}, {m.iters} timed ops per size; rates in Mbit/s of "
+          "the emulated links", "#", *nccltests.header(), sep="\n")
+    for algo, rows in tuning.sweeps.items():
+        print(*(f"{nccltests.Row(**r).line()}  {algo}" for r in rows), sep="\n")
+    t = Table(title=f"model of fabric {model.fabric_key}: time = alpha + size / beta",
+              title_justify="left", caption=f"kept for algo: auto in {tuning.model_path}"
+              if tuning.model_path else "not kept on this machine (labkit tune keeps it)",
+              caption_justify="left")
+    for col in ("algorithm", "alpha (µs)", "beta (Mbit/s)", "rms error", "sizes fitted"):
+        t.add_column(col, justify="left" if col == "algorithm" else "right", no_wrap=True)
+    for algo, fit in model.fits.items():
+        t.add_row(algo, f"{fit.alpha_s * 1e6:.0f}", f"{fit.beta_bytes_per_s * 8 / 1e6:.1f}",
+                  f"{fit.rms_rel_error:.1%}", str(len(fit.sizes)))
+    console.print(t)
+    for size in model.sizes:
+        console.print(f"auto at {size} B: {model.choose(size).reason}", highlight=False)
+    return 0
+
+
 def cmd_figures(args) -> int:
+    from labkit.runs.rundir import RunDataError
     from labkit.ui import figures
 
-    run = _load(args.run_dir)
-    if run is None:
+    try:
+        run = figures.load(args.run_dir)
+    except RunDataError as exc:
+        err.print(f"[red]error:[/] {escape(str(exc))}")
         return 2
     try:
         figures.writable_folder(args.out)  # before anything is built

@@ -6,6 +6,9 @@ adds the funnel into its bottleneck port, and with ``fifo`` and a later stage (`
 or a controller) the three stages side by side; a run with an adaptive policy adds each
 one's valve timeline; a training job adds where its iterations' time went and each
 rank's timeline, a user's program (``kind: program``) where its iterations' time went.
+A sweep (``labkit sweep``) gets its busbw and time against message size, as nccl-tests'
+users plot them; a tuning (``labkit tune``) its cost model against the measured times,
+and every algorithm's busbw.
 SVG and PNG are rendered by kaleido with the system's Chromium, all in one browser
 session. plotly gives every rendering and every trace
 a random id; traces get ids from their order and the rendering's id is replaced by
@@ -25,15 +28,43 @@ import plotly.io as pio
 
 from labkit.analysis import metrics
 from labkit.model.summary import Job, Program
-from labkit.runs.rundir import Run
+from labkit.runs import rundir
+from labkit.runs.rundir import Run, Sweep, Tuning
 from labkit.ui import plots
 
-WIDTH, HEIGHT = 960, 540
+WIDTH, HEIGHT = plots.WIDTH, plots.HEIGHT
 UID = re.compile(rb'defs-([0-9a-f]{6})"')
 
 
-def figure_set(run: Run) -> Iterator[tuple[str, Callable[[], go.Figure]]]:
-    """(file stem, builder) for every figure this run can draw."""
+Recorded = Run | Sweep | Tuning  # what `labkit figures` draws
+
+
+def load(path: Path) -> Recorded:
+    """The run, sweep or tuning recorded in ``path``; RunDataError says what is wrong."""
+    if (path / "sweep.json").exists():
+        return rundir.load_sweep(path)
+    if (path / "tune.parquet").exists():
+        return rundir.load_tuning(path)
+    return rundir.load_run(path)
+
+
+def figure_set(rec: Recorded) -> Iterator[tuple[str, Callable[[], go.Figure]]]:
+    """(file stem, builder) for every figure this run, sweep or tuning can draw: a sweep's
+    busbw and time against message size; a tuning's model against its measurements and
+    each algorithm's busbw."""
+    if isinstance(rec, Sweep):
+        rows = {rec.manifest.algo if rec.manifest else rec.path.name: rec.rows}
+        yield "busbw", lambda: plots.sweep_busbw(rows, plots.sweep_subtitle(rec))
+        yield "time", lambda: plots.sweep_time(rows, plots.sweep_subtitle(rec))
+    elif isinstance(rec, Tuning):
+        sub = plots.tuning_subtitle(rec)
+        yield "model", lambda: plots.tuning_model(rec.model, rec.sweeps, sub)
+        yield "busbw", lambda: plots.sweep_busbw(rec.sweeps, sub)
+    else:
+        yield from _run_figures(rec)
+
+
+def _run_figures(run: Run) -> Iterator[tuple[str, Callable[[], go.Figure]]]:
     yield "queue-timeline", lambda: plots.queue_timeline(run)
     yield "completion-cdf", lambda: plots.op_time_cdf(run)
     yield "lane-sojourn", lambda: plots.lane_sojourn(run)
@@ -86,7 +117,7 @@ def writable_folder(out: Path) -> None:
                               "of your own for --out") from None
 
 
-def write(run: Run, out: Path, on_step: Callable[[str], None] | None = None,
+def write(run: Recorded, out: Path, on_step: Callable[[str], None] | None = None,
           images: bool = True, only: Collection[str] | None = None) -> list[Path]:
     """Write every figure of ``run`` (those named in ``only``, if given) into ``out`` as
     .html, .svg and .png (only .html without ``images``); returns the files. ``on_step``

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from typing import Any
 
 import plotly.graph_objects as go
 import polars as pl
@@ -18,9 +17,10 @@ from plotly.subplots import make_subplots
 from labkit.analysis import metrics
 from labkit.analysis.describe import KIND_NAMES, kind_text, rate_text
 from labkit.model.abi import LANES
+from labkit.model.autotune import Model
 from labkit.model.manifest import Provenance
 from labkit.model.summary import BottleneckLane, Job, PolicySummary, Program
-from labkit.runs.rundir import Run
+from labkit.runs.rundir import Run, Sweep, Tuning
 
 POLICY_COLORS = {"isolated": "#009E73", "fifo": "#D55E00", "priority": "#0072B2",
                  "reactive": "#56B4E9", "proactive": "#CC79A7", "state-aware": "#000000"}
@@ -50,6 +50,22 @@ def subtitle(run: Run) -> str:
             + (f" · links did not keep time under {', '.join(late)}" if late else ""))
 
 
+def sweep_subtitle(sweep: Sweep) -> str:
+    """Where a sweep's figures came from (:func:`subtitle` for a run)."""
+    m = sweep.manifest
+    if m is None:
+        return f"{sweep.path.name} · recorded before sweeps kept a manifest"
+    return (f"{m.scenario.get('name')} · sweep {m.run_id} · {m.op} ({m.algo}), {m.iters} "
+            f"timed ops per size · {recorded_by(m.provenance)}")
+
+
+def tuning_subtitle(tuning: Tuning) -> str:
+    """Where a tuning's figures came from (:func:`subtitle` for a run)."""
+    m = tuning.manifest
+    return (f"{m.scenario.get('name')} · tuning {m.run_id} · fabric {tuning.model.fabric_key}"
+            f" · {m.iters} timed ops per size · {recorded_by(m.provenance)}")
+
+
 def recorded_by(p: Provenance) -> str:
     """labkit's revision (12 digits, ``-dirty`` kept) and the machine: CPUs and kernel."""
     rev, dash, state = p.labkit_revision.partition("-")
@@ -57,13 +73,56 @@ def recorded_by(p: Provenance) -> str:
     return f"labkit {rev[:12]}{dash}{state} · {cpus}Linux {p.kernel}"
 
 
+WIDTH, HEIGHT = 960, 540  # the canvas labkit figures draws on (SVG and PNG)
+FONT_PX = 13
+TITLE_PX, SUB_PX = FONT_PX * 1.4, FONT_PX * 1.4 * 0.7  # plotly: title 1.4 x font, <sup> 0.7 x
+TITLE_X_PX = WIDTH * 0.05  # the theme's title.x
+SUB_LINE_PX = 24  # what each further subtitle line adds to the top margin
+# Advance widths in em of DejaVu Sans, where Chromium falls back to for the theme's fonts
+# on Debian, the widest of them: a text's width estimated before plotly.js draws it.
+EM = {**dict.fromkeys("0123456789", .636), **dict.fromkeys(" .,·", .318),
+      **dict.fromkeys("fjilI", .28), **dict.fromkeys("rt:;/()[]-", .39),
+      **dict.fromkeys("mwMW%", .95), **dict.fromkeys("=+<>~", .84)}
+EM_LOWER, EM_OTHER = .6, .72  # other lower-case letters; capitals and the rest
+
+
+def text_px(text: str, size: float) -> float:
+    """Estimated width in pixels of one line of plain ``text`` at font ``size``."""
+    return size * sum(EM.get(c, EM_LOWER if c.islower() else EM_OTHER) for c in text)
+
+
+def wrap(text: str, size: float, width_px: float, sep: str = " · ") -> list[str]:
+    """``text`` in lines at most ``width_px`` wide, broken only after a ``sep``."""
+    lines: list[str] = []
+    for part in text.split(sep):
+        if lines and text_px(lines[-1] + sep + part, size) <= width_px:
+            lines[-1] += sep + part
+        else:
+            lines.append(part)
+    return lines
+
+
 def _style(fig: go.Figure, title: str, sub: str, x: str, y: str) -> go.Figure:
+    subs = wrap(sub, SUB_PX, WIDTH - 2 * TITLE_X_PX)
     fig.update_layout(
-        template="plotly_white", font={"family": FONT, "size": 13},
-        title={"text": f"{title}<br><sup>{sub}</sup>"},
-        xaxis_title=x, yaxis_title=y, legend_title_text="", margin={"t": 80},
+        template="plotly_white", font={"family": FONT, "size": FONT_PX},
+        title={"text": "<br>".join([title, *(f"<sup>{s}</sup>" for s in subs)])},
+        xaxis_title=x, yaxis_title=y, legend_title_text="",
     )
-    return fig
+    return _top(fig, 80)
+
+
+def _top(fig: go.Figure, px: int) -> go.Figure:
+    """The top margin ``px`` for a title of one subtitle line, and room for the others."""
+    return fig.update_layout(margin_t=px + SUB_LINE_PX * (fig.layout.title.text.count("<br>")
+                                                           - 1))
+
+
+def _say_empty(fig: go.Figure, why: str) -> go.Figure:
+    """A figure with nothing to draw says ``why`` where its plot would be, axes hidden."""
+    fig.add_annotation(text=why, xref="paper", yref="paper", x=0.5, y=0.5, showarrow=False,
+                       font={"size": 15, "color": "#555555"})
+    return fig.update_xaxes(visible=False).update_yaxes(visible=False)
 
 
 def _layout(fig: go.Figure, run: Run, title: str, x: str, y: str) -> go.Figure:
@@ -111,6 +170,7 @@ def queue_timeline(run: Run, ports: list[str] | None = None, policies: list[str]
                             line={"color": policy_color(policy), "width": 1.5,
                                   "dash": PORT_DASH[i % len(PORT_DASH)]})
     where = "the bottleneck port" if ports is None else ", ".join(ports) or "no port"
+    fig.update_yaxes(rangemode="tozero")
     return _layout(fig, run, f"Queue at {where}", "time since the first op (s)",
                    "backlog (KiB)")
 
@@ -118,21 +178,28 @@ def queue_timeline(run: Run, ports: list[str] | None = None, policies: list[str]
 def lane_sojourn(run: Run, policies: list[str] | None = None, lanes: list[str] | None = None,
                  window: tuple[float, float] = (0.0, 1.0)) -> go.Figure:
     """Time in the bottleneck queue per lane (sampled packets), one CDF per policy and lane,
-    over the part ``window`` (fractions from, to) of each policy's ops."""
+    over the part ``window`` (fractions from, to) of each policy's ops. ``lanes`` default:
+    vip and low, or the lanes sampled when neither was (a run of TCP flows: normal)."""
     spans = metrics.part_of_windows(run["collectives"], window)
     frame = metrics.lane_sojourns(run["sojourn"], run.summary, spans)
     fig = go.Figure()
+    sampled = [lane for lane in LANES if lane in set(frame["lane"])]
+    if lanes is None:
+        lanes = [lane for lane in sampled if lane in ("vip", "low")] or sampled
     for policy in list(run.summary.policies) if policies is None else policies:
-        for lane in ["vip", "low"] if lanes is None else lanes:
+        for lane in lanes:
             x, y = metrics.cdf(frame.filter((pl.col("policy") == policy)
                                              & (pl.col("lane") == lane))["sojourn_us"])
             if x:
                 fig.add_scatter(x=x, y=y, mode="lines", name=f"{policy} · {lane}",
                                 line={"shape": "hv", "color": policy_color(policy),
                                       "dash": LANE_DASH[lane]})
-    fig.update_xaxes(type="log")
-    return _layout(fig, run, "Time in the bottleneck queue, per lane", "sojourn (µs, log scale)",
-                   "fraction of packets")
+    fig.update_xaxes(type="log").update_layout(showlegend=True)  # one line: which lane
+    _layout(fig, run, "Time in the bottleneck queue, per lane", "sojourn (µs, log scale)",
+            "fraction of packets")
+    return fig if fig.data else _say_empty(fig, "no packets sampled at the bottleneck port"
+                                           + (f" in the {' or '.join(lanes)} lane" if sampled
+                                              else ""))
 
 
 def collective_latency(run: Run) -> go.Figure:
@@ -222,22 +289,60 @@ def sweep_colors(names: list[str]) -> dict[str, str]:
     return {n: SWEEP_PALETTE[i % len(SWEEP_PALETTE)] for i, n in enumerate(names)}
 
 
+def _per_size(sweeps: dict[str, list[dict]], column: str, scale: float = 1.0,
+              colors: dict[str, str] | None = None) -> go.Figure:
+    """``column`` (÷ ``scale``) against message size, one line per sweep, sizes on a log
+    axis."""
+    colors = colors or sweep_colors(list(sweeps))
+    fig = go.Figure()
+    for name, rows in sweeps.items():
+        fig.add_scatter(x=[r["size"] for r in rows], y=[r[column] / scale for r in rows],
+                        mode="lines+markers", name=name, line={"color": colors[name]})
+    return fig.update_xaxes(type="log")
+
+
 def sweep_busbw(sweeps: dict[str, list[dict]], sub: str,
                 colors: dict[str, str] | None = None) -> go.Figure:
     """Bus bandwidth against message size, one line per sweep (``labkit sweep`` records),
     with the link rate the busbw can at most reach."""
-    colors = colors or sweep_colors(list(sweeps))
-    fig = go.Figure()
-    for name, rows in sweeps.items():
-        fig.add_scatter(x=[r["size"] for r in rows], y=[r["busbw_mbps"] for r in rows],
-                        mode="lines+markers", name=name, line={"color": colors[name]})
+    fig = _per_size(sweeps, "busbw_mbps", colors=colors)
     links = [r["link_mbps"] for rows in sweeps.values() for r in rows]
     if links:
         fig.add_hline(y=min(links), line_dash="dot",
                       annotation_text=f"link rate {min(links):g} Mbit/s")
-    fig.update_xaxes(type="log")
+    fig.update_yaxes(rangemode="tozero")
     return _style(fig, "All-Reduce bus bandwidth by message size", sub,
                   "message size (bytes, log scale)", "busbw (Mbit/s)")
+
+
+def sweep_time(sweeps: dict[str, list[dict]], sub: str,
+               colors: dict[str, str] | None = None) -> go.Figure:
+    """One op's time against message size, one line per sweep, both axes logarithmic."""
+    fig = _per_size(sweeps, "time_us", 1e3, colors).update_yaxes(type="log")
+    return _style(fig, "All-Reduce time by message size", sub,
+                  "message size (bytes, log scale)", "time (ms, log scale)")
+
+
+def tuning_model(model: Model, sweeps: dict[str, list[dict]], sub: str) -> go.Figure:
+    """A tuning's cost model ``time = alpha + size / beta`` per algorithm (lines) against
+    the times it was fitted on (markers: every timed row), both axes logarithmic."""
+    colors = sweep_colors(list(sweeps))
+    fig = go.Figure()
+    low, high = min(model.sizes), max(model.sizes)
+    grid = [round(low * (high / low) ** (i / 48)) for i in range(49)]
+    for algo, rows in sweeps.items():
+        fig.add_scatter(x=[r["size"] for r in rows], y=[r["time_us"] / 1e3 for r in rows],
+                        mode="markers", name=f"{algo} measured", legendgroup=algo,
+                        marker={"color": colors[algo], "size": 7})
+        if algo in model.fits:
+            fit = model.fits[algo]
+            fig.add_scatter(x=grid, y=[fit.predict(size) * 1e3 for size in grid],
+                            mode="lines", legendgroup=algo,
+                            name=f"{algo} model (rms error {fit.rms_rel_error:.1%})",
+                            line={"color": colors[algo], "width": 1.5})
+    fig.update_xaxes(type="log").update_yaxes(type="log")
+    return _style(fig, "All-Reduce cost model against the measured times", sub,
+                  "message size (bytes, log scale)", "time (ms, log scale)")
 
 
 def _rgba(color: str, alpha: float) -> str:
@@ -285,12 +390,12 @@ def bottleneck_funnel(run: Run, policy: str = "fifo") -> go.Figure:
                                 start, end).filter(pl.col("offered_mbps") > 0)
     senders = metrics.port_senders(run["sojourn"], run["collectives"], policy, port,
                                     start, end)
-    names = {"vip": f"{_workload(run)} · vip lane"
-                    + (f"<br>from {', '.join(senders)}" if senders else ""),
-             "normal": "other traffic · normal lane", "low": "storage · low lane"}
+    names = {"vip": (_workload(run), "vip lane" + (f" · from {', '.join(senders)}"
+                                                   if senders else "")),
+             "normal": ("other traffic", "normal lane"), "low": ("storage", "low lane")}
     lanes = rates["lane"].to_list()
     through, dropped = len(lanes) + 1, len(lanes) + 2
-    labels = [f"{names[lane]}<br>{mbps:.1f} Mbit/s offered"
+    labels = [_label([*names[lane], f"{mbps:.1f} Mbit/s offered"], SOURCE_LABEL_PX)
               for lane, mbps in zip(lanes, rates["offered_mbps"], strict=True)]
     labels += [f"{port}<br>{b.link}<br>{b.rate_mbps:g} Mbit/s link",
                f"through the queue<br>{rates['enqueued_mbps'].sum():.1f} Mbit/s",
@@ -314,7 +419,8 @@ def bottleneck_funnel(run: Run, policy: str = "fifo") -> go.Figure:
     fig.add_sankey(
         node={"label": labels, "pad": 18, "thickness": 16, "line": {"width": 0},
               "x": [0.001] * len(lanes) + [0.4, 0.999, 0.999],
-              "y": [(i + 0.5) / len(lanes) for i in range(len(lanes))] + [0.5, 0.35, 0.95],
+              "y": [*_stacked(rates["offered_mbps"].to_list()), 0.5,
+                    *_stacked([rates["enqueued_mbps"].sum(), rates["dropped_mbps"].sum()])],
               "color": [LANE_COLORS[lane] for lane in lanes]
               + [policy_color(policy), "#999999", "#000000"]},
         link={"source": source, "target": target, "value": value, "color": color},
@@ -333,16 +439,34 @@ def bottleneck_funnel(run: Run, policy: str = "fifo") -> go.Figure:
                         legendgroup=lane, showlegend=row == 1, row=row, col=2)
     _layout(fig, run, f"The funnel: traffic converging on {port}", "", "")
     fig.update_yaxes(type="log", dtick=1, title_text="ms (log)", row=1, col=2)
-    fig.update_yaxes(title_text="KiB", row=2, col=2)
-    fig.update_yaxes(title_text="packets", row=3, col=2)
+    fig.update_yaxes(title_text="KiB", rangemode="tozero", row=2, col=2)
+    fig.update_yaxes(title_text="packets", rangemode="tozero", row=3, col=2)
     fig.update_xaxes(showticklabels=False, row=1, col=2)
     fig.update_xaxes(showticklabels=False, row=2, col=2)
     fig.update_xaxes(tickangle=0, tickfont={"size": 11}, tickvals=policies,
                      ticktext=[re.sub(r"([-+])", r"\1<br>", p) for p in policies], row=3, col=2)
-    fig.update_layout(barmode="group", margin={"t": 110, "b": 70},
+    _top(fig, 110).update_layout(barmode="group", margin_b=70,
                       legend={"orientation": "h", "x": 1, "xanchor": "right", "y": -0.1,
                               "yanchor": "top"})
     return fig
+
+
+# the width a source's label has before the port's node: the Sankey's share of the plot
+# (column 1 of 2, 0.58 of it less the spacing), 0.4 of that, less the node and a gap
+SOURCE_LABEL_PX = (WIDTH - 160) * 0.58 * (1 - 0.12) * 0.4 - 16 - 12
+
+
+def _label(parts: list[str], width_px: float) -> str:
+    """A Sankey node's label: ``parts`` one to a line, each wrapped to ``width_px``."""
+    return "<br>".join(line for part in parts for line in wrap(part, FONT_PX, width_px, " "))
+
+
+def _stacked(values: list[float]) -> list[float]:
+    """Centres (0 top, 1 bottom) of Sankey nodes of ``values`` stacked in one column in
+    order: each node inside the column, whatever its share."""
+    total = sum(values) or 1.0
+    ends = [sum(values[:i + 1]) / total for i in range(len(values))]
+    return [end - v / total / 2 for end, v in zip(ends, values, strict=True)]
 
 
 def three_stages(run: Run) -> go.Figure:
@@ -350,49 +474,61 @@ def three_stages(run: Run) -> go.Figure:
     it (:func:`labkit.analysis.metrics.stage_of`): what each stage improves, the collective's p99
     slowdown (its p99 in ms when the run has no isolated baseline) and vip drops at the
     bottleneck, and what storage pays for it, its goodput (with the bottleneck port's use
-    on each bar). A stage without a policy in the run says so."""
+    on each bar). A stage without a policy in the run is left out, and a note says so."""
     frame = metrics.stage_frame(run.summary)
     if frame.filter(pl.col("stage") == 1).is_empty():
         raise ValueError(f"{run.path}: no fifo policy in this run: no bottleneck stage")
     slowdown = frame["slowdown_p99"].is_not_null().all()
-    slots: list[tuple[float, int, dict | None]] = []  # x, stage, policy's row (None: absent)
+    shown = [stage for stage in metrics.STAGES if stage in set(frame["stage"])]
+    slots: list[tuple[float, dict]] = []  # x, the policy's row
     x = 0.0
-    for stage in metrics.STAGES:
-        rows: list[dict[str, Any] | None] = [
-            *frame.filter(pl.col("stage") == stage).iter_rows(named=True)] or [None]
-        for r in rows:
-            slots.append((x, stage, r))
+    for stage in shown:
+        for r in frame.filter(pl.col("stage") == stage).iter_rows(named=True):
+            slots.append((x, r))
             x += 1
         x += 0.6
+    title = ("Three stages: bottleneck, priority lanes, adaptive control"
+             if len(shown) == len(metrics.STAGES) else
+             f"Stages {' and '.join(map(str, shown))} of three: "
+             + ", ".join(metrics.STAGES[s] for s in shown))
     fig = _layout(make_subplots(rows=3, cols=1, shared_xaxes=True, vertical_spacing=0.07),
-                  run, "Three stages: bottleneck, priority lanes, adaptive control", "", "")
+                  run, title, "", "")
     panels = (("slowdown_p99", "p99 slowdown") if slowdown else ("p99_ms", "p99 (ms)"),
                ("vip_drops", "vip drops"), ("storage_mbps", "storage Mbit/s"))
-    present = [(x, r) for x, _, r in slots if r]
-    for row, (column, title) in enumerate(panels, start=1):
-        for x, r in present:
-            text = f"port {r['bottleneck_used']:.0%} used" if column == "storage_mbps" else None
-            fig.add_bar(x=[x], y=[r[column]], width=0.7, name=r["policy"], text=text,
-                        textangle=0, textposition="inside", insidetextanchor="end",
+    for row, (column, axis_title) in enumerate(panels, start=1):
+        tallest = max((r[column] or 0 for _, r in slots), default=0) or 1
+        for x, r in slots:
+            used = column == "storage_mbps"
+            fig.add_bar(x=[x], y=[r[column]], width=0.7, name=r["policy"],
+                        text=f"port<br>{r['bottleneck_used']:.0%} used" if used else None,
+                        textangle=0, insidetextanchor="end", constraintext="none",
+                        cliponaxis=False, textfont={"size": 11},
+                        textposition="inside" if (r[column] or 0) > tallest / 3 else "outside",
                         marker_color=policy_color(r["policy"]), showlegend=False,
                         row=row, col=1)
-        fig.update_yaxes(title_text=title, rangemode="tozero", row=row, col=1)
+        fig.update_yaxes(title_text=axis_title, rangemode="tozero", row=row, col=1)
     if slowdown:
         fig.add_hline(y=1, line_dash="dot", annotation_text="isolated = 1", row=1, col=1)
-    for stage, name in metrics.STAGES.items():
-        xs = [x for x, s, _ in slots if s == stage]
+    for stage in shown:
+        xs = [x for x, r in slots if r["stage"] == stage]
         fig.add_vrect(x0=min(xs) - 0.5, x1=max(xs) + 0.5, fillcolor="#000000",
                       opacity=0.04 * stage, line_width=0, row="all", col=1)
         fig.add_annotation(x=sum(xs) / len(xs), y=1.0, xref="x", yref="paper", yshift=6,
-                           yanchor="bottom", showarrow=False, text=f"<b>{stage} · {name}</b>")
-        if all(r is None for _, s, r in slots if s == stage):
-            fig.add_annotation(x=xs[0], y=0.5, xref="x", yref="paper", showarrow=False,
-                               text="not in<br>this run", font={"color": "#777777"})
-    fig.update_xaxes(tickvals=[x for x, _, _ in slots],
-                     ticktext=["" if r is None else _stage_tick(r) for _, _, r in slots],
-                     row=3, col=1)
-    fig.update_layout(margin={"t": 120}, barmode="overlay")
+                           yanchor="bottom", showarrow=False,
+                           text=f"<b>{stage} · {metrics.STAGES[stage]}</b>")
+    if absent := [s for s in metrics.STAGES if s not in shown]:
+        fig.add_annotation(text="not in this run: " + "; ".join(
+            f"{s} · {metrics.STAGES[s]} ({ABSENT_STAGE[s]})" for s in absent),
+            xref="paper", yref="paper", x=0, y=-0.16, xanchor="left", yanchor="top",
+            showarrow=False, font={"size": 11, "color": "#555555"})
+    fig.update_xaxes(tickvals=[x for x, _ in slots],
+                     ticktext=[_stage_tick(r) for _, r in slots], row=3, col=1)
+    _top(fig, 120).update_layout(barmode="overlay", margin_b=100 if absent else 80)
     return fig
+
+
+ABSENT_STAGE = {1: "no fifo policy", 2: "no priority policy",
+                3: "no policy with a controller"}
 
 
 def _stage_tick(row: dict) -> str:
@@ -429,7 +565,7 @@ def job_timeline(run: Run, ops: tuple[int, ...] = (0, 1),
         _timeline_panel(fig, row, iterations, spans)
     fig.update_xaxes(title_text="time since the first rank started (ms)", row=len(policies),
                      col=1)
-    fig.update_layout(barmode="overlay", bargap=0.25, margin={"t": 100, "b": 90})
+    _top(fig, 100).update_layout(barmode="overlay", bargap=0.25, margin_b=90)
     note = ("each bar: a rank's measured iteration, start to end; on it, when the rank "
             "computed and waited, as it recorded them" if recorded else
             "recorded before phase spans (no phases table): inside each rank's measured "

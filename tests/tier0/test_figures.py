@@ -195,7 +195,8 @@ def test_every_figure_names_the_revision_and_the_machine_that_recorded_it():
     assert f"{p.cpus} CPUs, Linux {p.kernel}" in sub
     dirty = replace(p, labkit_revision="0123456789abcdef0123-dirty", cpus=1)
     assert plots.recorded_by(dirty) == f"labkit 0123456789ab-dirty · 1 CPU, Linux {p.kernel}"
-    assert sub in plots.queue_timeline(run).layout.title.text
+    title = plots.queue_timeline(run).layout.title.text  # the subtitle wrapped to fit
+    assert sub in title.replace("</sup><br><sup>", " · ")
 
 
 def test_sweeps_load_pick_and_tabulate(tmp_path):
@@ -338,8 +339,9 @@ def test_three_stages_show_each_stages_measured_figures():
             expected = dict(frame.filter(pl.col("policy") != "isolated")
                             .select("policy", column).iter_rows())
             assert shown == expected, (sample, column)
-        notes = [a.text for a in fig.layout.annotations]
-        assert notes.count("not in<br>this run") == 1 and any(missing in n for n in notes)
+        notes = [a.text for a in fig.layout.annotations]  # the absent stage: a note, no band
+        assert [n for n in notes if "not in this run" in n and missing in n] == [notes[-1]]
+        assert not any(f"· {missing}</b>" in n for n in notes)
     run = _sample("bottleneck")
     run.summary = replace(run.summary, policies={
         name: p for name, p in run.summary.policies.items() if name != "fifo"})
