@@ -24,57 +24,34 @@ from __future__ import annotations
 
 import random
 import resource
-import socket
-import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import ExitStack
-from dataclasses import asdict, dataclass, field
-from functools import partial
+from dataclasses import asdict
 from pathlib import Path
 
 from labkit.analysis import jobtiming, nccltests
 from labkit.control import CONTROLLERS, Controller
 from labkit.control.session import ControlSession
-from labkit.kernel import bpf, cgroups, interrupts, loss, tc
+from labkit.kernel import cgroups, interrupts, tc
 from labkit.kernel.capture import CpuSampler, QueuePoller, WatchedPort
-from labkit.kernel.dctcp import Dctcp, tcp_congestion_control
-from labkit.kernel.ecnmark import ETH_HLEN, EcnMarks
+from labkit.kernel.ecnmark import ETH_HLEN
 from labkit.kernel.fabric import Fabric
 from labkit.kernel.jobmark import JobMarks
-from labkit.kernel.lanes import Classifier
-from labkit.kernel.loss import LossyLinks
-from labkit.kernel.pauser import Pauser
 from labkit.kernel.pcap import PacketCapture, PcapRequest
 from labkit.kernel.registry import Registry
-from labkit.kernel.telemetry import (
-    EventReader,
-    LatencyProbe,
-    QueueProbe,
-    sample_every_for,
-)
+from labkit.kernel.telemetry import sample_every_for
 from labkit.model import lossless
-from labkit.model.abi import EV_GAP, EV_SOJOURN, LANES, DctcpSample
-from labkit.model.scenario_spec import Policy, ProgramSpec, Scenario
+from labkit.model.scenario_spec import Policy, Scenario
 from labkit.model.summary import Command, Telemetry
 from labkit.model.summary_meta import LosslessMeta, PortMeta, SummaryMeta
 from labkit.model.tables import (
-    BurstRow,
     CollectiveRow,
-    CpuRow,
-    DctcpRow,
-    Decision,
     FlowRow,
-    GapRow,
-    HistRow,
     IoRow,
     LaneRow,
-    LatencyRow,
     OpRow,
-    PauseRow,
     PhaseRow,
-    QueueRow,
-    SojournRow,
     TransportRow,
 )
 from labkit.model.topo import Topology
@@ -82,9 +59,20 @@ from labkit.model.traffic.jobs import sent_bytes
 from labkit.model.traffic.results import (
     NOT_COUNTED,
     CollectiveResult,
-    CommandEnd,
     StorageResult,
 )
+from labkit.runs.features import (
+    FEATURES,
+    Control,
+    F,
+    Feature,
+    JobMarking,
+    LossyLinks,
+    Pausing,
+    Probes,
+    Stack,
+)
+from labkit.runs.result import PolicyResult
 from labkit.traffic.agents import (
     Agent,
     Engine,
@@ -103,179 +91,88 @@ from labkit.traffic.commands import Commands
 from labkit.traffic.programs import Programs
 
 STORAGE_WARMUP_S = 1.0
-
-
-@dataclass
-class PolicyResult:
-    """Everything one policy produced, in memory: each table's rows in the attribute of
-    its name (:data:`labkit.model.tables.TABLES`; :mod:`labkit.runs.rundir` writes them),
-    and what the summary says besides."""
-
-    policy: str
-    port_layout: str  # the router ports' queues (labkit.kernel.tc): "lanes" or "fifo"
-    collectives: list[CollectiveRow] = field(default_factory=list)  # per (op, rank)
-    phases: list[PhaseRow] = field(default_factory=list)  # the ops' phases, as spans
-    transport: list[TransportRow] = field(default_factory=list)  # per rank
-    queue: list[QueueRow] = field(default_factory=list)
-    flows: list[FlowRow] = field(default_factory=list)  # storage data received, sampled
-    ios: list[IoRow] = field(default_factory=list)  # storage I/Os completed
-    storage_errors: list[str] = field(default_factory=list)  # before storage was stopped
-    storage_stopped_ns: int = 0
-    cpu: list[CpuRow] = field(default_factory=list)
-    lanes: list[LaneRow] = field(default_factory=list)  # per-lane counters of watched ports
-    sojourn: list[SojournRow] = field(default_factory=list)  # sampled packets
-    latency: list[LatencyRow] = field(default_factory=list)  # sampled packets
-    histograms: list[HistRow] = field(default_factory=list)
-    gaps: list[GapRow] = field(default_factory=list)  # sampled dequeue pairs
-    events_lost: int = 0
-    packets_sampled: int = 0
-    unpaired: int = 0  # dequeues whose enqueue the tracepoint did not report
-    orchestrator_cpu_share: float = 0.0  # of one core, while the collective ran
-    loss_drops: dict[str, int] = field(default_factory=dict)  # per lossy link
-    controller: list[Decision] = field(default_factory=list)  # the valves' decisions
-    control: dict | None = None  # valve totals and the controller's own figures
-    ecn_marks: dict[str, dict[str, int]] = field(default_factory=dict)  # per marking port
-    dctcp: list[DctcpRow] = field(default_factory=list)  # lk_dctcp's windows, as they ended
-    commands: list[CommandEnd] = field(default_factory=list)  # the command entries, as they ended
-    pauses: list[PauseRow] = field(default_factory=list)  # a lossless fabric's pauses
-    pause_notes: list[str] = field(default_factory=list)  # what the pauser could not do
-    program_ops: list[OpRow] = field(default_factory=list)  # a program's collectives
-    bursts: list[BurstRow] = field(default_factory=list)  # a program's traffic, per host
-    program: dict | None = None  # a program's ranks as they ended, its traffic, its source
-    aborted: bool = False
+SWEEP = Policy("sweep", "isolated")  # a sweep's fabric: FIFO ports, no storage
 
 
 class PolicyFabric:
-    """A policy's fabric, everything but the traffic: nodes and links, the lane classifier
-    on every router port, the probes on the bottleneck ports and the receivers' NICs, lossy
-    links' droppers and, under a controller, the valves, feed and controller (not started).
-    Use as a context manager; everything is torn down on exit, also after a failure while
-    it was being built."""
+    """A policy's fabric, everything but the traffic: nodes and links, then each feature
+    of :data:`labkit.runs.features.FEATURES` the scenario and policy want, in order (lossy
+    links' droppers, TCP's congestion control and ECN marking, the lane classifier on
+    every router port, the probes, a lossless fabric's pauser, a controller and its
+    valves, a program's job markers), none started. Use as a context manager; everything
+    is torn down on exit, also after a failure while it was being built."""
 
     def __init__(self, sc: Scenario, topo: Topology, policy: Policy, registry: Registry,
                  telemetry: bool = True,
                  controllers: Mapping[str, type[Controller]] = CONTROLLERS,
-                 classifier_object: Path | None = None):
-        self.pol = policy
+                 classifier_object: Path | None = None,
+                 features: Sequence[type[Feature]] = FEATURES):
         if policy.controller and policy.controller not in controllers:
             raise ValueError(f"policy {policy.name}: no controller {policy.controller!r} "
                              f"(known: {', '.join(controllers)})")
         if policy.controller and not telemetry:
             raise ValueError(f"policy {policy.name} steers its valves from telemetry: keep it on")
-        self.sc, self.topo, self.registry = sc, topo, registry
-        self.telemetry, self.controllers = telemetry, controllers
-        self.classifier_object = classifier_object
-        self.fabric = Fabric(topo, registry, router_layout=self.pol.port_layout,
-                             host_layout="fifo" if self.pol.controller is None else "held",
-                             pausable=bool(sc.fabric.lossless),
-                             cgroup=cgroups.fabric_path(registry.run_id, self.pol.name))
-        # built by __enter__ (each None until then; queues and latency without telemetry,
-        # control without a controller)
-        self.lossy: LossyLinks | None = None
-        self.dctcp: Dctcp | None = None  # transport.tcp: dctcp
-        self.ecn_marks: EcnMarks | None = None  # transport.ecn_k_packets
-        self.classifier: Classifier | None = None
-        self.queues: QueueProbe | None = None
-        self.latency: LatencyProbe | None = None
-        self.control: ControlSession | None = None
-        self.pauser: Pauser | None = None
-        self.watched: list[WatchedPort] = []
-        self.marks: JobMarks | None = None  # a program's job markers, one per rank host
-        self.groups: dict[str, cgroups.Cgroup] = {}  # a program's cgroups, one per rank
+        fabric = Fabric(topo, registry, router_layout=policy.port_layout,
+                        host_layout="fifo" if policy.controller is None else "held",
+                        pausable=bool(sc.fabric.lossless),
+                        cgroup=cgroups.fabric_path(registry.run_id, policy.name))
+        self.stack = Stack(sc, topo, policy, registry, fabric, telemetry, controllers,
+                           classifier_object)
+        self.wanted = [f for f in features if f.wanted(sc, policy, telemetry)]
+
+    @property
+    def fabric(self) -> Fabric:
+        return self.stack.fabric
+
+    def get(self, kind: type[F]) -> F | None:
+        """The feature of this kind, if this policy has it."""
+        return self.stack.get(kind)
 
     def __enter__(self) -> PolicyFabric:
         try:  # a signal held during the build arrives as the block ends: torn down too
             with interrupts.deferred("building the fabric"):
-                self._build()
+                self.fabric.start()
+                for kind in self.wanted:
+                    feature = kind()
+                    self.stack.built.append(feature)  # closed even if its build fails
+                    feature.build(self.stack)
         except BaseException:
             self.close()
             raise
         return self
 
-    def _build(self) -> None:
-        sc, topo, registry, fabric = self.sc, self.topo, self.registry, self.fabric
-        fabric.start()
-        self.lossy = loss.attach(topo, fabric, record=registry.add)
-        self._transport()
-        classifier = self.classifier = Classifier(sc.lanes, self.pol.port_layout,
-                                                  record=registry.add,
-                                                  path=self.classifier_object)
-        if self.telemetry:
-            queues = self.queues = QueueProbe(sample_every_for(len(sc.ranks)),
-                                              record=registry.add)
-            self.latency = LatencyProbe(classifier.shared.maps["lk_config"], queues,
-                                        record=registry.add)
-        self.watched = _attach_probes(topo, fabric, classifier, self.queues, self.latency,
-                                      sc.ranks)
-        pins = bpf.pin_dir(registry.run_id)
-        registry.add_pin_dir(pins)
-        classifier.pin(pins)
-        if self.queues:
-            self.queues.pin(pins)
-        if sc.fabric.lossless:
-            self.pauser = Pauser(fabric, lossless.queues(topo, sc.fabric.lossless,
-                                                         self.pol.port_layout))
-        if self.pol.controller:
-            self.control = ControlSession(sc, topo, fabric, self.pol,
-                                          self.controllers[self.pol.controller],
-                                          classifier.shared.maps["lk_config"],
-                                          registry.add)
-        if sc.program:
-            self._mark_program(sc.program)
+    def start(self) -> None:
+        """The traffic starts: every feature, in order."""
+        for feature in self.stack.built:
+            feature.start()
 
-    def _transport(self) -> None:
-        """lk_dctcp for the TCP sockets of the hosts the scenario names (``transport``),
-        and DCTCP's step marking at the bottleneck ports."""
-        t, fabric = self.sc.transport, self.fabric
-        if t.tcp == "dctcp":
-            if fabric.group is None:
-                raise RuntimeError("transport.tcp: dctcp picks lk_dctcp per socket from the "
-                                   "fabric's cgroup, and this machine has no cgroup v2")
-            self.dctcp = Dctcp(self.registry.add)
-            self.dctcp.attach(fabric.group.path)
-            for host in t.hosts or self.topo.hosts:
-                self.dctcp.select(fabric.ns[host])
-        elif t.tcp != "default":  # a kernel congestion control, each namespace's own
-            for host in t.hosts or self.topo.hosts:
-                fabric.ns[host].run(tcp_congestion_control, t.tcp)
-        if t.ecn_k_packets:
-            self.ecn_marks = EcnMarks(self.registry.add)
-            for port in self.topo.bottleneck_ports():
-                h = fabric.handle(port)
-                self.ecn_marks.attach(h.ns, h.ifname, h.ifindex, t.ecn_k_packets,
-                                      port.link.mtu)
+    def stop(self) -> None:
+        """The traffic has ended: every feature, newest first (each one, whichever
+        raised; the error after)."""
+        with ExitStack() as steps:
+            for feature in self.stack.built:
+                steps.callback(feature.stop)
 
-    def _mark_program(self, spec: ProgramSpec) -> None:
-        """A cgroup per rank of the user's program (``spec``), and on each rank host's NIC
-        the job marker that knows the cgroup (writing the host's valve's phase, when
-        held)."""
-        base = cgroups.fabric_dir(self.registry.run_id, self.pol.name)
-        self.marks = JobMarks(self.registry.add)
-        for host in spec.ranks:
-            group = self.groups[host] = cgroups.make(base / host, self.registry.add,
-                                                     first=True)
-            nic = self.fabric.nic(host)
-            phase = self.control.valves.valves[host].obj.maps["lk_phase"] if self.control \
-                else None
-            far = [self.topo.host_ip(peer) for peer in spec.ranks
-                   if peer != host and self.topo.crosses_bottleneck(host, peer)]
-            self.marks.attach(host, nic.ns, nic.ifname, nic.ifindex, group, spec.dscp,
-                              spec.quiet_ms, spec.quiet_ms, far, phase)
+    def collect(self, result: PolicyResult) -> None:
+        for feature in self.stack.built:
+            feature.collect(result)
 
     def __exit__(self, *exc) -> None:
         self.close()
 
     def close(self) -> None:
-        """Close what the fabric holds, newest first, then tear it down by the registry:
-        every step runs whichever of them raised, and the error is raised after."""
+        """Close the features, newest first, then tear the fabric down by the registry,
+        then what must outlive it: every step runs whichever of them raised, and the error
+        is raised after."""
         with interrupts.deferred("tearing the fabric down"), ExitStack() as steps:
-            if self.dctcp is not None:  # last: once the fabric's sockets are gone
-                steps.callback(self.dctcp.close)
+            built = self.stack.built
+            for feature in built:
+                if feature.after_fabric:
+                    steps.callback(feature.close)
             steps.callback(self.fabric.stop)
-            for held in (self.lossy, self.ecn_marks, self.queues, self.classifier,
-                         self.latency, self.control, self.pauser, self.marks):
-                if held is not None:
-                    steps.callback(held.close)
+            for feature in built:
+                if not feature.after_fabric:
+                    steps.callback(feature.close)
 
 
 def run_policy(sc: Scenario, topo: Topology, policy: Policy, registry: Registry, workdir: Path,
@@ -304,23 +201,27 @@ def _run_traffic(pf: PolicyFabric, workdir: Path, duration_s: float | None,
                  progress: Callable[[int], None] | None, pcap: PcapRequest | None,
                  pcap_dir: Path | None) -> PolicyResult:
     """The scenario's traffic on a built policy fabric, recorded."""
-    sc, topo, fabric, pol, control = pf.sc, pf.topo, pf.fabric, pf.pol, pf.control
+    stack = pf.stack
+    sc, topo, fabric, pol = stack.sc, stack.topo, stack.fabric, stack.policy
+    control, probes = pf.get(Control), pf.get(Probes)
+    session = control.session if control else None
+    phase_maps = session.phase_maps if session else None
     result = PolicyResult(pol.name, pol.port_layout)
     commands = programs = None
     agents: list[Engine | Agent[StorageResult]] = []
-    pauser = pf.pauser.start() if pf.pauser else None
     try:
         rng = random.Random(f"{sc.seed}/{pol.name}")
         if sc.program:  # the user's program is the collective workload: no labkit ranks
             ring: list[Engine] = []
             ring_ops = 0
-            programs = Programs(sc.program, topo, fabric, pf.groups, workdir / "program",
-                                control.phase_maps if control else None).launch()
+            marking = stack.need(JobMarking, "a program")
+            programs = Programs(sc.program, topo, fabric, marking.groups, workdir / "program",
+                                phase_maps).launch()
         else:
             work, gap_ms, ring_ops = workload(sc)
             ring = start_collective(
                 fabric, topo, sc.ranks, work, ring_ops, gap_ms, workdir, rng, duration_s,
-                control.phase_maps if control else None, sc.control.dcqcn,
+                phase_maps, sc.control.dcqcn,
                 # a capture shows packets as the fabric carries them: whole packets, so
                 # tshark reads each one (and checks its ICRC)
                 1 if pcap else sc.emulation.gso_packets,
@@ -332,29 +233,20 @@ def _run_traffic(pf: PolicyFabric, workdir: Path, duration_s: float | None,
         await_ready(agents)
         capture = PacketCapture(fabric, topo, pcap, pcap_dir or workdir).start() if pcap \
             else None
-        queues = pf.queues
-        events = EventReader(queues).start() if queues else None
         try:
-            _drive(result, ring, storage, pf.watched, duration_s, ring_ops, progress,
-                   control, commands, programs)
+            pf.start()
+            _drive(result, ring, storage, probes.watched if probes else [], duration_s,
+                   ring_ops, progress, session, commands, programs)
         finally:
-            if events and queues:
-                _collect_telemetry(result, events.stop(), queues, pf.latency)
+            pf.stop()
             if capture:
                 capture.stop()
         _collect(result, [rank for engine in ring for rank in engine.ranks()], storage)
         if programs:
-            assert pf.marks is not None, "a program's fabric marks its ranks' traffic"
-            _collect_program(result, programs, pf.marks)
-        if pf.lossy:
-            result.loss_drops = pf.lossy.drops()
-        if pf.ecn_marks:
-            result.ecn_marks = pf.ecn_marks.counts()
-        if pf.dctcp:
-            result.dctcp = dctcp_rows(pf.dctcp.samples(), topo)
-        if control:
-            result.controller = control.valves.decisions
-            result.control = control.summary_counters()
+            marks = stack.need(JobMarking, "a program").marks
+            assert marks, "built"
+            _collect_program(result, programs, marks)
+        pf.collect(result)
         return result
     finally:
         if programs:  # after a failure or an interrupt too: nothing of it outlives the run
@@ -363,58 +255,6 @@ def _run_traffic(pf: PolicyFabric, workdir: Path, duration_s: float | None,
             result.commands += commands.stop()
         for a in agents:
             a.close()
-        if pauser:
-            result.pauses = pauser.stop()
-            result.pause_notes = pauser.notes()
-
-
-def dctcp_rows(samples: list[DctcpSample], topo: Topology) -> list[DctcpRow]:
-    """lk_dctcp's windows as rows of the ``dctcp`` table, each with its sending host."""
-    hosts = {topo.host_ip(h): h for h in topo.hosts}
-    rows = []
-    for w in samples:
-        src, dst = (socket.inet_ntoa(a.to_bytes(4, sys.byteorder)) for a in (w.saddr, w.daddr))
-        rows.append(DctcpRow(w.t_ns, hosts.get(src, src), f"{src}:{w.sport} > {dst}:{w.dport}",
-                             w.alpha / 1024, w.cwnd, w.acked, w.marked))
-    return rows
-
-
-def _attach_probes(topo: Topology, fabric: Fabric, classifier: Classifier,
-                   queues: QueueProbe | None, latency: LatencyProbe | None,
-                   receivers: tuple[str, ...]) -> list[WatchedPort]:
-    """The classifier on every router port, the queue probe on the bottleneck ports, the
-    latency probe at the receivers' NICs (without probes: the classifier alone)."""
-    if latency:
-        for host in receivers:
-            nic = fabric.nic(host)
-            latency.attach(nic.ns, nic.ifname, nic.ifindex)
-    watched = []
-    bottleneck_ports = topo.bottleneck_ports() if queues else ()
-    for port in topo.router_ports():
-        h = fabric.handle(port)
-        is_bottleneck = port in bottleneck_ports
-        classifier.attach(h.ns, h.ifname, h.ifindex, watch=is_bottleneck)
-        if is_bottleneck and queues:
-            watched.append(WatchedPort(h.ns, h.ifname, h.ifindex,
-                                       offered=partial(classifier.counters, h.key),
-                                       queued=queues.watch(h.ns, h.ifindex, h.ifname)))
-    return watched
-
-
-def _collect_telemetry(result: PolicyResult, events: list[tuple], queues: QueueProbe,
-                       latency: LatencyProbe | None) -> None:
-    for t_ns, stamp, value, length, where, lane, kind, seq in events:
-        if kind == EV_SOJOURN:
-            result.sojourn.append(SojournRow(t_ns, queues.labels[where], LANES[lane], value,
-                                             length, stamp, seq))
-        elif kind == EV_GAP:
-            result.gaps.append(GapRow(t_ns, queues.labels[where], value, length, stamp))
-        else:
-            result.latency.append(LatencyRow(t_ns, LANES[lane], value, length, stamp, seq))
-    result.histograms = ([HistRow("sojourn", *row) for row in queues.histograms()] +
-                         [HistRow("latency", "", *row)
-                          for row in (latency.histograms() if latency else [])])
-    result.events_lost, result.packets_sampled, result.unpaired = queues.delivery()
 
 
 def _drive(result: PolicyResult, ring: list[Engine],
@@ -424,13 +264,11 @@ def _drive(result: PolicyResult, ring: list[Engine],
            commands: Commands | None = None, programs: Programs | None = None) -> None:
     """Start storage (and the user's commands), let it warm up, run the collective
     workload to the end (labkit's ranks, ``ring_ops`` ops or iterations each, or the
-    user's program), stop storage; record telemetry meanwhile (and let the controller, if
-    any, act on it)."""
+    user's program), stop storage; record telemetry meanwhile (and feed it to the
+    controller, if any, started by its feature)."""
     poller = QueuePoller(watched, listener=control.feed.push if control else None).start()
     cpu = CpuSampler().start()
     try:
-        if control:
-            control.start()
         t_go = start_time()
         before = _own_cpu_s(), time.monotonic()
         go(storage, t_go)
@@ -458,8 +296,6 @@ def _drive(result: PolicyResult, ring: list[Engine],
         if commands:
             result.commands = commands.stop()
     finally:
-        if control:
-            control.stop()
         poller.stop()
         result.queue, result.lanes = poller.queue_rows(result.port_layout), poller.lane_rows
         result.cpu = cpu.stop()
@@ -547,17 +383,13 @@ def run_sweep(sc: Scenario, op: str, algo: str | Mapping[int, str], size_list: l
     link = nccltests.link_rate(topo, ranks)
     rng = random.Random(sc.seed)
     rows = []
-    with Fabric(topo, registry, pausable=bool(sc.fabric.lossless),
-                cgroup=cgroups.fabric_path(registry.run_id, "sweep")) as fabric:
-        lossy = loss.attach(topo, fabric, record=registry.add)
-        pauser = None
+    with PolicyFabric(sc, topo, SWEEP, registry, telemetry=False,
+                      features=(LossyLinks, Pausing)) as pf:
+        pf.start()
         try:
-            if sc.fabric.lossless:
-                pauser = Pauser(fabric, lossless.queues(topo, sc.fabric.lossless, "fifo"))
-                pauser.start()
             for size in size_list:
                 this = algo if isinstance(algo, str) else algo[size]
-                procs = start_collective(fabric, topo, ranks,
+                procs = start_collective(pf.fabric, topo, ranks,
                                          collective(op, this, size, sc.fabric.gpus_per_host),
                                          iterations + 1, 0.0, workdir / str(size), rng,
                                          gso_packets=sc.emulation.gso_packets,
@@ -575,12 +407,9 @@ def run_sweep(sc: Scenario, op: str, algo: str | Mapping[int, str], size_list: l
                 if on_row:
                     on_row(rows[-1])
         finally:
-            if pauser:
-                pauser.stop()
-                if notes is not None:
-                    notes += pauser.notes()
-                pauser.close()
-            lossy.close()
+            pf.stop()
+            if notes is not None and (pausing := pf.get(Pausing)):
+                notes += pausing.notes()
     return rows
 
 

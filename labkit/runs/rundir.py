@@ -62,7 +62,7 @@ from labkit.runs.store import (  # noqa: F401 (re-exported: their home before is
 
 if TYPE_CHECKING:
     from labkit.analysis.nccltests import Row
-    from labkit.runs.experiment import PolicyResult
+    from labkit.runs.result import PolicyResult
 
 PolarsDataType = pl.DataType | DataTypeClass  # a dtype, or its class (pl.Int64)
 M = TypeVar("M", RunManifest, SweepManifest, TuneManifest, CalibrationManifest, BatchManifest)

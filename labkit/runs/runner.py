@@ -341,15 +341,11 @@ def shell(scenario: str | Path | Scenario, policy: str = "fifo",
         with experiment.PolicyFabric(
                 sc, topo.Topology(sc.fabric), pol, Registry(run_id),
                 controllers={**CONTROLLERS, **users}, classifier_object=program) as pf:
-            if pf.control:
-                pf.control.start()
-            if pf.pauser:  # a lossless fabric pauses in the shell too
-                pf.pauser.start()
+            pf.start()  # its controller, a lossless fabric's pauses: in the shell too
             try:
                 (interact or (lambda pf: pf.fabric.interact()))(pf)
             finally:
-                if pf.control:
-                    pf.control.stop()
+                pf.stop()
 
 
 def sweep(scenario: str | Path | Scenario, op: str = "all_reduce", algo: str = "ring",
