@@ -916,6 +916,33 @@ def _print_queues(summary: Summary) -> None:
     console.print(q)
 
 
+FLOWS_SHOWN = 10  # a policy's fastest lk_dctcp flows in the report
+
+
+def _print_flows(summary: Summary) -> None:
+    """Each policy's lk_dctcp flows that carried data, fastest first: the traffic that
+    fills a transport run's port (``transport.tcp: dctcp``)."""
+    flows = {k: sorted((f for f in p.tcp.flows.items() if f[1].mbps >= 0.05),
+                       key=lambda f: -f[1].mbps)
+             for k, p in summary.policies.items() if p.tcp and p.tcp.flows}
+    if not any(flows.values()):
+        return
+    f = Table(title="TCP flows (lk_dctcp) that carried data, goodput over the measured "
+                    "window, fastest first", title_justify="left")
+    for col in ("policy", "host", "flow", "Mbit/s", "windows", "marked", "alpha",
+                "cwnd p50"):
+        f.add_column(col, justify="left" if col in ("policy", "host", "flow") else "right",
+                     no_wrap=True)
+    for policy, shown in flows.items():
+        for name, flow in shown[:FLOWS_SHOWN]:
+            f.add_row(policy, flow.host, name, f"{flow.mbps:.1f}", str(flow.windows),
+                      f"{flow.marked_share:.0%}", f"{flow.alpha_mean:.2f}",
+                      f"{flow.cwnd_p50:.0f}")
+        if len(shown) > FLOWS_SHOWN:
+            f.add_row(policy, "", f"and {len(shown) - FLOWS_SHOWN} more", "", "", "", "", "")
+    console.print(f)
+
+
 def _print_summary(summary: Summary) -> None:
     from labkit.analysis import metrics
 
@@ -923,9 +950,12 @@ def _print_summary(summary: Summary) -> None:
     for policy, p in summary.policies.items():
         for note in p.fidelity.notes:
             console.print(f"[yellow]fidelity ({policy}):[/] {note}", highlight=False)
+    flows = any(p.tcp and p.tcp.flows for p in summary.policies.values())
     t = Table(title=f"{summary.scenario} · run {summary.run_id}",
               caption=f"times in ms; rates in emulated Mbit/s (1 emulated Mbit/s stands for "
-                      f"{summary.scale_factor:g} real Mbit/s); bneck: the bottleneck port",
+                      f"{summary.scale_factor:g} real Mbit/s); bneck: the bottleneck port"
+                      + ("; storage: the scenario's storage entries (its TCP flows: the "
+                         "flows table below)" if flows else ""),
               caption_justify="left")
     frame = metrics.summary_frame(summary)
     jobs = frame.height > 0 and frame["busbw_mbps"].is_null().all()
@@ -978,6 +1008,7 @@ def _print_summary(summary: Summary) -> None:
                       _fmt(ctl.prediction_error_ms, ".1f"))
         console.print(c)
     _print_queues(summary)
+    _print_flows(summary)
     paused = {k: (p.lossless, p.transport) for k, p in summary.policies.items() if p.lossless}
     if paused:
         lossless_lanes = ", ".join(next(iter(paused.values()))[0].lanes)

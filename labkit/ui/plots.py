@@ -420,7 +420,8 @@ def bottleneck_funnel(run: Run, policy: str = "fifo") -> go.Figure:
         node={"label": labels, "pad": 18, "thickness": 16, "line": {"width": 0},
               "x": [0.001] * len(lanes) + [0.4, 0.999, 0.999],
               "y": [*_stacked(rates["offered_mbps"].to_list()), 0.5,
-                    *_stacked([rates["enqueued_mbps"].sum(), rates["dropped_mbps"].sum()])],
+                    *_stacked([float(rates[c].sum()) for c in ("enqueued_mbps",
+                                                                "dropped_mbps")])],
               "color": [LANE_COLORS[lane] for lane in lanes]
               + [policy_color(policy), "#999999", "#000000"]},
         link={"source": source, "target": target, "value": value, "color": color},

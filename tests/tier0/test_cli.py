@@ -101,6 +101,19 @@ def test_report_prints_a_sweep_again_as_nccl_tests_does(tmp_path):
     assert code == 2 and not out and "sweep.json: a row does not fit" in err
 
 
+def test_report_shows_a_transport_runs_flows_and_names_each_port_one_way():
+    code, out, _ = run_cli("report", str(REPO / "data/sample/dctcp-paper/dctcp"))
+    assert code == 0 and "r1/" not in out and out.count("r1-eth1") >= 2
+    flows = out[out.index("TCP flows (lk_dctcp)"):].splitlines()
+    assert [line.split("│")[4].strip() for line in flows[4:6]] == ["85.9", "9.5"]  # goodput
+    code, out, _ = run_cli("report", str(REPO / "data/sample/tune/leaf-spine"))
+    assert code == 0 and "time = alpha + size / beta" in out
+    code, out, _ = run_cli("report", str(REPO / "data/sample/tune/leaf-spine"), "--json")
+    doc = json.loads(out)
+    assert doc["kind"] == "tune" and set(doc["model"]["algos"]) == {
+        "ring", "tree", "halving_doubling"}
+
+
 @pytest.mark.parametrize("argv", [("runs", "--json")])
 def test_runs_json_parses(argv):
     code, out, _ = run_cli(*argv)
