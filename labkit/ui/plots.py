@@ -444,17 +444,21 @@ def bottleneck_funnel(run: Run, policy: str = "fifo") -> go.Figure:
     fig.update_yaxes(title_text="packets", rangemode="tozero", row=3, col=2)
     fig.update_xaxes(showticklabels=False, row=1, col=2)
     fig.update_xaxes(showticklabels=False, row=2, col=2)
-    fig.update_xaxes(tickangle=0, tickfont={"size": 11}, tickvals=policies,
-                     ticktext=[re.sub(r"([-+])", r"\1<br>", p) for p in policies], row=3, col=2)
-    _top(fig, 110).update_layout(barmode="group", margin_b=70,
-                      legend={"orientation": "h", "x": 1, "xanchor": "right", "y": -0.1,
-                              "yanchor": "top"})
+    ticks = [re.sub(r"([-+])", r"\1<br>", p) for p in policies]
+    slanted = max(text_px(line, 11) for t in ticks for line in t.split("<br>")) > (
+        BARS_PX / len(policies) - 6)  # policies' names that would run into each other
+    fig.update_xaxes(tickangle=-35 if slanted else 0, tickfont={"size": 11},
+                     tickvals=policies, ticktext=ticks, row=3, col=2)
+    _top(fig, 110).update_layout(barmode="group", margin_b=100 if slanted else 70,
+                                 legend={"orientation": "h", "x": 1, "xanchor": "right",
+                                         "y": -0.2 if slanted else -0.1, "yanchor": "top"})
     return fig
 
 
 # the width a source's label has before the port's node: the Sankey's share of the plot
 # (column 1 of 2, 0.58 of it less the spacing), 0.4 of that, less the node and a gap
 SOURCE_LABEL_PX = (WIDTH - 160) * 0.58 * (1 - 0.12) * 0.4 - 16 - 12
+BARS_PX = (WIDTH - 160) * 0.42 * (1 - 0.12)  # the width of the bars' column
 
 
 def _label(parts: list[str], width_px: float) -> str:
