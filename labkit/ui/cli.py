@@ -481,29 +481,17 @@ def cmd_schema(_args) -> int:
 
 
 def cmd_doctor(args) -> int:
-    from labkit.ui import doctor
+    from labkit.ui import doctor, serve
 
     found = doctor.checks()
     failed = sum(1 for c in found if c.required and not c.ok)
     if args.json:
-        _print_json("doctor", {"ready": not failed,
+        _print_json("doctor", {"ready": not failed, "root": os.geteuid() == 0,
                                "checks": [asdict(c) for c in found]})
         return 1 if failed else 0
-    for c in found:
-        if c.ok:
-            mark = "[green]✓[/]"
-        elif c.required:
-            mark = "[red]✗[/]"
-        else:
-            mark = "[dim]○[/]"
-        line = f"{mark} {c.name}"
-        if c.detail:
-            line += f" [dim]— {c.detail}[/]"
-        if not c.ok and c.fix:
-            line += f"\n    fix: {c.fix}"
-        console.print(line, highlight=False)
-    verdict = f"[red]{failed} required check(s) failed[/]" if failed else "[green]ready[/]"
-    console.print(f"\n{verdict}")
+    serving = serve.SOCKET if serve.available() else None
+    for i, line in enumerate(doctor.report(found, os.geteuid() == 0, serving)):
+        console.print(line, highlight=False, soft_wrap=i > len(found))
     return 1 if failed else 0
 
 

@@ -4,6 +4,9 @@ Kernel features are detected for real, not assumed: a probe process runs in a
 throwaway network namespace (``unshare --net``), makes a veth pair there and
 tries each qdisc, clsact with a BPF classifier, and a multipath route. The
 namespace, and everything in it, ends with the probe.
+
+Without root, the checks that only root can pass say so (``needs_root``), and the report
+ends with what a user without root does instead (:func:`report`).
 """
 
 from __future__ import annotations
@@ -28,7 +31,25 @@ TC_H_ROOT = 0xFFFFFFFF
 TOOLS = {"mnexec": "mininet", "clang": "clang", "bpftool": "bpftool", "iperf3": "iperf3",
          "tcpdump": "tcpdump", "tshark": "tshark", "ping": "iputils-ping", "unshare": "util-linux"}
 PACKAGES = ("mininet", "pyroute2", "scapy", "polars", "plotly", "ipywidgets")
+ROOT_FIX = "run labkit as root (sudo); recorded runs can be analysed without root"
+NEEDS_ROOT = "needs root (the end of this report says what to do without it)"
 
+
+def without_root(serving: Path | None) -> list[str]:
+    """What a user without root does instead: ``labkit serve`` (listening at ``serving``,
+    or not here yet), root on a machine of their own, and what needs no root."""
+    serve = (f"`labkit serve` listens here ({serving}): lab 2's live cells run through it"
+             if serving else "your instructor runs `sudo labkit serve` for your group, and "
+             "your notebooks' live cells (lab 2) run through it")
+    return ["without root: a run needs root (it builds network namespaces and loads eBPF "
+            "programs)",
+            f"  · on a shared machine, {serve} (docs/classroom.md)",
+            "  · on a machine of your own: `sudo .venv/bin/labkit doctor`, then `sudo "
+            ".venv/bin/labkit run ...`",
+            "  · without root you can analyse recorded runs (`labkit report "
+            "data/sample/bottleneck`, `labkit figures`, `labkit runs`), use the notebooks and "
+            "labs 1 and 4 (`make lab`), and check or draw a scenario (`labkit validate`, "
+            "`labkit inspect`)"]
 
 
 @dataclass
@@ -38,6 +59,7 @@ class Check:
     detail: str = ""
     fix: str = ""
     required: bool = True
+    needs_root: bool = False  # fails (or cannot be checked) only because we are not root
 
 
 def _mounted(path: str) -> bool:
@@ -45,8 +67,8 @@ def _mounted(path: str) -> bool:
 
 
 def checks() -> list[Check]:
-    out = [Check("running as root", os.geteuid() == 0, "",
-                 "run labkit as root (sudo); recorded runs can be analysed without root")]
+    root = os.geteuid() == 0
+    out = [Check("running as root", root, "", ROOT_FIX, needs_root=not root)]
     out.append(Check("kernel BTF (/sys/kernel/btf/vmlinux)",
                      Path("/sys/kernel/btf/vmlinux").exists(), "",
                      "use a kernel built with CONFIG_DEBUG_INFO_BTF=y"))
@@ -61,7 +83,8 @@ def checks() -> list[Check]:
     except PermissionError:
         tracepoints, detail = False, "tracefs is readable by root only"
     out.append(Check("qdisc tracepoints (qdisc:qdisc_enqueue, qdisc_dequeue)", tracepoints,
-                     detail, "needs root, tracefs mounted and CONFIG_NET_SCHED tracepoints"))
+                     detail, "needs root, tracefs mounted and CONFIG_NET_SCHED tracepoints",
+                     needs_root=bool(detail)))
     out += _kernel_probe()
     for tool, pkg in TOOLS.items():
         path = shutil.which(tool)
@@ -79,10 +102,7 @@ def checks() -> list[Check]:
     problem = hotpath.stale()
     out.append(Check("the rank agents' hot path (labkit/traffic/_hotpath.so)", problem is None,
                      problem or "built", "make hotpath   (make setup does this)"))
-    cgroup = cgroups.problem()
-    out.append(Check("cgroup v2 (a program's ranks; every fabric's processes, killed as one)",
-                     cgroup is None, str(cgroups.cgroup2_root() or "") if cgroup is None
-                     else cgroup, "mount -t cgroup2 none /sys/fs/cgroup/unified", required=False))
+    out.append(_cgroup_check(root))
     torch = subprocess.run([DEFAULT_PYTHON, "-c", "import torch.distributed"],
                            capture_output=True, text=True, timeout=120) \
         if os.path.exists(DEFAULT_PYTHON) else None
@@ -99,6 +119,21 @@ def checks() -> list[Check]:
                      chromium or "not installed: HTML figures only",
                      "apt-get install chromium   (make setup does this)", required=False))
     return out
+
+
+def _cgroup_check(root: bool) -> Check:
+    """cgroup v2: mounted, and writable (without root a mounted hierarchy is not: that
+    needs root, not a mount)."""
+    name = "cgroup v2 (a program's ranks; every fabric's processes, killed as one)"
+    mounted = cgroups.cgroup2_root()
+    problem = cgroups.problem()
+    if problem is None:
+        return Check(name, True, str(mounted or ""), required=False)
+    if mounted is not None and not root:
+        return Check(name, False, problem, "a run as root makes them (sudo, or labkit serve)",
+                     required=False, needs_root=True)
+    return Check(name, False, problem, "mount -t cgroup2 none /sys/fs/cgroup/unified",
+                 required=False)
 
 
 def _bpf_object_check(name: str) -> Check:
@@ -122,7 +157,8 @@ def _bpf_object_check(name: str) -> Check:
 def _kernel_probe() -> list[Check]:
     if os.geteuid() != 0 or not shutil.which("unshare"):
         return [Check("kernel traffic-control features", False,
-                      "the probe needs root and unshare(1)", "run labkit doctor as root")]
+                      "the probe needs root and unshare(1)", "run labkit doctor as root",
+                      needs_root=os.geteuid() != 0)]
     proc = subprocess.run(["unshare", "--net", "--", sys.executable, "-m", "labkit.ui.doctor",
                            "--probe"], capture_output=True, text=True, timeout=60)
     try:
@@ -145,6 +181,47 @@ def _kernel_probe() -> list[Check]:
                          "available" if found[q] is True else "not available: features that "
                          "need it stay off", "", required=False))
     return out
+
+
+def report(found: list[Check], root: bool, serving: Path | None = None) -> list[str]:
+    """The checks as lines of rich markup, then the verdict. As root, one line per check
+    and its fix; without root, the checks that need it say so, and the report ends with
+    what to do instead (:func:`without_root`; ``serving``: where `labkit serve` listens)."""
+    lines = [_check_line(c, root) for c in found]
+    failed = [c for c in found if c.required and not c.ok]
+    if not failed:
+        return [*lines, "", "[green]ready[/]"]
+    verdict = f"[red]{len(failed)} required check(s) failed[/]"
+    rootless = [c for c in failed if c.needs_root]
+    if root or not rootless:
+        return [*lines, "", verdict]
+    others = len(failed) - len(rootless)
+    verdict += (f": {len(rootless)} need root ({', '.join(_short(c) for c in rootless)})"
+                + (f", {others} other(s) above" if others else ""))
+    return [*lines, "", verdict, "", *without_root(serving)]
+
+
+def _check_line(c: Check, root: bool) -> str:
+    """One check: its mark, name and detail, and what fixes it if it failed."""
+    if c.ok:
+        mark = "[green]✓[/]"
+    elif c.required:
+        mark = "[red]✗[/]"
+    else:
+        mark = "[dim]○[/]"
+    line = f"{mark} {c.name}"
+    if c.detail:
+        line += f" [dim]— {c.detail}[/]"
+    if c.ok:
+        return line
+    if c.needs_root and not root and c.fix != ROOT_FIX:  # the root check: its fix stands
+        return line + f"\n    {NEEDS_ROOT}"
+    return line + (f"\n    fix: {c.fix}" if c.fix else "")
+
+
+def _short(c: Check) -> str:
+    """A check's name without its parenthesis."""
+    return c.name.split(" (")[0]
 
 
 def probe() -> dict:

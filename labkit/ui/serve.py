@@ -297,8 +297,12 @@ class Service:
 
 
 def available(path: Path = SOCKET) -> bool:
-    """Whether a service socket is there (whether it admits us, it says when asked)."""
-    return Path(path).is_socket()
+    """Whether a service socket is there (whether it admits us, it says when asked); not
+    when its folder is closed to us (root's /run/labkit before a service made it open)."""
+    try:
+        return Path(path).is_socket()
+    except PermissionError:
+        return False
 
 
 def request(scenario: dict, name: str, policies: Sequence[str] | None = None,
