@@ -124,6 +124,10 @@ class PolicyFabric:
     def fabric(self) -> Fabric:
         return self.stack.fabric
 
+    @property
+    def topo(self) -> Topology:
+        return self.stack.topo
+
     def get(self, kind: type[F]) -> F | None:
         """The feature of this kind, if this policy has it."""
         return self.stack.get(kind)
@@ -141,10 +145,12 @@ class PolicyFabric:
             raise
         return self
 
-    def start(self) -> None:
-        """The traffic starts: every feature, in order."""
+    def start(self, recording: bool = True) -> None:
+        """The traffic starts: every feature, in order (not ``recording``: only those that
+        act on the traffic, as in ``labkit shell``)."""
         for feature in self.stack.built:
-            feature.start()
+            if recording or not feature.records_only:
+                feature.start()
 
     def stop(self) -> None:
         """The traffic has ended: every feature, newest first (each one, whichever

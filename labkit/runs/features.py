@@ -36,7 +36,7 @@ from labkit.model import lossless
 from labkit.model.abi import EV_GAP, EV_SOJOURN, LANES, DctcpSample
 from labkit.model.scenario_spec import Policy, Scenario
 from labkit.model.tables import DctcpRow, GapRow, HistRow, LatencyRow, PauseRow, SojournRow
-from labkit.model.topo import Topology
+from labkit.model.topo import Port, Topology
 from labkit.runs.result import PolicyResult
 
 
@@ -70,6 +70,7 @@ class Feature:
     """One capability of a policy's stack (see the module docstring)."""
 
     after_fabric: ClassVar[bool] = False  # closed once the fabric (and its sockets) is gone
+    records_only: ClassVar[bool] = False  # does nothing to the traffic (a shell skips it)
 
     @classmethod
     def wanted(cls, sc: Scenario, policy: Policy, telemetry: bool) -> bool:
@@ -183,7 +184,7 @@ class Lanes(Feature):
     def build(self, stack: Stack) -> None:
         self.classifier = Classifier(stack.sc.lanes, stack.policy.port_layout,
                                      record=stack.registry.add, path=stack.classifier_object)
-        watch = set(stack.topo.bottleneck_ports()) if stack.telemetry else set()
+        watch = watched_ports(stack.topo) if stack.telemetry else []
         for port in stack.topo.router_ports():
             h = stack.fabric.handle(port)
             self.classifier.attach(h.ns, h.ifname, h.ifindex, watch=port in watch)
@@ -205,6 +206,7 @@ class Probes(Feature):
     and the latency probe at the receivers' NICs; their events read while the traffic
     runs."""
 
+    records_only = True
     queues: QueueProbe | None = None
     latency: LatencyProbe | None = None
     reader: EventReader | None = None
@@ -227,7 +229,7 @@ class Probes(Feature):
         for host in stack.sc.ranks:
             nic = stack.fabric.nic(host)
             latency.attach(nic.ns, nic.ifname, nic.ifindex)
-        for port in stack.topo.bottleneck_ports():
+        for port in watched_ports(stack.topo):
             h = stack.fabric.handle(port)
             self.watched.append(WatchedPort(
                 h.ns, h.ifname, h.ifindex, offered=partial(lanes.classifier.counters, h.key),
@@ -383,6 +385,13 @@ class JobMarking(Feature):
 # ones before it) and started; closed in the reverse order
 FEATURES: tuple[type[Feature], ...] = (LossyLinks, TcpControl, EcnMarking, Lanes, Probes,
                                        Pausing, Control, JobMarking)
+
+
+def watched_ports(topo: Topology) -> list[Port]:
+    """The bottleneck ports the probes watch: a router's (a host's own NIC has no lanes),
+    in the routers' order."""
+    bottlenecks = topo.bottleneck_ports()
+    return [p for p in topo.router_ports() if p in bottlenecks]
 
 
 def pin_dir(stack: Stack) -> Path:

@@ -341,7 +341,7 @@ def shell(scenario: str | Path | Scenario, policy: str = "fifo",
         with experiment.PolicyFabric(
                 sc, topo.Topology(sc.fabric), pol, Registry(run_id),
                 controllers={**CONTROLLERS, **users}, classifier_object=program) as pf:
-            pf.start()  # its controller, a lossless fabric's pauses: in the shell too
+            pf.start(recording=False)  # its controller, a lossless fabric's pauses, no probe
             try:
                 (interact or (lambda pf: pf.fabric.interact()))(pf)
             finally:

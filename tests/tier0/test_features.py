@@ -92,3 +92,16 @@ def test_a_failed_build_closes_what_was_built_and_the_fabric():
             pass
     assert log == ["fabric start", "A build sees ['A']", "B build sees ['A', 'B']",
                    "B close", "A close", "fabric stop"]
+
+
+def test_the_probes_watch_a_bottlenecks_router_ports_only():
+    """A bottleneck between a router and a host has one router port: the host's own NIC
+    has no lanes to watch."""
+    doc = {"name": "tiny", "fabric": {
+        "routers": ["r1"], "hosts": {"gpu": {"r1": ["g1", "g2"]}},
+        "links": [], "bottlenecks": [["r1", "g1"]]},
+        "traffic": [{"kind": "allreduce", "ranks": "gpu", "size_bytes": "1MiB", "iterations": 5}]}
+    sc = scenario.parse(doc, "tiny.yaml")
+    topo = Topology(sc.fabric)
+    assert [p.node for p in topo.bottleneck_ports()] == ["r1", "g1"]
+    assert [(p.node, p.peer) for p in features.watched_ports(topo)] == [("r1", "g1")]
