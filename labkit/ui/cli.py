@@ -1,11 +1,14 @@
 """labkit: emulate, measure and relieve the network bottleneck of AI training.
 
 Commands: doctor, validate, inspect, schema, run, shell, sweep, tune, calibrate, batch,
-report, figures, runs, samples, clean, lab.
+report, figures, runs, samples, clean, lab, labs, serve.
 Exit codes: 0 success; 1 a run or check failed; 2 bad input (scenario file, arguments);
 130 interrupted.
-``--json`` (report, runs, doctor, validate, inspect) prints one JSON document on stdout whose
-``"schema"`` names its shape and version (docs/data-model.md).
+``--json`` (doctor, validate, inspect, run, sweep, batch, report, figures, runs) prints one
+JSON document on stdout whose ``"schema"`` names its shape and version
+(docs/data-model.md); progress goes to stderr.
+Without ``--out``, what a command writes goes under data/: runs, sweeps, tunings and
+batches to data/runs/<id>/, figures to data/figures/<run-id>/.
 """
 
 from __future__ import annotations
@@ -68,6 +71,42 @@ def _size_arguments(parser, maxbytes: str, factor: int, iters: int, what: str) -
                         help=SET_HELP)
 
 
+WARMUP_OPS = 1  # a sweep's untimed ops per size (labkit.runs.experiment.run_sweep)
+DATATYPES = ("float", "float32")  # what a chunk's values are (nccltests.WORD_BYTES)
+REDOPS = ("sum",)  # how a reduction combines them (labkit.model.traffic.schedules)
+
+
+def _nccl_arguments(parser) -> None:
+    """nccl-tests' -w, -c, -d and -o, as far as labkit's sweep has them
+    (:func:`_nccl_refusal` refuses the rest)."""
+    parser.add_argument("-w", "--warmup_iters", type=int, default=WARMUP_OPS, metavar="N",
+                        help=f"untimed warm-up ops per size: labkit runs {WARMUP_OPS} "
+                             f"(the default; nccl-tests' is 5), other counts are refused")
+    parser.add_argument("-c", "--check", type=int, choices=(0, 1), default=1, metavar="0|1",
+                        help="check the results: labkit always checks every op's data "
+                             "(#wrong), so -c 0 changes nothing")
+    parser.add_argument("-d", "--datatype", default=DATATYPES[0], metavar="TYPE",
+                        help="the element type: float (float32, the default) is the one "
+                             "labkit's messages carry; others are refused")
+    parser.add_argument("-o", "--redop", default=REDOPS[0], metavar="OP",
+                        help="the reduction: sum (the default) is the one labkit's "
+                             "reductions do; others are refused (the collective is --op)")
+
+
+def _nccl_refusal(args) -> str | None:
+    """Why the sweep cannot honour nccl-tests' -w, -d or -o as given (None: it can)."""
+    if args.warmup_iters != WARMUP_OPS:
+        return (f"-w {args.warmup_iters}: labkit sweep runs {WARMUP_OPS} untimed warm-up op "
+                f"per size; give -w {WARMUP_OPS} or leave -w out")
+    if args.datatype not in DATATYPES:
+        return (f"-d {args.datatype}: labkit's collectives carry float (float32) elements "
+                "only; give -d float or leave -d out")
+    if args.redop not in REDOPS:
+        return (f"-o {args.redop}: labkit's reductions add (sum) only; give -o sum or leave "
+                "-o out")
+    return None
+
+
 def _version() -> str:
     from importlib.metadata import PackageNotFoundError, version
 
@@ -106,7 +145,7 @@ def build_parser() -> argparse.ArgumentParser:
                          help="print the fabric as JSON (schema labkit.inspect)")
     inspect.add_argument("--html", type=Path, metavar="FILE",
                          help="also draw the fabric into this HTML page (plotly.js is "
-                              "written beside it), e.g. --html fabric.html")
+                              "written beside it), e.g. --html data/figures/fabric.html")
     sub.add_parser("schema", help="print the JSON Schema of scenario files, for editors "
                                   "(docs/scenarios.md)")
     run = sub.add_parser("run", help="run a scenario under one or more policies")
@@ -159,18 +198,25 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--op", default="all_reduce", choices=("all_reduce", "all_gather",
                                                               "reduce_scatter", "all_to_all",
                                                               "broadcast"),
-                       help="the collective, e.g. --op all_gather (default all_reduce)")
+                       help="the collective, e.g. --op all_gather (default all_reduce; "
+                            "nccl-tests' reduce, gather, scatter and sendrecv are not here "
+                            "yet)")
     sweep.add_argument("--algo", default="ring",
                        help="ring, tree, halving_doubling, hierarchical, pairwise (by op), or "
                             "auto (All-Reduce: the algorithm `labkit tune`'s model of this "
                             "fabric chooses at each size), e.g. --algo tree")
     _size_arguments(sweep, "8M", 2, 10, "timed iterations per size")
+    _nccl_arguments(sweep)
     sweep.add_argument("--units", choices=("emulated", "real"), default="emulated",
                        help="real: also print algbw and busbw in GB/s of the fabric the "
                             "scenario's scale factor says the links stand for")
     sweep.add_argument("--out", type=Path,
                        help="record the sweep in this new directory (default: "
                             "data/runs/<run-id>): manifest, sweep.parquet, .csv and .json")
+    sweep.add_argument("--json", action="store_true",
+                       help="print the recorded sweep as JSON on stdout (schema labkit.report, "
+                            "as `labkit report --json` gives it); nccl-tests' lines go to "
+                            "stderr")
     tune = sub.add_parser(
         "tune", help="sweep every All-Reduce algorithm on a scenario's fabric and fit the "
                      "model that `algo: auto` chooses by")
@@ -188,9 +234,11 @@ def build_parser() -> argparse.ArgumentParser:
     calibrate.add_argument("--policy", action="append", default=[],
                            help="run only this policy in each trial (repeatable; default: "
                                 "the scenario's own), e.g. --policy fifo")
-    calibrate.add_argument("--seconds", type=float, default=TRIAL_SECONDS,
-                           help=f"traffic per policy in each trial (default {TRIAL_SECONDS:g}), "
-                                "e.g. --seconds 15")
+    calibrate.add_argument("--duration", "--seconds", dest="duration", type=float,
+                           default=TRIAL_SECONDS, metavar="S",
+                           help=f"seconds of traffic per policy in each trial (default "
+                                f"{TRIAL_SECONDS:g}), e.g. --duration 15 (--seconds: its "
+                                "old name)")
     calibrate.add_argument("--out", type=Path,
                            help="record the calibration in this new directory (default: "
                                 "data/runs/<id>); each trial is a run of its own")
@@ -216,6 +264,10 @@ def build_parser() -> argparse.ArgumentParser:
                             "--executor slurm it must be on a filesystem the nodes share")
     batch.add_argument("--dry-run", action="store_true",
                        help="list the points the grid expands into, run nothing")
+    batch.add_argument("--json", action="store_true",
+                       help="print the batch's record as JSON on stdout (schema labkit.batch; "
+                            "with --dry-run: the points it would run); progress goes to "
+                            "stderr")
     report = sub.add_parser("report", help="print the summary of a recorded run (a sweep: "
                             "its rows again, as nccl-tests prints them; a tuning: its rows "
                             "and its model)")
@@ -228,8 +280,12 @@ def build_parser() -> argparse.ArgumentParser:
                              "HTML, SVG and PNG")
     figures.add_argument("run_dir", type=Path, help="a run, sweep or tuning directory, e.g. "
                          "data/sample/bottleneck, data/sample/sweeps/ring")
-    figures.add_argument("--out", type=Path, required=True,
-                         help="directory for the figures, e.g. --out figures/")
+    figures.add_argument("--out", type=Path,
+                         help="a new or empty directory for the figures (default: "
+                              "data/figures/<run-id>), e.g. --out /tmp/figures")
+    figures.add_argument("--json", action="store_true",
+                         help="print the files written as JSON on stdout (schema "
+                              "labkit.figures); progress goes to stderr")
     runs = sub.add_parser("runs", help="list recorded runs with their status and size")
     runs.add_argument("--json", action="store_true",
                       help="print the list as JSON (schema labkit.runs)")
@@ -267,13 +323,13 @@ def build_parser() -> argparse.ArgumentParser:
                                    help="release or grade")
     release = labs_sub.add_parser("release", help="write the labs as students start them "
                                   "(blank answers, no solutions) into a new folder")
-    release.add_argument("out", type=Path, help="a new or empty folder, e.g. handout/")
+    release.add_argument("out", type=Path, help="a new or empty folder, e.g. ~/handout")
     grade = labs_sub.add_parser("grade", help="run each student's answers in the labs as "
                                 "labkit ships them; write a row per student and check")
     grade.add_argument("submissions", type=Path, help="a folder of <student>/<lab>.ipynb "
                        "(or nbgrader's <student>/<assignment>/<lab>.ipynb)")
     grade.add_argument("--out", type=Path, help="a new or empty folder for checks.csv, "
-                       "scores.csv and feedback/ (default grades-<date>-<time>)")
+                       "scores.csv and feedback/ (default data/grades/<date>-<time>)")
     grade.add_argument("--live", action="store_true", help="run the labs' real runs too "
                        "(root; it runs the students' code as root: a machine of the class's "
                        "own); without it, a check that needs a run is not counted")
@@ -658,7 +714,7 @@ def cmd_calibrate(args) -> int:
                             description=f"x{current[0]:<5g} {p.policy:<11} {p.stage}")
 
         try:
-            result = runner.calibrate(args.scenario, args.policy or None, seconds=args.seconds,
+            result = runner.calibrate(args.scenario, args.policy or None, seconds=args.duration,
                                       out=args.out, on_trial=on_trial, on_progress=show,
                                       argv=sys.argv)
         except (FileExistsError, RuntimeError) as exc:
@@ -687,13 +743,16 @@ def cmd_batch(args) -> int:
 
     g = grid_mod.load(args.grid)
     if args.dry_run:
-        _print_points(g)
+        if args.json:
+            _print_json("batch", {"dry_run": True, **_points_document(g)})
+        else:
+            _print_points(g)
         return 0
     _before_building()
     _note_user_code(g.base)
     ended = {"complete": "green", "failed": "red", "interrupted": "yellow",
              "cancelled": "yellow"}
-    with _progress("") as progress:
+    with _progress("", to_stderr=args.json) as progress:
         overall = progress.add_task(f"{g.name}: runs ({args.executor})", total=g.size)
         current = progress.add_task("", total=None, visible=False)
 
@@ -720,9 +779,21 @@ def cmd_batch(args) -> int:
                                        on_progress=on_progress, argv=sys.argv)
         except (FileExistsError, RuntimeError) as exc:
             return _failed(exc)
+    if args.json:
+        _print_json("batch", {"dry_run": False, "batch_dir": str(done.path),
+                              "complete": done.complete, "manifest": done.manifest.to_json()})
+        return 0 if done.complete else 1
     _print_batch(done)
     console.print(f"batch recorded in [bold]{done.path}[/] (labkit.load_runs reads it)")
     return 0 if done.complete else 1
+
+
+def _points_document(g) -> dict:
+    """What a grid expands into, as data: its name, scenario, keys and points."""
+    return {"grid": g.name, "scenario": g.scenario_path, "runs": g.size,
+            "axes": [a.key for a in g.axes],
+            "points": [{"point": p.index, "name": p.name, "parameters": p.parameters,
+                        "policies": list(p.policies), "seed": p.seed} for p in g.points]}
 
 
 def _print_points(g) -> None:
@@ -820,6 +891,10 @@ def cmd_sweep(args) -> int:
     from labkit.analysis import nccltests
     from labkit.runs import runner
 
+    if problem := _nccl_refusal(args):
+        return _refused(ValueError(problem))
+    if not args.check:
+        err.print("note: -c 0 changes nothing: labkit checks every op's data (#wrong)")
     sc, rates = runner.resolve_rates(_scenario(args), str(args.scenario))
     size_list = _sizes(args)
     if size_list is None:
@@ -829,6 +904,7 @@ def cmd_sweep(args) -> int:
         return _failed(runner.NotReady(problem))
     _before_building()
     scale = sc.scale_factor if args.units == "real" else None
+    lines = sys.stderr if args.json else sys.stdout  # stdout carries the JSON document
     # nccl-tests' format is plain text, one record per line: printed as is, never wrapped
     print(f"# labkit sweep: {args.op} ({args.algo}) over {len(sc.ranks)} ranks of "
           f"{sc.name}, {args.iters} timed ops per size; " +
@@ -836,19 +912,21 @@ def cmd_sweep(args) -> int:
            f"{sc.scale_factor:g}), emulated Mbit/s after #wrong" if scale
            else "rates in Mbit/s of the emulated links"),
           *([f"# {_rates_line(rates)}"] if rates else []), "#", *nccltests.header(scale),
-          sep="\n", flush=True)
+          sep="\n", flush=True, file=lines)
     def show(row) -> None:
-        print(row.line(scale), flush=True)
+        print(row.line(scale), flush=True, file=lines)
         if args.algo == runner.AUTO:
-            print(f"#   auto: {row.algo}", flush=True)
+            print(f"#   auto: {row.algo}", flush=True, file=lines)
 
     try:
         done = runner.sweep(sc, args.op, args.algo, size_list, args.iters, out=args.out,
                             on_row=show, argv=sys.argv)
     except (FileExistsError, RuntimeError) as exc:
         return _failed(exc)
-    print(*nccltests.footer(done.rows, scale), sep="\n", flush=True)
-    console.print(f"sweep recorded in {done.path}")
+    print(*nccltests.footer(done.rows, scale), sep="\n", flush=True, file=lines)
+    (err if args.json else console).print(f"sweep recorded in {done.path}")
+    if args.json:
+        _report_sweep(argparse.Namespace(run_dir=done.path, json=True))
     return 0 if not sum(r.wrong for r in done.rows) else 1
 
 
@@ -1156,8 +1234,9 @@ def cmd_figures(args) -> int:
     except RunDataError as exc:
         err.print(f"[red]error:[/] {escape(str(exc))}")
         return 2
+    out = args.out = args.out or figures.default_out(run)  # args.out: _hand_back's too
     try:
-        figures.writable_folder(args.out)  # before anything is built
+        figures.writable_folder(out)  # before anything is built
     except OSError as exc:
         return _refused(exc)
     names = [name for name, _ in figures.figure_set(run)]
@@ -1165,15 +1244,20 @@ def cmd_figures(args) -> int:
     if not images:
         err.print("[yellow]note:[/] SVG and PNG need Chromium (apt-get install chromium, or "
                   "make setup); writing HTML only")
-    with _progress("steps") as progress:
+    with _progress("steps", to_stderr=args.json) as progress:
         task = progress.add_task("building figures", total=len(names) + 2)
         try:
-            written = figures.write(run, args.out,
+            written = figures.write(run, out,
                                     lambda step: progress.update(task, advance=1,
                                                                  description=step), images)
         except OSError as exc:  # a file that is there already, or the disk's
             return _refused(exc)
-    console.print(f"{len(written)} files in {args.out}: " + ", ".join(names))
+    if args.json:
+        _print_json("figures", {"run_dir": str(args.run_dir), "out": str(out),
+                                "figures": names, "images": images,
+                                "files": [str(f) for f in written]})
+        return 0
+    console.print(f"{len(written)} files in {out}: " + ", ".join(names))
     return 0
 
 
@@ -1270,7 +1354,7 @@ def cmd_labs(args) -> int:
             console.print(f"{len(written)} files in {args.out}: "
                           + ", ".join(p.name for p in written), highlight=False)
             return 0
-        out = args.out or Path(time.strftime("grades-%Y%m%d-%H%M%S"))
+        out = args.out = args.out or handout.GRADES_DIR / time.strftime("%Y%m%d-%H%M%S")
         with _progress("notebooks") as progress:
             task = progress.add_task("grading", total=None)
 

@@ -23,6 +23,7 @@ from labkit.ui.labs import notebook
 from labkit.ui.labs.verdict import PASS
 
 LABS = REPO_ROOT / "notebooks" / "labs"
+GRADES_DIR = REPO_ROOT / "data" / "grades"  # `labkit labs grade` without --out
 KERNELSPEC = {"name": "labkit", "display_name": "labkit (Python)", "language": "python"}
 UNGRADED = "ungraded"  # a check the instructor's answers cannot pass here either
 
