@@ -4,8 +4,8 @@ Commands: doctor, validate, inspect, schema, run, shell, sweep, tune, calibrate,
 report, figures, runs, samples, clean, lab, labs, serve.
 Exit codes: 0 success; 1 a run or check failed; 2 bad input (scenario file, arguments);
 130 interrupted.
-``--json`` (doctor, validate, inspect, run, sweep, batch, report, figures, runs) prints one
-JSON document on stdout whose ``"schema"`` names its shape and version
+``--json`` (doctor, validate, inspect, run, sweep, tune, calibrate, batch, report, figures,
+runs) prints one JSON document on stdout whose ``"schema"`` names its shape and version
 (docs/data-model.md); progress goes to stderr.
 Without ``--out``, what a command writes goes under data/: runs, sweeps, tunings and
 batches to data/runs/<id>/, figures to data/figures/<run-id>/.
@@ -227,6 +227,10 @@ def build_parser() -> argparse.ArgumentParser:
     tune.add_argument("--out", type=Path,
                       help="record the tuning in this new directory (default: "
                            "data/runs/<run-id>); the model is kept in data/models/<fabric>/")
+    tune.add_argument("--json", action="store_true",
+                      help="print the recorded tuning as JSON on stdout (schema "
+                           "labkit.report, as `labkit report --json` gives it); its lines "
+                           "go to stderr")
     calibrate = sub.add_parser(
         "calibrate", help="the highest link rate this machine emulates a scenario at faithfully")
     calibrate.add_argument("scenario", type=Path,
@@ -242,6 +246,9 @@ def build_parser() -> argparse.ArgumentParser:
     calibrate.add_argument("--out", type=Path,
                            help="record the calibration in this new directory (default: "
                                 "data/runs/<id>); each trial is a run of its own")
+    calibrate.add_argument("--json", action="store_true",
+                           help="print the trials and the advice as JSON on stdout (schema "
+                                "labkit.calibrate); progress goes to stderr")
     batch = sub.add_parser(
         "batch", help="run a grid of scenario variants x policies x seeds, here or on Slurm",
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -621,17 +628,22 @@ def cmd_tune(args) -> int:
     if size_list is None:
         return 2
     _before_building()
+    lines = sys.stderr if args.json else sys.stdout  # stdout carries the JSON document
     print(f"# labkit tune: every All-Reduce algorithm over {len(sc.ranks)} ranks of {sc.name}, "
           f"{args.iters} timed ops per size", *([f"# {_rates_line(rates)}"] if rates else []),
-          "#", *nccltests.header(), sep="\n", flush=True)
+          "#", *nccltests.header(), sep="\n", flush=True, file=lines)
     try:
         done = runner.tune(sc, size_list, args.iters, out=args.out, argv=sys.argv,
-                           on_row=lambda algo, row: print(f"{row.line()}  {algo}", flush=True))
+                           on_row=lambda algo, row: print(f"{row.line()}  {algo}", flush=True,
+                                                          file=lines))
     except (FileExistsError, RuntimeError) as exc:
         return _failed(exc)
+    said = err if args.json else console
     for size in size_list:
-        console.print(f"auto at {size} B: {done.model.choose(size).reason}", highlight=False)
-    console.print(f"model kept in {done.model_path}; tuning recorded in {done.path}")
+        said.print(f"auto at {size} B: {done.model.choose(size).reason}", highlight=False)
+    said.print(f"model kept in {done.model_path}; tuning recorded in {done.path}")
+    if args.json:
+        return _report_tuning(argparse.Namespace(run_dir=done.path, json=True))
     return 0
 
 
@@ -696,7 +708,7 @@ def cmd_calibrate(args) -> int:
 
     _before_building()
     _note_user_code(scenario_mod.load(args.scenario))
-    with _progress("ops") as progress:
+    with _progress("ops", to_stderr=args.json) as progress:
         tasks: dict[tuple[float, str], TaskID] = {}
         current = [1.0]
 
@@ -719,6 +731,13 @@ def cmd_calibrate(args) -> int:
                                       argv=sys.argv)
         except (FileExistsError, RuntimeError) as exc:
             return _failed(exc)
+    if args.json:
+        _print_json("calibrate", {**asdict(result),
+                                  "trials": [{**asdict(t), "held": t.held}
+                                             for t in result.trials],
+                                  "best": result.best.factor if result.best else None,
+                                  "advice": result.advice})
+        return 0 if result.best else 1
     t = Table(title=f"calibration of {result.scenario} on this machine",
               caption=f"rates in emulated Mbit/s; the scenario's bottleneck: "
                       f"{result.bottleneck_rate_mbps:g} Mbit/s, scale factor "

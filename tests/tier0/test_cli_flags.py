@@ -20,6 +20,7 @@ from labkit.ui import cli, figures
 from tests.tier0.test_cli import COMMANDS, GRID, REPO, run_cli
 
 SWEEP = REPO / "data/sample/sweeps/ring"
+TUNING = REPO / "data/sample/tune/leaf-spine"
 LEAF_SPINE = str(REPO / "topologies/leaf-spine.yaml")
 PLACES = ("data/", "/", "~/")  # where an example may write; or a placeholder (DIR, FILE)
 
@@ -151,3 +152,36 @@ def test_calibrate_takes_duration_and_its_old_name(monkeypatch, flag):
     monkeypatch.setattr(cli, "_before_building", lambda: None)
     code, _, err = run_cli("calibrate", str(REPO / "topologies/bottleneck.yaml"), flag, "15")
     assert code == 1 and asked == [15.0] and "stand-in" in err
+
+
+def test_tune_json_is_the_recorded_tuning_and_its_lines_go_to_stderr(monkeypatch):
+    from labkit.runs.rundir import load_tuning
+
+    tuning = load_tuning(TUNING)
+
+    def tune(sc, sizes, iters, *, out, argv, on_row):
+        for algo, rows in tuning.sweeps.items():
+            for r in rows:
+                on_row(algo, nccltests.Row(**r))
+        return SimpleNamespace(model=tuning.model, model_path=None, path=TUNING)
+
+    monkeypatch.setattr(runner, "tune", tune)
+    monkeypatch.setattr(cli, "_before_building", lambda: None)
+    code, out, err = run_cli("tune", LEAF_SPINE, "--json")
+    doc = json.loads(out)
+    assert code == 0 and doc["schema"] == "labkit.report" and doc["kind"] == "tune"
+    assert doc["run_dir"] == str(TUNING) and "#       size" in err and "auto at" in err
+
+
+def test_calibrate_json_gives_each_trial_and_the_advice(monkeypatch):
+    from labkit.analysis.calibration import Calibration, Trial
+
+    found = Calibration("bottleneck", 100, 800, (
+        Trial(1, 100, "data/runs/a", (), 0.5), Trial(2, 200, "data/runs/b", ("CPU-bound",), 1)))
+    monkeypatch.setattr(runner, "calibrate", lambda *a, **k: found)
+    monkeypatch.setattr(cli, "_before_building", lambda: None)
+    code, out, _ = run_cli("calibrate", str(REPO / "topologies/bottleneck.yaml"), "--json")
+    doc = json.loads(out)
+    assert code == 0 and doc["schema"] == "labkit.calibrate" and doc["best"] == 1
+    assert [t["held"] for t in doc["trials"]] == [True, False]
+    assert doc["advice"] == found.advice and doc["scale_factor"] == 800
