@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import TextIO
+from typing import BinaryIO, TextIO
 
 from labkit import torch as steps_mod
 from labkit.model.traffic import lines
@@ -86,21 +86,29 @@ class OpSteps:
 
 
 class Tail:
-    """A file another process appends to: its whole lines as they come."""
+    """A file another process appends to: its whole lines as they come (the file kept open
+    once it exists, so that a look at it is one read)."""
 
     def __init__(self, path: str):
-        self.path, self.read = path, 0
+        self.path = path
+        self._file: BinaryIO | None = None
+        self._partial = b""  # the start of a line not yet whole
 
     def new_lines(self) -> str:
-        try:
-            with open(self.path, "rb") as f:
-                f.seek(self.read)
-                chunk = f.read()
-        except OSError:  # not written yet
-            return ""
+        if self._file is None:
+            try:
+                self._file = open(self.path, "rb")  # noqa: SIM115 (kept open: close())
+            except OSError:  # not written yet
+                return ""
+        chunk = self._partial + self._file.read()
         whole = chunk.rfind(b"\n") + 1
-        self.read += whole
+        self._partial = chunk[whole:]
         return chunk[:whole].decode(errors="replace")
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
 
 
 class Follower(threading.Thread):
@@ -140,6 +148,9 @@ class Follower(threading.Thread):
             self.join()
         for steps in self.ranks.values():
             steps.close()
+        for tails in self._tails.values():
+            for tail in tails:
+                tail.close()
 
 
 def ops_file(directory: str, rank: int | str) -> str:

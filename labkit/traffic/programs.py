@@ -406,6 +406,8 @@ class Programs:
         if path == out and not self._done and hooked.exists():  # it prints none: the hook's
             path = hooked
         if self._following is None or path != Path(self._following.path):
+            if self._following:
+                self._following.close()
             self._following, self._done = Tail(str(path)), 0
         its, ops, _ = lines.parse(self._following.new_lines())
         self._done += len(its) or len(ops)
@@ -456,6 +458,9 @@ class Programs:
         if self.follower:
             self.follower.stop()
             self.follower = None
+        if self._following:
+            self._following.close()
+            self._following = None
         running = [p for p in self._processes() if p.poll() is None]
         for rank in self.ranks:
             rank.stopped_by_labkit |= rank.proc in running
