@@ -240,11 +240,9 @@ def _run_traffic(pf: PolicyFabric, workdir: Path, duration_s: float | None,
         capture = PacketCapture(fabric, topo, pcap, pcap_dir or workdir).start() if pcap \
             else None
         try:
-            pf.start()
-            _drive(result, ring, storage, probes.watched if probes else [], duration_s,
+            _drive(result, pf, ring, storage, probes.watched if probes else [], duration_s,
                    ring_ops, progress, session, commands, programs)
         finally:
-            pf.stop()
             if capture:
                 capture.stop()
         _collect(result, [rank for engine in ring for rank in engine.ranks()], storage)
@@ -263,18 +261,19 @@ def _run_traffic(pf: PolicyFabric, workdir: Path, duration_s: float | None,
             a.close()
 
 
-def _drive(result: PolicyResult, ring: list[Engine],
+def _drive(result: PolicyResult, pf: PolicyFabric, ring: list[Engine],
            storage: list[Agent[StorageResult]],
            watched: list[WatchedPort], duration_s: float | None, ring_ops: int,
            progress: Callable[[int], None] | None, control: ControlSession | None,
            commands: Commands | None = None, programs: Programs | None = None) -> None:
     """Start storage (and the user's commands), let it warm up, run the collective
     workload to the end (labkit's ranks, ``ring_ops`` ops or iterations each, or the
-    user's program), stop storage; record telemetry meanwhile (and feed it to the
-    controller, if any, started by its feature)."""
+    user's program), stop storage; record telemetry meanwhile, the policy's features
+    started once the queue poller runs (a controller is fed from its first sample)."""
     poller = QueuePoller(watched, listener=control.feed.push if control else None).start()
     cpu = CpuSampler().start()
     try:
+        pf.start()  # its controller fed from the poller's first sample on
         t_go = start_time()
         before = _own_cpu_s(), time.monotonic()
         go(storage, t_go)
@@ -302,6 +301,7 @@ def _drive(result: PolicyResult, ring: list[Engine],
         if commands:
             result.commands = commands.stop()
     finally:
+        pf.stop()
         poller.stop()
         result.queue, result.lanes = poller.queue_rows(result.port_layout), poller.lane_rows
         result.cpu = cpu.stop()
