@@ -32,9 +32,8 @@ from pathlib import Path
 
 from labkit.analysis import jobtiming, nccltests
 from labkit.control import CONTROLLERS, Controller
-from labkit.control.session import ControlSession
 from labkit.kernel import cgroups, interrupts, tc
-from labkit.kernel.capture import CpuSampler, QueuePoller, WatchedPort
+from labkit.kernel.capture import CpuSampler, QueuePoller
 from labkit.kernel.ecnmark import ETH_HLEN
 from labkit.kernel.fabric import Fabric
 from labkit.kernel.jobmark import JobMarks
@@ -209,9 +208,8 @@ def _run_traffic(pf: PolicyFabric, workdir: Path, duration_s: float | None,
     """The scenario's traffic on a built policy fabric, recorded."""
     stack = pf.stack
     sc, topo, fabric, pol = stack.sc, stack.topo, stack.fabric, stack.policy
-    control, probes = pf.get(Control), pf.get(Probes)
-    session = control.session if control else None
-    phase_maps = session.phase_maps if session else None
+    control, marking = pf.get(Control), pf.get(JobMarking)
+    phase_maps = control.session.phase_maps if control and control.session else None
     result = PolicyResult(pol.name, pol.port_layout)
     commands = programs = None
     agents: list[Engine | Agent[StorageResult]] = []
@@ -220,7 +218,7 @@ def _run_traffic(pf: PolicyFabric, workdir: Path, duration_s: float | None,
         if sc.program:  # the user's program is the collective workload: no labkit ranks
             ring: list[Engine] = []
             ring_ops = 0
-            marking = stack.need(JobMarking, "a program")
+            assert marking, "a program's fabric marks its ranks' traffic"
             programs = Programs(sc.program, topo, fabric, marking.groups, workdir / "program",
                                 phase_maps).launch()
         else:
@@ -240,16 +238,15 @@ def _run_traffic(pf: PolicyFabric, workdir: Path, duration_s: float | None,
         capture = PacketCapture(fabric, topo, pcap, pcap_dir or workdir).start() if pcap \
             else None
         try:
-            _drive(result, pf, ring, storage, probes.watched if probes else [], duration_s,
-                   ring_ops, progress, session, commands, programs)
+            _drive(result, pf, ring, storage, duration_s, ring_ops, progress, commands,
+                   programs)
         finally:
             if capture:
                 capture.stop()
         _collect(result, [rank for engine in ring for rank in engine.ranks()], storage)
         if programs:
-            marks = stack.need(JobMarking, "a program").marks
-            assert marks, "built"
-            _collect_program(result, programs, marks)
+            assert marking and marking.marks, "a program's fabric marks its ranks' traffic"
+            _collect_program(result, programs, marking.marks)
         pf.collect(result)
         return result
     finally:
@@ -262,15 +259,17 @@ def _run_traffic(pf: PolicyFabric, workdir: Path, duration_s: float | None,
 
 
 def _drive(result: PolicyResult, pf: PolicyFabric, ring: list[Engine],
-           storage: list[Agent[StorageResult]],
-           watched: list[WatchedPort], duration_s: float | None, ring_ops: int,
-           progress: Callable[[int], None] | None, control: ControlSession | None,
-           commands: Commands | None = None, programs: Programs | None = None) -> None:
+           storage: list[Agent[StorageResult]], duration_s: float | None, ring_ops: int,
+           progress: Callable[[int], None] | None, commands: Commands | None = None,
+           programs: Programs | None = None) -> None:
     """Start storage (and the user's commands), let it warm up, run the collective
     workload to the end (labkit's ranks, ``ring_ops`` ops or iterations each, or the
     user's program), stop storage; record telemetry meanwhile, the policy's features
     started once the queue poller runs (a controller is fed from its first sample)."""
-    poller = QueuePoller(watched, listener=control.feed.push if control else None).start()
+    probes, control = pf.get(Probes), pf.get(Control)
+    feed = control.session.feed if control and control.session else None
+    poller = QueuePoller(probes.watched if probes else [],
+                         listener=feed.push if feed else None).start()
     cpu = CpuSampler().start()
     try:
         pf.start()  # its controller fed from the poller's first sample on

@@ -23,8 +23,8 @@ Standard library only: a job's own interpreter imports it.
 
 from __future__ import annotations
 
-import os
 import threading
+from pathlib import Path
 from typing import BinaryIO, TextIO
 
 from labkit import torch as steps_mod
@@ -89,7 +89,7 @@ class Tail:
     """A file another process appends to: its whole lines as they come (the file kept open
     once it exists, so that a look at it is one read)."""
 
-    def __init__(self, path: str):
+    def __init__(self, path: Path):
         self.path = path
         self._file: BinaryIO | None = None
         self._partial = b""  # the start of a line not yet whole
@@ -115,7 +115,7 @@ class Follower(threading.Thread):
     """An MPI job's ranks' phases, from what the shim writes in ``directory`` (the module
     docstring): ``ranks`` maps each rank to its host's phase map's descriptor."""
 
-    def __init__(self, directory: str, ranks: dict[int, int]):
+    def __init__(self, directory: str | Path, ranks: dict[int, int]):
         super().__init__(name="labkit-ops-follower", daemon=True)
         self.ranks = {r: OpSteps(None, fd) for r, fd in ranks.items()}
         self._tails = {r: (Tail(ops_file(directory, r)), Tail(starts_file(directory, r)))
@@ -153,11 +153,11 @@ class Follower(threading.Thread):
                 tail.close()
 
 
-def ops_file(directory: str, rank: int | str) -> str:
+def ops_file(directory: str | Path, rank: int | str) -> Path:
     """A rank's file of timed ops in ``directory`` (the hook's and the shim's)."""
-    return os.path.join(directory, f"rank{rank}.ops")
+    return Path(directory) / f"rank{rank}.ops"
 
 
-def starts_file(directory: str, rank: int | str) -> str:
+def starts_file(directory: str | Path, rank: int | str) -> Path:
     """A rank's file of its ops' start times in ``directory`` (the shim's)."""
-    return os.path.join(directory, f"rank{rank}.starts")
+    return Path(directory) / f"rank{rank}.starts"

@@ -349,8 +349,8 @@ class Programs:
             self.ranks.append(Rank(r, host, argv, proc, self.groups[host],
                                    outdir / f"rank{r}.out", outdir / f"rank{r}.err"))
         if spec.timing == "auto" and self.phase_fds:  # the shim's ops, the ranks' phase
-            self.follower = Follower(str(outdir), {r: self.phase_fds[h] for r, h in
-                                                   enumerate(spec.ranks) if h in self.phase_fds})
+            self.follower = Follower(outdir, {r: self.phase_fds[h] for r, h in
+                                              enumerate(spec.ranks) if h in self.phase_fds})
             self.follower.start()
         return self
 
@@ -400,15 +400,14 @@ class Programs:
     def progress(self) -> int:
         """Iterations (or, without iteration lines, ops) rank 0 reported so far, or that
         labkit's hook timed of it."""
-        out = self.ranks[0].out
-        hooked = Path(ops_file(str(self.workdir), self.ranks[0].rank))
-        path = Path(self._following.path) if self._following else out
+        out, hooked = self.ranks[0].out, ops_file(self.workdir, self.ranks[0].rank)
+        path = self._following.path if self._following else out
         if path == out and not self._done and hooked.exists():  # it prints none: the hook's
             path = hooked
-        if self._following is None or path != Path(self._following.path):
+        if self._following is None or path != self._following.path:
             if self._following:
                 self._following.close()
-            self._following, self._done = Tail(str(path)), 0
+            self._following, self._done = Tail(path), 0
         its, ops, _ = lines.parse(self._following.new_lines())
         self._done += len(its) or len(ops)
         return self._done
@@ -496,7 +495,7 @@ class Programs:
         iterations, ops, bad = [], [], 0
         for rank in self.ranks:
             try:
-                text = (Path(ops_file(str(self.workdir), rank.rank)) if hooked else rank.out
+                text = (ops_file(self.workdir, rank.rank) if hooked else rank.out
                         ).read_text(errors="replace")
             except OSError:
                 continue

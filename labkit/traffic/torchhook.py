@@ -61,7 +61,7 @@ def ops_path(env: Mapping[str, str] | None = None) -> str:
     env = os.environ if env is None else env
     assert env is not None
     rank = env.get("RANK") or env.get("OMPI_COMM_WORLD_RANK") or f"pid{os.getpid()}"
-    return ops_file(env["LABKIT_OPS_DIR"], rank)
+    return str(ops_file(env["LABKIT_OPS_DIR"], rank))
 
 
 def _nbytes(value) -> int | None:
