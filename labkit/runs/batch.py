@@ -2,10 +2,8 @@
 together; :func:`load_runs` reads many runs back as one frame.
 
 Executors: ``local`` runs the points one after another on this machine, in this process;
-``slurm`` submits each point as its own Slurm job through submitit, one whole node per job
-(``--exclusive``, one node, one task, all its memory: a run measures the machine, so it
-shares it with nothing), and the job calls :func:`job_main`, which calls
-:func:`labkit.run`. Each point is an ordinary run wherever it ran; run ids carry the host
+``slurm`` submits each point as its own Slurm job (:mod:`labkit.runs.slurm`). Each point
+(:mod:`labkit.runs.points`) is an ordinary run wherever it ran; run ids carry the host
 name, so runs from many nodes never collide.
 
 A batch directory (``data/runs/<batch-id>/``, written as ``.<batch-id>.incomplete/`` until
@@ -24,20 +22,20 @@ every point has ended, like a run; docs/batches.md):
 A point that fails is recorded with its error and the batch goes on; Ctrl-C (SIGINT,
 SIGTERM) stops the batch: the running point tears down as a run does, Slurm jobs not yet
 ended are cancelled, and the batch stays ``.incomplete`` with status ``interrupted``.
+
+``job_main``, ``slurm_parameters``, ``slurm_executor`` and ``SLURM_ALIVE`` are
+:mod:`labkit.runs.slurm`'s; importing them from here still works until the next release,
+with a DeprecationWarning.
 """
 
 from __future__ import annotations
 
 import json
-import shutil
-import signal
-import subprocess
-import time
+import warnings
 from collections.abc import Callable, Iterable
 from contextlib import nullcontext
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
 import polars as pl
 
@@ -53,46 +51,16 @@ from labkit.model.manifest import (
     RunManifest,
     ScenarioFile,
 )
-from labkit.model.scenario import Scenario, ScenarioError
-from labkit.runs import rundir, runner
+from labkit.model.scenario import ScenarioError
+from labkit.runs import rundir, runner, slurm
+from labkit.runs.points import ENDED, PointJob, PointOutcome, run_point
 from labkit.runs.provenance import git_revision
 from labkit.runs.rundir import PolarsDataType, RunDataError, RunWriter
+from labkit.runs.slurm import GONE_GRACE_S, POLL_S
 
 EXECUTORS = ("local", "slurm")
-ENDED = ("complete", "failed", "interrupted", "cancelled")
-# Slurm job states (squeue %T) of a job that has not ended
-SLURM_ALIVE = {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED",
-               "REQUEUE_HOLD", "REQUEUE_FED", "RESIZING", "SIGNALING", "STAGE_OUT",
-               "RESV_DEL_HOLD", "STOPPED", "POWER_UP_NODE"}
-POLL_S = 5.0  # how often the slurm executor looks at its jobs
-GONE_GRACE_S = 60.0  # an ended job's result may reach a shared filesystem this late
 BASE_COLUMNS: dict[str, PolarsDataType] = {"run_id": pl.Utf8, "scenario": pl.Utf8,
                                         "batch": pl.Utf8, "point": pl.Int64, "seed": pl.Int64}
-
-
-@dataclass(frozen=True)
-class PointJob:
-    """What one point's run needs, wherever it runs (pickled into a Slurm job)."""
-
-    point: int
-    scenario: Scenario
-    policies: tuple[str, ...]
-    duration: float | None
-    out: str  # the run directory to create
-    batch: BatchRef  # recorded in the run's manifest
-
-
-@dataclass(frozen=True)
-class PointOutcome:
-    """How a point's run went, as the function that ran it says: ``status`` (complete,
-    failed or interrupted) and what it knows of the rest (None: not said)."""
-
-    status: str
-    run_id: str | None = None
-    host: str | None = None
-    error: str | None = None
-    start_time: str | None = None
-    end_time: str | None = None
 
 
 @dataclass(frozen=True)
@@ -112,50 +80,6 @@ class Batch:
 
     def frame(self) -> pl.DataFrame:
         return load_runs(self.path)
-
-
-# --- one point ------------------------------------------------------------------------------
-
-
-def run_point(job: PointJob, on_progress: Callable[[runner.Progress], None] | None = None
-              ) -> PointOutcome:
-    """Run one point here and say how it went (complete or failed). A run that fails is
-    an answer, not an exception; ``KeyboardInterrupt`` still stops the caller."""
-    host, start_time = rundir.host_label(), rundir.now_iso()
-    try:
-        run = runner.run(job.scenario, list(job.policies), out=job.out, duration=job.duration,
-                         on_progress=on_progress, batch=job.batch)
-    except KeyboardInterrupt:
-        raise
-    except Exception as exc:  # a scenario the machine refuses, a run that failed: recorded
-        return PointOutcome("failed", host=host, start_time=start_time,
-                            error=f"{type(exc).__name__}: {exc}", end_time=rundir.now_iso())
-    return PointOutcome("complete", host=host, start_time=start_time,
-                        run_id=run.manifest.run_id, end_time=rundir.now_iso())
-
-
-def job_main(job: PointJob) -> PointOutcome:
-    """A Slurm job's work: :func:`run_point`. Slurm's signals — SIGTERM when the job is
-    cancelled or reaches its time limit — stop the run as Ctrl-C does: it tears down what it
-    built and is recorded as interrupted (a second signal cannot cut the teardown short)."""
-    stopping: list[int] = []
-
-    def interrupt(signum, _frame):
-        if not stopping:
-            stopping.append(signum)
-            raise KeyboardInterrupt
-
-    previous = {s: signal.signal(s, interrupt) for s in (signal.SIGTERM, signal.SIGUSR2)}
-    try:
-        return run_point(job)
-    except KeyboardInterrupt:
-        signame = signal.Signals(stopping[0]).name if stopping else "SIGINT"
-        return PointOutcome("interrupted", host=rundir.host_label(),
-                            error=f"stopped by {signame} (scancel, or the job's time limit)",
-                            end_time=rundir.now_iso())
-    finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
 
 
 # --- the batch ------------------------------------------------------------------------------
@@ -257,10 +181,11 @@ def run_batch(grid: str | Path | Grid, executor: str = "local", *,
     ``on_point(point, entry)`` hears every change of a point's record (its
     :class:`~labkit.model.manifest.BatchPoint` in the manifest);
     ``on_progress(point, progress)`` each run's progress (local executor). ``run_fn``
-    replaces what runs a point (:func:`run_point` locally, :func:`job_main` in a Slurm
-    job) and ``cluster`` submitit's executor ("slurm"; "local" runs the jobs as local
-    processes): both only for tests. Raises :class:`~labkit.model.scenario.ScenarioError` (a bad
-    grid or executor) and :class:`~labkit.runs.runner.NotReady` before creating anything."""
+    replaces what runs a point (:func:`~labkit.runs.points.run_point` locally,
+    :func:`~labkit.runs.slurm.job_main` in a Slurm job) and ``cluster`` submitit's
+    executor ("slurm"; "local" runs the jobs as local processes): both only for tests.
+    Raises :class:`~labkit.model.scenario.ScenarioError` (a bad grid or executor) and
+    :class:`~labkit.runs.runner.NotReady` before creating anything."""
     g = grid if isinstance(grid, Grid) else grid_mod.load(grid)
     if executor not in EXECUTORS:
         raise ScenarioError(g.path, "executor", f"unknown executor {executor!r} "
@@ -268,7 +193,7 @@ def run_batch(grid: str | Path | Grid, executor: str = "local", *,
     if executor == "local" and run_fn is None and (problem := runner.not_ready()):
         raise runner.NotReady(problem)
     if executor == "slurm":
-        _check_slurm(cluster)
+        slurm.check(cluster)
     # a local batch of real runs holds the machine from its first point to its last (each
     # point's run takes the lock again inside), from before anything is recorded
     held = executor == "local" and run_fn is None
@@ -279,7 +204,8 @@ def run_batch(grid: str | Path | Grid, executor: str = "local", *,
             if executor == "local":
                 _run_local(record, g, tell, on_progress, run_fn or run_point)
             else:
-                _run_slurm(record, g, tell, run_fn or job_main, cluster, poll_s, gone_grace_s)
+                slurm.run(record, g, tell, run_fn or slurm.job_main, cluster, poll_s,
+                          gone_grace_s)
         except KeyboardInterrupt:
             record.stopped("interrupted")
             raise
@@ -301,158 +227,6 @@ def _run_local(record: _Record, g: Grid, tell, on_progress, run_fn) -> None:
                                   error="interrupted (Ctrl-C or SIGTERM)"))
             raise
         tell(p, record.ended(p.index, outcome))
-
-
-# --- Slurm ------------------------------------------------------------------------------------
-
-
-def slurm_parameters(g: Grid) -> dict[str, Any]:
-    """What each job of ``g`` asks Slurm for, as submitit's ``update_parameters`` takes it:
-    one whole node (exclusive, all its memory), one task, the grid's time limit, and the
-    point run directly in the batch step (which holds every CPU of the node; an ``srun``
-    step of one task may be bound to one CPU)."""
-    s = g.slurm
-    params: dict[str, Any] = {
-        "name": f"labkit-{g.name}", "timeout_min": s.time_min, "nodes": 1,
-        "tasks_per_node": 1, "slurm_exclusive": True, "slurm_mem": "0",
-        "slurm_use_srun": False,
-    }
-    for key in ("partition", "account", "qos", "constraint"):
-        if getattr(s, key):
-            params[f"slurm_{key}"] = getattr(s, key)
-    if s.setup:
-        params["slurm_setup"] = list(s.setup)
-    return params
-
-
-def slurm_executor(g: Grid, folder: Path, cluster: str = "slurm"):
-    """submitit's executor for ``g``'s jobs, files in ``folder``."""
-    import submitit
-
-    extra = {"slurm_python": g.slurm.python} if g.slurm.python else {}
-    ex = submitit.AutoExecutor(folder=folder, cluster=cluster, **extra)
-    ex.update_parameters(**slurm_parameters(g))
-    return ex
-
-
-def _check_slurm(cluster: str) -> None:
-    try:
-        import submitit  # noqa: F401
-    except ImportError:
-        raise runner.NotReady("submitit is not installed: run `make setup`") from None
-    lacking = [p for p in ("sbatch", "squeue", "srun") if shutil.which(p) is None]
-    if cluster == "slurm" and lacking:
-        raise runner.NotReady(f"Slurm's {', '.join(lacking)} not on PATH: run `labkit batch "
-                              "--executor slurm` where jobs are submitted (a login node), "
-                              "or install slurm-client")
-
-
-def _run_slurm(record: _Record, g: Grid, tell, run_fn, cluster: str, poll_s: float,
-               gone_grace_s: float) -> None:
-    ex = slurm_executor(g, record.dir / "slurm", cluster)
-    jobs: dict[int, Any] = {}
-    try:
-        for p in g.points:
-            try:
-                job = ex.submit(run_fn, record.job(g, p))
-            except Exception as exc:  # sbatch refused it: recorded, the others go on
-                tell(p, record.update(p.index, "failed",
-                                      error=f"not submitted: {type(exc).__name__}: {exc}"))
-                continue
-            jobs[p.index] = job
-            tell(p, record.update(p.index, "submitted", job_id=str(job.job_id),
-                                  log=_relative(job.paths.stderr, record.dir)))
-        _wait(record, g, jobs, tell, cluster, poll_s, gone_grace_s)
-    except BaseException as exc:  # Ctrl-C, or this process failing: no job runs on untended
-        why = ("the batch was interrupted" if isinstance(exc, KeyboardInterrupt) else
-               f"the batch stopped: {type(exc).__name__}: {exc}")
-        for index, job in jobs.items():
-            if record.points[index].status not in ENDED:
-                job.cancel(check=False)
-                try:
-                    tell(g.points[index], record.update(index, "cancelled", error=why))
-                except Exception:  # noqa: S110 - the record may be what failed; cancel the rest
-                    pass
-        raise
-
-
-SQUEUE_SILENCE_S = 600.0  # squeue failing this long: the batch stops and cancels its jobs
-
-
-def _wait(record: _Record, g: Grid, jobs: dict[int, Any], tell, cluster: str,
-          poll_s: float, gone_grace_s: float) -> None:
-    """Collect each job's result as it ends. Slurm's own accounting (sacct, which submitit
-    asks) is often not configured; squeue says whether a job is still alive, and a job
-    that left it without a result for ``gone_grace_s`` has failed."""
-    alive_at = {i: time.monotonic() for i in jobs}
-    answered_at = time.monotonic()
-    waiting = dict(jobs)
-    while waiting:
-        states = _squeue() if cluster == "slurm" else None
-        if states is not None:
-            answered_at = time.monotonic()
-        elif cluster == "slurm" and time.monotonic() - answered_at > SQUEUE_SILENCE_S:
-            raise RuntimeError(f"squeue has not answered for {SQUEUE_SILENCE_S:.0f} s: is "
-                               "Slurm's controller down?")
-        for index, job in list(waiting.items()):
-            p = g.points[index]
-            if job.paths.result_pickle.exists() or (cluster != "slurm" and job.done()):
-                try:
-                    outcome = job.result()
-                except Exception as exc:  # raised in the job, outside labkit's own handling
-                    outcome = PointOutcome("failed", error=f"{type(exc).__name__}: {exc}")
-                tell(p, record.ended(index, outcome))
-                del waiting[index]
-                continue
-            if states is None:
-                continue
-            state, nodes = states.get(str(job.job_id), (None, ""))
-            if state in SLURM_ALIVE:
-                alive_at[index] = time.monotonic()
-                if state == "RUNNING" and record.points[index].status != "running":
-                    tell(p, record.update(index, "running", host=nodes))
-            elif time.monotonic() - alive_at[index] > gone_grace_s:
-                tail = _last_line(job.paths.stderr)
-                tell(p, record.update(index, "failed", error=(
-                    f"Slurm job {job.job_id} ended ({state or 'no longer listed'}) without a "
-                    f"result; its stderr: {job.paths.stderr}" + (f": {tail}" if tail else ""))))
-                del waiting[index]
-        if waiting:
-            time.sleep(poll_s)
-
-
-def _squeue() -> dict[str, tuple[str, str]] | None:
-    """This user's Slurm jobs (recently ended ones too): id -> (state, nodes); None when
-    squeue does not answer."""
-    try:
-        proc = subprocess.run(["squeue", "--me", "--noheader", "--states=all",
-                               "--format=%i|%T|%N"], capture_output=True, text=True,
-                              timeout=60)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    if proc.returncode != 0:
-        return None
-    out = {}
-    for line in proc.stdout.splitlines():
-        job_id, _, rest = line.strip().partition("|")
-        state, _, nodes = rest.partition("|")
-        out[job_id] = (state, nodes)
-    return out
-
-
-def _last_line(path: Path) -> str:
-    try:
-        lines = [x for x in path.read_text(errors="replace").splitlines() if x.strip()]
-    except OSError:
-        return ""
-    return lines[-1].strip()[:300] if lines else ""
-
-
-def _relative(path: Path, base: Path) -> str:
-    try:
-        return str(Path(path).resolve().relative_to(base.resolve()))
-    except ValueError:
-        return str(path)
 
 
 # --- many runs as one frame -------------------------------------------------------------------
@@ -546,3 +320,15 @@ def _cell(value, dtype: PolarsDataType):
     if dtype == pl.Utf8 and not isinstance(value, str):
         return json.dumps(value, sort_keys=True)
     return value
+
+
+_MOVED = {name: "labkit.runs.slurm" for name in
+          ("job_main", "slurm_parameters", "slurm_executor", "SLURM_ALIVE")}
+
+
+def __getattr__(name: str):
+    if name in _MOVED:
+        warnings.warn(f"labkit.runs.batch.{name} is now {_MOVED[name]}.{name}; the old path "
+                      "goes in the next release", DeprecationWarning, stacklevel=2)
+        return getattr(slurm, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

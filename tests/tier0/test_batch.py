@@ -20,7 +20,7 @@ import labkit
 from labkit.model import grid
 from labkit.model.manifest import BatchRef
 from labkit.model.summary import Summary
-from labkit.runs import batch, rundir, runner
+from labkit.runs import batch, points, rundir, runner, slurm
 from labkit.runs.rundir import RunDataError
 from tests.recorded import run_manifest
 
@@ -257,9 +257,9 @@ def test_a_job_stops_its_run_on_slurm_s_signal(monkeypatch):
         time.sleep(5)
         raise AssertionError("the signal did not stop the run")
 
-    monkeypatch.setattr(batch, "run_point", run_until_signalled)
+    monkeypatch.setattr(points, "run_point", run_until_signalled)
     before = signal.getsignal(signal.SIGTERM)
-    result = batch.job_main(None)
+    result = slurm.job_main(None)
     assert result.status == "interrupted" and "SIGTERM" in result.error
     assert signal.getsignal(signal.SIGTERM) is before
 
@@ -296,12 +296,12 @@ class FrozenClock:
 def test_slurm_jobs_ask_for_a_whole_node(tmp_path):
     g = grid.load(write_grid(tmp_path, slurm={"partition": "lab", "time_min": 20,
                                               "setup": ["module load labkit"]}))
-    params = batch.slurm_parameters(g)
+    params = slurm.slurm_parameters(g)
     assert params == {"name": "labkit-tiny", "timeout_min": 20, "nodes": 1,
                       "tasks_per_node": 1, "slurm_exclusive": True, "slurm_mem": "0",
                       "slurm_use_srun": False, "slurm_partition": "lab",
                       "slurm_setup": ["module load labkit"]}
-    assert batch.slurm_parameters(grid.load(write_grid(tmp_path)))["timeout_min"] == 60
+    assert slurm.slurm_parameters(grid.load(write_grid(tmp_path)))["timeout_min"] == 60
 
 
 STAND_INS = {
