@@ -39,7 +39,7 @@ from scapy.packet import Raw
 
 import labkit
 from benchmarks.path import two_hosts
-from labkit.analysis import metrics
+from labkit.analysis import windows
 from labkit.kernel import bpf, lanes
 from labkit.kernel.capture import QueuePoller, WatchedPort
 from labkit.kernel.fabric import Fabric
@@ -109,7 +109,7 @@ def _scenario_ops(out: Path, telemetry: bool) -> pl.DataFrame:
     """The bottleneck run's per-op times (isolated and fifo), telemetry on or off."""
     run = labkit.run(REPO / "topologies/bottleneck.yaml", ["isolated", "fifo"], out=out,
                      telemetry=telemetry)
-    return metrics.op_times(run["collectives"]).select("policy", "ms")
+    return windows.op_times(run["collectives"]).select("policy", "ms")
 
 
 def _headline(ops: list[pl.DataFrame]) -> dict[str, float]:

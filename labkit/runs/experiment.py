@@ -459,7 +459,7 @@ def tracepoint_unseen(lane_rows: list[LaneRow]) -> int:
 
 def summary_meta(sc: Scenario, topo: Topology, run_id: str, results: list[PolicyResult]
                  ) -> SummaryMeta:
-    """What :func:`labkit.analysis.metrics.summarize` needs besides the tables."""
+    """What :func:`labkit.analysis.summarize.summarize` needs besides the tables."""
     ranks = sc.ranks
     per_hop, senders = bytes_per_iteration(sc, topo)
     ports = {p.ifname: PortMeta(link=p.link.name, rate_mbps=p.link.rate_mbps, node=p.node,

@@ -27,7 +27,7 @@ from pathlib import Path
 import plotly.graph_objects as go
 import plotly.io as pio
 
-from labkit.analysis import metrics
+from labkit.analysis import frames
 from labkit.kernel.bpf import REPO_ROOT
 from labkit.model.summary import Job, Program
 from labkit.runs import rundir
@@ -77,7 +77,7 @@ def _run_figures(run: Run) -> Iterator[tuple[str, Callable[[], go.Figure]]]:
     yield "queue-timeline", lambda: plots.queue_timeline(run)
     yield "completion-cdf", lambda: plots.op_time_cdf(run)
     yield "lane-sojourn", lambda: plots.lane_sojourn(run)
-    stages = set(metrics.stage_frame(run.summary)["stage"])
+    stages = set(frames.stage_frame(run.summary)["stage"])
     if 1 in stages:
         yield "funnel", lambda: plots.bottleneck_funnel(run)
     if 1 in stages and stages & {2, 3}:

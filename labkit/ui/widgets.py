@@ -20,7 +20,7 @@ import ipywidgets as w
 import plotly.graph_objects as go
 import polars as pl
 
-from labkit.analysis import metrics
+from labkit.analysis import frames
 from labkit.model import scenario
 from labkit.model.scenario import Scenario
 from labkit.runs.rundir import RUNS_DIR, Run, incomplete_path, new_run_id
@@ -75,8 +75,8 @@ def lane_table(run: Run, policies: list[str], lanes: list[str], window: tuple[fl
                q: float) -> pl.DataFrame:
     """Sojourn at the ``q`` quantile (µs) per policy and lane, over the part of each
     policy's window given as fractions ``window`` = (from, to)."""
-    spans = metrics.part_of_windows(run["collectives"], window)
-    frame = metrics.lane_sojourns(run["sojourn"], run.summary, spans)
+    spans = frames.part_of_windows(run["collectives"], window)
+    frame = frames.lane_sojourns(run["sojourn"], run.summary, spans)
     return (frame.filter(pl.col("policy").is_in(policies) & pl.col("lane").is_in(lanes))
             .group_by("policy", "lane", maintain_order=True)
             .agg(pl.col("sojourn_us").quantile(q, interpolation="linear").round(1)
@@ -94,8 +94,8 @@ def sojourn_view(s: Selection) -> tuple[go.Figure, str, pl.DataFrame]:
 def queue_view(s: Selection) -> tuple[go.Figure, str, pl.DataFrame]:
     """The backlog timeline of the chosen ports, and per policy and port the backlog at
     the percentile and at most, what the port sent and what each lane lost there."""
-    spans = metrics.part_of_windows(s.run["collectives"], s.window)
-    rows = metrics.port_backlogs(s.run["queue"], s.run["lanes"],
+    spans = frames.part_of_windows(s.run["collectives"], s.window)
+    rows = frames.port_backlogs(s.run["queue"], s.run["lanes"],
                                   {p: spans[p] for p in s.policies}, s.ports,
                                   PERCENTILES[s.percentile])
     return (plots.queue_timeline(s.run, s.ports, s.policies, s.window),
@@ -127,7 +127,7 @@ def fit_controls(controls: dict[str, w.ValueWidget], run: Run) -> None:
     ports picked)."""
     policies = tuple(run.summary.policies)
     controls["policies"].options, controls["policies"].value = policies, policies
-    controls["ports"].options = metrics.watched_ports(run["queue"])
+    controls["ports"].options = frames.watched_ports(run["queue"])
     controls["ports"].value = tuple(sorted({p.bottleneck.port
                                             for p in run.summary.policies.values()}))
 
@@ -196,10 +196,10 @@ def sweep_explorer(sweeps: dict[str, list[dict]], sub: str) -> w.VBox:
     colors = plots.sweep_colors(list(sweeps))
 
     def view() -> tuple[go.Figure, str, pl.DataFrame]:
-        chosen = metrics.pick_sweeps(sweeps, [n for n in sweeps if n in names.value],
+        chosen = frames.pick_sweeps(sweeps, [n for n in sweeps if n in names.value],
                                       span.value)
         return (plots.sweep_busbw(chosen, sub, colors), "per sweep and message size",
-                metrics.sweep_frame(chosen).with_columns(pl.col(pl.Float64).round(1)))
+                frames.sweep_frame(chosen).with_columns(pl.col(pl.Float64).round(1)))
 
     panel = Panel(*view(), "lk-sweeps")
     for control in (names, span):

@@ -4,7 +4,7 @@ from dataclasses import replace
 import polars as pl
 import pytest
 
-from labkit.analysis import metrics
+from labkit.analysis import fidelity, frames, ports, summarize, windows
 from labkit.model.summary import AllReduce, Fidelity, Summary
 from labkit.model.summary_meta import PortMeta, SummaryMeta
 from labkit.runs.rundir import SCHEMAS
@@ -72,7 +72,7 @@ META = SummaryMeta(
 
 
 def test_op_times_span_first_start_to_last_end(tables):
-    ops = metrics.op_times(tables["collectives"])
+    ops = windows.op_times(tables["collectives"])
     fifo = ops.filter(pl.col("policy") == "fifo")
     assert fifo["ms"].to_list() == [200, 200, 200, 400]
     assert fifo["ranks"].to_list() == [2] * 4
@@ -80,12 +80,12 @@ def test_op_times_span_first_start_to_last_end(tables):
 
 def test_counter_delta_uses_last_sample_at_or_before_each_edge(tables):
     q = tables["queue"].filter(pl.col("policy") == "fifo")
-    grown = metrics.counter_delta(q, ["port"], ["bytes"], S // 10 + 5, S // 2)
+    grown = windows.counter_delta(q, ["port"], ["bytes"], S // 10 + 5, S // 2)
     assert grown["bytes"].to_list() == [4_000_000]  # samples at 0.1 s and 0.5 s
 
 
 def test_summary(tables):
-    s = metrics.summarize(tables, META)
+    s = summarize.summarize(tables, META)
     iso, fifo = s.policies["isolated"], s.policies["fifo"]
     assert isinstance(iso.workload, AllReduce) and isinstance(fifo.workload, AllReduce)
     assert iso.workload.busbw_mbps == pytest.approx(1e6 * 8 / 0.1 / 1e6 * 2 * 1 / 2)
@@ -124,7 +124,7 @@ def test_summary(tables):
 
 
 def test_a_summary_is_written_as_it_reads_back(tables):
-    s = metrics.summarize(tables, META)
+    s = summarize.summarize(tables, META)
     doc = s.to_json()
     assert list(doc["policies"]["fifo"]) == [
         "allreduce", "storage", "bottleneck", "controller", "cpu_busy", "cpu_bound", "fidelity",
@@ -136,7 +136,7 @@ def test_a_summary_is_written_as_it_reads_back(tables):
 
 def test_slowdown_is_null_without_isolated(tables):
     meta = replace(META, policies=("fifo",))
-    s = metrics.summarize({k: v.filter(pl.col("policy") == "fifo") for k, v in tables.items()},
+    s = summarize.summarize({k: v.filter(pl.col("policy") == "fifo") for k, v in tables.items()},
                            meta)
     assert s.policies["fifo"].workload.slowdown_p99 is None
 
@@ -150,24 +150,24 @@ def test_dequeue_fidelity_flags_a_port_that_stalls_for_its_queue_times():
         return pl.DataFrame(rows, schema=["t_ns", "port", "gap_ns", "bytes", "busy_bytes"],
                             orient="row")
 
-    kept = metrics.dequeue_fidelity(gaps(0), 100.0, 21_500, 20_000.0)
+    kept = fidelity.dequeue_fidelity(gaps(0), 100.0, 21_500, 20_000.0)
     assert kept.pairs == 1000 and not kept.flagged and kept.late_share == 0
     assert kept.p50 == pytest.approx(0.02, abs=1e-3) and abs(kept.mean) < 1e-3
     # 10 stalls of 5 ms in ~90 ms of busy time: over 1 % of it late by more than 2 ms
-    late = metrics.dequeue_fidelity(gaps(10), 100.0, 21_500, 20_000.0)
+    late = fidelity.dequeue_fidelity(gaps(10), 100.0, 21_500, 20_000.0)
     assert late.flagged and late.late_share == pytest.approx(0.05 / 0.13, rel=0.05)
-    assert metrics.late_reason(replace(late, excess=0.01)).startswith(
+    assert fidelity.late_reason(replace(late, excess=0.01)).startswith(
         "it was late by more than 10% of its p99 queueing time (20000 us) for 38.2% of its")
     # beside 200 ms queueing times, a tenth of those (20 ms) is not reached, but ten such
     # stalls add up: the port took 62 % longer than its rate to send what waited
-    slow = metrics.dequeue_fidelity(gaps(10), 100.0, 21_500, 200_000.0)
+    slow = fidelity.dequeue_fidelity(gaps(10), 100.0, 21_500, 200_000.0)
     assert slow.late_share == 0 and slow.flagged
     assert slow.excess == pytest.approx(50 / 80.8, rel=0.01)
-    assert metrics.late_reason(slow).startswith("while packets waited it took 62% longer")
+    assert fidelity.late_reason(slow).startswith("while packets waited it took 62% longer")
     # one such stall: 6 % longer, within the limit
-    one = metrics.dequeue_fidelity(gaps(1), 100.0, 21_500, 200_000.0)
+    one = fidelity.dequeue_fidelity(gaps(1), 100.0, 21_500, 200_000.0)
     assert not one.flagged and one.excess == pytest.approx(5 / 80.08, rel=0.02)
-    assert metrics.dequeue_fidelity(gaps(0).head(50), 100.0, 0, 1.0).p99 is None
+    assert fidelity.dequeue_fidelity(gaps(0).head(50), 100.0, 0, 1.0).p99 is None
 
 
 def test_the_fidelity_frame_has_a_row_per_port_that_queued():
@@ -176,7 +176,7 @@ def test_the_fidelity_frame_has_a_row_per_port_that_queued():
     summary = Summary.from_json(json.loads((Path(__file__).parent /
                                             "recorded/checkpoint-burst-20261130/summary.json")
                                            .read_text()))
-    frame = metrics.fidelity_frame(summary)
+    frame = frames.fidelity_frame(summary)
     fifo = frame.filter(pl.col("policy") == "fifo")
     assert sorted(fifo["port"]) == ["leaf1-eth4", "spine1-eth0"]
     d = summary.policies["fifo"].fidelity.dequeue["spine1-eth0"]
@@ -193,15 +193,15 @@ def test_the_lossless_frame_reads_runs_recorded_before_transport():
 
     old = Summary.from_json(json.loads((Path(__file__).parent /
                                         "recorded/bottleneck-20261130/summary.json").read_text()))
-    frame = metrics.lossless_frame({"old": old})
+    frame = frames.lossless_frame({"old": old})
     assert frame["resends"].to_list() == [None] * 3 and not frame["lossless"].any()
     assert frame["vip_drops"].to_list() == [p.bottleneck.lanes.vip.drops
                                             for p in old.policies.values()]
 
 
 def test_the_bottleneck_is_the_busiest_port_and_a_tie_goes_to_the_first_named():
-    ports = ["s1-eth1", "s1-eth0"]  # the scenario's order, not the alphabet's
-    assert metrics.busiest_port({"s1-eth0": 0.9, "s1-eth1": 0.4}, ports) == "s1-eth0"
-    assert metrics.busiest_port({"s1-eth0": 0.5, "s1-eth1": 0.5}, ports) == "s1-eth1"
-    assert metrics.busiest_port({"s1-eth1": 0.5, "s1-eth0": 0.5}, ports) == "s1-eth1"
-    assert metrics.busiest_port({}, ports) == "s1-eth1"
+    names = ["s1-eth1", "s1-eth0"]  # the scenario's order, not the alphabet's
+    assert ports.busiest_port({"s1-eth0": 0.9, "s1-eth1": 0.4}, names) == "s1-eth0"
+    assert ports.busiest_port({"s1-eth0": 0.5, "s1-eth1": 0.5}, names) == "s1-eth1"
+    assert ports.busiest_port({"s1-eth1": 0.5, "s1-eth0": 0.5}, names) == "s1-eth1"
+    assert ports.busiest_port({}, names) == "s1-eth1"

@@ -7,7 +7,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from labkit.analysis import metrics
+from labkit.analysis import frames, windows
 from labkit.runs import rundir
 from labkit.runs.rundir import SCHEMAS
 from labkit.ui import figures, plots
@@ -19,10 +19,10 @@ MS = 1_000_000
 
 
 def test_cdf_is_thinned_but_keeps_both_ends():
-    x, y = metrics.cdf(pl.Series(range(1000, 0, -1)), points=50)
+    x, y = windows.cdf(pl.Series(range(1000, 0, -1)), points=50)
     assert (x[0], x[-1], y[-1]) == (1, 1000, 1.0)
     assert len(x) == 50 and x == sorted(x)
-    assert metrics.cdf(pl.Series([3, 1, 2])) == ([1, 2, 3], [1 / 3, 2 / 3, 1.0])
+    assert windows.cdf(pl.Series([3, 1, 2])) == ([1, 2, 3], [1 / 3, 2 / 3, 1.0])
 
 
 def _decision(t, valve, new, busy_from=None, busy_until=None, busy=None):
@@ -37,7 +37,7 @@ def test_allowed_storage_sums_valves_and_applies_relayed_windows():
             _decision(0, "g1", 30.0), _decision(50 * MS, "g1", None),
             _decision(0, "g9", None, busy=1.0)]  # never moved: not counted
     frame = pl.DataFrame(rows, schema=SCHEMAS["controller"])
-    steps = metrics.allowed_storage(frame, "p", 0, 60 * MS, 100.0, step_ns=10 * MS)
+    steps = frames.allowed_storage(frame, "p", 0, 60 * MS, 100.0, step_ns=10 * MS)
     assert steps["mbps"].to_list() == [100.0, 100.0, 32.0, 32.0, 100.0, 100.0]
 
 
@@ -49,7 +49,7 @@ def test_job_breakdown_splits_the_mean_iteration():
             fifo.workload, mean_ms=100.0, compute_ms=40.0, wire_wait_fraction=0.5,
             bubble_fraction=0.1, bottleneck_bytes_per_iteration=2_000_000)),
         "isolated": _sample("bottleneck").summary.policies["isolated"]})  # an All-Reduce
-    frame = metrics.job_breakdown(summary)
+    frame = frames.job_breakdown(summary)
     assert frame.row(0, named=True) == {"policy": "fifo", "compute_ms": 40.0,
                                         "wire_wait_ms": 50.0, "bubble_ms": 10.0,
                                         "bottleneck_mb": 2.0}
@@ -58,8 +58,8 @@ def test_job_breakdown_splits_the_mean_iteration():
 def test_summary_frame_has_one_row_per_policy_for_collectives_and_jobs():
     for name, busbw in (("checkpoint-burst", True), ("tensor-parallel", False)):
         run = rundir.load_run(REPO / "data/sample" / name)
-        frame = metrics.summary_frame(run.summary, digits=2)
-        assert frame.columns == list(metrics.SUMMARY_COLUMNS)
+        frame = frames.summary_frame(run.summary, digits=2)
+        assert frame.columns == list(frames.SUMMARY_COLUMNS)
         assert frame["policy"].to_list() == list(run.summary.policies)
         assert frame["busbw_mbps"].is_not_null().all() == busbw
         assert frame["bubbles"].is_null().all() == busbw
@@ -71,7 +71,7 @@ def test_latency_cdfs_take_each_policys_window_and_lane():
                          "bytes": 1, "stamp_ns": 0, "seq": 0}
                         for t in range(10) for lane in ("vip", "low")],
                        schema=SCHEMAS["latency"])
-    cdfs = metrics.latency_cdfs(lat, {"a": (2, 5), "b": (0, 9)})
+    cdfs = frames.latency_cdfs(lat, {"a": (2, 5), "b": (0, 9)})
     assert cdfs == {"a": ([2.0, 3.0, 4.0, 5.0], [0.25, 0.5, 0.75, 1.0])}
 
 
@@ -83,7 +83,7 @@ def test_lane_sojourns_keep_each_policys_port_and_window():
     fifo = sample.policies["fifo"]
     summary = replace(sample, policies={
         "a": replace(fifo, bottleneck=replace(fifo.bottleneck, port="p2"))})
-    frame = metrics.lane_sojourns(soj, summary, {"a": (2, 5)})
+    frame = frames.lane_sojourns(soj, summary, {"a": (2, 5)})
     assert frame["sojourn_us"].to_list() == [2.0, 3.0, 4.0, 5.0]
 
 
@@ -163,13 +163,13 @@ def test_port_backlogs_sum_classes_over_each_policys_span():
                            "dropped_bytes": 0}
                           for t in range(11) for lane in ("vip", "normal", "low")],
                          schema=SCHEMAS["lanes"])
-    frame = metrics.port_backlogs(queue, lanes, {"a": (2 * MS, 6 * MS)}, ["p1"], 0.5)
-    assert frame.columns == list(metrics.PORT_BACKLOG_COLUMNS)
+    frame = frames.port_backlogs(queue, lanes, {"a": (2 * MS, 6 * MS)}, ["p1"], 0.5)
+    assert frame.columns == list(frames.PORT_BACKLOG_COLUMNS)
     assert frame.row(0, named=True) == {  # two classes of 1 KiB x t each, t in 2..6 ms
         "policy": "a", "port": "p1", "backlog_kib": 8.0, "max_kib": 12.0,
         "mbps": 16.0, "vip_drops": 0, "normal_drops": 0, "low_drops": 4}
     assert frame.height == 1
-    assert metrics.port_backlogs(queue, lanes, {}, ["p1"], 0.5).is_empty()
+    assert frames.port_backlogs(queue, lanes, {}, ["p1"], 0.5).is_empty()
 
 
 def test_queue_timeline_draws_the_chosen_ports_over_the_window():
@@ -203,11 +203,11 @@ def test_sweeps_load_pick_and_tabulate(tmp_path):
     sweeps = rundir.load_sweeps(REPO / "data/sample/sweeps")
     assert list(sweeps) == ["halving_doubling", "halving_doubling-deep",
                             "halving_doubling-lossless", "ring", "ring-lossy", "tree"]
-    picked = metrics.pick_sweeps(sweeps, ["ring-lossy", "ring"], (262144, 1048576))
+    picked = frames.pick_sweeps(sweeps, ["ring-lossy", "ring"], (262144, 1048576))
     assert list(picked) == ["ring-lossy", "ring"]
     assert [r["size"] for r in picked["ring"]] == [262144, 1048576]
-    frame = metrics.sweep_frame(picked)
-    assert frame.columns == list(metrics.SWEEP_COLUMNS) and frame.height == 4
+    frame = frames.sweep_frame(picked)
+    assert frame.columns == list(frames.SWEEP_COLUMNS) and frame.height == 4
     assert frame["sweep"].to_list() == ["ring-lossy"] * 2 + ["ring"] * 2
     with pytest.raises(rundir.RunDataError, match="no sweep"):
         rundir.load_sweeps(tmp_path)
@@ -299,10 +299,10 @@ def test_new_figures_give_byte_identical_svg(tmp_path, sample, name):
 
 
 def test_stage_of_sorts_policies_into_the_three_stages():
-    assert [metrics.stage_of(p, False) for p in ("isolated", "fifo", "priority")] == [None, 1, 2]
-    assert {metrics.stage_of(p, False) for p in ("reactive", "priority+state-aware",
+    assert [frames.stage_of(p, False) for p in ("isolated", "fifo", "priority")] == [None, 1, 2]
+    assert {frames.stage_of(p, False) for p in ("reactive", "priority+state-aware",
                                                   "fifo+proactive")} == {3}
-    assert metrics.stage_of("calm", True) == 3  # a user's controller, by its summary
+    assert frames.stage_of("calm", True) == 3  # a user's controller, by its summary
 
 
 def test_funnel_shows_the_summarys_rates_delays_and_drops():
@@ -332,7 +332,7 @@ def test_three_stages_show_each_stages_measured_figures():
                             ("bottleneck", "adaptive control")):
         run = _sample(sample)
         fig = plots.three_stages(run)
-        frame = metrics.summary_frame(run.summary)
+        frame = frames.summary_frame(run.summary)
         for axis, column in (("y", "slowdown_p99"), ("y2", "vip_drops"),
                              ("y3", "storage_mbps")):
             shown = {t.name: t.y[0] for t in fig.data if t.yaxis == axis}

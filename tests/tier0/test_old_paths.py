@@ -55,10 +55,12 @@ def test_the_names_the_docs_used_are_the_same_objects():
         from labkit.extend import TrafficKind
     assert TrafficKind is kind
     vars(importlib.import_module("labkit.analysis")).pop("summary_frame", None)  # warned
-    with _warns("labkit.analysis.summary_frame", "labkit.analysis.metrics.summary_frame"):
+    from labkit.analysis.frames import summary_frame as frames_summary_frame
+    with _warns("labkit.analysis.summary_frame", "labkit.analysis.frames.summary_frame"):
         from labkit.analysis import summary_frame
-    from labkit.analysis.metrics import summary_frame as metrics_summary_frame
-    assert summary_frame is metrics_summary_frame
+    with _warns("labkit.analysis.metrics.summary_frame", "labkit.analysis.frames.summary_frame"):
+        from labkit.analysis.metrics import summary_frame as metrics_summary_frame
+    assert summary_frame is metrics_summary_frame is frames_summary_frame
     sys.modules.pop("labkit.rundir", None)
     vars(labkit).pop("rundir", None)
     with _warns("labkit.rundir", "labkit.runs.rundir"):

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from labkit.analysis import metrics
+from labkit.analysis import frames
 from labkit.model.abi import LANES
 from labkit.model.summary import (
     AllReduce,
@@ -123,14 +123,14 @@ def test_reading_by_key_still_works_for_a_release_and_says_what_to_read():
 def test_labkits_own_readers_read_attributes_not_keys(capsys):
     """The report, the summary's frames and every figure of every sample, with the
     deprecated key reads turned into errors."""
-    frames = (metrics.summary_frame, metrics.fidelity_frame, metrics.job_breakdown,
-              metrics.program_ops_frame, metrics.stage_frame)
+    makers = (frames.summary_frame, frames.fidelity_frame, frames.job_breakdown,
+              frames.program_ops_frame, frames.stage_frame)
     with warnings.catch_warnings():
         warnings.simplefilter("error", DeprecationWarning)
         for path in RUN_SUMMARIES:
             run = load_run(path.parent)
             cli._print_summary(run.summary)
-            for frame in frames:
+            for frame in makers:
                 frame(run.summary)
             for _, build in figures.figure_set(run):
                 build()

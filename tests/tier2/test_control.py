@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 import labkit
-from labkit.analysis import metrics
+from labkit.analysis import windows
 from labkit.kernel import capture
 from labkit.model import scenario
 from labkit.runs import rundir
@@ -37,7 +37,7 @@ def _of(run, table: str, policy: str) -> pl.DataFrame:
 
 
 def _op_starts(run, policy: str) -> list[int]:
-    ops = metrics.op_times(run.tables["collectives"]).filter(pl.col("policy") == policy)
+    ops = windows.op_times(run.tables["collectives"]).filter(pl.col("policy") == policy)
     return ops["start_ns"].to_list()
 
 
@@ -55,7 +55,7 @@ def test_reactive_cuts_storage_within_50_ms_of_a_queue_building(fabric_ready, ru
         pl.col("new_mbps").is_not_null() & (pl.col("old_mbps").is_null()
                                             | (pl.col("new_mbps") < pl.col("old_mbps"))))
     cut_times = cuts["t_ns"].to_list()
-    ops = metrics.op_times(run.tables["collectives"]).filter(pl.col("policy") == "reactive")
+    ops = windows.op_times(run.tables["collectives"]).filter(pl.col("policy") == "reactive")
     spans = list(zip(ops["start_ns"], ops["end_ns"], strict=True))
     # build-ups that vip packets met, while the collectives run: storage's own queue keeps
     # no vip packet waiting, and the controller leaves it alone by design

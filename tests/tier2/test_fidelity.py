@@ -14,7 +14,7 @@ from pathlib import Path
 
 import polars as pl
 
-from labkit.analysis import metrics
+from labkit.analysis import fidelity
 from labkit.kernel import tc
 from labkit.kernel.fabric import Fabric
 from labkit.kernel.registry import Registry
@@ -95,7 +95,7 @@ def one_port_fabric() -> topo.Topology:
 
 
 def fidelity_of(gaps: pl.DataFrame, sojourns: pl.Series, rate_mbps: float) -> DequeueTiming:
-    return metrics.dequeue_fidelity(gaps, rate_mbps,
+    return fidelity.dequeue_fidelity(gaps, rate_mbps,
                                      tc.burst_bytes(tc.bytes_per_s(rate_mbps), MTU),
                                      sojourns.quantile(0.99) / 1e3)
 
@@ -138,7 +138,7 @@ def test_a_port_that_sends_slower_than_its_rate_is_flagged(fabric_ready):
     fid = fidelity_of(gaps, sojourns, RATE_MBPS)
     assert fid.pairs > 5000 and fid.flagged, fid
     assert 0.20 < fid.excess < 0.30, fid  # 50 / 40 - 1
-    note = metrics.late_reason(fid)
+    note = fidelity.late_reason(fid)
     assert "longer to send them than its rate allows" in note, note
     assert_no_leaks()
 

@@ -24,7 +24,7 @@ import pytest
 import yaml
 
 import labkit
-from labkit.analysis import metrics
+from labkit.analysis import windows
 from labkit.kernel import sched
 from tests.leaks import assert_no_leaks, labkit_objects
 
@@ -116,7 +116,7 @@ def test_the_jobs_phase_reaches_the_storage_host(fabric_ready, silent):
     of its packets are the phase the state-aware relay carries to the storage host."""
     relayed = silent["controller"].filter((pl.col("policy") == "state-aware")
                                           & pl.col("busy_from_ns").is_not_null())
-    ops = metrics.op_times(silent["collectives"].filter(pl.col("policy") == "state-aware"))
+    ops = windows.op_times(silent["collectives"].filter(pl.col("policy") == "state-aware"))
     assert relayed.height >= ops.height  # at least a window per iteration reached st1
 
 
