@@ -18,6 +18,7 @@ import yaml
 
 from labkit.model import scenario as scenario_mod
 from labkit.ui import cli
+from labkit.ui.cli.output import JSON_SCHEMA
 from tests import nobody
 from tests.leaks import without_leftovers_note
 
@@ -70,7 +71,7 @@ def test_version():
 def test_report_json_is_the_summary_in_a_versioned_envelope():
     code, out, _ = run_cli("report", str(SAMPLE), "--json")
     doc = json.loads(out)
-    assert code == 0 and doc["schema"] == "labkit.report" and doc["version"] == cli.JSON_SCHEMA
+    assert code == 0 and doc["schema"] == "labkit.report" and doc["version"] == JSON_SCHEMA
     assert doc["summary"] == json.loads((SAMPLE / "summary.json").read_text())
 
 
@@ -144,7 +145,7 @@ def test_validate_says_ok_with_exit_0(path):
     assert code == 0 and out.startswith(f"{path}: ok, ") and not err
     code, out, _ = run_cli("validate", str(path), "--json")
     doc = json.loads(out)
-    assert code == 0 and doc["schema"] == "labkit.validate" and doc["version"] == cli.JSON_SCHEMA
+    assert code == 0 and doc["schema"] == "labkit.validate" and doc["version"] == JSON_SCHEMA
     assert (doc["ok"], doc["file"], doc["key"], doc["reason"]) == (True, str(path), None, None)
 
 
@@ -230,7 +231,7 @@ def test_inspect_shows_every_host_with_its_address_and_the_bottleneck():
     assert "spine1 │ g1 g2 g3 g4     │ leaf1 10.1.1.1" in out  # a route
     code, out, _ = run_cli("inspect", str(BOTTLENECK), "--json")
     doc = json.loads(out)
-    assert code == 0 and doc["schema"] == "labkit.inspect" and doc["version"] == cli.JSON_SCHEMA
+    assert code == 0 and doc["schema"] == "labkit.inspect" and doc["version"] == JSON_SCHEMA
     hosts = {n["name"]: n for n in doc["nodes"] if n["kind"] == "host"}
     assert {h: n["ports"][0]["address"] for h, n in hosts.items()} == {
         h: f"{topo.host_ip(h)}/24" for h in topo.hosts}

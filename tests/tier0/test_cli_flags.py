@@ -17,6 +17,7 @@ from labkit.model import grid as grid_mod
 from labkit.runs import runner
 from labkit.runs.rundir import load_sweep
 from labkit.ui import cli, figures
+from labkit.ui.cli import recorded, signals
 from tests.tier0.test_cli import COMMANDS, GRID, REPO, run_cli
 
 SWEEP = REPO / "data/sample/sweeps/ring"
@@ -60,7 +61,7 @@ def test_readme_lists_every_command():
 def test_figures_write_under_data_figures_by_default_and_say_so_in_json(monkeypatch,
                                                                         tmp_path):
     monkeypatch.setattr(figures, "FIGURES_DIR", tmp_path / "figures")
-    monkeypatch.setattr(cli.shutil, "which", lambda _: None)  # HTML only: no Chromium
+    monkeypatch.setattr(recorded.shutil, "which", lambda _: None)  # HTML only: no Chromium
     code, out, err = run_cli("figures", str(SWEEP), "--json")
     doc = json.loads(out)
     run_id = json.loads((SWEEP / "manifest.json").read_text())["run_id"]
@@ -100,7 +101,7 @@ def recorded_sweep(monkeypatch):
 
     monkeypatch.setattr(runner, "sweep", sweep)
     monkeypatch.setattr(runner, "not_ready", lambda: None)
-    monkeypatch.setattr(cli, "_before_building", lambda: None)
+    monkeypatch.setattr(signals, "before_building", lambda: None)
     return asked
 
 
@@ -149,7 +150,7 @@ def test_calibrate_takes_duration_and_its_old_name(monkeypatch, flag):
         raise runner.NotReady("stand-in")
 
     monkeypatch.setattr(runner, "calibrate", calibrate)
-    monkeypatch.setattr(cli, "_before_building", lambda: None)
+    monkeypatch.setattr(signals, "before_building", lambda: None)
     code, _, err = run_cli("calibrate", str(REPO / "topologies/bottleneck.yaml"), flag, "15")
     assert code == 1 and asked == [15.0] and "stand-in" in err
 
@@ -166,7 +167,7 @@ def test_tune_json_is_the_recorded_tuning_and_its_lines_go_to_stderr(monkeypatch
         return SimpleNamespace(model=tuning.model, model_path=None, path=TUNING)
 
     monkeypatch.setattr(runner, "tune", tune)
-    monkeypatch.setattr(cli, "_before_building", lambda: None)
+    monkeypatch.setattr(signals, "before_building", lambda: None)
     code, out, err = run_cli("tune", LEAF_SPINE, "--json")
     doc = json.loads(out)
     assert code == 0 and doc["schema"] == "labkit.report" and doc["kind"] == "tune"
@@ -179,7 +180,7 @@ def test_calibrate_json_gives_each_trial_and_the_advice(monkeypatch):
     found = Calibration("bottleneck", 100, 800, (
         Trial(1, 100, "data/runs/a", (), 0.5), Trial(2, 200, "data/runs/b", ("CPU-bound",), 1)))
     monkeypatch.setattr(runner, "calibrate", lambda *a, **k: found)
-    monkeypatch.setattr(cli, "_before_building", lambda: None)
+    monkeypatch.setattr(signals, "before_building", lambda: None)
     code, out, _ = run_cli("calibrate", str(REPO / "topologies/bottleneck.yaml"), "--json")
     doc = json.loads(out)
     assert code == 0 and doc["schema"] == "labkit.calibrate" and doc["best"] == 1

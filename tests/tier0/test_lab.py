@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from labkit.ui import cli, lab
+from labkit.ui.cli import classroom
 
 
 def test_the_kernel_is_this_interpreter_under_labkits_name(tmp_path):
@@ -39,7 +40,7 @@ def test_labkit_lab_installs_the_kernel_then_becomes_jupyterlab(monkeypatch, cap
     installed, ran = [], []
     monkeypatch.setattr(lab, "install_kernel", lambda user=False: installed.append(user)
                         or Path("/k/labkit"))
-    monkeypatch.setattr(cli.os, "execv", lambda path, argv: ran.append(argv))
+    monkeypatch.setattr(classroom.os, "execv", lambda path, argv: ran.append(argv))
     assert cli.main(["lab", "--kernel-only", "--user"]) == 0
     assert installed == [True] and not ran
     assert cli.main(["lab", "--no-browser"]) == 0

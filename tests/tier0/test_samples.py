@@ -9,6 +9,7 @@ import pytest
 
 from labkit.runs import samples
 from labkit.ui import cli
+from labkit.ui.cli import running
 
 REPO = Path(__file__).resolve().parents[2]
 SHIPPED = samples.load()
@@ -31,7 +32,7 @@ def test_every_shipped_sample_and_figure_is_named_with_its_command():
 def test_each_command_parses_and_reads_its_scenario_with_its_changes(sample, monkeypatch):
     monkeypatch.chdir(REPO)  # the commands name files from the repository's root
     args = cli.build_parser().parse_args([*sample.command, "--out", "x"])
-    assert cli._scenario(args).name  # a ScenarioError names the file and key otherwise
+    assert running.scenario_of(args).name  # a ScenarioError names the file and key otherwise
 
 
 @pytest.mark.parametrize("text, wrong", [

@@ -21,7 +21,8 @@ from labkit.model.summary import (
     SummaryError,
 )
 from labkit.runs.rundir import load_run
-from labkit.ui import cli, figures
+from labkit.ui import figures
+from labkit.ui.cli import reports
 
 SAMPLE = Path(__file__).resolve().parents[2] / "data" / "sample"
 RECORDED = Path(__file__).parent / "recorded"  # runs as older labkit wrote them
@@ -129,7 +130,7 @@ def test_labkits_own_readers_read_attributes_not_keys(capsys):
         warnings.simplefilter("error", DeprecationWarning)
         for path in RUN_SUMMARIES:
             run = load_run(path.parent)
-            cli._print_summary(run.summary)
+            reports.print_summary(run.summary)
             for frame in makers:
                 frame(run.summary)
             for _, build in figures.figure_set(run):

@@ -1,0 +1,332 @@
+"""The terminal reports: a run's summary as tables (workload, bottleneck, valves, queues,
+TCP flows, pauses, a user's program), a scenario's fabric (``labkit inspect``), a grid's
+points and a batch's results, a calibration's trials, and what ``rate_factor`` did."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+from rich.markup import escape
+from rich.table import Table
+
+from labkit.analysis.calibration import Calibration
+from labkit.model.manifest import Rates
+from labkit.model.summary import Program, Summary
+from labkit.ui.cli.output import console, fmt
+
+
+def print_summary(summary: Summary) -> None:
+    from labkit.analysis import frames
+
+    # fidelity first: a figure the emulation did not hold is read with that in mind
+    for policy, p in summary.policies.items():
+        for note in p.fidelity.notes:
+            console.print(f"[yellow]fidelity ({policy}):[/] {note}", highlight=False)
+    flows = any(p.tcp and p.tcp.flows for p in summary.policies.values())
+    t = Table(title=f"{summary.scenario} · run {summary.run_id}",
+              caption=f"times in ms; rates in emulated Mbit/s (1 emulated Mbit/s stands for "
+                      f"{summary.scale_factor:g} real Mbit/s); bneck: the bottleneck port"
+                      + ("; storage: the scenario's storage entries (its TCP flows: the "
+                         "flows table below)" if flows else ""),
+              caption_justify="left")
+    frame = frames.summary_frame(summary)
+    jobs = frame.height > 0 and frame["busbw_mbps"].is_null().all()
+    middle = (("iters", "p50", "p99", "slowdown\np50 / p99", "exposed", "bubbles",
+               "MB/iter\nat bneck") if jobs else
+              ("ops", "p50", "p99", "slowdown\np50 / p99", "busbw"))
+    for col in ("policy", *middle, "storage", "bneck\nutil.", "drops\nvip / low",
+                "CPU-\nbound"):
+        t.add_column(col, justify="left" if col == "policy" else "right", no_wrap=True)
+    for r in frame.iter_rows(named=True):
+        times = (fmt(r["p50_ms"], ".0f"), fmt(r["p99_ms"], ".0f"),
+                 f"{fmt(r['slowdown_p50'])} / {fmt(r['slowdown_p99'])}")
+        cells: tuple[str, ...]
+        if jobs:
+            cells = (str(r["ops"]), *times, fmt(r["exposed_comm"], ".0%"),
+                     fmt(r["bubbles"], ".0%"), fmt(r["bottleneck_mb_per_iter"], ".2f"))
+        else:
+            cells = (str(r["ops"]), *times, fmt(r["busbw_mbps"], ".1f"))
+        t.add_row(r["policy"], *cells, fmt(r["storage_mbps"], ".1f"),
+                  fmt(r["bottleneck_used"], ".0%"), f"{r['vip_drops']} / {r['low_drops']}",
+                  "yes" if r["cpu_bound"] else "no")
+    console.print(t)
+    _print_program(summary)
+    named = {p.bottleneck.port for p in summary.policies.values()}
+    d = Table(title="at the bottleneck port, p99 in microseconds", title_justify="left",
+              caption="the port differs between rows: this run was recorded before labkit "
+                      "named one bottleneck port per run (each policy's busiest)"
+              if len(named) > 1 else None, caption_justify="left")
+    for col in ("policy", "port", "vip sojourn", "low sojourn", "vip one-way latency",
+                "max backlog KiB"):
+        d.add_column(col, justify="left" if col in ("policy", "port") else "right", no_wrap=True)
+    for policy, p in summary.policies.items():
+        lanes = p.bottleneck.lanes
+        d.add_row(policy, p.bottleneck.port, fmt(lanes.vip.sojourn_p99_us, ".0f"),
+                  fmt(lanes.low.sojourn_p99_us, ".0f"), fmt(lanes.vip.latency_p99_us, ".0f"),
+                  fmt(max(v.max_backlog_bytes for v in lanes.values()) / 1024, ".0f"))
+    console.print(d)
+    controlled = {k: (p.controller, p.bottleneck.lanes) for k, p in summary.policies.items()
+                  if p.controller}
+    if controlled:
+        c = Table(title="valves: storage through the hosts' valves, marks and drops (low lane)",
+                  title_justify="left")
+        for col in ("policy", "decisions", "low Mbit/s", "CE marked", "dropped",
+                    "ECN marks at bneck", "prediction error ms"):
+            c.add_column(col, justify="left" if col == "policy" else "right", no_wrap=True)
+        for policy, (ctl, lanes) in controlled.items():
+            c.add_row(policy, str(ctl.decisions), fmt(ctl.mean_rate_mbps.low, ".1f"),
+                      str(ctl.ce_marked.low), str(ctl.dropped.low),
+                      str(sum(v.ecn_marks for v in lanes.values())),
+                      fmt(ctl.prediction_error_ms, ".1f"))
+        console.print(c)
+    _print_queues(summary)
+    _print_flows(summary)
+    paused = {k: (p.lossless, p.transport) for k, p in summary.policies.items() if p.lossless}
+    if paused:
+        lossless_lanes = ", ".join(next(iter(paused.values()))[0].lanes)
+        x = Table(title=f"lossless ({lossless_lanes}; one queue per port under fifo): pauses, "
+                        "and how fast they acted, in microseconds", title_justify="left")
+        for col in ("policy", "pauses", "paused ms", "reaction p50", "p99", "max",
+                    "one frame", "go-back-N resends"):
+            x.add_column(col, justify="left" if col == "policy" else "right", no_wrap=True)
+        for policy, (ll, transport) in paused.items():
+            reaction = ll.reaction_us
+            x.add_row(policy, str(ll.pauses),
+                      fmt(sum(v.ms for v in ll.paused_ms.values()), ".0f"),
+                      fmt(reaction.p50, ".0f"), fmt(reaction.p99, ".0f"),
+                      fmt(reaction.max, ".0f"), fmt(ll.packet_us, ".0f"),
+                      str(transport.retransmits) if transport else "—")
+        console.print(x)
+
+
+def _print_program(summary: Summary) -> None:
+    """A user's program: where its times came from, its collectives per policy, its CPU."""
+    from labkit.analysis import frames
+
+    programs = {k: p.workload for k, p in summary.policies.items()
+                if isinstance(p.workload, Program)}
+    if not programs:
+        return
+    first = next(iter(programs.values()))
+    source = {"lines": "as it reported them (labkit's line protocol)",
+              "hook": "timed by labkit from outside its code (it reported none)",
+              "traffic": "from its traffic as the kernel saw it (it reported none)"}
+    said = " / ".join(source.get(s, s) for s in dict.fromkeys(p.source for p in programs.values()))
+    t = Table(title=f"your program {first.name}: its collectives, {said}"
+                    f"; the first {first.warmup} iteration(s) left out",
+              title_justify="left", caption="compute and exposed: mean per iteration and "
+              "rank; CPU: what its ranks' cgroups used", caption_justify="left")
+    for col in ("policy", "op", "count", "p50", "p99", "slowdown\np50 / p99", "busbw",
+                "compute", "exposed", "CPU s"):
+        t.add_column(col, justify="left" if col in ("policy", "op") else "right", no_wrap=True)
+    for r in frames.program_ops_frame(summary).iter_rows(named=True):
+        p = programs[r["policy"]]
+        t.add_row(r["policy"], r["op"], str(r["count"]), fmt(r["p50_ms"], ".0f"),
+                  fmt(r["p99_ms"], ".0f"),
+                  f"{fmt(r['slowdown_p50'])} / {fmt(r['slowdown_p99'])}",
+                  fmt(r["busbw_mbps"], ".1f"), fmt(p.compute_ms, ".0f"),
+                  fmt(p.exposed_comm_ms, ".0f"), fmt(p.cpu_s, ".1f"))
+    for policy, p in programs.items():  # no times: say so, in the table
+        if p.unmeasured:
+            t.add_row(policy, "not measurable from its traffic", "—", "—", "—", "— / —", "—",
+                      "—", "—", fmt(p.cpu_s, ".1f"))
+    console.print(t)
+
+
+def _print_queues(summary: Summary) -> None:
+    """The bottleneck ports' queues in packets and their CE marks (``transport``)."""
+    queues = {k: p.queues for k, p in summary.policies.items() if p.queues}
+    if not queues:
+        return
+    tcp = next((p.tcp.control for p in summary.policies.values() if p.tcp), "default")
+    k = next(iter(queues.values())).k_packets
+    q = Table(title=f"transport: TCP {tcp}, "
+                    f"{'marking past K = ' + str(k) + ' packets' if k else 'no marking'}: "
+                    "the bottleneck ports' queues in full frames", title_justify="left")
+    for col in ("policy", "port", "queue p50", "p99", "CE marked", "ECN-capable"):
+        q.add_column(col, justify="left" if col in ("policy", "port") else "right",
+                     no_wrap=True)
+    for policy, ports in queues.items():
+        for label, port in ports.ports.items():
+            q.add_row(policy, label.rpartition("/")[2], fmt(port.queue_p50_packets, ".1f"),
+                      fmt(port.queue_p99_packets, ".1f"), fmt(port.ce, "d"),
+                      fmt(port.ect, "d"))
+    console.print(q)
+
+
+FLOWS_SHOWN = 10  # a policy's fastest lk_dctcp flows in the report
+
+
+def _print_flows(summary: Summary) -> None:
+    """Each policy's lk_dctcp flows that carried data, fastest first: the traffic that
+    fills a transport run's port (``transport.tcp: dctcp``)."""
+    flows = {k: sorted((f for f in p.tcp.flows.items() if f[1].mbps >= 0.05),
+                       key=lambda f: -f[1].mbps)
+             for k, p in summary.policies.items() if p.tcp and p.tcp.flows}
+    if not any(flows.values()):
+        return
+    f = Table(title="TCP flows (lk_dctcp) that carried data, goodput over the measured "
+                    "window, fastest first", title_justify="left")
+    for col in ("policy", "host", "flow", "Mbit/s", "windows", "marked", "alpha",
+                "cwnd p50"):
+        f.add_column(col, justify="left" if col in ("policy", "host", "flow") else "right",
+                     no_wrap=True)
+    for policy, shown in flows.items():
+        for name, flow in shown[:FLOWS_SHOWN]:
+            f.add_row(policy, flow.host, name, f"{flow.mbps:.1f}", str(flow.windows),
+                      f"{flow.marked_share:.0%}", f"{flow.alpha_mean:.2f}",
+                      f"{flow.cwnd_p50:.0f}")
+        if len(shown) > FLOWS_SHOWN:
+            f.add_row(policy, "", f"and {len(shown) - FLOWS_SHOWN} more", "", "", "", "", "")
+    console.print(f)
+
+
+def rates_line(rates: Rates) -> str:
+    """What ``emulation.rate_factor`` did to a run, in a sentence."""
+    where = (f"the newest calibration, {rates.calibration}" if rates.calibration
+             else "emulation.rate_factor")
+    return (f"rates x{rates.factor:g} ({where}): the bottleneck at "
+            f"{rates.bottleneck_rate_mbps:g} Mbit/s, 1 emulated Mbit/s stands for "
+            f"{rates.scale_factor:g} real")
+
+
+def print_fabric(desc: dict) -> None:
+    from labkit.analysis.describe import KIND_NAMES, kind_text, rate_text
+
+    scale, nodes, links = desc["scale_factor"], desc["nodes"], desc["links"]
+    factor, mtus = desc["rate_factor"], {k["mtu"] for k in links}
+    count = Counter(n["role"] or n["kind"] for n in nodes)
+    console.print(f"[bold]{desc['scenario']}[/] ({escape(desc['file'])})"
+                  + (f": {escape(desc['description'])}" if desc["description"] else ""),
+                  highlight=False, soft_wrap=True)
+    console.print(", ".join(_plural(k, KIND_NAMES[name]) for name, k in count.items())
+                  + f", {_plural(len(links), 'link')}; 1 emulated Mbit/s stands for {scale:g} "
+                  "real Mbit/s" + ("" if factor == 1 else f"; links run at their rate × "
+                                   f"{factor} (emulation.rate_factor)"), highlight=False)
+    t = Table(title="nodes and their ports", title_justify="left")
+    for col in ("node", "kind", "port", "address", "to", "link: rate, egress buffer"):
+        t.add_column(col, no_wrap=col != "kind")
+    by_name = {k["name"]: k for k in links}
+    for n, after in zip(nodes, [*nodes[1:], None], strict=True):
+        last = len(n["ports"]) > 1 or after is None or after["kind"] != n["kind"]
+        for i, p in enumerate(n["ports"]):
+            k = by_name[p["link"]]
+            link = f"{k['rate_mbps']:g} Mbit/s, {k['buffer_kb']} KiB" + (
+                "" if len(mtus) == 1 else f", MTU {k['mtu']}")
+            t.add_row(n["name"] if i == 0 else "", kind_text(n) if i == 0 else "", p["ifname"],
+                      p["address"], p["peer_port"],
+                      f"[red]{link} · bottleneck[/]" if k["bottleneck"] else link,
+                      end_section=last and i == len(n["ports"]) - 1)
+    console.print(t)
+    if len(mtus) == 1:
+        console.print(f"every link's MTU: {mtus.pop()}", highlight=False)
+    r = Table(title="routes", title_justify="left")
+    for col in ("node", "to", "next hops"):
+        r.add_column(col)
+    for node, routes in desc["routes"].items():
+        groups: dict[tuple, list[str]] = {}
+        for route in routes:
+            if route["dst"] != "default":
+                groups.setdefault(tuple(zip(route["via"], route["nexthops"], strict=True)),
+                                  []).extend(route["hosts"])
+        for i, (via, to) in enumerate(groups.items()):
+            r.add_row(node if i == 0 else "", " ".join(to), ", ".join(
+                f"{v} {ip}" for v, ip in via) + (" (ECMP)" if len(via) > 1 else ""))
+    console.print(r)
+    ways = max((p["ways"] for p in desc["paths"]), default=1)
+    console.print("every host: default via its router, which reaches its own hosts directly; "
+                  "ECMP: a next hop per equal-cost path; "
+                  f"{len(desc['paths'])} host pairs, " + (
+                      "one shortest path each" if ways == 1 else
+                      f"up to {ways} equal-cost paths each"), highlight=False, soft_wrap=True)
+    lanes = desc["lanes"]
+    ll = Table(title="lanes (the first rule that matches decides)", title_justify="left")
+    for col in ("#", "lane", "matches", "added by"):
+        ll.add_column(col, justify="right" if col == "#" else "left")
+    for i, rule in enumerate(lanes["rules"], 1):
+        ll.add_row(str(i), rule["lane"], rule["text"], escape(rule["added_by"] or "the scenario"))
+    ll.add_row("", lanes["default"], "everything else", "labkit")
+    console.print(ll)
+    classifier = lanes["classifier"] or "labkit's own (bpf/classifier.bpf.c)"
+    console.print(f"classifier: {escape(classifier)}; under priority vip goes first, then "
+                  "normal, then low; under isolated and fifo a port has one queue" + (
+                      f"; lossless (paused, not dropped): {', '.join(lanes['lossless'])}"
+                      if lanes["lossless"] else ""), highlight=False, soft_wrap=True)
+    for b in desc["bottlenecks"]:
+        ports = ", ".join(f"{p['ifname']} → {p['towards']}" for p in b["ports"])
+        console.print(f"[red bold]bottleneck[/] {b['link']}: "
+                      f"{rate_text(b['rate_mbps'], scale)}, MTU {b['mtu']}, buffer "
+                      f"{b['buffer_kb']} KiB per egress port ({ports})"
+                      + (f", loses {b['loss_percent']:g} %" if b["loss_percent"] else "")
+                      + f"; on the shortest paths of {b['host_pairs']} of "
+                      f"{len(desc['paths'])} host pairs", highlight=False, soft_wrap=True)
+
+
+def _plural(n: int, what: str) -> str:
+    return f"{n} {what}" + ("" if n == 1 else "es" if what.endswith("ch") else "s")
+
+
+def print_points(g) -> None:
+    t = Table(title=escape(f"{g.name}: {g.size} runs of {g.scenario_path}"),
+              title_justify="left")
+    for col in ("point", *[a.key for a in g.axes], "policies", "seed"):
+        t.add_column(escape(col), no_wrap=True)  # key paths hold [...]: not markup
+    for p in g.points:
+        t.add_row(p.name, *[escape(str(v)) for v in p.parameters.values()],
+                  ", ".join(p.policies), str(p.seed))
+    console.print(t)
+
+
+def print_batch(done) -> None:
+    from labkit.runs.rundir import RunDataError
+
+    try:
+        frame = done.frame()
+    except RunDataError as exc:  # a run damaged since: the batch's record still stands
+        console.print(f"[yellow]cannot tabulate the batch:[/] {escape(str(exc))}; its record "
+                      f"is in {done.path}", highlight=False)
+        return
+    params = [c for c in frame.columns if c not in ("run_id", "scenario", "batch", "point",
+                                                    "seed", "path")
+              and c not in _summary_columns()]
+    t = Table(title=f"batch {done.manifest.run_id}", caption="times in ms; rates in "
+              "emulated Mbit/s", caption_justify="left")
+    for col in ("point", *params, "seed", "policy", "p99", "slowdown p99", "busbw",
+                "storage", "CPU-bound"):
+        t.add_column(escape(col), justify="left" if col in ("point", "policy") else "right",
+                     no_wrap=True)
+    for r in frame.iter_rows(named=True):
+        t.add_row(f"p{r['point']:03d}", *[escape(str(r[c])) for c in params], str(r["seed"]),
+                  r["policy"], fmt(r["p99_ms"], ".0f"), fmt(r["slowdown_p99"]),
+                  fmt(r["busbw_mbps"], ".1f"), fmt(r["storage_mbps"], ".1f"),
+                  "yes" if r["cpu_bound"] else "no")
+    console.print(t)
+    for p in done.points:
+        if p.status != "complete":
+            console.print(f"[yellow]{p.name} {p.status}:[/] {escape(str(p.error))}",
+                          highlight=False)
+
+
+def _summary_columns() -> set[str]:
+    from labkit.analysis import frames
+
+    return set(frames.SUMMARY_COLUMNS)
+
+
+def print_calibration(result: Calibration) -> None:
+    """A calibration's trials: each factor's rate, how busy the CPUs were, whether the
+    emulation held and why not."""
+    t = Table(title=f"calibration of {result.scenario} on this machine",
+              caption=f"rates in emulated Mbit/s; the scenario's bottleneck: "
+                      f"{result.bottleneck_rate_mbps:g} Mbit/s, scale factor "
+                      f"{result.scale_factor:g}; each trial is a run in "
+                      f"{Path(result.trials[0].run).parent if result.trials else 'data/runs'}",
+              caption_justify="left")
+    for col in ("factor", "bottleneck rate", "CPU busy", "held", "why not", "run"):
+        t.add_column(col)
+    for trial in result.trials:
+        t.add_row(f"x{trial.factor:g}", f"{trial.rate_mbps:g}", f"{trial.cpu_busy:.0%}",
+                  "yes" if trial.held else "[yellow]no[/]", "; ".join(trial.faults) or "—",
+                  Path(trial.run).name)
+    console.print(t)
