@@ -21,6 +21,7 @@ BPF_HEADERS := $(wildcard bpf/include/*.h)
 BPF_CFLAGS := -target bpf -O2 -g -Wall -Werror -Ibpf/build -Ibpf/include
 HOTPATH := labkit/traffic/_hotpath.so
 MPITIME := labkit/traffic/_mpitime.so
+DELAYLINE := labkit/kernel/_delayline
 # Your own PyTorch job as a workload (topologies/pytorch-ddp.yaml, the tests): Debian's CPU
 # build of PyTorch, for Debian's /usr/bin/python3 (1.13 on Debian 12, 2.6 on Debian 13);
 # PyPI's torch is a CUDA build of several GB. A job may name any interpreter of its own.
@@ -29,7 +30,7 @@ TORCH_PACKAGES := python3-torch
 # mpi4py for /usr/bin/python3 (Open MPI 4.1 on Debian 12, 5.0 on Debian 13).
 MPI_PACKAGES := openmpi-bin python3-mpi4py
 
-.PHONY: setup dev system tools torch mpi mounts bpf hotpath mpitime bpf-flags demo lab test bench \
+.PHONY: setup dev system tools torch mpi mounts bpf hotpath mpitime delayline bpf-flags demo lab test bench \
 	soak samples lint lock clean-build
 
 # Under sudo, what make and labkit wrote in a user's checkout goes back to the user (the
@@ -37,7 +38,7 @@ MPI_PACKAGES := openmpi-bin python3-mpi4py
 HANDBACK = if [ "$$(id -u)" = 0 ] && [ -n "$${SUDO_UID:-}" ] && [ "$$SUDO_UID" != 0 ]; then \
 	  find . -path ./.git -prune -o -uid 0 -exec chown -h "$$SUDO_UID:$$SUDO_GID" {} + ; fi
 
-setup: system mounts $(VENV)/.installed bpf hotpath mpitime
+setup: system mounts $(VENV)/.installed bpf hotpath mpitime delayline
 	@$(HANDBACK)
 
 # What the tests, the linters and `make samples` add to setup.
@@ -122,6 +123,13 @@ mpitime: $(MPITIME)
 $(MPITIME): labkit/traffic/mpitime.c
 	clang -O2 -g -Wall -Werror -fPIC -shared -o $@ $<
 
+# A link's propagation delay: this kernel has no qdisc that holds a packet for later, so
+# labkit's own delay line forwards each delayed link's frames (labkit/kernel/delayline.c).
+delayline: $(DELAYLINE)
+
+$(DELAYLINE): labkit/kernel/delayline.c
+	clang -O2 -g -Wall -Werror -o $@ $<
+
 # A scenario's own classifier (lanes.program), compiled by labkit at run time with the
 # the flags of labkit's own programs, for a user's (labkit.kernel.bpf.compile_object runs
 # clang with them from this directory, as an argument list: no path goes through a shell)
@@ -166,4 +174,4 @@ lint: dev
 	$(VENV)/bin/mypy
 
 clean-build:
-	rm -rf bpf/build $(HOTPATH) $(MPITIME)
+	rm -rf bpf/build $(HOTPATH) $(MPITIME) $(DELAYLINE)

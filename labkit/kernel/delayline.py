@@ -1,0 +1,133 @@
+"""Propagation delay on a kernel that has no qdisc able to hold a packet for later (no
+netem, fq, etf or BPF qdisc; HTB, TBF and veth ignore ``skb->tstamp``): labkit's own delay
+line, ``_delayline`` (delayline.c says how it works), one process in a namespace spliced
+into the delayed links, forwarding each direction of each link (a :class:`Pipe`) after
+its delay. This module starts it, records it in the run's registry, stops it and reads
+how faithfully it kept time (:class:`PipeStats`).
+
+Why a process of its own in C rather than Python: a frame's send must land within tens
+of microseconds of its deadline at up to tens of thousands of frames a second, beside the
+run's own work on two cores.
+"""
+
+from __future__ import annotations
+
+import json
+import select
+import signal
+import subprocess
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+DELAYLINE = Path(__file__).with_name("_delayline")  # built by `make setup`
+READY_WAIT_S = 5.0
+STOP_WAIT_S = 3.0
+FIFO_PRIORITY = 10  # SCHED_FIFO: its sends wait for no ordinary process
+MIN_RING_BYTES = 4 << 20
+
+
+def ring_bytes(rate_mbps: float, delay_ns: int, jitter_ns: int) -> int:
+    """Room for twice what a link at ``rate_mbps`` has in flight over its longest delay."""
+    in_flight = rate_mbps * 1e6 / 8 * (delay_ns + jitter_ns) / 1e9
+    return max(MIN_RING_BYTES, int(2 * in_flight) + (1 << 20))
+
+
+@dataclass(frozen=True)
+class Pipe:
+    """One direction of a delayed link inside the delay line's namespace: frames arriving
+    on ``into`` leave on ``out`` ``delay_ns`` (± up to ``jitter_ns``, never reordered)
+    after the kernel received them."""
+
+    into: str
+    out: str
+    delay_ns: int
+    jitter_ns: int
+    ring_bytes: int
+    seed: int
+
+    def arg(self) -> str:
+        return (f"{self.into},{self.out},{self.delay_ns},{self.jitter_ns},"
+                f"{self.ring_bytes},{self.seed}")
+
+
+@dataclass(frozen=True)
+class PipeStats:
+    """What one pipe did: frames and bytes forwarded, frames dropped (its ring full, or a
+    send refused), and how late sends were against their deadlines (ns; -1: no frame)."""
+
+    into: str
+    out: str
+    delay_ns: int
+    jitter_ns: int
+    frames: int
+    bytes: int
+    dropped: int
+    late_p50_ns: int
+    late_p99_ns: int
+    late_max_ns: int
+
+
+@dataclass(frozen=True)
+class DelayStats:
+    """The delay line's report: whether it ran under SCHED_FIFO, and each pipe's."""
+
+    realtime: bool
+    pipes: tuple[PipeStats, ...]
+
+    @classmethod
+    def read(cls, path: Path) -> DelayStats:
+        doc = json.loads(path.read_text())
+        return cls(realtime=doc["sched"] == "fifo", pipes=tuple(
+            PipeStats(into=p["in"], out=p["out"], **{k: p[k] for k in (
+                "delay_ns", "jitter_ns", "frames", "bytes", "dropped", "late_p50_ns",
+                "late_p99_ns", "late_max_ns")}) for p in doc["pipes"]))
+
+
+Popen = Callable[..., subprocess.Popen]  # (argv, stdout=, stderr=) in the namespace
+
+
+class DelayLine:
+    """The delay line of one namespace: :meth:`start` it (``popen`` starts a command in
+    that namespace and records the process for teardown), :meth:`stop` it for its
+    :class:`DelayStats`."""
+
+    def __init__(self, popen: Popen, pipes: list[Pipe], stats: Path):
+        self.popen, self.pipes, self.stats_path = popen, pipes, stats
+        self.proc: subprocess.Popen | None = None
+        self._stderr = tempfile.TemporaryFile()
+
+    def start(self) -> DelayLine:
+        if not DELAYLINE.exists():
+            raise RuntimeError(f"{DELAYLINE} is missing: run `make setup` to build it")
+        proc = self.proc = self.popen(
+            [str(DELAYLINE), "--fifo", str(FIFO_PRIORITY), "--stats", str(self.stats_path),
+             *(p.arg() for p in self.pipes)],
+            stdout=subprocess.PIPE, stderr=self._stderr)
+        assert proc.stdout is not None
+        ready = select.select([proc.stdout], [], [], READY_WAIT_S)[0]
+        if not ready or proc.stdout.readline().strip() != b"ready":
+            self.stop()
+            raise RuntimeError(f"the delay line did not start: {self._said() or 'no word'}")
+        return self
+
+    def stop(self) -> DelayStats | None:
+        """Stop it (it writes its report as it exits); None if it wrote none."""
+        proc, self.proc = self.proc, None
+        if proc is None:
+            return None
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=STOP_WAIT_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        try:
+            return DelayStats.read(self.stats_path)
+        except (OSError, ValueError, KeyError):
+            return None
+
+    def _said(self) -> str:
+        self._stderr.seek(0)
+        return self._stderr.read().decode(errors="replace").strip()[-500:]
