@@ -13,7 +13,8 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class LinkSpec:
-    """A full-duplex link; both directions are shaped to ``rate_mbps``."""
+    """A full-duplex link; both directions are shaped to ``rate_mbps``, then held for
+    ``delay_ms`` (± ``jitter_ms``, never reordered) as a wire's propagation delay."""
 
     a: str
     b: str
@@ -21,6 +22,8 @@ class LinkSpec:
     mtu: int
     buffer_kb: int
     loss_percent: float = 0.0  # packets dropped on purpose, each direction
+    delay_ms: float = 0.0  # propagation delay, each direction (labkit.kernel.delayline)
+    jitter_ms: float = 0.0
 
     @property
     def name(self) -> str:
