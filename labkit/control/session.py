@@ -88,7 +88,7 @@ class ControlSession:
         # each rank's agent inherits the fd of its host's phase map
         senders = storage_senders(sc, topo)
         self.gates = Gates(self.valves, fabric, list(senders), record)
-        self.phase_maps = {host: self.valves.valves[host].obj.maps["lk_phase"].fd
+        self.phase_maps = {host: self.valves.valves[host].obj.maps.lk_phase.fd
                            for host in sc.ranks}
         self.started_ns = self.stopped_ns = 0
         self.feed = FabricFeed(self.ports, pol.port_layout, spec.telemetry_delay_ms)

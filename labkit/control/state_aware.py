@@ -60,7 +60,7 @@ class StateAware(Controller):
         next windows, from the first start to the last end."""
         windows = []
         for host in self.plant.gpu_hosts:
-            raw = self.valves.valves[host].obj.maps["lk_phase"].lookup(0)
+            raw = self.valves.valves[host].obj.maps.lk_phase.lookup(0)
             if not isinstance(raw, bytes):  # an array map (one value) has every slot
                 raise RuntimeError(f"{host}'s lk_phase map has no phase in slot 0")
             p = JobPhase.from_buffer_copy(raw)

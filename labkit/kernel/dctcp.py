@@ -23,10 +23,10 @@ from pathlib import Path
 
 from labkit.kernel import bpf
 from labkit.kernel.netns import Netns
+from labkit.kernel.skeletons import DCTCP
 from labkit.model.abi import DCTCP_SAMPLE, DctcpSample
 
 NAME = "lk_dctcp"  # the congestion control's name (tcp_congestion_ops.name)
-SELECTOR = "lk_dctcp_select"
 SO_NETNS_COOKIE = 71  # <asm-generic/socket.h>, Linux 5.14
 
 
@@ -78,10 +78,10 @@ class Dctcp:
                                "(another run's: `sudo labkit clean` removes a killed one's)")
         # its programs outlive the fabric's teardown (they go with the registration, which
         # the registry records): not recorded one by one
-        self.obj = bpf.BpfObject(bpf.object_path("dctcp"))
+        self.obj = DCTCP.open()
         self.selector: bpf.TracingLink | None = None
         try:
-            ops = self.obj.maps[NAME]
+            ops = self.obj.maps.lk_dctcp
             map_id, _ = bpf.map_info(ops.fd)
             self.ops: bpf.TracingLink | None = ops.attach_struct_ops()
             if record:
@@ -91,13 +91,13 @@ class Dctcp:
             raise
         self._samples: list[DctcpSample] = []
         self._chosen: list[Netns] = []  # select()'s namespaces, held open until close()
-        self._ring = bpf.RingBuffer(self.obj.maps["lk_dctcp_samples"].fd, self._on_sample)
+        self._ring = bpf.RingBuffer(self.obj.maps.lk_dctcp_samples.fd, self._on_sample)
 
     def attach(self, cgroup: Path) -> None:
         """Attach the selector to the cgroup at ``cgroup`` (and the cgroups below it)."""
         fd = os.open(cgroup, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         try:
-            self.selector = self.obj.programs[SELECTOR].attach_cgroup(fd)
+            self.selector = self.obj.programs.lk_dctcp_select.attach_cgroup(fd)
         finally:
             os.close(fd)
 
@@ -106,7 +106,7 @@ class Dctcp:
         NAMESPACE_SYSCTLS (settings of that namespace alone). A SYN resent keeps asking
         for ECN there (``tcp_ecn_fallback`` 0): else a connection whose first SYN met a
         full queue would run without ECN, as Reno, and fill the queue DCTCP keeps short."""
-        self.obj.maps["lk_dctcp_hosts"].update(ns.run(_select_here), b"\x01")
+        self.obj.maps.lk_dctcp_hosts.update(ns.run(_select_here), 1)
         self._chosen.append(Netns.inherited(os.dup(ns.fd), ns.name))
 
     def _on_sample(self, raw: bytes) -> None:

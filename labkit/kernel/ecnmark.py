@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from labkit.kernel import bpf, tc
 from labkit.kernel.netns import Netns
+from labkit.kernel.skeletons import ECNMARK, EcnmarkMaps, EcnmarkPrograms
 
-PROGRAM = "lk_mark"
+PROGRAM = ECNMARK.programs.lk_mark.name  # its name, for what names it by a string
 ETH_HLEN = 14
 ECT, CE = 0, 1  # lk_mark_counts keys
 
@@ -27,21 +28,21 @@ class EcnMarks:
 
     def __init__(self, record: bpf.Recorder | None = None):
         self.record = record
-        self.objects: dict[str, bpf.BpfObject] = {}
+        self.objects: dict[str, bpf.BpfObject[EcnmarkMaps, EcnmarkPrograms]] = {}
         self.attachments: list[tuple[Netns, bpf.TcAttachment]] = []
 
     def attach(self, ns: Netns, ifname: str, ifindex: int, k_packets: int, mtu: int) -> None:
-        obj = bpf.record_programs(bpf.BpfObject(bpf.object_path("ecnmark")), self.record)
+        obj = bpf.record_programs(ECNMARK.open(), self.record)
         self.objects[f"{ns.name}/{ifname}"] = obj
-        obj.maps["lk_mark_k"].update(0, k_bytes(k_packets, mtu).to_bytes(4, "little"))
-        bpf.attach_filter(ns, obj.programs[PROGRAM], ifname, ifindex, tc.PRIO_ECN_MARK,
+        obj.maps.lk_mark_k.update(0, k_bytes(k_packets, mtu))
+        bpf.attach_filter(ns, obj.programs.lk_mark, ifname, ifindex, tc.PRIO_ECN_MARK,
                           self.attachments, self.record)
 
     def counts(self) -> dict[str, dict[str, int]]:
         """Per port, the ECN-capable packets it saw and those it found over K (marked CE)."""
         out = {}
         for port, obj in self.objects.items():
-            counts = obj.maps["lk_mark_counts"]
+            counts = obj.maps.lk_mark_counts
             out[port] = {name: sum(int.from_bytes(v, "little") for v in counts.per_cpu(key))
                          for name, key in (("ect", ECT), ("ce", CE))}
         return out

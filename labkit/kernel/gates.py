@@ -48,6 +48,7 @@ from pyroute2 import IPRoute
 from labkit.kernel import bpf, sched, tc
 from labkit.kernel.fabric import Fabric
 from labkit.kernel.netns import Netns
+from labkit.kernel.skeletons import WAKE
 from labkit.kernel.valve import GATE_LANE, Valves
 
 Job = Callable[[IPRoute], object]  # what a HostWorker does, on its netlink socket
@@ -117,7 +118,7 @@ class Gates:
                  record: bpf.Recorder | None = None):
         self.valves, self.fabric, self.hosts = valves, fabric, hosts
         self.nics = {h: (fabric.nic(h).ifindex, fabric.host_shape(h)) for h in hosts}
-        self.obj = bpf.BpfObject(bpf.object_path("wake"))
+        self.obj = WAKE.open()
         bpf.record_programs(self.obj, record)
         self.iterator: bpf.Iterator | None = None
         self.workers: dict[str, HostWorker] = {}
@@ -161,7 +162,7 @@ class Gates:
             self.errors.append(exc)
 
     def start(self) -> Gates:
-        self.iterator = self.obj.programs["lk_wake"].attach_iter()
+        self.iterator = self.obj.programs.lk_wake.attach_iter()
         for host in self.hosts:
             self.workers[host] = HostWorker(self.fabric.ns[host], host, self.errors)
         self.step()

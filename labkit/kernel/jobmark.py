@@ -21,10 +21,10 @@ from collections.abc import Sequence
 from labkit.kernel import bpf, tc
 from labkit.kernel.cgroups import Cgroup
 from labkit.kernel.netns import Netns
+from labkit.kernel.skeletons import JOBMARK
 from labkit.model.abi import BURST, LANE_COUNTERS, MAX_BURSTS, JobmarkConfig, JobState
 from labkit.model.tables import BurstRow
 
-PROGRAM = "lk_jobmark"
 OPEN_BYTES = 16 << 10  # a burst across a bottleneck opens the window from this many bytes
 
 
@@ -35,27 +35,25 @@ class JobMark:
                  far: Sequence[str] = (), phase: bpf.Map | None = None,
                  record: bpf.Recorder | None = None, open_bytes: int = OPEN_BYTES):
         self.host = host
-        self.obj = bpf.record_programs(
-            bpf.BpfObject(bpf.object_path("jobmark"), reuse={"lk_phase": phase} if phase
-                          else None), record)
+        self.obj = bpf.record_programs(JOBMARK.open(reuse=[phase] if phase else []), record)
         for address in far:
-            self.obj.maps["lk_jobmark_far"].update(socket.inet_aton(address), b"\x01")
-        self.obj.maps["lk_jobmark_cfg"].update(0, JobmarkConfig(
+            self.obj.maps.lk_jobmark_far.update(socket.inet_aton(address), 1)
+        self.obj.maps.lk_jobmark_cfg.update(0, JobmarkConfig(
             cgroup_id=group.id, quiet_ns=int(quiet_ms * 1e6), hold_ns=int(hold_ms * 1e6),
             level=group.level, dscp=dscp, open_bytes=open_bytes))
 
     def counters(self) -> tuple[int, int]:
         """(packets, bytes) of the job out of this NIC so far."""
-        per_cpu = LANE_COUNTERS.iter_unpack(self.obj.maps["lk_jobmark_stats"].raw(0))
+        per_cpu = LANE_COUNTERS.iter_unpack(self.obj.maps.lk_jobmark_stats.raw(0))
         packets, nbytes = map(sum, zip(*per_cpu, strict=True))
         return packets, nbytes
 
     def bursts(self) -> tuple[list[BurstRow], int]:
         """The bursts so far, the one under way last, and how many were lost (past
         :data:`labkit.model.abi.MAX_BURSTS`)."""
-        state = JobState.from_buffer_copy(self.obj.maps["lk_job_state"].value(0))
+        state = JobState.from_buffer_copy(self.obj.maps.lk_job_state.value(0))
         kept = min(state.ended, MAX_BURSTS)
-        table = self.obj.maps["lk_job_bursts"]
+        table = self.obj.maps.lk_job_bursts
         rows = [BurstRow(self.host, *BURST.unpack(table.value(i))) for i in range(kept)]
         if state.open.packets:
             o = state.open
@@ -81,7 +79,7 @@ class JobMarks:
         addresses whose path from ``host`` crosses a bottleneck port)."""
         mark = self.marks[host] = JobMark(host, group, dscp, quiet_ms, hold_ms, far, phase,
                                           self.record)
-        bpf.attach_filter(ns, mark.obj.programs[PROGRAM], ifname, ifindex, tc.PRIO_MARK,
+        bpf.attach_filter(ns, mark.obj.programs.lk_jobmark, ifname, ifindex, tc.PRIO_MARK,
                           self.attachments, self.record)
         return mark
 

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from labkit.kernel import bpf, tc
 from labkit.kernel.netns import Netns
+from labkit.kernel.skeletons import CLASSIFIER, ClassifierMaps, ClassifierPrograms
 from labkit.model.abi import (
     KEY_BTH,
     KEY_DSCP,
@@ -39,7 +40,7 @@ from labkit.model.abi import (
 )
 from labkit.model.scenario_spec import LaneRule
 
-PROGRAM = "lk_classify"
+PROGRAM = CLASSIFIER.programs.lk_classify.name  # its name, for what names it by a string
 FIFO_TAG = 0x20000  # major 2: not a class of the port's HTB (1:), so HTB uses its default
 
 
@@ -96,29 +97,34 @@ def build_config(rules: Sequence[LaneRule], layout: str) -> ClassifierConfig:
 
 # what a classifier object must offer to stand in for bpf/classifier.bpf.c: its program,
 # and maps the other programs share (lk_config) or labkit reads (lk_lane_stats)
-REQUIRED_MAPS = {  # name: (type, key bytes, value bytes, entries), and where it is defined
-    "lk_config": ((bpf.MAP_ARRAY, 4, ctypes.sizeof(ClassifierConfig), 1), "lanes.h"),
-    "lk_lane_stats": ((bpf.MAP_PERCPU_ARRAY, 4, ctypes.sizeof(LaneCounters), NR_LANES),
-                      "classify.h"),
+REQUIRED_MAPS = {  # map: (type, key bytes, value bytes, entries), and where it is defined
+    ClassifierMaps.lk_config: ((bpf.MAP_ARRAY, 4, ctypes.sizeof(ClassifierConfig), 1),
+                               "lanes.h"),
+    ClassifierMaps.lk_lane_stats: ((bpf.MAP_PERCPU_ARRAY, 4, ctypes.sizeof(LaneCounters),
+                                    NR_LANES), "classify.h"),
 }
 
 
 def check_object(path: Path) -> None:
     """ValueError unless the object at ``path`` loads and matches the built-in classifier:
-    a tc program ``lk_classify`` and the maps of :data:`REQUIRED_MAPS`, alike."""
+    a tc program ``lk_classify`` and the maps of :data:`REQUIRED_MAPS`, alike, their
+    key and value types too (:data:`labkit.kernel.skeletons.CLASSIFIER`)."""
     try:
         with bpf.BpfObject(path) as obj:
             if PROGRAM not in obj.programs:
                 raise ValueError(f"{path.name} has no program {PROGRAM} (SEC(\"tc\"))")
-            for name, (want, header) in REQUIRED_MAPS.items():
-                m = obj.maps.get(name)
+            for decl, (want, header) in REQUIRED_MAPS.items():
+                m = obj.maps.get(decl.name)
                 if m is None:
-                    raise ValueError(f"{path.name} has no map {name} (include {header}; "
+                    raise ValueError(f"{path.name} has no map {decl.name} (include {header}; "
                                      "see docs/examples/classifier.bpf.c)")
                 have = (m.type, m.key_size, m.value_size, m.max_entries)
                 if have != want:
-                    raise ValueError(f"{path.name}: map {name} is (type, key, value, "
+                    raise ValueError(f"{path.name}: map {decl.name} is (type, key, value, "
                                      f"entries) {have}, labkit's is {want}")
+        CLASSIFIER.verify(path)
+    except bpf.DeclarationError as exc:
+        raise ValueError(str(exc)) from exc
     except bpf.BpfError as exc:
         raise ValueError(f"{path.name} does not load: {exc}") from exc
 
@@ -129,37 +135,37 @@ class Classifier:
 
     def __init__(self, rules: Sequence[LaneRule], layout: str,
                  record: bpf.Recorder | None = None, path: Path | None = None):
-        self.path = path or bpf.object_path("classifier")
+        self.path = path or CLASSIFIER.path()
         self.record = record
-        self.shared = bpf.record_programs(bpf.BpfObject(self.path), record)
-        self.watched: dict[str, bpf.BpfObject] = {}
+        self.shared = bpf.record_programs(CLASSIFIER.open(self.path), record)
+        self.watched: dict[str, bpf.BpfObject[ClassifierMaps, ClassifierPrograms]] = {}
         self.attachments: list[tuple[Netns, bpf.TcAttachment]] = []
         self.configure(rules, layout)
 
     def configure(self, rules: Sequence[LaneRule], layout: str) -> None:
-        self.shared.maps["lk_config"].update(0, build_config(rules, layout))
+        self.shared.maps.lk_config.update(0, build_config(rules, layout))
 
     def attach(self, ns: Netns, ifname: str, ifindex: int, watch: bool = False) -> None:
         """Attach to the egress of ``ifname`` in ``ns``; ``watch`` gives it its own counters."""
         obj = self.shared
         if watch:
-            obj = bpf.BpfObject(self.path, reuse={"lk_config": self.shared.maps["lk_config"]})
+            obj = CLASSIFIER.open(self.path, reuse=[self.shared.maps.lk_config])
             self.watched[f"{ns.name}/{ifname}"] = bpf.record_programs(obj, self.record)
-        bpf.attach_filter(ns, obj.programs[PROGRAM], ifname, ifindex, tc.PRIO_CLASSIFIER,
+        bpf.attach_filter(ns, obj.programs.lk_classify, ifname, ifindex, tc.PRIO_CLASSIFIER,
                           self.attachments, self.record)
 
     def counters(self, port: str | None = None) -> dict[str, tuple[int, int]]:
         """(packets, bytes) per lane offered to a watched port ("<node>/<ifname>"), or to
         all the ports sharing the main object."""
         obj = self.watched[port] if port else self.shared
-        return read_lane_counters(obj.maps["lk_lane_stats"], 0)
+        return read_lane_counters(obj.maps.lk_lane_stats, 0)
 
     def pin(self, directory: Path) -> None:
         """Pin the program and maps so bpftool and other processes can reach them."""
-        self.shared.programs[PROGRAM].pin(directory / "classifier")
-        self.shared.maps["lk_config"].pin(directory / "lk_config")
+        self.shared.programs.lk_classify.pin(directory / "classifier")
+        self.shared.maps.lk_config.pin(directory / "lk_config")
         for port, obj in self.watched.items():
-            obj.maps["lk_lane_stats"].pin(directory / f"lk_lane_stats_{port.split('/')[1]}")
+            obj.maps.lk_lane_stats.pin(directory / f"lk_lane_stats_{port.split('/')[1]}")
 
     def close(self) -> None:
         """Detach every filter (namespaces still alive) and release the objects."""

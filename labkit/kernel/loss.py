@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from labkit.kernel import bpf, tc
 from labkit.kernel.netns import Netns
-
-PROGRAM = "lk_lossy"
+from labkit.kernel.skeletons import LOSSY, LossyMaps, LossyPrograms
 
 
 class LossyLinks:
@@ -19,20 +18,20 @@ class LossyLinks:
 
     def __init__(self, record: bpf.Recorder | None = None):
         self.record = record
-        self.objects: dict[str, bpf.BpfObject] = {}
+        self.objects: dict[str, bpf.BpfObject[LossyMaps, LossyPrograms]] = {}
         self.attachments: list[tuple[Netns, bpf.TcAttachment]] = []
 
     def add(self, link_name: str, loss_percent: float, ports: list[tuple[Netns, str, int]]) -> None:
-        obj = bpf.record_programs(bpf.BpfObject(bpf.object_path("lossy")), self.record)
+        obj = bpf.record_programs(LOSSY.open(), self.record)
         self.objects[link_name] = obj
-        obj.maps["lk_loss"].update(0, round(loss_percent * 1e4).to_bytes(4, "little"))
+        obj.maps.lk_loss.update(0, round(loss_percent * 1e4))
         for ns, ifname, ifindex in ports:
-            bpf.attach_filter(ns, obj.programs[PROGRAM], ifname, ifindex, tc.PRIO_DROPPER,
+            bpf.attach_filter(ns, obj.programs.lk_lossy, ifname, ifindex, tc.PRIO_DROPPER,
                               self.attachments, self.record)
 
     def drops(self) -> dict[str, int]:
         return {name: sum(int.from_bytes(v, "little")
-                          for v in obj.maps["lk_loss_drops"].per_cpu(0))
+                          for v in obj.maps.lk_loss_drops.per_cpu(0))
                 for name, obj in self.objects.items()}
 
     def close(self) -> None:

@@ -43,6 +43,7 @@ from typing import IO, NamedTuple
 
 from labkit.kernel import bpf, tc
 from labkit.kernel.fabric import mac_for
+from labkit.kernel.skeletons import PAUSE
 from labkit.model.abi import LANES, PAUSE_EVENT, PAUSE_XOFF, PausePort, PauseQueue, PortKey
 from labkit.model.lossless import Queue, upstream
 from labkit.model.tables import PauseRow
@@ -243,12 +244,9 @@ class Pauser:
     it the queues, and acts on its events (in the pauser process) from :meth:`start` to
     :meth:`stop`."""
 
-    PROGRAMS = ("lk_pause_enqueue", "lk_pause_dequeue")
-
     def __init__(self, fabric, plan: list[Queue]):
         self.fabric, self.plan = fabric, plan
-        self.obj = bpf.record_programs(bpf.BpfObject(bpf.object_path("pause")),
-                                       fabric.registry.add)
+        self.obj = bpf.record_programs(PAUSE.open(), fabric.registry.add)
         self.links: list[bpf.TracingLink] = []
         self.switches: dict[str, _Switch] = {}
         self.ingress: dict[tuple[str, int], str] = {}  # (router, ifindex) -> upstream switch
@@ -267,7 +265,7 @@ class Pauser:
         ports: dict[tuple[int, int], PausePort] = {}
         for slot, q in enumerate(self.plan):
             h = fabric.handle(q.port)
-            self.obj.maps["lk_pause_queues"].update(
+            self.obj.maps.lk_pause_queues.update(
                 slot, PauseQueue(classid=queue_class(q), xoff_bytes=q.xoff_bytes,
                                  xon_bytes=q.xon_bytes))
             port = ports.setdefault((h.ns.inode, h.ifindex), PausePort())
@@ -275,7 +273,7 @@ class Pauser:
                 if q.lane in (lane, "all"):
                     port.queue[i] = slot + 1
         for where, port in ports.items():
-            self.obj.maps["lk_pause_ports"].update(bytes(PortKey(*where)), port)
+            self.obj.maps.lk_pause_ports.update(PortKey(*where), port)
         routers = {q.port.node for q in self.plan}
         for router in routers:
             for ingress in topo.ports[router]:
@@ -284,12 +282,12 @@ class Pauser:
                 self.ingress[router, fabric.handle(ingress).ifindex] = key
                 if key not in self.switches:
                     self.switches[key] = _Switch.at(fabric, up, fabric.shape_of(up))
-        for name in self.PROGRAMS:
-            self.links.append(self.obj.programs[name].attach())
-            record("tracing_link", prog=name, prog_id=self.obj.programs[name].id)
+        for program in (self.obj.programs.lk_pause_enqueue, self.obj.programs.lk_pause_dequeue):
+            self.links.append(program.attach())
+            record("tracing_link", prog=program.name, prog_id=program.id)
 
     def _brief(self) -> dict:
-        ring = self.obj.maps["lk_pause_events"]
+        ring = self.obj.maps.lk_pause_events
         return {"parent": os.getpid(), "ring_fd": ring.fd,
                 "queues": [_Asking(q.lane, q.port.node, f"{q.port.node}/{q.port.ifname}")
                            for q in self.plan],
@@ -354,7 +352,7 @@ class Pauser:
 
     def lost(self) -> int:
         """Events the kernel could not deliver (a full ring)."""
-        return sum(int.from_bytes(v, "little") for v in self.obj.maps["lk_pause_lost"].per_cpu(0))
+        return sum(int.from_bytes(v, "little") for v in self.obj.maps.lk_pause_lost.per_cpu(0))
 
     def stop(self) -> list[PauseRow]:
         """End the pauser process (it resumes every queue it paused first) and return

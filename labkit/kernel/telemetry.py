@@ -22,11 +22,10 @@ from pathlib import Path
 from labkit.kernel import bpf, sched, tc
 from labkit.kernel.lanes import read_lane_counters
 from labkit.kernel.netns import Netns
+from labkit.kernel.skeletons import LATENCY, QUEUES
 from labkit.model import abi
 from labkit.model.abi import EVENT, HIST_BUCKETS, LANES, Hist, PortKey, TelemetryConfig
 
-TRACEPOINT_PROGRAMS = ("lk_qdisc_enqueue", "lk_qdisc_dequeue", "lk_qdisc_drop")
-SHARED_MAPS = ("lk_events", "lk_telemetry", "lk_lost")
 DEFAULT_SAMPLE_EVERY = 4
 SAMPLED_RANKS = 8  # a ring up to this size gets DEFAULT_SAMPLE_EVERY ...
 
@@ -38,11 +37,6 @@ def sample_every_for(ranks: int) -> int:
     counters still see every packet."""
     return DEFAULT_SAMPLE_EVERY * max(1, -(-ranks // SAMPLED_RANKS))
 READ_MS = 50  # how often the event reader drains lk_events
-
-
-def port_key_bytes(netns_ino: int, ifindex: int) -> bytes:
-    """``struct lk_port_key`` as bytes."""
-    return bytes(PortKey(netns_ino, ifindex))
 
 
 def read_hist(hists: bpf.Map, key: int) -> list[int]:
@@ -57,12 +51,15 @@ class QueueProbe:
     def __init__(self, sample_every: int = DEFAULT_SAMPLE_EVERY,
                  record: bpf.Recorder | None = None):
         self.sample_every = sample_every
-        self.obj = bpf.record_programs(bpf.BpfObject(bpf.object_path("queues")), record)
+        self.obj = bpf.record_programs(QUEUES.open(), record)
         self.record = record
         self.links: list[bpf.TracingLink] = []
         self.slots: dict[tuple[int, int], int] = {}
         self.labels: list[str] = []  # port label per slot
-        self.obj.maps["lk_telemetry"].update(0, TelemetryConfig(sample_every=sample_every))
+        self.obj.maps.lk_telemetry.update(0, TelemetryConfig(sample_every=sample_every))
+        programs = self.obj.programs
+        self.tracepoints = (programs.lk_qdisc_enqueue, programs.lk_qdisc_dequeue,
+                            programs.lk_qdisc_drop)
 
     def watch(self, ns: Netns, ifindex: int, label: str) -> Callable[[], tuple[dict, dict]]:
         """Start watching ``ifindex`` in ``ns``; returns a reader of its lane counters."""
@@ -71,21 +68,21 @@ class QueueProbe:
             self.slots[key] = len(self.labels)
             self.labels.append(label)
         slot = self.slots[key]
-        self.obj.maps["lk_ports"].update(port_key_bytes(*key), slot.to_bytes(4, "little"))
-        for name in TRACEPOINT_PROGRAMS if not self.links else ():
-            self.links.append(self.obj.programs[name].attach())
+        self.obj.maps.lk_ports.update(PortKey(*key), slot)
+        for program in self.tracepoints if not self.links else ():
+            self.links.append(program.attach())
             if self.record:
-                self.record("tracing_link", prog=name, prog_id=self.obj.programs[name].id)
+                self.record("tracing_link", prog=program.name, prog_id=program.id)
         first = slot * len(LANES)
-        return lambda: (read_lane_counters(self.obj.maps["lk_enqueued"], first),
-                        read_lane_counters(self.obj.maps["lk_dropped"], first))
+        return lambda: (read_lane_counters(self.obj.maps.lk_enqueued, first),
+                        read_lane_counters(self.obj.maps.lk_dropped, first))
 
     def histograms(self) -> list[tuple[str, str, int, int]]:
         """(port, lane, bucket, count) of every non-empty sojourn histogram bucket."""
         rows = []
         for slot, port in enumerate(self.labels):
             for i, lane in enumerate(LANES):
-                counts = read_hist(self.obj.maps["lk_sojourn_hist"], slot * len(LANES) + i)
+                counts = read_hist(self.obj.maps.lk_sojourn_hist, slot * len(LANES) + i)
                 rows += [(port, lane, b, n) for b, n in enumerate(counts) if n]
         return rows
 
@@ -94,14 +91,14 @@ class QueueProbe:
         dequeues whose enqueue the tracepoint did not report, so no sojourn was taken).
         Dequeue gaps are counted apart (``abi.SEEN_GAPS``) and not reported here."""
         lost, seen, unpaired = (sum(int.from_bytes(v, "little")
-                                    for v in self.obj.maps["lk_lost"].per_cpu(k))
+                                    for v in self.obj.maps.lk_lost.per_cpu(k))
                                 for k in (abi.LOST_EVENTS, abi.SEEN_PACKETS, abi.LOST_UNPAIRED))
         return lost, seen, unpaired
 
     def pin(self, directory: Path) -> None:
-        for name in TRACEPOINT_PROGRAMS:
-            self.obj.programs[name].pin(directory / name.removeprefix("lk_"))
-        self.obj.maps["lk_events"].pin(directory / "lk_events")
+        for program in self.tracepoints:
+            program.pin(directory / program.name.removeprefix("lk_"))
+        self.obj.maps.lk_events.pin(directory / "lk_events")
 
     def close(self) -> None:
         for link in self.links:
@@ -113,24 +110,24 @@ class QueueProbe:
 class LatencyProbe:
     """The one-way latency program, attached at the ingress of receiving hosts."""
 
-    PROGRAM = "lk_latency"
+    PROGRAM = LATENCY.programs.lk_latency.name  # its name, for what names it by a string
 
     def __init__(self, config: bpf.Map, queues: QueueProbe, record: bpf.Recorder | None = None):
-        reuse = {"lk_config": config, **{m: queues.obj.maps[m] for m in SHARED_MAPS}}
-        self.obj = bpf.record_programs(bpf.BpfObject(bpf.object_path("latency"), reuse=reuse),
-                                       record)
+        shared = queues.obj.maps  # telemetry.h's maps
+        reuse = [config, shared.lk_events, shared.lk_telemetry, shared.lk_lost]
+        self.obj = bpf.record_programs(LATENCY.open(reuse=reuse), record)
         self.record = record
         self.attachments: list[tuple[Netns, bpf.TcAttachment]] = []
 
     def attach(self, ns: Netns, ifname: str, ifindex: int) -> None:
-        bpf.attach_filter(ns, self.obj.programs[self.PROGRAM], ifname, ifindex, tc.PRIO_LATENCY,
+        bpf.attach_filter(ns, self.obj.programs.lk_latency, ifname, ifindex, tc.PRIO_LATENCY,
                           self.attachments, self.record, egress=False)
 
     def histograms(self) -> list[tuple[str, int, int]]:
         """(lane, bucket, count) of every non-empty latency histogram bucket."""
         rows = []
         for i, lane in enumerate(LANES):
-            counts = read_hist(self.obj.maps["lk_latency_hist"], i)
+            counts = read_hist(self.obj.maps.lk_latency_hist, i)
             rows += [(lane, b, n) for b, n in enumerate(counts) if n]
         return rows
 
@@ -144,7 +141,7 @@ class EventReader:
 
     def __init__(self, queues: QueueProbe):
         self._raw: list[bytes] = []
-        self._ring = bpf.RingBuffer(queues.obj.maps["lk_events"].fd, self._raw.append)
+        self._ring = bpf.RingBuffer(queues.obj.maps.lk_events.fd, self._raw.append)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="event-reader", daemon=True)
 

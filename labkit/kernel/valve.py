@@ -14,10 +14,10 @@ from dataclasses import dataclass, replace
 
 from labkit.kernel import bpf, tc
 from labkit.kernel.netns import Netns
+from labkit.kernel.skeletons import VALVE
 from labkit.model.abi import LANES, PHASES, JobPhase, ValveConfig, ValveCounters, ValveLane
 from labkit.model.tables import Decision
 
-PROGRAM = "lk_valve_egress"
 GATE_LANE = "low"  # a held NIC's gate: the lane setting the controllers move
 
 
@@ -64,7 +64,7 @@ class Valve:
         ``lead_ms``: busy rates apply this long before the job's window opens."""
         self.host = host
         self.obj = bpf.record_programs(
-            bpf.BpfObject(bpf.object_path("valve"), reuse={"lk_config": rules}), record)
+            VALVE.open(reuse=[rules]), record)
         self.lanes = {lane: setting for lane in LANES}
         self.one_clock = one_clock
         self.vip_class = vip_class
@@ -76,7 +76,7 @@ class Valve:
                           lead_ns=self.lead_ns)
         for i, lane in enumerate(LANES):
             cfg.lanes[i] = self.lanes[lane].encode()
-        self.obj.maps["lk_valve"].update(0, cfg)
+        self.obj.maps.lk_valve.update(0, cfg)
 
     def gate(self, now_ns: int) -> float:
         """What the host's gate lets through now (held NIC: the ``low`` lane's rate, or
@@ -85,18 +85,18 @@ class Valve:
         setting = self.lanes[GATE_LANE]
         mbps = setting.mbps
         if setting.busy_mbps is not None:
-            p = JobPhase.from_buffer_copy(self.obj.maps["lk_phase"].value(0))
+            p = JobPhase.from_buffer_copy(self.obj.maps.lk_phase.value(0))
             if p.busy_from_ns - self.lead_ns <= now_ns < p.busy_until_ns:
                 mbps = setting.busy_mbps
         return float("inf") if mbps is None else mbps
 
     def publish_phase(self, phase: str, busy_from_ns: int, busy_until_ns: int,
                       bytes_left: int = 0) -> None:
-        self.obj.maps["lk_phase"].update(
+        self.obj.maps.lk_phase.update(
             0, JobPhase(busy_from_ns, busy_until_ns, bytes_left, PHASES[phase]))
 
     def counters(self) -> dict[str, ValveCounters]:
-        return read_counters(self.obj.maps["lk_valve_stats"])
+        return read_counters(self.obj.maps.lk_valve_stats)
 
     def close(self) -> None:
         self.obj.close()
@@ -117,7 +117,7 @@ class Valves:
         """A valve on ``ifname``'s egress, known as ``host`` (a host, or a fabric port)."""
         valve = self.valves[host] = Valve(host, self.rules, self.record, setting, one_clock,
                                           vip_class, lead_ms)
-        bpf.attach_filter(ns, valve.obj.programs[PROGRAM], ifname, ifindex, tc.PRIO_VALVE,
+        bpf.attach_filter(ns, valve.obj.programs.lk_valve_egress, ifname, ifindex, tc.PRIO_VALVE,
                           self.attachments, self.record)
         return valve
 

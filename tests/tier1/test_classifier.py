@@ -7,7 +7,8 @@ from scapy.layers.inet6 import IPv6
 from scapy.layers.l2 import ARP, Dot1Q, Ether
 from scapy.packet import Raw
 
-from labkit.kernel import bpf, lanes, tc
+from labkit.kernel import lanes, tc
+from labkit.kernel.skeletons import CLASSIFIER
 from labkit.model.scenario import LaneRule
 
 RULES = [LaneRule("vip", proto="udp", dport=4791, roce=True), LaneRule("vip", dscp=26),
@@ -18,13 +19,13 @@ ROCE = UDP(sport=50000, dport=4791) / BTH(opcode=0x0A, dqpn=0x101, psn=7) / Raw(
 
 @pytest.fixture
 def classifier(bpf_ready):
-    with bpf.BpfObject(bpf.object_path("classifier")) as obj:
-        obj.maps["lk_config"].update(0, lanes.build_config(RULES, "lanes"))
+    with CLASSIFIER.open() as obj:
+        obj.maps.lk_config.update(0, lanes.build_config(RULES, "lanes"))
         yield obj
 
 
 def classify(obj, pkt):
-    run = obj.programs[lanes.PROGRAM].test_run(bytes(pkt))
+    run = obj.programs.lk_classify.test_run(bytes(pkt))
     assert run.retval == 0, "the classifier never drops (TC_ACT_OK)"
     return {v: k for k, v in tc.LANE_CLASS.items()}.get(run.ctx.priority, hex(run.ctx.priority))
 
@@ -63,7 +64,7 @@ def test_first_matching_rule_wins(classifier):
     pkt = ETH / IP(tos=26 << 2) / TCP(dport=4420)
     assert classify(classifier, pkt) == "vip"  # the DSCP rule comes before the storage rule
     swapped = [RULES[2], RULES[1]]
-    classifier.maps["lk_config"].update(0, lanes.build_config(swapped, "lanes"))
+    classifier.maps.lk_config.update(0, lanes.build_config(swapped, "lanes"))
     assert classify(classifier, pkt) == "low"
 
 
@@ -71,13 +72,13 @@ def test_rules_change_at_run_time_without_reloading(classifier):
     pkt = ETH / IP() / TCP(dport=9000)
     assert classify(classifier, pkt) == "normal"
     rules = RULES + [LaneRule("low", proto="tcp", dport=9000)]
-    classifier.maps["lk_config"].update(0, lanes.build_config(rules, "lanes"))
+    classifier.maps.lk_config.update(0, lanes.build_config(rules, "lanes"))
     assert classify(classifier, pkt) == "low"
 
 
 def test_fifo_layout_keeps_the_lane_but_names_no_htb_class(classifier):
-    classifier.maps["lk_config"].update(0, lanes.build_config(RULES, "fifo"))
-    run = classifier.programs[lanes.PROGRAM].test_run(bytes(ETH / IP() / ROCE))
+    classifier.maps.lk_config.update(0, lanes.build_config(RULES, "fifo"))
+    run = classifier.programs.lk_classify.test_run(bytes(ETH / IP() / ROCE))
     assert run.ctx.priority >> 16 != tc.ROOT >> 16
     assert run.ctx.priority & 0xFFFF == tc.LANE_CLASS["vip"] & 0xFFFF
 
@@ -87,7 +88,7 @@ def test_counters_per_lane(classifier):
     for _ in range(3):
         for pkt in counted.values():
             classify(classifier, pkt)
-    stats = lanes.read_lane_counters(classifier.maps["lk_lane_stats"], 0)
+    stats = lanes.read_lane_counters(classifier.maps.lk_lane_stats, 0)
     assert stats["vip"] == (3, 3 * len(counted["vip"]))
     assert stats["low"] == (3, 3 * len(counted["low"]))
     assert stats["normal"] == (0, 0)

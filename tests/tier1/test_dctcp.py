@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from labkit.kernel import bpf, dctcp
+from labkit.kernel.skeletons import DCTCP
 from tests.leaks import assert_no_leaks
 
 SYSCTLS = ("tcp_allowed_congestion_control", "tcp_congestion_control",
@@ -38,8 +39,8 @@ def test_lk_dctcp_is_registered_for_the_run_and_gone_after(bpf_ready):
 def test_a_killed_runs_registration_is_removed_by_its_record(bpf_ready):
     """What `labkit clean` does with a registry's struct_ops entry (the process that
     registered it is gone: here its object is closed without unregistering)."""
-    obj = bpf.BpfObject(bpf.object_path("dctcp"))
-    ops = obj.maps[dctcp.NAME]
+    obj = DCTCP.open()
+    ops = obj.maps.lk_dctcp
     map_id, name = bpf.map_info(ops.fd)
     link = ops.attach_struct_ops()
     link._ptr = None  # dropped without unregistering, as a killed process leaves it

@@ -10,6 +10,7 @@ from scapy.layers.l2 import Ether
 from scapy.packet import Raw
 
 from labkit.kernel import bpf, ecnmark
+from labkit.kernel.skeletons import ECNMARK
 
 PASS = 0xFFFFFFFF  # TC_ACT_UNSPEC (-1 as u32): on to the next filter
 NOT_ECT, ECT0, CE = 0b00, 0b10, 0b11
@@ -29,9 +30,9 @@ def test_k_is_counted_in_full_frames():
 def test_the_marker_marks_ecn_capable_packets_past_k(bpf_ready, k_bytes, ecn, marked):
     """A test run's packet leaves from loopback, whose queue is empty: K 0 is passed,
     1 MiB is not."""
-    with bpf.BpfObject(bpf.object_path("ecnmark")) as obj:
-        obj.maps["lk_mark_k"].update(0, k_bytes.to_bytes(4, "little"))
-        run = obj.programs[ecnmark.PROGRAM].test_run(packet(ecn))
+    with ECNMARK.open() as obj:
+        obj.maps.lk_mark_k.update(0, k_bytes)
+        run = obj.programs.lk_mark.test_run(packet(ecn))
         assert run.retval == PASS
         out = Ether(run.data)
         assert out[IP].tos == DSCP | (CE if marked else ecn)
@@ -39,7 +40,7 @@ def test_the_marker_marks_ecn_capable_packets_past_k(bpf_ready, k_bytes, ecn, ma
         del fixed.chksum
         assert IP(bytes(fixed)).chksum == out[IP].chksum  # the checksum is right
         counts = {name: sum(int.from_bytes(v, "little")
-                            for v in obj.maps["lk_mark_counts"].per_cpu(key))
+                            for v in obj.maps.lk_mark_counts.per_cpu(key))
                   for name, key in (("ect", ecnmark.ECT), ("ce", ecnmark.CE))}
         assert counts == {"ect": int(ecn != NOT_ECT), "ce": int(marked)}
 
@@ -52,13 +53,13 @@ def test_a_gso_run_is_marked_with_the_share_of_its_packets_past_k(bpf_ready):
                  / Raw(bytes(4 * 800)))  # a test run's packet fits a page
     ctx = bpf.SkBuff(gso_segs=4, gso_size=800)
     passes, marked = 400, 0
-    with bpf.BpfObject(bpf.object_path("ecnmark")) as obj:
-        obj.maps["lk_mark_k"].update(0, (2 * (len(run4) // 4)).to_bytes(4, "little"))
-        prog = obj.programs[ecnmark.PROGRAM]
+    with ECNMARK.open() as obj:
+        obj.maps.lk_mark_k.update(0, 2 * (len(run4) // 4))
+        prog = obj.programs.lk_mark
         for _ in range(passes):
             marked += Ether(prog.test_run(run4, ctx).data)[IP].tos & CE == CE
         counts = {name: sum(int.from_bytes(v, "little")
-                            for v in obj.maps["lk_mark_counts"].per_cpu(key))
+                            for v in obj.maps.lk_mark_counts.per_cpu(key))
                   for name, key in (("ect", ecnmark.ECT), ("ce", ecnmark.CE))}
     assert 0.35 * passes < marked < 0.65 * passes, marked
     assert counts == {"ect": 4 * passes, "ce": 4 * marked}

@@ -40,7 +40,7 @@ after.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, 0x02)  # ECT(0)
 mark = JobMark("h", cgroups.Cgroup(path, cgid, level), dscp=26, quiet_ms=20, hold_ms=20,
                far=["127.0.0.1"], open_bytes=3 * PACKET)
 lo = socket.if_nametoindex("lo")
-attachment = bpf.tc_attach(mark.obj.programs["lk_jobmark"], lo, True, 3)
+attachment = bpf.tc_attach(mark.obj.programs.lk_jobmark, lo, True, 3)
 
 def send(sock, n):
     tos = []
@@ -51,7 +51,7 @@ def send(sock, n):
     return tos
 
 def phase():
-    p = JobPhase.from_buffer_copy(mark.obj.maps["lk_phase"].lookup(0))
+    p = JobPhase.from_buffer_copy(mark.obj.maps.lk_phase.lookup(0))
     return [p.busy_from_ns, p.busy_until_ns, p.flags, p.cross_start_ns, p.crossed_ns]
 
 out = {"before": send(before, 3), "after": send(after, 2)}

@@ -9,7 +9,8 @@ from scapy.layers.inet import IP, TCP, UDP
 from scapy.layers.l2 import Ether
 from scapy.packet import Raw
 
-from labkit.kernel import bpf, lanes, telemetry
+from labkit.kernel import lanes, telemetry
+from labkit.kernel.skeletons import CLASSIFIER
 from labkit.model import abi
 from labkit.model.scenario import LaneRule
 from labkit.model.traffic import roce, wire
@@ -20,10 +21,10 @@ RULES = [LaneRule("vip", proto="udp", dport=4791, roce=True), LaneRule("low", pr
 
 @pytest.fixture
 def probe(bpf_ready):
-    with bpf.BpfObject(bpf.object_path("classifier")) as cls:
-        cls.maps["lk_config"].update(0, lanes.build_config(RULES, "lanes"))
+    with CLASSIFIER.open() as cls:
+        cls.maps.lk_config.update(0, lanes.build_config(RULES, "lanes"))
         queues = telemetry.QueueProbe(sample_every=1)
-        latency = telemetry.LatencyProbe(cls.maps["lk_config"], queues)
+        latency = telemetry.LatencyProbe(cls.maps.lk_config, queues)
         try:
             yield queues, latency
         finally:
@@ -42,7 +43,7 @@ def stamped(kind: str, age_ns: int, seq: int = 7) -> bytes:
 
 
 def run(latency, pkt):
-    return latency.obj.programs[latency.PROGRAM].test_run(pkt)
+    return latency.obj.programs.lk_latency.test_run(pkt)
 
 
 def test_stamped_packets_give_their_age_per_lane(probe):

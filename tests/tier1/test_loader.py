@@ -5,6 +5,7 @@ import subprocess
 import pytest
 
 from labkit.kernel import bpf
+from labkit.kernel.skeletons import CLASSIFIER, LOSSY, QUEUES
 
 BAD_PROGRAM = r"""
 #include "vmlinux.h"
@@ -37,20 +38,20 @@ def test_missing_object_says_how_to_build_it(tmp_path):
 
 
 def test_tracing_programs_attach_and_detach(bpf_ready):
-    with bpf.BpfObject(bpf.object_path("queues")) as obj:
-        links = [obj.programs[p].attach() for p in ("lk_qdisc_enqueue", "lk_qdisc_drop")]
+    with QUEUES.open() as obj:
+        links = [p.attach() for p in (obj.programs.lk_qdisc_enqueue, obj.programs.lk_qdisc_drop)]
         for link in links:
             link.close()
 
 
 def test_pins_live_under_the_run_and_go_away(bpf_ready):
     run_id = "test-pins"
-    with bpf.BpfObject(bpf.object_path("classifier")) as obj:
+    with CLASSIFIER.open() as obj:
         d = bpf.pin_dir(run_id)
         try:
             assert d == bpf.PIN_ROOT / run_id and (d.stat().st_mode & 0o777) == 0o700
-            obj.maps["lk_config"].pin(d / "lk_config")
-            obj.programs["lk_classify"].pin(d / "classifier")
+            obj.maps.lk_config.pin(d / "lk_config")
+            obj.programs.lk_classify.pin(d / "classifier")
             assert sorted(p.name for p in d.iterdir()) == ["classifier", "lk_config"]
         finally:
             bpf.unpin_dir(d)
@@ -59,11 +60,11 @@ def test_pins_live_under_the_run_and_go_away(bpf_ready):
 
 def test_lossy_link_drops_with_its_probability(bpf_ready):
     pkt = bytes(64)
-    with bpf.BpfObject(bpf.object_path("lossy")) as obj:
-        prog, cfg = obj.programs["lk_lossy"], obj.maps["lk_loss"]
-        cfg.update(0, (0).to_bytes(4, "little"))
+    with LOSSY.open() as obj:
+        prog, cfg = obj.programs.lk_lossy, obj.maps.lk_loss
+        cfg.update(0, 0)
         assert prog.test_run(pkt, repeat=1000).retval == 0xFFFFFFFF  # TC_ACT_UNSPEC: pass on
-        cfg.update(0, (1_000_000).to_bytes(4, "little"))
+        cfg.update(0, 1_000_000)
         assert prog.test_run(pkt).retval == 2  # TC_ACT_SHOT
-        drops = sum(int.from_bytes(v, "little") for v in obj.maps["lk_loss_drops"].lookup(0))
+        drops = sum(int.from_bytes(v, "little") for v in obj.maps.lk_loss_drops.lookup(0))
         assert drops == 1

@@ -10,9 +10,10 @@ from scapy.layers.inet import IP, TCP, UDP
 from scapy.layers.l2 import Ether
 from scapy.packet import Raw
 
-from labkit.kernel import bpf, lanes, tc
+from labkit.kernel import lanes, tc
 from labkit.kernel.bpf import SkBuff
-from labkit.kernel.valve import PROGRAM, Valve, Valves
+from labkit.kernel.skeletons import CLASSIFIER, WAKE
+from labkit.kernel.valve import Valve, Valves
 from labkit.model.scenario import LaneRule
 
 RULES = [LaneRule("vip", proto="udp", dport=4791, roce=True),
@@ -28,16 +29,16 @@ def storage(ecn: int = ECT0, size: int = 1000) -> bytes:
 
 @pytest.fixture
 def valves(bpf_ready):
-    with bpf.BpfObject(bpf.object_path("classifier")) as cls:
-        cls.maps["lk_config"].update(0, lanes.build_config(RULES, "lanes"))
-        v = Valves(cls.maps["lk_config"])
-        v.valves["h"] = Valve("h", cls.maps["lk_config"])  # not attached: test runs only
+    with CLASSIFIER.open() as cls:
+        cls.maps.lk_config.update(0, lanes.build_config(RULES, "lanes"))
+        v = Valves(cls.maps.lk_config)
+        v.valves["h"] = Valve("h", cls.maps.lk_config)  # not attached: test runs only
         yield v
         v.close()
 
 
 def run(valves, pkt: bytes, repeat: int = 1):
-    return valves.valves["h"].obj.programs[PROGRAM].test_run(pkt, repeat=repeat)
+    return valves.valves["h"].obj.programs.lk_valve_egress.test_run(pkt, repeat=repeat)
 
 
 def ecn_of(data: bytes) -> int:
@@ -119,7 +120,7 @@ def test_a_held_nic_is_its_hosts_gate(valves):
     never keep it (a sender cannot jump the queue with SO_PRIORITY); every other packet
     with data, whatever its lane, is held to the low lane's setting on one clock, and
     refused outright when it cannot fit the bucket; a TCP segment without data passes."""
-    prog = held_valve(valves).obj.programs[PROGRAM]
+    prog = held_valve(valves).obj.programs.lk_valve_egress
     roce = bytes(Ether() / IP() / UDP(dport=4791) / BTH(opcode=0x0A) / Raw(bytes(64)))
     foreign = bytes(Ether() / IP() / TCP(sport=40000, dport=5201) / Raw(bytes(1000)))
     ack = bytes(Ether() / IP() / TCP(sport=5201, dport=40000, flags="A"))
@@ -141,7 +142,7 @@ def test_a_held_nic_is_its_hosts_gate(valves):
 def test_a_gate_holds_from_lead_ms_before_the_jobs_window(valves):
     valve = held_valve(valves, lead_ms=200.0)
     valves.set("h", "low", "test", mbps=None, busy_mbps=0.1)
-    prog = valve.obj.programs[PROGRAM]
+    prog = valve.obj.programs.lk_valve_egress
     now = time.monotonic_ns()
     valve.publish_phase("compute", now + 10**9, now + 2 * 10**9)  # 1 s away
     assert prog.test_run(storage()).retval == PASS
@@ -157,7 +158,7 @@ def test_a_gate_closes_early_enough_for_what_it_accepted_to_leave(valves):
     valve = held_valve(valves, lead_ms=5.0)
     # 8 Mbit/s: each 1054-byte frame holds the clock ~1.05 ms; 20 frames: ~21 ms
     valves.set("h", "low", "test", mbps=8.0, busy_mbps=0.1, horizon_ms=100.0)
-    prog = valve.obj.programs[PROGRAM]
+    prog = valve.obj.programs.lk_valve_egress
     pkt = storage()
     now = time.monotonic_ns()
     valve.publish_phase("compute", now + 200 * 10**6, now + 10**9)  # 200 ms away
@@ -171,7 +172,7 @@ def test_a_gate_released_from_a_hold_admits_at_once(valves):
     """A hold sends what waits on at the link (the gates move the held class's ceiling),
     so a full bucket at the old rate is not carried through a hold as debt."""
     held_valve(valves)
-    prog = valves.valves["h"].obj.programs[PROGRAM]
+    prog = valves.valves["h"].obj.programs.lk_valve_egress
     valves.set("h", "low", "test: a rate", mbps=8.0, horizon_ms=20.0)
     assert prog.test_run(storage(), repeat=30).retval == DROP  # the bucket is full
     valves.set("h", "low", "test: hold", mbps=0.04)
@@ -181,5 +182,5 @@ def test_a_gate_released_from_a_hold_admits_at_once(valves):
 
 
 def test_the_waker_loads_and_attaches_as_a_socket_iterator(bpf_ready):
-    with bpf.BpfObject(bpf.object_path("wake")) as obj:
-        obj.programs["lk_wake"].attach_iter().close()
+    with WAKE.open() as obj:
+        obj.programs.lk_wake.attach_iter().close()

@@ -1,15 +1,12 @@
-"""labkit.model.abi mirrors every lk_* struct exactly as the built objects' BTF describes it."""
+"""labkit.model.abi mirrors every lk_* struct exactly as the built objects' BTF describes it
+(the objects opened with libbpf, not loaded: no root)."""
 
 import ctypes
-import json
-import shutil
-import subprocess
 
-import pytest
-
-from labkit.kernel import bpf, tc
+from labkit.kernel import bpf, btf, tc
 from labkit.model import abi
 from labkit.model.abi import LANES
+from tests.conftest import require
 
 # structs userspace never reads or writes: a packet header parsed in place (parse.h), the
 # queue probe's in-flight entries and the valve's clocks (map values private to a program,
@@ -17,23 +14,19 @@ from labkit.model.abi import LANES
 NOT_SHARED = {"lk_vlan_hdr", "lk_inflight", "lk_valve_clock", "lk_dctcp"}
 
 
-def btf_structs(obj_name: str) -> dict[str, dict]:
+def btf_structs(obj_name: str) -> dict[str, btf.Struct]:
     path = bpf.object_path(obj_name)
-    if not path.exists() or not shutil.which("bpftool"):
-        pytest.fail(f"{path} and bpftool are needed (make setup)")
-    out = subprocess.run(["bpftool", "-j", "btf", "dump", "file", str(path)],
-                         capture_output=True, text=True, check=True).stdout
-    return {t["name"]: t for t in json.loads(out)["types"]
-            if t.get("kind") == "STRUCT" and t.get("name", "").startswith("lk_")}
+    require(path.exists(), f"{path} is not built (make bpf)")
+    return {name: s for name, s in btf.structs(path).items() if name.startswith("lk_")}
 
 
-def layout_problems(btf: dict, mirror: type[ctypes.Structure]) -> list[str]:
+def layout_problems(struct: btf.Struct, mirror: type[ctypes.Structure]) -> list[str]:
     """How ``mirror`` differs from the BTF struct: size, field names and offsets."""
     problems = []
-    if btf["size"] != ctypes.sizeof(mirror):
-        problems.append(f"size {ctypes.sizeof(mirror)}, BTF says {btf['size']}")
+    if struct.size != ctypes.sizeof(mirror):
+        problems.append(f"size {ctypes.sizeof(mirror)}, BTF says {struct.size}")
     ours = {f: getattr(mirror, f).offset for f, *_ in mirror._fields_}
-    theirs = {m["name"]: m["bits_offset"] // 8 for m in btf["members"]}
+    theirs = struct.fields
     if ours != theirs:
         problems.append(f"fields at {ours}, BTF says {theirs}")
     return problems
