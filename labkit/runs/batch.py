@@ -31,7 +31,6 @@ with a DeprecationWarning.
 from __future__ import annotations
 
 import json
-import warnings
 from collections.abc import Callable, Iterable
 from contextlib import nullcontext
 from dataclasses import dataclass, replace
@@ -52,7 +51,7 @@ from labkit.model.manifest import (
     ScenarioFile,
 )
 from labkit.model.scenario import ScenarioError
-from labkit.runs import rundir, runner, slurm
+from labkit.runs import moved, rundir, runner, slurm
 from labkit.runs.points import ENDED, PointJob, PointOutcome, run_point
 from labkit.runs.provenance import git_revision
 from labkit.runs.rundir import PolarsDataType, RunDataError, RunWriter
@@ -322,13 +321,5 @@ def _cell(value, dtype: PolarsDataType):
     return value
 
 
-_MOVED = {name: "labkit.runs.slurm" for name in
-          ("job_main", "slurm_parameters", "slurm_executor", "SLURM_ALIVE")}
-
-
-def __getattr__(name: str):
-    if name in _MOVED:
-        warnings.warn(f"labkit.runs.batch.{name} is now {_MOVED[name]}.{name}; the old path "
-                      "goes in the next release", DeprecationWarning, stacklevel=2)
-        return getattr(slurm, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = moved.forward(__name__, moved.to_module(
+    "labkit.runs.slurm", "job_main", "slurm_parameters", "slurm_executor", "SLURM_ALIVE"))

@@ -1,10 +1,11 @@
 """The one way to run labkit: :func:`run` a scenario, :func:`sweep` a collective.
 
 Both take a scenario (a file or a parsed :class:`~labkit.model.scenario.Scenario`), check the
-request and the machine before touching the kernel, record everything in a new run
-directory, and return what was recorded: :func:`run` the :class:`~labkit.runs.rundir.Run`
-that :func:`~labkit.runs.rundir.load_run` reads back, :func:`sweep` a :class:`Sweep`. The
-CLI, the notebooks' live panel, the benchmarks and the tier-2 tests all call them::
+request (:mod:`labkit.runs.resolve`) and the machine before touching the kernel, record
+everything in a new run directory, and return what was recorded: :func:`run` the
+:class:`~labkit.runs.rundir.Run` that :func:`~labkit.runs.rundir.load_run` reads back,
+:func:`sweep` a :class:`Sweep`. The CLI, the notebooks' live panel, the benchmarks and
+the tier-2 tests all call them::
 
     import labkit
     run = labkit.run("topologies/bottleneck.yaml", policies=["fifo"], duration=5)
@@ -17,6 +18,10 @@ fix), ``FileExistsError`` (``out`` exists: labkit never overwrites a run),
 :class:`RunFailed` (the run started and failed; its partial data are kept) and
 ``KeyboardInterrupt``; in every case whatever the run built in the kernel is torn down.
 No signal handler is installed here: the CLI turns SIGTERM into ``KeyboardInterrupt``.
+
+``resolve_rates``, ``resolve_auto``, ``model_key`` and ``runnable`` are
+:mod:`labkit.runs.resolve`'s; importing them from here still works until the next release,
+with a DeprecationWarning.
 """
 
 from __future__ import annotations
@@ -40,16 +45,13 @@ from labkit.analysis.nccltests import Row
 from labkit.kernel import bpf
 from labkit.kernel.registry import Registry, RunLock, RunLockedError, work_dir
 from labkit.model import autotune
-from labkit.model import scenario as scenario_mod
 from labkit.model.manifest import (
-    AutoChoice,
     AutoChoices,
     BatchRef,
     CalibrationManifest,
     Choice,
     KeptObject,
     Manifest,
-    Rates,
     RunManifest,
     SweepManifest,
     TuneManifest,
@@ -57,12 +59,12 @@ from labkit.model.manifest import (
 )
 from labkit.model.scenario import Scenario, ScenarioError
 from labkit.model.topo import Topology
-from labkit.runs import rundir, store
+from labkit.runs import moved, resolve, rundir, store
 from labkit.runs.provenance import provenance, sha256_file
+from labkit.runs.resolve import AUTO, check_sweep
 from labkit.runs.rundir import Run, RunWriter, Tuning
-from labkit.traffic import commands, hotpath
+from labkit.traffic import hotpath
 
-MAX_SNAPLEN = 262144  # tcpdump's largest snapshot length
 WITHOUT_ROOT = ("Without root you can still analyse recorded runs: `labkit report DIR`, "
                 "`labkit runs` and the notebooks.")
 ROOT_HINT = ("running a scenario needs root: it builds network namespaces and loads eBPF "
@@ -118,54 +120,6 @@ def not_ready(euid: int | None = None) -> str | None:
     if problem := hotpath.stale():
         return problem
     return None
-
-
-def _scenario(scenario: str | Path | Scenario,
-              seed: int | None) -> tuple[Scenario, str, Rates | None]:
-    """The scenario at the rates its ``emulation.rate_factor`` asks for, its name for
-    errors, and where the factor came from (:func:`resolve_rates`)."""
-    sc, source = _loaded(scenario)
-    sc, rates = resolve_rates(sc if seed is None else replace(sc, seed=seed), source)
-    return sc, source, rates
-
-
-def _loaded(scenario: str | Path | Scenario) -> tuple[Scenario, str]:
-    """The scenario as written, and its name for errors."""
-    sc = scenario if isinstance(scenario, Scenario) else scenario_mod.load(scenario)
-    return sc, str(scenario) if not isinstance(scenario, Scenario) else f"scenario {sc.name}"
-
-
-def resolve_rates(sc: Scenario, source: str) -> tuple[Scenario, Rates | None]:
-    """``sc`` at the rates its ``emulation.rate_factor`` asks for, and where the factor
-    came from (None: the rates as written). ``auto`` takes the best factor of the newest
-    calibration of this scenario (its rate factor aside) recorded on this machine."""
-    from labkit.analysis import calibration as cal
-
-    factor = sc.emulation.rate_factor
-    written = cal.as_written(sc)
-    if factor == 1:
-        return written, None
-    found = None
-    if isinstance(factor, str):  # auto, the only word the scenario's checker lets through
-        key = "emulation.rate_factor"
-        found = store.newest_calibration(written.to_dict(), rundir.RUNS_DIR)
-        if found is None:
-            raise ScenarioError(
-                source, key, f"auto takes the rate `labkit calibrate` found for this scenario "
-                f"on this machine, and {rundir.RUNS_DIR} holds no such calibration (one of "
-                "this scenario, its path, seed and rate factor aside, recorded by this host; "
-                "calibrations recorded before 2026-11-30 or with --out do not count): run "
-                "`labkit calibrate` on it first (a few 8-second trials), or write a number")
-        factor = found[1]["best_factor"]
-        if factor is None:
-            raise ScenarioError(source, key, f"the newest calibration ({found[0]}) found no "
-                                f"rate this machine holds: {found[1]['advice']}; a number "
-                                "below 1 still runs it, slower than written")
-    # the file's hash stays: the manifest's `rates` says how its rates were changed
-    return replace(cal.scaled(written, factor), sha256=sc.sha256), Rates(
-        factor=factor, calibration=str(found[0]) if found else None,
-        bottleneck_rate_mbps=cal.bottleneck_rate(written) * factor,
-        scale_factor=written.scale_factor / factor)
 
 
 def _running(tell: Callable[[Progress], None], policy: str, total: int | None
@@ -233,9 +187,11 @@ def run(scenario: str | Path | Scenario, policies: Sequence[str] | None = None, 
         duration: float | None = None, on_progress: Callable[[Progress], None] | None = None,
         controllers: Mapping[str, str | type] | None = None,
         pcap: Sequence[str] = (), pcap_snaplen: int = 0, telemetry: bool = True,
-        argv: Sequence[str] | None = None, batch: BatchRef | None = None) -> Run:
-    """Run ``scenario`` under ``policies`` (default: the scenario's own), each on a fresh
-    fabric, and record it in ``out`` (default data/runs/<run-id>).
+        argv: Sequence[str] | None = None, batch: BatchRef | None = None,
+        source: str | None = None) -> Run:
+    """Run ``scenario`` (a file, or a scenario already parsed) under ``policies``
+    (default: the scenario's own), each on a fresh fabric, and record it in ``out``
+    (default data/runs/<run-id>).
 
     ``seed`` overrides the scenario's; ``duration`` caps each policy's traffic (seconds);
     ``on_progress`` receives a :class:`Progress` at every step; ``controllers`` adds
@@ -245,43 +201,21 @@ def run(scenario: str | Path | Scenario, policies: Sequence[str] | None = None, 
     ``telemetry=False`` leaves the probes out (only to measure what they cost); ``argv`` is
     the command line recorded in the manifest (the CLI passes its own); ``batch`` (the
     batch's id, the point's index and parameters) is recorded in it too, for
-    :func:`labkit.load_runs`. Returns the recorded run."""
+    :func:`labkit.load_runs`; ``source`` is the name errors give the scenario (default:
+    its file, or "scenario <name>" for a parsed one: the CLI names the file it parsed).
+    Returns the recorded run."""
     from labkit.analysis import metrics
     from labkit.control import CONTROLLERS
     from labkit.kernel import cgroups
-    from labkit.kernel.pcap import PcapRequest, check_links
-    from labkit.model import topo
     from labkit.runs import experiment
-    from labkit.traffic import programs
 
-    sc, source, rates = _scenario(scenario, seed)
-    sc, auto = resolve_auto(sc, source)
-    sc, kinds = scenario_mod.with_user_kinds(sc)
-    users = _user_controllers(sc, source, controllers or {})
-    policies = [policies] if isinstance(policies, str) else policies
-    pcap = [pcap] if isinstance(pcap, str) else pcap
-    pols = scenario_mod.check_policies(list(policies or sc.policies), source, list(users))
-    if duration is not None and (problem := scenario_mod.LIMITS["duration_s"].problem(duration)):
-        raise ScenarioError(source, "duration", f"{problem} (seconds)")
-    if not 0 <= pcap_snaplen <= MAX_SNAPLEN:
-        raise ScenarioError(source, "pcap_snaplen", f"must be 0 (whole packets) to "
-                            f"{MAX_SNAPLEN} bytes, got {pcap_snaplen}")
-    commands.check_installed(sc)
-    topology = topo.Topology(sc.fabric)
-    if sc.program:
-        programs.check(sc.program, topology, source)
-    steered = [p.name for p in pols if p.controller]
-    if not telemetry and steered:
-        raise ScenarioError(source, "telemetry", f"policy {steered[0]} steers its valves from "
-                            "telemetry; leave the policy out or keep telemetry on")
-    try:
-        check_links(topology, list(pcap))
-    except KeyError as exc:
-        raise ScenarioError(source, "pcap", exc.args[0]) from None
+    req = resolve.resolve_run(scenario, policies, source=source, seed=seed, duration=duration,
+                              controllers=controllers, pcap=pcap, pcap_snaplen=pcap_snaplen,
+                              telemetry=telemetry)
+    sc, source, topology, users = req.scenario, req.source, req.topology, req.controllers
     if problem := not_ready() or (cgroups.problem() if sc.program else None):
         raise NotReady(problem)
     tell = on_progress or (lambda _: None)
-    request = PcapRequest(tuple(pcap), pcap_snaplen) if pcap else None
     results = []
     kept: Path | None = None
 
@@ -292,22 +226,22 @@ def run(scenario: str | Path | Scenario, policies: Sequence[str] | None = None, 
         kept = _keep_program(tmp, sc, program)
         return RunManifest(
             run_id=rec.run_id, scenario=sc.to_dict(), scenario_sha256=sc.sha256,
-            policies=tuple(p.name for p in pols), seed=sc.seed, duration_s=duration,
+            policies=tuple(p.name for p in req.policies), seed=sc.seed, duration_s=duration,
             start_time=rundir.now_iso(), argv=tuple(argv) if argv else None, batch=batch,
             controllers=_keep_sources(tmp, "controllers", users),
-            kinds=_keep_sources(tmp, "kinds", kinds),
+            kinds=_keep_sources(tmp, "kinds", req.kinds),
             classifier=KeptObject(object=str(kept.relative_to(tmp)),
                                   sha256=sha256_file(kept)) if kept else None,
-            auto=auto, rates=rates, provenance=provenance())
+            auto=req.auto, rates=req.rates, provenance=provenance())
 
     with _recording(sc.name, out, manifest) as rec:
         writer, registry = rec.writer, Registry(rec.run_id)
-        for pol in pols:
+        for pol in req.policies:
             policy, total = pol.name, sc.iterations
             tell(Progress(policy, "building", 0, total))
             result = experiment.run_policy(
                 sc, topology, pol, registry, writer.agents_dir / policy,
-                duration_s=duration, pcap=request, pcap_dir=writer.tmp / policy,
+                duration_s=duration, pcap=req.pcap, pcap_dir=writer.tmp / policy,
                 progress=_running(tell, policy, total),
                 telemetry=telemetry, controllers={**CONTROLLERS, **users},
                 classifier_object=kept)
@@ -323,23 +257,23 @@ def run(scenario: str | Path | Scenario, policies: Sequence[str] | None = None, 
 
 def shell(scenario: str | Path | Scenario, policy: str = "fifo",
           controllers: Mapping[str, str | type] | None = None,
-          interact: Callable | None = None) -> None:
+          interact: Callable | None = None, *, source: str | None = None) -> None:
     """Build ``scenario``'s fabric as a run of ``policy`` would (lanes, probes, valves),
     start no traffic, and hand it to ``interact`` (default: Mininet's command line) until
-    it returns; then tear everything down, as after a run. Nothing is recorded."""
+    it returns; then tear everything down, as after a run. Nothing is recorded.
+    ``source``: as :func:`run`'s."""
     from labkit.control import CONTROLLERS
-    from labkit.model import topo
     from labkit.runs import experiment
 
-    sc, source, _ = _scenario(scenario, None)
-    users = _user_controllers(sc, source, controllers or {})
-    (pol,) = scenario_mod.check_policies([policy], source, list(users))
+    sc, source, _ = resolve.rated(scenario, source=source)
+    users = resolve.user_controllers(sc, source, controllers or {})
+    (pol,) = resolve.policies_of(sc, source, policy, list(users))
     if problem := not_ready():
         raise NotReady(problem)
     with _claimed(f"shell-{sc.name}") as run_id, work_dir(run_id) as build:
         program = _classifier_program(sc, source, build)
         with experiment.PolicyFabric(
-                sc, topo.Topology(sc.fabric), pol, Registry(run_id),
+                sc, Topology(sc.fabric), pol, Registry(run_id),
                 controllers={**CONTROLLERS, **users}, classifier_object=program) as pf:
             pf.start(recording=False)  # its controller, a lossless fabric's pauses, no probe
             try:
@@ -357,15 +291,15 @@ def sweep(scenario: str | Path | Scenario, op: str = "all_reduce", algo: str = "
     record the sweep in ``out`` (default data/runs/<run-id>)."""
     from labkit.runs import experiment
 
-    sc, source, rates = _scenario(scenario, None)
+    sc, source, rates = resolve.rated(scenario)
     check_sweep(sc, op, algo, sizes, iters)
     ranks = sc.ranks
     algos: str | dict[int, str] = algo
     auto: AutoChoices | None = None
     if algo == AUTO:
-        model, path = _model_of(sc, source)
+        model, path = resolve.model_of(sc, source)
         ranks = autotune.ring_order(Topology(sc.fabric), sc.ranks)
-        allowed = runnable(sc, model, sizes)
+        allowed = resolve.runnable(sc, model, sizes)
         choices = {size: model.choose(size, allowed) for size in sizes}
         algos = {size: c.algo for size, c in choices.items()}
         auto = AutoChoices(model=str(path), ranks=tuple(ranks),
@@ -387,7 +321,6 @@ def sweep(scenario: str | Path | Scenario, op: str = "all_reduce", algo: str = "
     return Sweep(path, rows, pl.read_parquet(path / "sweep.parquet").drop("run_id"))
 
 
-AUTO = scenario_mod.AUTO  # the algorithm a model chooses by size (labkit.model.autotune)
 TUNE_SIZES = (64 << 10, 256 << 10, 1 << 20, 4 << 20)
 
 
@@ -402,8 +335,8 @@ def tune(scenario: str | Path | Scenario, sizes: Sequence[int] = TUNE_SIZES, ite
     rows) and ``model.json``."""
     from labkit.runs import experiment
 
-    sc, _, rates = _scenario(scenario, None)
-    algos = [a for a in autotune.ALGOS if _runs(sc, a, sizes)]
+    sc, _, rates = resolve.rated(scenario)
+    algos = [a for a in autotune.ALGOS if resolve.can_run(sc, a, sizes)]
     for algo in algos:
         check_sweep(sc, "all_reduce", algo, sizes, iters)
     if problem := not_ready():
@@ -432,73 +365,28 @@ def tune(scenario: str | Path | Scenario, sizes: Sequence[int] = TUNE_SIZES, ite
         left_out = tuple(sorted(set(sweeps) - set(fitted)))
         rec.writer.write_manifest(replace(rec.manifest, not_fitted=left_out,
                                           notes=tuple(notes)))
-        model = autotune.Model.fit(fitted, model_key(sc))
+        model = autotune.Model.fit(fitted, resolve.model_key(sc))
     path = rundir.finish_tune(rec.writer, sweeps, model)
     return Tuning(path, records, model, store.save_model(model, rec.run_id, models),
                   rundir.read_manifest(path, TuneManifest))
-
-
-def _runs(sc: Scenario, algo: str, sizes: Sequence[int]) -> bool:
-    """Whether the scenario's ranks can run ``algo`` at all (halving-doubling needs a power
-    of two, the hierarchical one servers)."""
-    from labkit.model.traffic import schedules
-
-    if schedules.problem("all_reduce", algo, len(sc.ranks), sc.fabric.gpus_per_host):
-        return False
-    return algo != "hierarchical" or not scenario_mod.server_problem(sc.fabric, sc.ranks)
-
-
-def model_key(sc: Scenario) -> str:
-    """The key a tuning of ``sc`` keeps its model under: its fabric, rank count and GSO."""
-    return autotune.model_key(sc.fabric, len(sc.ranks), sc.emulation.gso_packets)
-
-
-def runnable(sc: Scenario, model: autotune.Model, sizes: Sequence[int]) -> list[str]:
-    """The model's algorithms that ``sc``'s ranks can run."""
-    return [a for a in model.algos if _runs(sc, a, sizes)]
-
-
-def _model_of(sc: Scenario, source: str) -> tuple[autotune.Model, Path]:
-    found = store.newest_model(model_key(sc))
-    if found is None:
-        raise ScenarioError(source, "algo", f"auto chooses from a model of this fabric with "
-                            f"{len(sc.ranks)} ranks, and there is none yet: run `labkit tune` "
-                            "on this scenario first (it sweeps every algorithm here, a few "
-                            "minutes)")
-    return found
-
-
-def resolve_auto(sc: Scenario, source: str) -> tuple[Scenario, AutoChoice | None]:
-    """A scenario whose All-Reduce says ``algo: auto`` with the algorithm the fabric's model
-    chooses at its size and the ranks in ring order, and what was chosen and why (None
-    when there is nothing to choose)."""
-    ar = sc.allreduce
-    if ar is None or ar.algo != AUTO:
-        return sc, None
-    model, path = _model_of(sc, source)
-    choice = model.choose(ar.size_bytes, runnable(sc, model, [ar.size_bytes]))
-    ranks = autotune.ring_order(Topology(sc.fabric), ar.ranks)
-    return (replace(sc, allreduce=replace(ar, algo=choice.algo, ranks=ranks)),
-            AutoChoice(algo=choice.algo, reason=choice.reason, model=str(path),
-                       ranks=tuple(ranks)))
 
 
 def calibrate(scenario: str | Path | Scenario, policies: Sequence[str] | None = None, *,
               seconds: float = TRIAL_SECONDS, out: str | Path | None = None,
               on_trial: Callable[[float, str], None] | None = None,
               on_progress: Callable[[Progress], None] | None = None,
-              argv: Sequence[str] | None = None) -> Calibration:
+              argv: Sequence[str] | None = None, source: str | None = None) -> Calibration:
     """Find the highest rate this machine holds ``scenario``'s fabric at (see
     :mod:`labkit.analysis.calibration`): trials of ``seconds`` of traffic per policy (``policies``,
     default the scenario's own), each recorded as a run; ``on_trial(factor, what)`` hears
     "running", then "held" or the trial's first fault; ``on_progress`` each trial's run
     progress. A trial whose run fails counts as not held. The
     :class:`~labkit.analysis.calibration.Calibration` is returned and recorded in ``out`` (default
-    data/runs/<id>)."""
+    data/runs/<id>). ``source``: as :func:`run`'s."""
     from labkit.analysis import calibration as cal
     from labkit.kernel.capture import CpuSampler
 
-    sc, source = _loaded(scenario)
+    sc, source = resolve.loaded(scenario, source)
     sc = cal.as_written(sc)  # its own rate factor is what a calibration finds
     if sc.program:
         raise ScenarioError(source, sc.program.key, "a calibration scales compute times with "
@@ -507,9 +395,8 @@ def calibrate(scenario: str | Path | Scenario, policies: Sequence[str] | None = 
     if seconds <= 0:
         raise ScenarioError(source, "seconds", f"must be > 0, got {seconds}")
     if policies:  # checked here, not by the first trial, which would be recorded as failed
-        policies = [p.name for p in scenario_mod.check_policies(
-            [policies] if isinstance(policies, str) else list(policies), source,
-            list(_user_controllers(sc, source, {})))]
+        policies = [p.name for p in resolve.policies_of(
+            sc, source, policies, list(resolve.user_controllers(sc, source, {})))]
     if problem := not_ready():
         raise NotReady(problem)
     base_rate = cal.bottleneck_rate(sc)
@@ -573,29 +460,6 @@ def _keep_program(run_dir: Path, sc: Scenario, program: Path | None) -> Path | N
     return Path(shutil.copy(program, run_dir / "programs"))
 
 
-def _user_controllers(sc: Scenario, source: str, given: Mapping[str, str | type]
-                      ) -> dict[str, type]:
-    """The scenario's own controllers and those ``given``, loaded and checked."""
-    from labkit import control
-
-    out = {}
-    named: list[tuple[str, str, str | type]] = [
-        (f"control.controllers.{n}", n, spec) for n, spec in sc.control.controllers]
-    named += [(f"controllers.{n}", n, spec) for n, spec in given.items()]
-    for key, name, spec in named:
-        if problem := scenario_mod.name_problem(name):
-            raise ScenarioError(source, key, problem)
-        try:
-            if isinstance(spec, str):
-                out[name] = control.load(spec)
-            else:
-                control.check(spec)
-                out[name] = spec
-        except ValueError as exc:
-            raise ScenarioError(source, key, str(exc)) from None
-    return out
-
-
 def _keep_sources(run_dir: Path, folder: str, classes: Mapping[str, type]
                   ) -> dict[str, UserClass]:
     """Keep the source of each user class in ``<folder>/<name>.py`` of the run; what the
@@ -613,29 +477,6 @@ def _keep_sources(run_dir: Path, folder: str, classes: Mapping[str, type]
             source=f"{folder}/{name}.py" if text is not None else None,
             sha256=hashlib.sha256(text.encode()).hexdigest() if text else None)
     return recorded
-
-
-def check_sweep(sc: Scenario, op: str, algo: str, sizes: Sequence[int], iters: int) -> None:
-    """Raise :class:`ScenarioError` if the scenario's ranks cannot sweep ``op`` this way."""
-    from labkit.model.traffic import schedules
-
-    source = f"scenario {sc.name}"
-    if not sizes:
-        raise ScenarioError(source, "sizes", "give at least one message size")
-    if algo == AUTO:
-        if op != "all_reduce":
-            raise ScenarioError(source, "algo", f"auto chooses All-Reduce algorithms, not {op}")
-        model, _ = _model_of(sc, source)
-        allowed = runnable(sc, model, sizes)
-        for each in sorted({model.choose(size, allowed).algo for size in sizes}):
-            check_sweep(sc, op, each, sizes, iters)
-        return
-    if reason := schedules.problem(op, algo, len(sc.ranks), sc.fabric.gpus_per_host):
-        raise ScenarioError(source, "algo", reason)
-    if algo == "hierarchical" and (problem := scenario_mod.server_problem(sc.fabric, sc.ranks)):
-        raise ScenarioError(source, "algo", problem)
-    if iters < 1:
-        raise ScenarioError(source, "iters", f"must be at least 1, got {iters}")
 
 
 @contextmanager
@@ -666,3 +507,7 @@ def _recorded(writer: RunWriter) -> Iterator[None]:
     except Exception as exc:  # agents, the kernel, or a user's controller: recorded, kept
         writer.ended("incomplete", f"{type(exc).__name__}: {exc}")
         raise RunFailed(f"{exc}; partial data kept in {writer.tmp}", writer.tmp) from exc
+
+
+__getattr__ = moved.forward(__name__, moved.to_module(
+    "labkit.runs.resolve", "resolve_rates", "resolve_auto", "model_key", "runnable"))

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 import labkit
-from labkit.runs import runner
+from labkit.runs import resolve, runner
 
 REPO = Path(__file__).resolve().parents[2]
 BOTTLENECK = REPO / "topologies/bottleneck.yaml"
@@ -32,6 +32,35 @@ def test_a_bad_argument_names_itself_and_creates_nothing(tmp_path, kwargs, key, 
         labkit.run(BOTTLENECK, out=tmp_path / "run", **kwargs)
     assert caught.value.key == key and words in str(caught.value)
     assert not list(tmp_path.iterdir())
+
+
+def test_a_parsed_scenario_is_not_parsed_again_and_its_errors_name_what_the_caller_says(
+        tmp_path, monkeypatch):
+    from labkit.model import scenario
+
+    sc = labkit.load_scenario(BOTTLENECK)
+    monkeypatch.setattr(scenario, "load", lambda path: pytest.fail(f"{path} parsed again"))
+    with pytest.raises(labkit.ScenarioError) as caught:
+        labkit.run(sc, ["nonsense"], out=tmp_path / "run", source=str(BOTTLENECK))
+    assert (caught.value.file, caught.value.key) == (str(BOTTLENECK), "policies[0]")
+    with pytest.raises(labkit.ScenarioError) as caught:
+        labkit.run(sc, ["nonsense"], out=tmp_path / "run")
+    assert caught.value.file == "scenario bottleneck"
+    assert not list(tmp_path.iterdir())
+
+
+def test_a_run_request_is_resolved_in_one_place_without_the_kernel():
+    req = resolve.resolve_run(BOTTLENECK, "fifo", seed=7, pcap="leaf1-spine1")
+    assert req.source == str(BOTTLENECK) and req.scenario.seed == 7
+    assert [p.name for p in req.policies] == ["fifo"] and req.topology.fabric == req.scenario.fabric
+    assert req.pcap.links == ("leaf1-spine1",) and req.rates is None and req.auto is None
+    assert resolve.resolve_run(req.scenario).policies == resolve.resolve_run(BOTTLENECK).policies
+
+
+def test_the_resolving_steps_keep_their_old_path_with_a_warning():
+    with pytest.warns(DeprecationWarning, match="runner.resolve_rates is now "
+                                                "labkit.runs.resolve.resolve_rates"):
+        assert runner.resolve_rates is resolve.resolve_rates
 
 
 def test_a_bad_sweep_names_what_is_wrong():

@@ -244,45 +244,45 @@ def row(size, seconds):
     return {"size": size, "time_us": seconds * 1e6, "wrong": 0}
 
 
-# --- algo: auto in runs and sweeps (labkit.runs.runner), without the kernel ----------------
+# --- algo: auto in runs and sweeps (labkit.runs.resolve), without the kernel ---------------
 
 
 def test_auto_without_a_model_says_to_tune_first(tmp_path, monkeypatch):
     from labkit.model.scenario import ScenarioError
-    from labkit.runs import runner
+    from labkit.runs import resolve
 
     monkeypatch.setattr(store, "MODELS_DIR", tmp_path)
     doc = yaml.safe_load((REPO / "topologies/leaf-spine.yaml").read_text())
     doc["traffic"][0]["algo"] = "auto"
     sc = scenario.parse(doc, "ls.yaml")
     with pytest.raises(ScenarioError, match="run `labkit tune` on this scenario first"):
-        runner.resolve_auto(sc, "ls.yaml")
+        resolve.resolve_auto(sc, "ls.yaml")
     with pytest.raises(ScenarioError, match="not all_gather"):
-        runner.check_sweep(sc, "all_gather", "auto", [65536], 1)
+        resolve.check_sweep(sc, "all_gather", "auto", [65536], 1)
 
 
 def test_auto_runs_what_the_newest_model_of_the_fabric_chooses(tmp_path, monkeypatch):
-    from labkit.runs import runner
+    from labkit.runs import resolve
 
     monkeypatch.setattr(store, "MODELS_DIR", tmp_path)
     doc = yaml.safe_load((REPO / "topologies/leaf-spine.yaml").read_text())
     doc["traffic"][0].update(algo="auto", ranks=["g5", "g1", "g6", "g2"])
     sc = scenario.parse(doc, "ls.yaml")
-    key = runner.model_key(sc)
+    key = resolve.model_key(sc)
     model = autotune.Model.fit(SWEEPS, key)
     old = rundir.save_model(model, "20260101-000000-x-tune")
     new = rundir.save_model(model, "20260102-000000-x-tune")
     assert old != new and old.exists()  # a tuning never replaces another
     assert rundir.newest_model(key)[1] == new
-    resolved, auto = runner.resolve_auto(sc, "ls.yaml")
+    resolved, auto = resolve.resolve_auto(sc, "ls.yaml")
     assert resolved.allreduce.algo == auto.algo == model.choose(2 << 20).algo
     assert resolved.allreduce.ranks == ("g5", "g6", "g1", "g2")  # each leaf's ranks together
     assert auto.reason.startswith(auto.algo) and auto.model == str(new)
-    runner.check_sweep(sc, "all_reduce", "auto", [65536, 4 << 20], 1)  # a model: fine
+    resolve.check_sweep(sc, "all_reduce", "auto", [65536, 4 << 20], 1)  # a model: fine
 
 
 def test_auto_chooses_only_what_the_ranks_can_run(tmp_path, monkeypatch):
-    from labkit.runs import runner
+    from labkit.runs import resolve
 
     monkeypatch.setattr(store, "MODELS_DIR", tmp_path)
     doc = yaml.safe_load((REPO / "topologies/leaf-spine.yaml").read_text())
@@ -292,6 +292,6 @@ def test_auto_chooses_only_what_the_ranks_can_run(tmp_path, monkeypatch):
             for a in ("halving_doubling",)}
     fits["ring"] = [{"size": 1 << 16, "time_us": 5e3, "wrong": 0},
                     {"size": 1 << 22, "time_us": 9e4, "wrong": 0}]
-    rundir.save_model(autotune.Model.fit(fits, runner.model_key(sc)), "20260101-000000-x")
-    resolved, auto = runner.resolve_auto(sc, "ls.yaml")  # 6 ranks: no halving-doubling
+    rundir.save_model(autotune.Model.fit(fits, resolve.model_key(sc)), "20260101-000000-x")
+    resolved, auto = resolve.resolve_auto(sc, "ls.yaml")  # 6 ranks: no halving-doubling
     assert resolved.allreduce.algo == "ring" and auto.algo == "ring"

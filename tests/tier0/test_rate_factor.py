@@ -13,7 +13,7 @@ from labkit.analysis import calibration
 from labkit.model import scenario
 from labkit.model.manifest import Rates
 from labkit.model.scenario import ScenarioError
-from labkit.runs import rundir, runner
+from labkit.runs import resolve, rundir
 from tests.recorded import PROVENANCE, calibration_manifest
 
 REPO = Path(__file__).resolve().parents[2]
@@ -35,8 +35,8 @@ def test_a_bad_factor_is_refused_with_its_key_and_what_it_may_be(value):
 
 def test_a_number_scales_rates_compute_times_and_the_scale_factor():
     written = bottleneck()
-    assert runner.resolve_rates(written, SOURCE) == (written, None)
-    sc, rates = runner.resolve_rates(bottleneck(rate_factor=2), SOURCE)
+    assert resolve.resolve_rates(written, SOURCE) == (written, None)
+    sc, rates = resolve.resolve_rates(bottleneck(rate_factor=2), SOURCE)
     assert calibration.bottleneck_rate(sc) == 2 * calibration.bottleneck_rate(written)
     assert sc.scale_factor == written.scale_factor / 2
     assert sc.allreduce.compute_ms == written.allreduce.compute_ms / 2
@@ -65,7 +65,7 @@ def test_auto_takes_the_newest_calibration_of_this_scenario_on_this_machine(tmp_
     monkeypatch.setattr(rundir, "RUNS_DIR", tmp_path)
     auto = bottleneck(rate_factor="auto")
     with pytest.raises(ScenarioError, match=r"emulation\.rate_factor.*run `labkit calibrate`"):
-        runner.resolve_rates(auto, SOURCE)
+        resolve.resolve_rates(auto, SOURCE)
     record_calibration(tmp_path, auto, 0.5, "2026-11-30T09:00:00")  # older
     elsewhere = replace(bottleneck(), path="/elsewhere/bottleneck.yaml", seed=7)
     chosen = record_calibration(tmp_path, elsewhere, 2.0, "2026-11-30T10:00:00")
@@ -73,7 +73,7 @@ def test_auto_takes_the_newest_calibration_of_this_scenario_on_this_machine(tmp_
     record_calibration(tmp_path, replace(auto, name="other"), 8.0, "2026-11-30T12:00:00")
     interrupted = record_calibration(tmp_path, auto, 8.0, "2026-11-30T13:00:00")
     (interrupted / "summary.json").unlink()
-    sc, rates = runner.resolve_rates(auto, SOURCE)
+    sc, rates = resolve.resolve_rates(auto, SOURCE)
     assert rates.factor == 2.0 and rates.calibration == str(chosen)
     assert calibration.bottleneck_rate(sc) == 2 * calibration.bottleneck_rate(bottleneck())
 
@@ -82,4 +82,4 @@ def test_auto_says_so_when_no_rate_held(tmp_path, monkeypatch):
     monkeypatch.setattr(rundir, "RUNS_DIR", tmp_path)
     record_calibration(tmp_path, bottleneck(), None, "2026-11-30T10:00:00")
     with pytest.raises(ScenarioError, match="found no rate this machine holds: no rate down"):
-        runner.resolve_rates(bottleneck(rate_factor="auto"), SOURCE)
+        resolve.resolve_rates(bottleneck(rate_factor="auto"), SOURCE)

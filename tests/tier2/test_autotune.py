@@ -5,7 +5,7 @@ model chose there, in ring order."""
 import polars as pl
 
 from labkit.model import autotune, scenario
-from labkit.runs import rundir, runner, store
+from labkit.runs import resolve, rundir, runner, store
 from tests.leaks import assert_no_leaks
 
 DOC = {"name": "tune-test",
@@ -24,7 +24,7 @@ def test_tune_then_auto(fabric_ready, tmp_path, monkeypatch):
     sc = scenario.parse(DOC)
     tuning = runner.tune(sc, SIZES, iters=2, out=tmp_path / "tune")
     assert set(tuning.sweeps) == {"ring", "tree", "halving_doubling"}
-    assert tuning.model_path.parent.name == runner.model_key(sc)
+    assert tuning.model_path.parent.name == resolve.model_key(sc)
     manifest = rundir.read_documents(tuning.path, ("manifest.json",))["manifest.json"]
     assert manifest["kind"] == "tune" and manifest["ranks"] == ["g1", "g2", "g3", "g4"]
     rows = pl.read_parquet(tuning.path / "tune.parquet")
