@@ -13,7 +13,6 @@ from labkit.kernel import bpf, tc
 from labkit.kernel.netns import Netns
 from labkit.kernel.skeletons import ECNMARK, EcnmarkMaps, EcnmarkPrograms
 
-PROGRAM = ECNMARK.programs.lk_mark.name  # its name, for what names it by a string
 ETH_HLEN = 14
 ECT, CE = 0, 1  # lk_mark_counts keys
 

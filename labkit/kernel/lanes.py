@@ -40,7 +40,7 @@ from labkit.model.abi import (
 )
 from labkit.model.scenario_spec import LaneRule
 
-PROGRAM = CLASSIFIER.programs.lk_classify.name  # its name, for what names it by a string
+PROGRAM = CLASSIFIER.programs.lk_classify.name  # by name: doctor, benchmarks, check_object
 FIFO_TAG = 0x20000  # major 2: not a class of the port's HTB (1:), so HTB uses its default
 
 

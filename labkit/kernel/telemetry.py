@@ -110,7 +110,7 @@ class QueueProbe:
 class LatencyProbe:
     """The one-way latency program, attached at the ingress of receiving hosts."""
 
-    PROGRAM = LATENCY.programs.lk_latency.name  # its name, for what names it by a string
+    PROGRAM = LATENCY.programs.lk_latency.name  # by name: benchmarks/telemetry.py
 
     def __init__(self, config: bpf.Map, queues: QueueProbe, record: bpf.Recorder | None = None):
         shared = queues.obj.maps  # telemetry.h's maps
