@@ -15,9 +15,9 @@
 // under SCHED_FIFO when given one.
 //
 // usage: _delayline [--fifo PRIO] [--stats FILE] IN,OUT,DELAY_NS,JITTER_NS,RING_BYTES,SEED ...
-// It prints "ready" on stdout once every socket is bound, and on SIGTERM or SIGINT writes
-// per pipe: frames, bytes, dropped (ring full or send failed) and how late sends were
-// (p50, p99, max, in ns) as one JSON object to FILE (or stdout), then exits 0.
+// It prints "ready" on stdout once every socket is bound. On SIGUSR1 it writes per pipe:
+// frames, bytes, dropped (ring full or send failed) and how late sends were (p50, p99,
+// max, in ns) as one JSON object to FILE (or stdout); on SIGTERM or SIGINT too, then exits 0.
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <errno.h>
@@ -67,7 +67,7 @@ struct pipe {
 
 static struct pipe pipes[MAX_PIPES];
 static int npipes;
-static volatile sig_atomic_t stopping;
+static volatile sig_atomic_t stopping, reporting;
 static int64_t rt_minus_mono; /* CLOCK_REALTIME - CLOCK_MONOTONIC, ns */
 
 static int64_t now_ns(clockid_t clock)
@@ -79,8 +79,10 @@ static int64_t now_ns(clockid_t clock)
 
 static void on_signal(int sig)
 {
-	(void)sig;
-	stopping = 1;
+	if (sig == SIGUSR1)
+		reporting = 1;
+	else
+		stopping = 1;
 }
 
 static void die(const char *what, const char *detail)
@@ -285,10 +287,14 @@ static int64_t late_quantile(const struct pipe *p, double q)
 
 static void write_stats(const char *path, const char *sched)
 {
-	FILE *out = path ? fopen(path, "w") : stdout;
+	char tmp[4096];
+	FILE *out = stdout;
 
-	if (!out)
-		die("open", path);
+	if (path) { /* written whole, then renamed: a reader never sees half of it */
+		snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+		if (!(out = fopen(tmp, "w")))
+			die("open", tmp);
+	}
 	fprintf(out, "{\"sched\": \"%s\", \"pipes\": [", sched);
 	for (int i = 0; i < npipes; i++) {
 		const struct pipe *p = &pipes[i];
@@ -302,8 +308,9 @@ static void write_stats(const char *path, const char *sched)
 			(long long)p->late_max);
 	}
 	fprintf(out, "]}\n");
-	if (path)
-		fclose(out);
+	if (path && (fclose(out) || rename(tmp, path)))
+		die("write", path);
+	fflush(stdout);
 }
 
 int main(int argc, char **argv)
@@ -327,6 +334,7 @@ int main(int argc, char **argv)
 	}
 	sigaction(SIGTERM, &sa, NULL);
 	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGUSR1, &sa, NULL);
 	if (fifo) {
 		struct sched_param sp = {.sched_priority = fifo};
 		if (!sched_setscheduler(0, SCHED_FIFO, &sp))
@@ -371,6 +379,10 @@ int main(int argc, char **argv)
 							      .tv_nsec = next % 1000000000}};
 			timerfd_settime(timer, TFD_TIMER_ABSTIME, &its, NULL);
 			armed = next;
+		}
+		if (reporting) {
+			reporting = 0;
+			write_stats(stats, sched);
 		}
 		if (now_ns(CLOCK_MONOTONIC) - offset_at > 1000000000) { /* follow NTP's slews */
 			rt_minus_mono = now_ns(CLOCK_REALTIME) - now_ns(CLOCK_MONOTONIC);

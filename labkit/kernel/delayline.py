@@ -77,8 +77,12 @@ class DelayStats:
     pipes: tuple[PipeStats, ...]
 
     @classmethod
-    def read(cls, path: Path) -> DelayStats:
-        doc = json.loads(path.read_text())
+    def parse(cls, line: str) -> DelayStats | None:
+        """The report on one line of its output (None if that is not one)."""
+        try:
+            doc = json.loads(line)
+        except ValueError:
+            return None
         return cls(realtime=doc["sched"] == "fifo", pipes=tuple(
             PipeStats(into=p["in"], out=p["out"], **{k: p[k] for k in (
                 "delay_ns", "jitter_ns", "frames", "bytes", "dropped", "late_p50_ns",
@@ -93,40 +97,51 @@ class DelayLine:
     that namespace and records the process for teardown), :meth:`stop` it for its
     :class:`DelayStats`."""
 
-    def __init__(self, popen: Popen, pipes: list[Pipe], stats: Path):
-        self.popen, self.pipes, self.stats_path = popen, pipes, stats
+    def __init__(self, popen: Popen, pipes: list[Pipe]):
+        self.popen, self.pipes = popen, pipes
         self.proc: subprocess.Popen | None = None
         self._stderr = tempfile.TemporaryFile()
 
     def start(self) -> DelayLine:
         if not DELAYLINE.exists():
             raise RuntimeError(f"{DELAYLINE} is missing: run `make setup` to build it")
-        proc = self.proc = self.popen(
-            [str(DELAYLINE), "--fifo", str(FIFO_PRIORITY), "--stats", str(self.stats_path),
-             *(p.arg() for p in self.pipes)],
-            stdout=subprocess.PIPE, stderr=self._stderr)
-        assert proc.stdout is not None
-        ready = select.select([proc.stdout], [], [], READY_WAIT_S)[0]
-        if not ready or proc.stdout.readline().strip() != b"ready":
+        self.proc = self.popen([str(DELAYLINE), "--fifo", str(FIFO_PRIORITY),
+                                *(p.arg() for p in self.pipes)],
+                               stdout=subprocess.PIPE, stderr=self._stderr)
+        if self._line(READY_WAIT_S) != "ready":
             self.stop()
             raise RuntimeError(f"the delay line did not start: {self._said() or 'no word'}")
         return self
 
+    def _line(self, timeout_s: float) -> str | None:
+        """Its next line on stdout, or None if none comes within ``timeout_s``."""
+        out = self.proc.stdout if self.proc else None
+        if out is None or not select.select([out], [], [], timeout_s)[0]:
+            return None
+        return out.readline().decode().strip() or None
+
+    def report(self, timeout_s: float = 2.0) -> DelayStats | None:
+        """What it has done so far (it goes on); None if it does not answer in time."""
+        if self.proc is None or self.proc.poll() is not None:
+            return None
+        self.proc.send_signal(signal.SIGUSR1)
+        line = self._line(timeout_s)
+        return DelayStats.parse(line) if line else None
+
     def stop(self) -> DelayStats | None:
-        """Stop it (it writes its report as it exits); None if it wrote none."""
+        """Stop it, with its last report (None if it gave none)."""
         proc, self.proc = self.proc, None
         if proc is None:
             return None
-        proc.send_signal(signal.SIGTERM)
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
         try:
-            proc.wait(timeout=STOP_WAIT_S)
+            out, _ = proc.communicate(timeout=STOP_WAIT_S)
         except subprocess.TimeoutExpired:
             proc.kill()
-            proc.wait()
-        try:
-            return DelayStats.read(self.stats_path)
-        except (OSError, ValueError, KeyError):
-            return None
+            out, _ = proc.communicate()
+        last = out.decode(errors="replace").strip().splitlines()
+        return DelayStats.parse(last[-1]) if last else None
 
     def _said(self) -> str:
         self._stderr.seek(0)

@@ -3,7 +3,9 @@
 Every node (GPU host, storage host, router) is a plain Mininet ``Node`` in its
 own network namespace; routers forward IPv4 with ECMP (L4 hash, seeded by the router's
 name) and no switch or controller is involved, so Open vSwitch is never needed. Links
-are veth pairs.
+are veth pairs; a link with a propagation delay is spliced through one more namespace,
+:data:`DELAY_NODE`, where labkit's delay line (:mod:`labkit.kernel.delayline`) holds
+each direction's frames after the link's shapers.
 Addresses, static neighbours, routes and sysctls are set over netlink
 (pyroute2) inside each namespace; every port is shaped by :mod:`labkit.kernel.tc`.
 
@@ -28,16 +30,24 @@ from pyroute2 import IPRoute
 from pyroute2.ethtool import Ethtool
 
 from labkit.kernel import cgroups, tc
+from labkit.kernel.delayline import DelayLine, Pipe, ring_bytes
 from labkit.kernel.netns import Netns
 from labkit.kernel.registry import Registry
 from labkit.model.topo import Port, Topology
 
 NUD_PERMANENT = 0x80
+DELAY_NODE = "lk-delay"  # no scenario's node: a node's name is [a-z][a-z0-9]*
 
 
 def mac_for(ip: str) -> str:
     """A locally administered MAC derived from the port's address (stable, readable)."""
     return "02:00:" + ":".join(f"{int(b):02x}" for b in ip.split("."))
+
+
+def _delay_mac(ifname: str) -> str:
+    """A locally administered MAC for an end in :data:`DELAY_NODE` ("dl<i>a", "dl<i>b")."""
+    i, side = int(ifname[2:-1]), ifname[-1] == "b"
+    return f"02:dd:00:{i >> 8:02x}:{i & 0xff:02x}:{side:02x}"
 
 
 TSO = ("tx-tcp-segmentation", "tx-tcp-ecn-segmentation", "tx-tcp-mangleid-segmentation",
@@ -115,6 +125,7 @@ class Fabric:
         self.nodes: dict = {}
         self.ns: dict[str, Netns] = {}
         self.ifindex: dict[str, int] = {}  # port_key(port) -> ifindex
+        self.delay_line: DelayLine | None = None
 
     def start(self) -> Fabric:
         from mininet.net import Mininet
@@ -126,7 +137,8 @@ class Fabric:
                 self.group = cgroups.make(self.cgroup_path, self.registry.add)
             net = self.net = Mininet(topo=None, build=False, controller=None, autoSetMacs=False,
                                autoStaticArp=False, waitConnected=False)
-            for name in self.topo.roles:
+            delayed = self.delayed_links()
+            for name in [*self.topo.roles, *([DELAY_NODE] if delayed else [])]:
                 node = net.addHost(name, cls=Node, ip=None, inNamespace=True)
                 self.registry.add_process(node.pid, f"mininet node {name}", signal.SIGHUP)
                 if self.group:  # what the node's shell runs (its command line's) joins it
@@ -135,22 +147,62 @@ class Fabric:
                 self.ns[name] = Netns(node.pid, name)
                 self.registry.add("netns", node=name, pid=node.pid, inode=self.ns[name].inode)
             for pa, pb in self.topo.links:
-                link = net.addLink(pa.node, pb.node, intfName1=pa.ifname,
-                                        intfName2=pb.ifname, addr1=mac_for(pa.ip),
-                                        addr2=mac_for(pb.ip))
-                for intf, port in ((link.intf1, pa), (link.intf2, pb)):
-                    # addresses are configured over netlink below; Mininet is told them too,
-                    # for `dump` and `pingall` in its CLI (which reads a host's address
-                    # afresh, with ifconfig, when a command names the host)
-                    intf.ip, intf.prefixLen = port.ip, port.prefixlen
-                self.registry.add("veth", ends=[f"{pa.node}/{pa.ifname}",
-                                                f"{pb.node}/{pb.ifname}"])
+                splice = delayed.get((pa, pb))
+                ends = ([(pa, DELAY_NODE, splice[0]), (pb, DELAY_NODE, splice[1])] if splice
+                        else [(pa, pb.node, pb.ifname)])
+                for port, node, ifname in ends:
+                    link = net.addLink(port.node, node, intfName1=port.ifname,
+                                       intfName2=ifname, addr1=mac_for(port.ip),
+                                       addr2=_delay_mac(ifname) if splice else mac_for(pb.ip))
+                    # addresses are configured over netlink below; Mininet is told them
+                    # too, for `dump` and `pingall` in its CLI (which reads a host's
+                    # address afresh, with ifconfig, when a command names the host)
+                    link.intf1.ip, link.intf1.prefixLen = port.ip, port.prefixlen
+                    if not splice:
+                        link.intf2.ip, link.intf2.prefixLen = pb.ip, pb.prefixlen
+                    self.registry.add("veth", ends=[f"{port.node}/{port.ifname}",
+                                                    f"{node}/{ifname}"])
+            if delayed:
+                self.ns[DELAY_NODE].run(self._configure_delay, delayed)
+                self._start_delay_line(delayed)
             for name in self.topo.roles:
                 self.ns[name].run(self._configure, name)
         except BaseException:
             self.stop()
             raise
         return self
+
+    def delayed_links(self) -> dict[tuple[Port, Port], tuple[str, str]]:
+        """Each link with a propagation delay, and the names of its two ends in
+        :data:`DELAY_NODE` (towards its first port, towards its second)."""
+        return {(pa, pb): (f"dl{i}a", f"dl{i}b")
+                for i, (pa, pb) in enumerate(
+                    (pa, pb) for pa, pb in self.topo.links if pa.link.delay_ms > 0)}
+
+    def _configure_delay(self, delayed: dict[tuple[Port, Port], tuple[str, str]]) -> None:
+        """:data:`DELAY_NODE`'s ends up, with their link's MTU, as every port receives."""
+        with IPRoute() as ipr, Ethtool() as ethtool:
+            (lo,) = ipr.link_lookup(ifname="lo")
+            ipr.link("set", index=lo, state="up")
+            for (pa, _), ends in delayed.items():
+                for ifname in ends:
+                    _sysctl(f"net.ipv6.conf.{ifname}.disable_ipv6", "1")
+                    (index,) = ipr.link_lookup(ifname=ifname)
+                    ipr.link("set", index=index, mtu=pa.link.mtu, state="up")
+                    _receive_in_order(ethtool, ifname)
+
+    def _start_delay_line(self, delayed: dict[tuple[Port, Port], tuple[str, str]]) -> None:
+        """One delay line for every delayed link, both directions."""
+        pipes = []
+        for (pa, _), (a, b) in delayed.items():
+            link = pa.link
+            delay, jitter = int(link.delay_ms * 1e6), int(link.jitter_ms * 1e6)
+            size = ring_bytes(link.rate_mbps, delay, jitter)
+            seed = zlib.crc32(f"{pa.node}/{pa.ifname}".encode())
+            pipes += [Pipe(a, b, delay, jitter, size, seed),
+                      Pipe(b, a, delay, jitter, size, seed + 1)]
+        self.delay_line = DelayLine(
+            lambda argv, **kw: self.popen(DELAY_NODE, argv, "delay line", **kw), pipes).start()
 
     def _configure(self, name: str) -> None:
         router = self.topo.roles[name] in ("router", "nvswitch")

@@ -61,8 +61,8 @@ class Splice:
         d, j = int(delay_ms * 1e6), int(jitter_ms * 1e6)
         size = ring_bytes(RATE_MBPS, d, j)
         pipes = [Pipe("da", "db", d, j, size, 1), Pipe("db", "da", d, j, size, 2)]
-        return DelayLine(lambda argv, **kw: self.popen(self.ns["d"], argv, **kw), pipes,
-                         tmp / "delay.json").start()
+        return DelayLine(lambda argv, **kw: self.popen(self.ns["d"], argv, **kw),
+                         pipes).start()
 
     def close(self) -> None:
         for ns in self.ns.values():
