@@ -1,8 +1,10 @@
 """The model layer: plain data and pure functions, no side effects.
 
-Scenario and grid files parsed into frozen dataclasses (checked by :mod:`.scenario` and
-:mod:`.grid`; the types: :mod:`.scenario_spec`, :mod:`.fabric_spec`; the files' JSON
-Schema: :mod:`.schema`), the fabric's graph (:mod:`.topo`), a lossless fabric's plan
+Scenario and grid files parsed into frozen dataclasses (checked by :mod:`.scenario`, with
+:mod:`.checker`, :mod:`.scenario_fabric` and :mod:`.scenario_traffic`, and :mod:`.grid`;
+a scenario file's shape declared once in :mod:`.scenario_doc`, in :mod:`.shapes`' terms,
+which the checker and the files' JSON Schema, :mod:`.schema`, are made from; the types:
+:mod:`.scenario_spec`, :mod:`.fabric_spec`), the fabric's graph (:mod:`.topo`), a lossless fabric's plan
 (:mod:`.lossless`), ``algo: auto``'s models (:mod:`.autotune`), the BPF programs' structs
 (:mod:`.abi`), a run's tables, summary and manifests as types (:mod:`.tables`,
 :mod:`.summary`, :mod:`.manifest`, read and written by :mod:`.records`;

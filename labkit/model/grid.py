@@ -41,11 +41,13 @@ from typing import Any
 
 from labkit.model import inputs
 from labkit.model import scenario as scenario_mod
-from labkit.model.scenario import LIMITS, SCENARIO_NAME_RE, Scenario, ScenarioError, kind_of
+from labkit.model.checker import ScenarioError
+from labkit.model.scenario_doc import LIMITS, SCENARIO_NAME_RE
+from labkit.model.scenario_spec import Scenario
+from labkit.model.shapes import kind_of
 
 GRID_KEYS = {"scenario", "name", "description", "axes", "policies", "seeds", "duration",
              "slurm"}
-SLURM_KEYS = {"partition", "account", "qos", "constraint", "time_min", "python", "setup"}
 # scenario keys that a grid sets its own way
 NOT_AN_AXIS = {
     "name": "the runs keep the scenario's name (the grid's own `name` names the batch)",
@@ -85,6 +87,9 @@ class SlurmOptions:
     time_min: int = DEFAULT_TIME_MIN
     python: str | None = None  # the interpreter on the nodes (default: this one's path)
     setup: tuple[str, ...] = ()  # shell lines the job runs first (e.g. `module load ...`)
+
+
+SLURM_KEYS = set(SlurmOptions.__dataclass_fields__)  # a grid's `slurm` keys: its fields
 
 
 @dataclass(frozen=True)
