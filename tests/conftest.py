@@ -52,6 +52,16 @@ def require(condition: bool, reason: str) -> None:
     pytest.skip(reason)
 
 
+@pytest.fixture
+def labkit_paths(tmp_path):
+    """labkit's paths (:mod:`labkit.model.paths`) with everything labkit writes (runs,
+    models, figures, state) under ``tmp_path``, handed in for the test's length."""
+    from labkit.model import paths
+
+    with paths.use(paths.current().under(tmp_path)) as given:
+        yield given
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     outcome = yield

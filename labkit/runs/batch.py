@@ -41,6 +41,7 @@ import polars as pl
 from labkit.analysis import metrics
 from labkit.kernel.registry import RunLock
 from labkit.model import grid as grid_mod
+from labkit.model import paths
 from labkit.model.grid import Grid, Point
 from labkit.model.manifest import (
     BatchManifest,
@@ -90,7 +91,8 @@ class _Record:
     def __init__(self, grid: Grid, executor: str, out: str | Path | None,
                  argv: list[str] | None):
         self.batch_id = rundir.new_run_id(f"batch-{grid.name}")
-        self.writer = RunWriter(Path(out) if out is not None else rundir.RUNS_DIR / self.batch_id)
+        self.writer = RunWriter(Path(out) if out is not None
+                                else paths.current().runs / self.batch_id)
         self.dir = self.writer.tmp
         (self.dir / "grid.yaml").write_text(grid.text or Path(grid.path).read_text())
         (self.dir / "runs").mkdir()

@@ -1,6 +1,8 @@
 """What recorded a run: labkit's git revision, the files' hashes, the Python packages and
 the tools' versions (clang, bpftool, iproute2, Mininet, libbpf), gathered as the
-:class:`~labkit.model.manifest.Provenance` every recording's manifest keeps."""
+:class:`~labkit.model.manifest.Provenance` every recording's manifest keeps. The kernel
+layer (Mininet's, libbpf's versions) is imported only when they are gathered: reading a
+recorded run never loads it."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ import socket
 import subprocess
 from pathlib import Path
 
-from labkit.kernel import bpf, fabric
+from labkit.model import paths
 from labkit.model.manifest import Provenance
 from labkit.traffic.hotpath import LIBRARY as HOTPATH
 
@@ -23,8 +25,8 @@ def git_revision() -> str:
     as it goes)."""
     # root (sudo) in a user's checkout: git refuses a repository another user owns unless
     # told it is safe; and status writes nothing (the index stays the user's)
-    git = ["git", "-c", f"safe.directory={bpf.REPO_ROOT}", "--no-optional-locks", "-C",
-           str(bpf.REPO_ROOT)]
+    repo = paths.current().repo
+    git = ["git", "-c", f"safe.directory={repo}", "--no-optional-locks", "-C", str(repo)]
     try:
         rev = subprocess.run([*git, "rev-parse", "HEAD"],
                              capture_output=True, text=True, check=True).stdout.strip()
@@ -55,8 +57,9 @@ def python_packages() -> dict[str, str]:
 
 def provenance() -> Provenance:
     """What records here: this machine, its tools and labkit's own files."""
-    lock = bpf.REPO_ROOT / "requirements.lock"
-    objects = sorted(bpf.BUILD_DIR.glob("*.bpf.o"))
+    where = paths.current()
+    lock = where.repo / "requirements.lock"
+    objects = sorted(where.bpf_build.glob("*.bpf.o"))
     return Provenance(
         kernel=platform.release(), labkit_revision=git_revision(),
         bpf_objects={o.name: sha256_file(o) for o in objects},
@@ -67,6 +70,8 @@ def provenance() -> Provenance:
 
 
 def _tool_versions() -> dict[str, str]:
+    from labkit.kernel import bpf, fabric
+
     out = {}
     for name, argv in (("clang", ["clang", "--version"]), ("bpftool", ["bpftool", "version"]),
                        ("iproute2", ["ip", "-V"])):

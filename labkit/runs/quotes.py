@@ -19,25 +19,26 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from labkit.kernel.bpf import REPO_ROOT
-from labkit.model import inputs
+from labkit.model import inputs, paths
 
-SAMPLE_ROOT = REPO_ROOT / "data" / "sample"
 QUOTED = re.compile(r"(?P<num>-?\d+(?:\.\d+)?)(?P<unit>[^<\d\n]{0,12}?)"
                     r"<!-- (?P<sample>[\w./-]+) (?P<key>[^ ]+)(?: (?P<scale>[*/][\d.e+-]+))? -->")
 MARKER = re.compile(r"<!-- [\w./-]+ [^ ]+(?: [*/][\d.e+-]+)? -->")
 
 
-def documents(repo: Path = REPO_ROOT) -> list[Path]:
-    """The files that may quote samples: README.md, docs/*.md, the notebooks' sources."""
+def documents(repo: Path | None = None) -> list[Path]:
+    """The files that may quote samples: README.md, docs/*.md, the notebooks' sources (of
+    the checkout ``repo``, default :func:`labkit.model.paths.current`'s)."""
+    repo = paths.current().repo if repo is None else repo
     return [repo / "README.md", *sorted((repo / "docs").glob("*.md")),
             *sorted((repo / "notebooks").glob("*.py"))]
 
 
-def value_of(sample: str, key: str, root: Path = SAMPLE_ROOT) -> float:
-    """``key`` (dotted) of ``root/sample/summary.json``; InputError (the file missing or
+def value_of(sample: str, key: str, root: Path | None = None) -> float:
+    """``key`` (dotted) of ``root/sample/summary.json`` (``root``: default the samples'
+    folder, :func:`labkit.model.paths.current`'s); InputError (the file missing or
     unreadable), KeyError or TypeError when there is no such number."""
-    doc = inputs.read_json(root / sample / "summary.json")
+    doc = inputs.read_json((root or paths.current().samples) / sample / "summary.json")
     for part in key.split("."):
         doc = doc[part]
     if not isinstance(doc, int | float) or isinstance(doc, bool):
@@ -78,7 +79,7 @@ class Quote:
                 f"{self.sample} {self.key} is {self.value} now")
 
 
-def quotes(text: str, where: str, root: Path = SAMPLE_ROOT) -> list[Quote]:
+def quotes(text: str, where: str, root: Path | None = None) -> list[Quote]:
     """Every marked number of ``text`` (``where``: its file, for messages)."""
     found = []
     for m in QUOTED.finditer(text):
@@ -99,13 +100,13 @@ def quotes(text: str, where: str, root: Path = SAMPLE_ROOT) -> list[Quote]:
     return found
 
 
-def wrong_numbers(text: str, where: str, root: Path = SAMPLE_ROOT) -> list[str]:
+def wrong_numbers(text: str, where: str, root: Path | None = None) -> list[str]:
     """Every marked number of ``text`` that is not its sample's value, as a line saying
     where, what is quoted and what the sample holds."""
     return [q.describe() for q in quotes(text, where, root) if q.wrong]
 
 
-def requote(text: str, where: str, root: Path = SAMPLE_ROOT) -> tuple[str, list[Quote]]:
+def requote(text: str, where: str, root: Path | None = None) -> tuple[str, list[Quote]]:
     """``text`` with every marked number written from its sample (same digits), and the
     quotes that changed; a marker whose sample has no such number is left as it is (and
     among them: ``value`` None)."""
@@ -116,9 +117,11 @@ def requote(text: str, where: str, root: Path = SAMPLE_ROOT) -> tuple[str, list[
     return text, changed
 
 
-def requote_documents(repo: Path = REPO_ROOT, root: Path = SAMPLE_ROOT) -> list[Quote]:
-    """Write every document's marked numbers from the samples under ``root``; the quotes
-    that changed (those with no such number are left, and returned too)."""
+def requote_documents(repo: Path | None = None, root: Path | None = None) -> list[Quote]:
+    """Write every document's marked numbers (of the checkout ``repo``) from the samples
+    under ``root`` (defaults: :func:`labkit.model.paths.current`'s); the quotes that
+    changed (those with no such number are left, and returned too)."""
+    repo = paths.current().repo if repo is None else repo
     changed = []
     for path in documents(repo):
         text = path.read_text()

@@ -19,12 +19,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from labkit.model import autotune
+from labkit.model import autotune, paths
 from labkit.model import scenario as scenario_mod
 from labkit.model.manifest import AutoChoice, Rates
 from labkit.model.scenario import Policy, Scenario, ScenarioError
 from labkit.model.topo import Topology
-from labkit.runs import rundir, store
+from labkit.runs import store
 
 if TYPE_CHECKING:
     from labkit.kernel.pcap import PcapRequest
@@ -80,11 +80,12 @@ def resolve_rates(sc: Scenario, source: str) -> tuple[Scenario, Rates | None]:
     found = None
     if isinstance(factor, str):  # auto, the only word the scenario's checker lets through
         key = "emulation.rate_factor"
-        found = store.newest_calibration(written.to_dict(), rundir.RUNS_DIR)
+        runs = paths.current().runs
+        found = store.newest_calibration(written.to_dict(), runs)
         if found is None:
             raise ScenarioError(
                 source, key, f"auto takes the rate `labkit calibrate` found for this scenario "
-                f"on this machine, and {rundir.RUNS_DIR} holds no such calibration (one of "
+                f"on this machine, and {runs} holds no such calibration (one of "
                 "this scenario, its path, seed and rate factor aside, recorded by this host; "
                 "calibrations recorded before 2026-11-30 or with --out do not count): run "
                 "`labkit calibrate` on it first (a few 8-second trials), or write a number")

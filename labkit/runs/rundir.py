@@ -10,7 +10,9 @@ Nothing is ever overwritten: an existing target is an error.
 :class:`RunDataError` that names the file and what is wrong; :func:`load_tuning` and
 :func:`load_sweeps` read tunings and sweeps back. What recorded a run is gathered by
 :mod:`labkit.runs.provenance`, the model store and the calibration search are
-:mod:`labkit.runs.store`'s; their names are importable from here too.
+:mod:`labkit.runs.store`'s; their names are importable from here too. New runs go in the
+runs' directory of :func:`labkit.model.paths.current` (``data/runs``, ``LABKIT_RUNS_DIR``)
+unless given another; reading a run imports nothing of the kernel layer.
 """
 
 from __future__ import annotations
@@ -31,8 +33,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import polars as pl
 from polars.datatypes import DataTypeClass
 
-from labkit.kernel import bpf
-from labkit.model import inputs
+from labkit.model import inputs, paths
 from labkit.model import manifest as manifest_mod
 from labkit.model.autotune import Model
 from labkit.model.manifest import (
@@ -47,7 +48,7 @@ from labkit.model.manifest import (
 from labkit.model.summary import Summary, SummaryError
 from labkit.model.tables import TABLES
 from labkit.model.tables import schema as row_schema
-from labkit.runs import store
+from labkit.runs import moved, store
 from labkit.runs.provenance import (  # noqa: F401 (re-exported: their home before issue 29)
     git_revision,
     provenance,
@@ -66,7 +67,6 @@ if TYPE_CHECKING:
 
 PolarsDataType = pl.DataType | DataTypeClass  # a dtype, or its class (pl.Int64)
 M = TypeVar("M", RunManifest, SweepManifest, TuneManifest, CalibrationManifest, BatchManifest)
-RUNS_DIR = Path(os.environ.get("LABKIT_RUNS_DIR", bpf.REPO_ROOT / "data" / "runs"))
 # every table's columns and their dtypes: its row type's (labkit.model.tables), "policy" first
 SCHEMAS: dict[str, dict[str, PolarsDataType]] = {
     name: {"policy": pl.String, **row_schema(row)} for name, row in TABLES.items()}
@@ -92,11 +92,13 @@ def new_run_id(scenario: str) -> str:
     """``<date>-<time>-<host>-<scenario>``: unique across machines that record into one
     place (a batch's runs on a cluster), since one machine runs one run at a time. Runs
     recorded before the host was added have ``<date>-<time>-<scenario>``; nothing reads a
-    run id apart, so both load alike. An id already taken under RUNS_DIR (two runs of one
-    scenario in one second: a calibration's short trials) gets ``-2``, ``-3``, ..."""
+    run id apart, so both load alike. An id already taken in the runs' directory
+    (:func:`labkit.model.paths.current`; two runs of one scenario in one second: a
+    calibration's short trials) gets ``-2``, ``-3``, ..."""
     base = datetime.now().strftime("%Y%m%d-%H%M%S-") + f"{host_label()}-{scenario}"
     run_id, n = base, 1
-    while (RUNS_DIR / run_id).exists() or incomplete_path(RUNS_DIR / run_id).exists():
+    runs = paths.current().runs
+    while (runs / run_id).exists() or incomplete_path(runs / run_id).exists():
         n += 1
         run_id = f"{base}-{n}"
     return run_id
@@ -382,9 +384,11 @@ def read_summary(path: Path, doc: dict) -> Summary:
         raise RunDataError(f"{path / 'summary.json'}: {exc}") from None
 
 
-def list_runs(root: Path = RUNS_DIR) -> list[dict]:
-    """Every run under ``root`` (complete or not) with its status and size."""
+def list_runs(root: Path | None = None) -> list[dict]:
+    """Every run under ``root`` (default: the runs' directory, :func:`labkit.model.paths.current`),
+    complete or not, with its status and size."""
     out: list[dict] = []
+    root = paths.current().runs if root is None else root
     if not root.is_dir():
         return out
     for d in sorted(root.iterdir()):
@@ -433,3 +437,7 @@ def load_sweeps(root: str | Path) -> dict[str, list[SweepRecord]]:
         return {f.parent.name: inputs.read_json(f) for f in found}
     except inputs.InputError as exc:
         raise RunDataError(str(exc)) from None
+
+
+__getattr__ = moved.forward(__name__, {
+    "RUNS_DIR": ("labkit.model.paths.current().runs", lambda: paths.current().runs)})

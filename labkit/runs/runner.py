@@ -44,7 +44,7 @@ from labkit.analysis.calibration import TRIAL_SECONDS, Calibration
 from labkit.analysis.nccltests import Row
 from labkit.kernel import bpf
 from labkit.kernel.registry import Registry, RunLock, RunLockedError, work_dir
-from labkit.model import autotune
+from labkit.model import autotune, paths
 from labkit.model.manifest import (
     AutoChoices,
     BatchRef,
@@ -161,7 +161,7 @@ class Recording(Generic[M]):
         """The run directory's writer, in ``out`` (default data/runs/<run-id>);
         FileExistsError when it exists."""
         return RunWriter(Path(self._out) if self._out is not None
-                         else rundir.RUNS_DIR / self.run_id)
+                         else paths.current().runs / self.run_id)
 
 
 @contextmanager

@@ -7,7 +7,8 @@ the old sample's place, so a failed or interrupted one leaves the shipped sample
 (the partial recording and its log stay in ``.recording/``, which git ignores). The figures
 an entry names are then drawn from the new sample into ``docs/figures/``. How long it takes
 is estimated from each sample's last recording (its manifest's start and end), else from
-the entry's ``minutes``.
+the entry's ``minutes``. The samples' folder and the checkout are where
+:func:`labkit.model.paths.current` says, unless a function is told another ``root``.
 """
 
 from __future__ import annotations
@@ -22,13 +23,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from labkit.kernel.bpf import REPO_ROOT
-from labkit.model import inputs
+from labkit.model import inputs, paths
 from labkit.runs.provenance import git_revision
 
-SAMPLE_ROOT = REPO_ROOT / "data" / "sample"
-SAMPLES_FILE = SAMPLE_ROOT / "samples.yaml"
-FIGURES = REPO_ROOT / "docs" / "figures"
 STAGING = ".recording"
 COMMANDS = ("run", "sweep", "tune", "calibrate")  # the labkit commands that record
 
@@ -54,11 +51,24 @@ class Sample:
         return self.path.replace("/", "-")
 
     def figure_file(self, figure: str) -> Path:
-        return FIGURES / f"{figure}-{self.name}.svg"
+        return figures_dir() / f"{figure}-{self.name}.svg"
 
 
-def load(file: Path = SAMPLES_FILE) -> list[Sample]:
-    """Every sample in ``file``, in its order; SamplesError names the entry and key."""
+def samples_file() -> Path:
+    """The samples' own manifest: ``samples.yaml`` in the samples' folder."""
+    return paths.current().samples / paths.SAMPLE_MARK
+
+
+def figures_dir() -> Path:
+    """Where the docs' figures drawn from the samples are: ``docs/figures`` of the
+    checkout."""
+    return paths.current().repo / "docs" / "figures"
+
+
+def load(file: Path | None = None) -> list[Sample]:
+    """Every sample in ``file`` (default :func:`samples_file`), in its order; SamplesError
+    names the entry and key."""
+    file = samples_file() if file is None else file
     try:
         _, doc = inputs.read_yaml(file)
     except inputs.InputError as exc:
@@ -106,16 +116,17 @@ def select(samples: Sequence[Sample], only: Sequence[str]) -> list[Sample]:
     missing = [o for o in only if not any(s.path == o.rstrip("/") or s.path.startswith(
         o.rstrip("/") + "/") for s in samples)]
     if missing:
-        raise SamplesError(f"{SAMPLES_FILE}: no sample {missing[0]!r} (known: "
+        raise SamplesError(f"{samples_file()}: no sample {missing[0]!r} (known: "
                            f"{', '.join(s.path for s in samples)})")
     return chosen
 
 
-def estimate_s(sample: Sample, root: Path = SAMPLE_ROOT) -> float:
-    """Seconds the sample's last recording took (its manifest's start and end), or its
-    entry's ``minutes`` when it has no such manifest."""
+def estimate_s(sample: Sample, root: Path | None = None) -> float:
+    """Seconds the sample's last recording took (its manifest's start and end, under
+    ``root``: default the samples' folder), or its entry's ``minutes`` when it has no such
+    manifest."""
     try:
-        m = inputs.read_json(root / sample.path / "manifest.json")
+        m = inputs.read_json((root or paths.current().samples) / sample.path / "manifest.json")
         took = (datetime.fromisoformat(m["end_time"])
                 - datetime.fromisoformat(m["start_time"])).total_seconds()
     except (ValueError, KeyError, TypeError):  # InputError too: unreadable, not JSON
@@ -151,11 +162,13 @@ def labkit_argv(*args: str) -> list[str]:
             *(() if script.exists() else ("-m", "labkit.ui.cli")), *args]
 
 
-def record(sample: Sample, root: Path = SAMPLE_ROOT, figures_dir: Path = FIGURES,
+def record(sample: Sample, root: Path | None = None, figures: Path | None = None,
            runner: Callable[..., subprocess.CompletedProcess] = subprocess.run) -> Recorded:
-    """Record ``sample`` again: into ``root/.recording/<path>`` (its log beside it), then
-    in the old one's place; then its figures. RuntimeError (naming the log) when the
+    """Record ``sample`` again: into ``root/.recording/<path>`` (``root``: default the
+    samples' folder; its log beside it), then in the old one's place; then its figures
+    (into ``figures``, default :func:`figures_dir`). RuntimeError (naming the log) when the
     command fails; the shipped sample is then untouched."""
+    root = paths.current().samples if root is None else root
     staging = root / STAGING / sample.path
     log = staging.with_name(staging.name + ".log")
     for unfinished in (staging, staging.with_name(f".{staging.name}.incomplete")):
@@ -164,7 +177,8 @@ def record(sample: Sample, root: Path = SAMPLE_ROOT, figures_dir: Path = FIGURES
     staging.parent.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
     with open(log, "w") as out:
-        done = runner(labkit_argv(*sample.command, "--out", str(staging)), cwd=REPO_ROOT,
+        done = runner(labkit_argv(*sample.command, "--out", str(staging)),
+                      cwd=paths.current().repo,
                       stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     if done.returncode in (130, -2):  # Ctrl-C: the run tore down what it built
         raise KeyboardInterrupt
@@ -184,21 +198,24 @@ def record(sample: Sample, root: Path = SAMPLE_ROOT, figures_dir: Path = FIGURES
     staging.rename(final)
     if old.exists():
         shutil.rmtree(old)
-    return Recorded(sample, took, draw_figures(sample, root, figures_dir, runner))
+    return Recorded(sample, took, draw_figures(sample, root, figures, runner))
 
 
-def draw_figures(sample: Sample, root: Path = SAMPLE_ROOT, figures_dir: Path = FIGURES,
+def draw_figures(sample: Sample, root: Path | None = None, figures: Path | None = None,
                  runner: Callable[..., subprocess.CompletedProcess] = subprocess.run
                  ) -> tuple[Path, ...]:
-    """The figures ``sample`` names, drawn from its run under ``root`` as SVG into
-    ``figures_dir`` (``<figure>-<name>.svg``, replacing the one before)."""
+    """The figures ``sample`` names, drawn from its run under ``root`` (default: the
+    samples' folder) as SVG into ``figures`` (default :func:`figures_dir`;
+    ``<figure>-<name>.svg``, replacing the one before)."""
     if not sample.figures:
         return ()
+    root = paths.current().samples if root is None else root
+    figures = figures_dir() if figures is None else figures
     drawn = root / STAGING / f"{sample.name}.figures"
     if drawn.exists():
         shutil.rmtree(drawn)
     done = runner(labkit_argv("figures", str(root / sample.path), "--out", str(drawn)),
-                  cwd=REPO_ROOT,
+                  cwd=paths.current().repo,
                   capture_output=True, text=True, stdin=subprocess.DEVNULL)
     if done.returncode != 0:
         raise RuntimeError(f"{sample.path}: `labkit figures` failed: "
@@ -209,7 +226,7 @@ def draw_figures(sample: Sample, root: Path = SAMPLE_ROOT, figures_dir: Path = F
         if not svg.exists():
             raise RuntimeError(f"{sample.path}: the run has no {figure} figure (it drew "
                                f"{', '.join(sorted(p.stem for p in drawn.glob('*.svg')))})")
-        target = figures_dir / f"{figure}-{sample.name}.svg"
+        target = figures / f"{figure}-{sample.name}.svg"
         shutil.copyfile(svg, target)
         out.append(target)
     shutil.rmtree(drawn)

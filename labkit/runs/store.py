@@ -1,9 +1,9 @@
 """What this machine keeps for later runs: the model store (``data/models/<fabric key>/
 <run id>.json``, the cost models ``algo: auto`` chooses by) and the search for the newest
-calibration of a scenario among the recorded runs (``rate_factor: auto``).
+calibration of a scenario among the recorded runs (``rate_factor: auto``). Both are
+where :func:`labkit.model.paths.current` says (``models``, ``runs``) unless told another.
 
-Below :mod:`labkit.runs.rundir`, which re-exports these names: it imports nothing of it,
-so the calibration search is told the runs' directory (``rundir.RUNS_DIR``)."""
+Below :mod:`labkit.runs.rundir`, which re-exports these names."""
 
 from __future__ import annotations
 
@@ -12,14 +12,11 @@ import os
 import socket
 from pathlib import Path
 
-from labkit.kernel import bpf
-from labkit.model import inputs
+from labkit.model import inputs, paths
 from labkit.model import manifest as manifest_mod
 from labkit.model.autotune import Model
 from labkit.model.manifest import CalibrationManifest
-
-# collective cost models (labkit tune), one directory per fabric key, one file per tuning
-MODELS_DIR = Path(os.environ.get("LABKIT_MODELS_DIR", bpf.REPO_ROOT / "data" / "models"))
+from labkit.runs import moved
 
 
 def save_model(model: Model, run_id: str, models: Path | None = None) -> Path:
@@ -35,23 +32,25 @@ def save_model(model: Model, run_id: str, models: Path | None = None) -> Path:
 
 def kept_model(fabric_key: str, run_id: str, models: Path | None = None) -> Path:
     """Where :func:`save_model` keeps the model a tuning ``run_id`` fitted."""
-    return (models or MODELS_DIR) / fabric_key / f"{run_id}.json"
+    return (models or paths.current().models) / fabric_key / f"{run_id}.json"
 
 
 def newest_model(fabric_key: str, models: Path | None = None) -> tuple[Model, Path] | None:
     """(the newest model of the fabric ``fabric_key``, its path), or None when it was never
     tuned (run ids start with their date and time, so the last name is the newest)."""
-    found = sorted(((models or MODELS_DIR) / fabric_key).glob("*.json"))
+    found = sorted(((models or paths.current().models) / fabric_key).glob("*.json"))
     if not found:
         return None
     text = inputs.read_text(found[-1], inputs.JSON_BYTES)
     return Model.from_json(text, fabric_key, str(found[-1])), found[-1]
 
 
-def newest_calibration(scenario: dict, root: Path) -> tuple[Path, dict] | None:
+def newest_calibration(scenario: dict, root: Path | None = None
+                       ) -> tuple[Path, dict] | None:
     """The newest complete calibration of ``scenario`` (a ``Scenario.to_dict()``; its rate
-    factor, path and seed aside) recorded on this machine under ``root`` (the runs'
-    directory): its directory and summary."""
+    factor, path and seed aside) recorded on this machine under ``root`` (default: the
+    runs' directory): its directory and summary."""
+    root = paths.current().runs if root is None else root
     want, newest = _as_calibrated(scenario), None
     for d in sorted(root.iterdir()) if root.is_dir() else ():
         if d.name.startswith(".") or not (d / "summary.json").is_file():
@@ -78,3 +77,7 @@ def _as_calibrated(scenario: dict) -> str:
                                                          "description")}
     doc["emulation"] = {**(doc.get("emulation") or {}), "rate_factor": 1.0}
     return json.dumps(doc, sort_keys=True)
+
+
+__getattr__ = moved.forward(__name__, {
+    "MODELS_DIR": ("labkit.model.paths.current().models", lambda: paths.current().models)})

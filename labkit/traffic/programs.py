@@ -48,10 +48,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from labkit.kernel import bpf, cgroups, sched
+from labkit.kernel import cgroups, sched
 from labkit.kernel.cgroups import Cgroup
 from labkit.kernel.fabric import Fabric
 from labkit.kernel.registry import MARKER
+from labkit.model import paths
 from labkit.model.scenario import HOST_REF, ProgramSpec, ScenarioError
 from labkit.model.topo import Topology
 from labkit.model.traffic import lines
@@ -138,7 +139,7 @@ def job_env(spec: ProgramSpec, base: dict[str, str] | None = None) -> dict[str, 
     # (2.6) is built without and yet asks for by default ("use_libuv was requested")
     env.update({"OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", "USE_LIBUV": "0"})
     env.update(dict(spec.env))
-    root = str(bpf.REPO_ROOT)
+    root = str(paths.REPO_ROOT)  # where labkit's package is, for `import labkit.torch`
     hook = str(STARTUP) if spec.timing == "auto" else None
     env["PYTHONPATH"] = os.pathsep.join(p for p in (hook, root, env.get("PYTHONPATH")) if p)
     return env

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from labkit.model import autotune, scenario, topo
-from labkit.runs import rundir, store
+from labkit.runs import rundir
 
 REPO = Path(__file__).resolve().parents[2]
 TOPOLOGIES = REPO / "topologies"
@@ -247,11 +247,10 @@ def row(size, seconds):
 # --- algo: auto in runs and sweeps (labkit.runs.resolve), without the kernel ---------------
 
 
-def test_auto_without_a_model_says_to_tune_first(tmp_path, monkeypatch):
+def test_auto_without_a_model_says_to_tune_first(labkit_paths):
     from labkit.model.scenario import ScenarioError
     from labkit.runs import resolve
 
-    monkeypatch.setattr(store, "MODELS_DIR", tmp_path)
     doc = yaml.safe_load((REPO / "topologies/leaf-spine.yaml").read_text())
     doc["traffic"][0]["algo"] = "auto"
     sc = scenario.parse(doc, "ls.yaml")
@@ -261,10 +260,9 @@ def test_auto_without_a_model_says_to_tune_first(tmp_path, monkeypatch):
         resolve.check_sweep(sc, "all_gather", "auto", [65536], 1)
 
 
-def test_auto_runs_what_the_newest_model_of_the_fabric_chooses(tmp_path, monkeypatch):
+def test_auto_runs_what_the_newest_model_of_the_fabric_chooses(labkit_paths):
     from labkit.runs import resolve
 
-    monkeypatch.setattr(store, "MODELS_DIR", tmp_path)
     doc = yaml.safe_load((REPO / "topologies/leaf-spine.yaml").read_text())
     doc["traffic"][0].update(algo="auto", ranks=["g5", "g1", "g6", "g2"])
     sc = scenario.parse(doc, "ls.yaml")
@@ -281,10 +279,9 @@ def test_auto_runs_what_the_newest_model_of_the_fabric_chooses(tmp_path, monkeyp
     resolve.check_sweep(sc, "all_reduce", "auto", [65536, 4 << 20], 1)  # a model: fine
 
 
-def test_auto_chooses_only_what_the_ranks_can_run(tmp_path, monkeypatch):
+def test_auto_chooses_only_what_the_ranks_can_run(labkit_paths):
     from labkit.runs import resolve
 
-    monkeypatch.setattr(store, "MODELS_DIR", tmp_path)
     doc = yaml.safe_load((REPO / "topologies/leaf-spine.yaml").read_text())
     doc["traffic"][0].update(algo="auto", ranks=["g1", "g2", "g3", "g5", "g6", "g7"])
     sc = scenario.parse(doc, "ls.yaml")

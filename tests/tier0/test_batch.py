@@ -272,14 +272,14 @@ def test_run_ids_carry_the_host_name(monkeypatch):
     assert len(rundir.host_label("x" * 80)) == 32
 
 
-def test_a_run_id_taken_in_the_same_second_gets_a_suffix(tmp_path, monkeypatch):
-    monkeypatch.setattr(rundir, "RUNS_DIR", tmp_path)
+def test_a_run_id_taken_in_the_same_second_gets_a_suffix(labkit_paths, monkeypatch):
+    runs = labkit_paths.runs
     first = rundir.new_run_id("calibrate-x16")
-    (tmp_path / first).mkdir()  # a finished run
+    (runs / first).mkdir(parents=True)  # a finished run
     monkeypatch.setattr(rundir, "datetime", FrozenClock)
     FrozenClock.at = first[:16]
     assert rundir.new_run_id("calibrate-x16") == first + "-2"
-    (tmp_path / f".{first}-2.incomplete").mkdir()  # a run still being written
+    (runs / f".{first}-2.incomplete").mkdir()  # a run still being written
     assert rundir.new_run_id("calibrate-x16") == first + "-3"
 
 

@@ -13,7 +13,7 @@ from labkit.analysis import calibration
 from labkit.model import scenario
 from labkit.model.manifest import Rates
 from labkit.model.scenario import ScenarioError
-from labkit.runs import resolve, rundir
+from labkit.runs import resolve
 from tests.recorded import PROVENANCE, calibration_manifest
 
 REPO = Path(__file__).resolve().parents[2]
@@ -50,7 +50,7 @@ def record_calibration(root: Path, sc: scenario.Scenario, best: float | None, st
                        host: str | None = None) -> Path:
     """A calibration's record as labkit.calibrate leaves it (the parts auto reads)."""
     d = root / f"{start}-{host or 'here'}-calibrate-{sc.name}"
-    d.mkdir()
+    d.mkdir(parents=True)
     (d / "manifest.json").write_text(json.dumps(calibration_manifest(
         d.name, scenario=calibration.as_written(sc).to_dict(), start_time=start,
         provenance=replace(PROVENANCE, host=host or socket.gethostname())).to_json()))
@@ -60,26 +60,24 @@ def record_calibration(root: Path, sc: scenario.Scenario, best: float | None, st
     return d
 
 
-def test_auto_takes_the_newest_calibration_of_this_scenario_on_this_machine(tmp_path,
-                                                                             monkeypatch):
-    monkeypatch.setattr(rundir, "RUNS_DIR", tmp_path)
+def test_auto_takes_the_newest_calibration_of_this_scenario_on_this_machine(labkit_paths):
+    runs = labkit_paths.runs
     auto = bottleneck(rate_factor="auto")
     with pytest.raises(ScenarioError, match=r"emulation\.rate_factor.*run `labkit calibrate`"):
         resolve.resolve_rates(auto, SOURCE)
-    record_calibration(tmp_path, auto, 0.5, "2026-11-30T09:00:00")  # older
+    record_calibration(runs, auto, 0.5, "2026-11-30T09:00:00")  # older
     elsewhere = replace(bottleneck(), path="/elsewhere/bottleneck.yaml", seed=7)
-    chosen = record_calibration(tmp_path, elsewhere, 2.0, "2026-11-30T10:00:00")
-    record_calibration(tmp_path, auto, 4.0, "2026-11-30T11:00:00", host="elsewhere")
-    record_calibration(tmp_path, replace(auto, name="other"), 8.0, "2026-11-30T12:00:00")
-    interrupted = record_calibration(tmp_path, auto, 8.0, "2026-11-30T13:00:00")
+    chosen = record_calibration(runs, elsewhere, 2.0, "2026-11-30T10:00:00")
+    record_calibration(runs, auto, 4.0, "2026-11-30T11:00:00", host="elsewhere")
+    record_calibration(runs, replace(auto, name="other"), 8.0, "2026-11-30T12:00:00")
+    interrupted = record_calibration(runs, auto, 8.0, "2026-11-30T13:00:00")
     (interrupted / "summary.json").unlink()
     sc, rates = resolve.resolve_rates(auto, SOURCE)
     assert rates.factor == 2.0 and rates.calibration == str(chosen)
     assert calibration.bottleneck_rate(sc) == 2 * calibration.bottleneck_rate(bottleneck())
 
 
-def test_auto_says_so_when_no_rate_held(tmp_path, monkeypatch):
-    monkeypatch.setattr(rundir, "RUNS_DIR", tmp_path)
-    record_calibration(tmp_path, bottleneck(), None, "2026-11-30T10:00:00")
+def test_auto_says_so_when_no_rate_held(labkit_paths):
+    record_calibration(labkit_paths.runs, bottleneck(), None, "2026-11-30T10:00:00")
     with pytest.raises(ScenarioError, match="found no rate this machine holds: no rate down"):
         resolve.resolve_rates(bottleneck(rate_factor="auto"), SOURCE)

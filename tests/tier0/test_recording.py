@@ -16,10 +16,11 @@ from tests.recorded import sweep_manifest
 
 
 @pytest.fixture(autouse=True)
-def here(tmp_path, monkeypatch):
+def here(tmp_path, monkeypatch, labkit_paths):
+    # the kernel's run lock and scratch directories: their own globals, until
+    # labkit.kernel.registry reads labkit.model.paths (labkit_paths.lock, .work)
     monkeypatch.setattr(RunLock, "path", tmp_path / "run.lock")
     monkeypatch.setattr(registry, "WORK_DIR", tmp_path / "work")
-    monkeypatch.setattr(rundir, "RUNS_DIR", tmp_path / "runs")
 
 
 def manifest_in(path):

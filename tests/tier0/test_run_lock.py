@@ -58,18 +58,17 @@ def test_clean_is_named_as_clean():
     assert "`labkit clean` (pid" in proc.stderr
 
 
-def test_a_run_chooses_its_id_under_the_lock_and_the_lock_names_it(tmp_path, monkeypatch):
-    from labkit.runs import rundir, runner
+def test_a_run_chooses_its_id_under_the_lock_and_the_lock_names_it(labkit_paths):
+    from labkit.runs import runner
 
-    monkeypatch.setattr(rundir, "RUNS_DIR", tmp_path / "runs")
     with runner._claimed("lab") as run_id:
         assert run_id.endswith("-lab") and RunLock.holder().run_id == run_id
         proc = subprocess.run(  # a second run of it, from another process
             [sys.executable, "-c", "import sys; from pathlib import Path; "
-             "from labkit.kernel import registry; from labkit.runs import rundir, runner; "
-             "registry.RunLock.path = Path(sys.argv[1]); rundir.RUNS_DIR = Path(sys.argv[2]); "
-             "runner._claimed('lab').__enter__()", str(RunLock.path), str(tmp_path / "runs")],
-            capture_output=True, text=True)
+             "from labkit.kernel import registry; from labkit.runs import runner; "
+             "registry.RunLock.path = Path(sys.argv[1]); "
+             "runner._claimed('lab').__enter__()", str(RunLock.path)],
+            capture_output=True, text=True, env=labkit_paths.environ())
     assert proc.returncode == 1 and f"run {run_id} (pid" in proc.stderr
 
 

@@ -5,6 +5,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+from labkit.model import paths
 from labkit.model.summary import Summary
 from labkit.runs import rundir
 from labkit.runs.rundir import RunDataError
@@ -107,7 +108,7 @@ def test_provenance_names_every_python_package_and_the_lock():
     packages = prov.packages
     for name in ("polars", "plotly", "scapy", "pyroute2", "pyyaml", "rich", "labkit"):
         assert packages[name] == version(name), name
-    lock = rundir.bpf.REPO_ROOT / "requirements.lock"
+    lock = paths.REPO_ROOT / "requirements.lock"
     pinned = dict(line.split(" ")[0].split("==") for line in lock.read_text().splitlines()
                   if "==" in line and not line.startswith((" ", "#")))
     assert pinned, "requirements.lock pins nothing"
@@ -119,7 +120,7 @@ def test_the_dev_lock_holds_every_pin_of_the_lock():
     """`make dev` installs requirements-dev.lock over requirements.lock: it adds packages
     (the tests', the linters') and changes none (a run's lock hash names both)."""
     def pins(name: str) -> dict[str, str]:
-        text = (rundir.bpf.REPO_ROOT / name).read_text()
+        text = (paths.REPO_ROOT / name).read_text()
         return dict(line.split(" ")[0].split("==") for line in text.splitlines()
                     if "==" in line and not line.startswith((" ", "#")))
 
@@ -199,7 +200,7 @@ def test_schemas_are_the_recorded_ones():
         assert list(rundir.SCHEMAS[name].items()) == list(schema.items()), name
 
 
-SAMPLES = rundir.bpf.REPO_ROOT / "data/sample"
+SAMPLES = paths.REPO_ROOT / "data/sample"
 
 
 @pytest.mark.parametrize("sample", sorted(
@@ -292,7 +293,7 @@ def _forget_phases(path, tables: bool) -> None:
 @pytest.mark.parametrize("tables", [True, False])
 def test_a_run_recorded_before_phases_loads_with_that_table_empty(tmp_path, tables):
     path = tmp_path / "old"  # a sample run (recorded before phases, until re-recorded)
-    shutil.copytree(rundir.bpf.REPO_ROOT / "data/sample/pipeline-parallel", path)
+    shutil.copytree(paths.REPO_ROOT / "data/sample/pipeline-parallel", path)
     _forget_phases(path, tables)
     run = rundir.load_run(path)
     assert run["phases"].is_empty() and run["collectives"].height > 0

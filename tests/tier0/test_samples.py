@@ -115,10 +115,12 @@ def test_a_dirty_tree_is_refused_before_anything_records(monkeypatch):
     assert samples.check_revision(True) == "abc-dirty"
 
 
-def test_recordings_and_figures_do_not_make_the_revision_dirty(tmp_path, monkeypatch):
+def test_recordings_and_figures_do_not_make_the_revision_dirty(tmp_path):
     """make samples replaces data/sample/ and docs/figures/ as it goes: the samples after
     the first still name the clean commit; a changed line of code does not."""
-    from labkit.kernel import bpf
+    from dataclasses import replace
+
+    from labkit.model import paths
     from labkit.runs import provenance
 
     def git(*args):
@@ -130,9 +132,9 @@ def test_recordings_and_figures_do_not_make_the_revision_dirty(tmp_path, monkeyp
     git("init", "-q")
     git("add", ".")
     git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "x")
-    monkeypatch.setattr(bpf, "REPO_ROOT", tmp_path)
-    (tmp_path / "data/sample/run.json").write_text("2")
-    (tmp_path / "docs/figures/f.svg").write_text("2")
-    assert not provenance.git_revision().endswith("-dirty")
-    (tmp_path / "code.py").write_text("2")
-    assert provenance.git_revision().endswith("-dirty")
+    with paths.use(replace(paths.current(), repo=tmp_path)):
+        (tmp_path / "data/sample/run.json").write_text("2")
+        (tmp_path / "docs/figures/f.svg").write_text("2")
+        assert not provenance.git_revision().endswith("-dirty")
+        (tmp_path / "code.py").write_text("2")
+        assert provenance.git_revision().endswith("-dirty")

@@ -69,11 +69,12 @@ def test_labkit_under_sudo_leaves_what_it_wrote_to_the_user(as_root, tmp_path, c
     assert os.lstat(tmp_path).st_uid == 0  # made by the test, before labkit ran
 
 
-def test_root_names_the_revision_of_a_checkout_another_user_owns(as_root, tmp_path,
-                                                                 monkeypatch):
+def test_root_names_the_revision_of_a_checkout_another_user_owns(as_root, tmp_path):
     """sudo in a user's clone: git refuses a repository root does not own unless told it
     is safe; labkit tells it, and leaves the user's index untouched."""
-    from labkit.kernel import bpf
+    from dataclasses import replace
+
+    from labkit.model import paths
     from labkit.runs.provenance import git_revision
 
     clone = tmp_path / "clone"
@@ -83,7 +84,7 @@ def test_root_names_the_revision_of_a_checkout_another_user_owns(as_root, tmp_pa
                            "rev-parse", "HEAD"], capture_output=True, text=True,
                           check=True).stdout.strip()
     index = (clone / ".git/index").stat()
-    monkeypatch.setattr(bpf, "REPO_ROOT", clone)
-    assert git_revision() == head
+    with paths.use(replace(paths.current(), repo=clone)):
+        assert git_revision() == head
     assert (clone / ".git/index").stat().st_uid == USER[0]
     assert (clone / ".git/index").stat().st_mtime_ns == index.st_mtime_ns

@@ -2,10 +2,13 @@
 swept, the model is kept for the fabric, and an auto sweep runs at each size what the
 model chose there, in ring order."""
 
-import polars as pl
+from dataclasses import replace
 
-from labkit.model import autotune, scenario
-from labkit.runs import resolve, rundir, runner, store
+import polars as pl
+import pytest
+
+from labkit.model import autotune, paths, scenario
+from labkit.runs import resolve, rundir, runner
 from tests.leaks import assert_no_leaks
 
 DOC = {"name": "tune-test",
@@ -19,8 +22,14 @@ DOC = {"name": "tune-test",
 SIZES = [64 << 10, 1 << 20]
 
 
-def test_tune_then_auto(fabric_ready, tmp_path, monkeypatch):
-    monkeypatch.setattr(store, "MODELS_DIR", tmp_path / "models")
+@pytest.fixture
+def models_here(tmp_path):
+    """The tuned models kept in the test's directory, the rest where it is."""
+    with paths.use(replace(paths.current(), models=tmp_path / "models")):
+        yield
+
+
+def test_tune_then_auto(fabric_ready, tmp_path, models_here):
     sc = scenario.parse(DOC)
     tuning = runner.tune(sc, SIZES, iters=2, out=tmp_path / "tune")
     assert set(tuning.sweeps) == {"ring", "tree", "halving_doubling"}

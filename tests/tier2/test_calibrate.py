@@ -3,8 +3,10 @@
 
 from dataclasses import replace
 
+import pytest
+
 from labkit.analysis import calibration
-from labkit.model import scenario
+from labkit.model import paths, scenario
 from labkit.runs import rundir, runner
 from tests.leaks import assert_no_leaks
 
@@ -17,8 +19,14 @@ DOC = {"name": "calibrate-test", "scale_factor": 4000,
        "policies": ["isolated"]}
 
 
-def test_calibrate_then_run_at_the_rate_it_found(fabric_ready, tmp_path, monkeypatch):
-    monkeypatch.setattr(rundir, "RUNS_DIR", tmp_path / "runs")
+@pytest.fixture
+def runs_here(tmp_path):
+    """The runs recorded in the test's directory, the rest where it is."""
+    with paths.use(replace(paths.current(), runs=tmp_path / "runs")):
+        yield
+
+
+def test_calibrate_then_run_at_the_rate_it_found(fabric_ready, tmp_path, runs_here):
     sc = scenario.parse(DOC)
     found = runner.calibrate(sc, seconds=2)
     assert found.best is not None, found.to_dict()
