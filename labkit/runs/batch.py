@@ -38,7 +38,7 @@ from pathlib import Path
 
 import polars as pl
 
-from labkit.analysis import metrics
+from labkit.analysis.frames import SUMMARY_COLUMNS, summary_frame
 from labkit.kernel.registry import RunLock
 from labkit.model import grid as grid_mod
 from labkit.model import paths
@@ -235,7 +235,7 @@ def _run_local(record: _Record, g: Grid, tell, on_progress, run_fn) -> None:
 
 def load_runs(paths: str | Path | Iterable[str | Path]) -> pl.DataFrame:
     """One frame over many runs: a row per run and policy (the run's summary.json as
-    :func:`labkit.analysis.metrics.summary_frame` gives it), led by ``run_id``, ``scenario``,
+    :func:`labkit.analysis.frames.summary_frame` gives it), led by ``run_id``, ``scenario``,
     ``batch`` and ``point`` (null for a run outside a batch), ``seed``, then each grid
     parameter (a column per key path, null where a run has none), and last the run's
     ``path``.
@@ -254,11 +254,11 @@ def load_runs(paths: str | Path | Iterable[str | Path]) -> pl.DataFrame:
     for _, manifest, _ in runs:
         for k, v in (manifest.batch.parameters if manifest.batch else {}).items():
             keys.setdefault(k, []).append(v)
-    reserved = {*BASE_COLUMNS, *metrics.SUMMARY_COLUMNS, "path"}
+    reserved = {*BASE_COLUMNS, *SUMMARY_COLUMNS, "path"}
     columns = {k: (f"grid:{k}" if k in reserved else k, _dtype(v)) for k, v in keys.items()}
     schema: dict[str, PolarsDataType] = {
         **BASE_COLUMNS, **{name: t for name, t in columns.values()},
-        **metrics.SUMMARY_COLUMNS, "path": pl.Utf8}
+        **SUMMARY_COLUMNS, "path": pl.Utf8}
     frames = []
     for d, manifest, summary in runs:
         b = manifest.batch
@@ -269,7 +269,7 @@ def load_runs(paths: str | Path | Iterable[str | Path]) -> pl.DataFrame:
         lits = [x.alias(n) for x, n in zip(lits, BASE_COLUMNS, strict=True)]
         lits += [pl.lit(_cell(params.get(k), t), t).alias(name)
                  for k, (name, t) in columns.items()]
-        frames.append(metrics.summary_frame(summary).select(
+        frames.append(summary_frame(summary).select(
             *lits, pl.all(), pl.lit(str(d), pl.Utf8).alias("path")))
     if not frames:
         return pl.DataFrame(schema=schema)

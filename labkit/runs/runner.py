@@ -204,7 +204,7 @@ def run(scenario: str | Path | Scenario, policies: Sequence[str] | None = None, 
     :func:`labkit.load_runs`; ``source`` is the name errors give the scenario (default:
     its file, or "scenario <name>" for a parsed one: the CLI names the file it parsed).
     Returns the recorded run."""
-    from labkit.analysis import metrics
+    from labkit.analysis.summarize import summarize
     from labkit.control import CONTROLLERS
     from labkit.kernel import cgroups
     from labkit.runs import experiment
@@ -248,8 +248,7 @@ def run(scenario: str | Path | Scenario, policies: Sequence[str] | None = None, 
             results.append(result)
             tell(Progress(policy, "done", len({o.op for o in result.collectives}), total))
         tables = rundir.tables_from(results)
-        summary = metrics.summarize(tables, experiment.summary_meta(sc, topology, rec.run_id,
-                                                                     results))
+        summary = summarize(tables, experiment.summary_meta(sc, topology, rec.run_id, results))
     writer.write_manifest(replace(rec.manifest, fidelity={p: s.fidelity.to_json() for p, s
                                                           in summary.policies.items()}))
     return rundir.load_run(writer.finish(tables, summary))
