@@ -86,15 +86,22 @@ def rtts_ms(s: Splice, count: int = 40, size: int = 56) -> list[float]:
 
 
 @pytest.mark.parametrize("delay_ms", [1.0, 5.0])
-def test_pings_rtt_is_twice_the_delay_plus_the_wire(splice, tmp_path, delay_ms):
+def test_pings_rtt_grows_by_twice_the_delay_plus_the_wire(splice, tmp_path, delay_ms):
+    """Against the same path with no delay (the delay line forwarding at once): what is
+    left is twice the delay and each way's wire time, within 5 %."""
+    line = splice.line(tmp_path, 0.0)
+    try:
+        base = statistics.median(rtts_ms(splice))
+    finally:
+        line.stop()
     line = splice.line(tmp_path, delay_ms)
     try:
         rtts = rtts_ms(splice)
     finally:
         stats = line.stop()
     wire_ms = 2 * (56 + 28 + 14) * 8 / (RATE_MBPS * 1e3)  # each way, at the shaper
-    expected = 2 * delay_ms + wire_ms
-    assert statistics.median(rtts) == pytest.approx(expected, rel=0.05), rtts
+    added = statistics.median(rtts) - base
+    assert added == pytest.approx(2 * delay_ms + wire_ms, rel=0.05), (base, rtts)
     assert stats is not None and all(p.frames >= len(rtts) and not p.dropped
                                      for p in stats.pipes), stats
 
@@ -111,13 +118,15 @@ def test_iperf3_fills_a_delayed_link(splice, tmp_path):
         server.wait(timeout=10)
         stats = line.stop()
     mbps = json.loads(out)["end"]["sum_received"]["bits_per_second"] / 1e6
-    assert mbps >= 0.95 * RATE_MBPS, mbps
+    goodput_max = RATE_MBPS * 1448 / 1514  # TCP's payload of each full frame the shaper sends
+    assert mbps >= 0.95 * goodput_max, mbps
     assert stats is not None and stats.pipes[0].frames > 1000, stats
 
 
 RECEIVER = """
 import socket, sys
 s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.setsockopt(socket.SOL_SOCKET, 33, 8 << 20)  # SO_RCVBUFFORCE: a busy machine, keep all
 s.bind(("10.77.0.2", 5302)); s.settimeout(2.0)
 seen = []
 try:
@@ -140,7 +149,8 @@ def test_jitter_never_reorders(splice, tmp_path):
     receiver = splice.popen(splice.ns["b"], [sys.executable, "-c", RECEIVER],
                             stdout=subprocess.PIPE, text=True)
     try:
-        time.sleep(0.5)
+        rtts_ms(splice, count=2)  # the neighbour resolved first: its queue's flush races
+        time.sleep(0.3)           # the sender's next datagram, reordering one (no fabric's)
         splice.run(splice.ns["a"], sys.executable, "-c", SENDER)
         got, out_of_order = map(int, receiver.communicate(timeout=30)[0].split())
         rtts = rtts_ms(splice)
