@@ -9,7 +9,7 @@ import json
 import sys
 from pathlib import Path
 
-from benchmarks import capacity, classifier, sender, telemetry, timing
+from benchmarks import capacity, classifier, delayline, sender, telemetry, timing
 
 OUT = Path(__file__).resolve().parent.parent / "data" / "bench" / "latest.json"
 
@@ -17,7 +17,7 @@ OUT = Path(__file__).resolve().parent.parent / "data" / "bench" / "latest.json"
 def main() -> int:
     records = []
     for module, takes in ((classifier, "~10 s"), (telemetry, "~7 min"), (sender, "~30 s"),
-                          (timing, "~30 s"),
+                          (timing, "~30 s"), (delayline, "~1 min"),
                           (capacity, "~10 min")):
         name = module.__name__.split(".")[-1]
         print(f"bench {name}: running ({takes}) ...", file=sys.stderr, flush=True)
