@@ -74,6 +74,8 @@ LIMITS = {
     "mtu": Limit(1280, 9000, integer=True),
     "buffer_kb": Limit(16, 1 << 20, integer=True),
     "loss_percent": Limit(0, 50),
+    "delay_ms": Limit(0, 100, why="ms each way, after the link's shaper"),
+    "jitter_ms": Limit(0, 100),
     "gpus_per_host": Limit(1, 8, integer=True),
     "dscp": Limit(0, 63, integer=True),
     "port": Limit(1, 65535, integer=True),
@@ -160,7 +162,8 @@ ARGV = AnyOf((Text(), list_of(Type("string"), minItems=1)))
 CLASS_FILES = MapOf(LABEL, Pattern(CLASS_FILE_RE))  # {name: file.py:Class}
 KIND = Type("string")  # a traffic entry's kind, which says which of TRAFFIC's it is
 
-LINK = Keys(_link(("buffer_kb", "loss_percent", "mtu", "rate_mbps"), "rate_mbps"))
+LINK = Keys(_link(("buffer_kb", "delay_ms", "jitter_ms", "loss_percent", "mtu", "rate_mbps"),
+                  "rate_mbps"))
 NVLINK = Keys(_link(("buffer_kb", "mtu", "rate_mbps"), "nvlink.rate_mbps"))
 DEFAULTS = Keys({"link": LINK})
 LINK_ENTRY = Keys({"between": PAIR, **LINK.props}, {"between"})

@@ -34,9 +34,19 @@ def check_link_defaults(c: Checker, defaults) -> dict:
     """``defaults``: the links' properties where the fabric does not say."""
     c.keys(defaults, "defaults", DEFAULTS)
     link = c.keys(defaults.get("link", {}), "defaults.link", LINK)
-    out = {"rate_mbps": 200.0, "mtu": 9000, "buffer_kb": 1024, "loss_percent": 0.0}
+    out = {"rate_mbps": 200.0, "mtu": 9000, "buffer_kb": 1024, "loss_percent": 0.0,
+           "delay_ms": 0.0, "jitter_ms": 0.0}
     out.update(_link_props(c, link, "defaults.link", LINK))
+    _check_jitter(c, out, "defaults.link")
     return out
+
+
+def _check_jitter(c: Checker, props: dict, key: str) -> None:
+    """A link's jitter within its delay (each frame's delay is drawn from delay ± jitter)."""
+    if props["jitter_ms"] > props["delay_ms"]:
+        c.fail(f"{key}.jitter_ms", f"{props['jitter_ms']:g} ms is more than the link's "
+               f"delay_ms ({props['delay_ms']:g}): each frame's delay is drawn from delay ± "
+               "jitter, so give the link a delay at least as large")
 
 
 def _link_props(c: Checker, d: dict, key: str, shape: Keys) -> dict:
@@ -92,6 +102,7 @@ def check_fabric(c: Checker, fab, link_defaults: dict) -> FabricSpec:
         else:
             c.keys(entry, key, LINK_ENTRY)
             ends, props = entry["between"], _link_props(c, entry, key, LINK)
+            _check_jitter(c, {**link_defaults, **props}, key)
             key = f"{key}.between"
         a, b = _pair(c, ends, key, nodes)
         pair = frozenset((a, b))
@@ -177,7 +188,7 @@ def _servers(c: Checker, fab: dict, hosts: list[HostSpec], names: set[str],
                        f"nvs2, ...: rename the node {switch!r}")
             servers.append(ServerSpec(switch, tuple(gpus[i:i + n])))
     link = {**link_defaults, "rate_mbps": link_defaults["rate_mbps"] * NVLINK_RATIO,
-            "loss_percent": 0.0, **props}
+            "loss_percent": 0.0, "delay_ms": 0.0, "jitter_ms": 0.0, **props}
     nvlinks = tuple(LinkSpec(s.switch, g, **link) for s in servers for g in s.gpus)
     return tuple(servers), nvlinks
 

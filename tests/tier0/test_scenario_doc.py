@@ -26,14 +26,15 @@ def _base(workload: dict, **top) -> dict:
     doc = {
         "name": "every-key", "description": "every key", "scale_factor": 800, "seed": 3,
         "defaults": {"link": {"rate_mbps": 100, "mtu": 9000, "buffer_kb": 2048,
-                              "loss_percent": 0}},
+                              "loss_percent": 0, "delay_ms": 0, "jitter_ms": 0}},
         "fabric": {
             "routers": ["leaf1", "leaf2", "spine1"],
             "hosts": {"gpu": {"leaf1": ["g1", "g2"], "leaf2": ["g3", "g4"]},
                       "storage": {"leaf2": ["st1"]}},
             "links": [["leaf1", "spine1"],
                       {"between": ["leaf2", "spine1"], "rate_mbps": 200, "mtu": 9000,
-                       "buffer_kb": 2048, "loss_percent": 0.5}],
+                       "buffer_kb": 2048, "loss_percent": 0.5, "delay_ms": 2,
+                       "jitter_ms": 1}],
             "bottlenecks": [["leaf1", "spine1"]],
             "lossless": ["vip"], "gpus_per_host": 2,
             "nvlink": {"rate_mbps": 1000, "mtu": 9000, "buffer_kb": 1024},

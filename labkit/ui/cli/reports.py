@@ -191,6 +191,14 @@ def rates_line(rates: Rates) -> str:
             f"{rates.scale_factor:g} real")
 
 
+def _delay_text(link: dict) -> str:
+    """A link's propagation delay (and jitter) for the fabric's table, or nothing."""
+    if not link.get("delay_ms"):
+        return ""
+    jitter = f" ± {link['jitter_ms']:g}" if link.get("jitter_ms") else ""
+    return f", {link['delay_ms']:g}{jitter} ms"
+
+
 def print_fabric(desc: dict) -> None:
     from labkit.analysis.describe import KIND_NAMES, kind_text, rate_text
 
@@ -213,7 +221,7 @@ def print_fabric(desc: dict) -> None:
         for i, p in enumerate(n["ports"]):
             k = by_name[p["link"]]
             link = f"{k['rate_mbps']:g} Mbit/s, {k['buffer_kb']} KiB" + (
-                "" if len(mtus) == 1 else f", MTU {k['mtu']}")
+                "" if len(mtus) == 1 else f", MTU {k['mtu']}") + _delay_text(k)
             t.add_row(n["name"] if i == 0 else "", kind_text(n) if i == 0 else "", p["ifname"],
                       p["address"], p["peer_port"],
                       f"[red]{link} · bottleneck[/]" if k["bottleneck"] else link,
@@ -221,6 +229,11 @@ def print_fabric(desc: dict) -> None:
     console.print(t)
     if len(mtus) == 1:
         console.print(f"every link's MTU: {mtus.pop()}", highlight=False)
+    if delays := sorted({k["delay_ms"] for k in links if k.get("delay_ms")}):
+        console.print(f"propagation delays, each way, after the shaper: 1 emulated ms stands "
+                      f"for {1e3 / scale:.3g} real µs at this scale ("
+                      + ", ".join(f"{d:g} ms: {d * 1e3 / scale:.3g} µs" for d in delays) + ")",
+                      highlight=False)
     r = Table(title="routes", title_justify="left")
     for col in ("node", "to", "next hops"):
         r.add_column(col)

@@ -1,0 +1,60 @@
+"""A link's propagation delay in a scenario (issue 49): the keys, their limits, jitter within
+the delay, and what `labkit inspect` says the delay stands for; no root needed."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from labkit.model import scenario
+from labkit.model.topo import Topology
+
+BASE = {
+    "name": "delays", "scale_factor": 4000,
+    "defaults": {"link": {"rate_mbps": 100, "mtu": 1500, "buffer_kb": 256}},
+    "fabric": {"routers": ["r1", "r2"], "hosts": {"gpu": {"r1": ["g1"], "r2": ["g2"]}},
+               "links": [{"between": ["r1", "r2"], "delay_ms": 8, "jitter_ms": 1}],
+               "bottlenecks": [["r1", "r2"]]},
+    "traffic": [{"kind": "allreduce", "ranks": ["g1", "g2"], "size_bytes": 1024,
+                 "iterations": 1}],
+}
+
+
+def test_a_links_delay_reaches_its_ports_and_defaults_to_none():
+    topo = Topology(scenario.parse(BASE, "t.yaml").fabric)
+    delays = {(a.node, b.node): (a.link.delay_ms, a.link.jitter_ms) for a, b in topo.links}
+    assert delays[("r1", "r2")] == (8.0, 1.0)
+    assert delays[("r1", "g1")] == (0.0, 0.0)
+
+
+def test_defaults_give_every_link_a_delay():
+    doc = {**BASE, "defaults": {"link": {**BASE["defaults"]["link"], "delay_ms": 0.5}}}
+    topo = Topology(scenario.parse(doc, "t.yaml").fabric)
+    assert {a.link.delay_ms for a, _ in topo.links} == {0.5, 8.0}
+
+
+@pytest.mark.parametrize("props, key, words", [
+    ({"delay_ms": 101}, "fabric.links[0].delay_ms", "between 0 and 100"),
+    ({"delay_ms": -1}, "fabric.links[0].delay_ms", "between 0 and 100"),
+    ({"delay_ms": 2, "jitter_ms": 3}, "fabric.links[0].jitter_ms", "more than the link's"),
+    ({"jitter_ms": 1}, "fabric.links[0].jitter_ms", "delay_ms (0)"),
+])
+def test_a_bad_delay_is_refused_with_its_key(props, key, words):
+    doc = {**BASE, "fabric": {**BASE["fabric"],
+                              "links": [{"between": ["r1", "r2"], **props}]}}
+    with pytest.raises(scenario.ScenarioError) as err:
+        scenario.parse(doc, "t.yaml")
+    assert key in str(err.value) and words in str(err.value)
+
+
+def test_inspect_says_what_the_delay_stands_for(tmp_path):
+    import yaml
+
+    path = tmp_path / "d.yaml"
+    path.write_text(yaml.safe_dump(BASE))
+    out = subprocess.run([sys.executable, "-m", "labkit.ui.cli", "inspect", str(path)],
+                         capture_output=True, text=True, check=True).stdout
+    assert "8 ± 1 ms" in out
+    assert "8 ms: 2 µs" in out  # 8 emulated ms at 4000 real Mbit/s per emulated one
