@@ -19,7 +19,11 @@ The API, imported on first use (``import labkit`` stays light for notebooks with
   :class:`Tuning`); ``labkit.load_runs(paths)`` reads
   many runs (or a batch) as one polars frame, a row per run and policy;
 * ``labkit.load_scenario(path)`` and ``labkit.load_grid(path)`` parse and check a
-  scenario or a grid file.
+  scenario or a grid file;
+* ``labkit.sample(name)`` finds a shipped recorded run (``data/sample/<name>``; sweeps and
+  tunings too: ``"sweeps/ring"``, ``"tune"``) and ``labkit.scenario_file(name)`` a shipped
+  scenario (``topologies/<name>.yaml``), wherever a notebook runs (:mod:`labkit.model.paths`,
+  which also holds where labkit writes: ``labkit.model.paths.use`` hands in others).
 
 The package's folders are its layers, bottom to top: ``model``, ``kernel``, ``traffic``,
 ``control``, ``analysis``, ``runs``, ``ui`` (docs/architecture.md). ``labkit.torch`` is
@@ -47,7 +51,9 @@ _API = {"run": _RUNNER, "sweep": _RUNNER, "shell": _RUNNER, "calibrate": _RUNNER
         "RunFailed": _RUNNER, "Run": _RUNDIR, "load_run": _RUNDIR, "RunDataError": _RUNDIR,
         "ScenarioError": "labkit.model.scenario", "load_scenario": "labkit.model.scenario",
         "run_batch": _BATCH, "load_runs": _BATCH, "Batch": _BATCH,
-        "load_grid": "labkit.model.grid", "GridError": "labkit.model.grid"}
+        "load_grid": "labkit.model.grid", "GridError": "labkit.model.grid",
+        "sample": "labkit.model.paths", "scenario_file": "labkit.model.paths",
+        "SampleNotFound": "labkit.model.paths"}
 _NAMED_THERE = {"load_scenario": "load", "load_grid": "load"}
 __all__ = sorted(_API)
 

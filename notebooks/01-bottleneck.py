@@ -24,16 +24,14 @@
 # (`fifo`), and eBPF priority lanes (`priority`).
 
 # %%
-from pathlib import Path
-
 import polars as pl
 
-from labkit.analysis.metrics import fidelity_frame, summary_frame
+import labkit
+from labkit.analysis.frames import fidelity_frame, summary_frame
 from labkit.runs.rundir import load_run
 from labkit.ui import plots, widgets
 
-SAMPLE = Path("..") / "data" / "sample" / "bottleneck"
-run = load_run(SAMPLE)
+run = load_run(labkit.sample("bottleneck"))
 
 # %% [markdown]
 # The summary the run printed: completion times, their slowdown against `isolated`, the
@@ -93,9 +91,8 @@ widgets.explorer(run)
 # machine cannot hold.
 
 # %%
-FIDELITY = Path("..") / "data" / "sample" / "fidelity"
-at_rate = {"x1 (100 Mbit/s)": load_run(FIDELITY / "x1"),
-           "x8 (800 Mbit/s)": load_run(FIDELITY / "x8")}
+at_rate = {"x1 (100 Mbit/s)": load_run(labkit.sample("fidelity/x1")),
+           "x8 (800 Mbit/s)": load_run(labkit.sample("fidelity/x8"))}
 pl.concat([fidelity_frame(r.summary, digits=3).select(
     pl.lit(name).alias("rates"), "policy", "cpu_busy", "cpu_bound", "generator_limited",
     "port", "dev_p50", "dev_p99", "excess", "kept_time") for name, r in at_rate.items()])
@@ -124,4 +121,4 @@ pl.concat([summary_frame(r.summary, digits=2).select(
 # root it says why it cannot.
 
 # %%
-widgets.live_panel(Path("..") / "topologies" / "bottleneck.yaml")
+widgets.live_panel(labkit.scenario_file("bottleneck"))

@@ -5,6 +5,8 @@
 #     text_representation:
 #       extension: .py
 #       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -21,14 +23,12 @@
 # bottleneck, and what do the lanes cost storage?
 
 # %%
-from pathlib import Path
-
-from labkit.analysis.metrics import summary_frame
+import labkit
+from labkit.analysis.frames import summary_frame
 from labkit.runs.rundir import load_run
 from labkit.ui import plots, widgets
 
-SAMPLES = Path("..") / "data" / "sample"
-run = load_run(SAMPLES / "bottleneck")
+run = load_run(labkit.sample("bottleneck"))
 
 # %% [markdown]
 # Time in the bottleneck queue, per lane, measured per packet by eBPF on the qdisc
@@ -38,7 +38,8 @@ run = load_run(SAMPLES / "bottleneck")
 # packets that share one FIFO.)
 
 # %%
-widgets.explorer({name: load_run(SAMPLES / name) for name in ("bottleneck", "checkpoint-burst")})
+widgets.explorer({name: load_run(labkit.sample(name))
+                  for name in ("bottleneck", "checkpoint-burst")})
 
 # %% [markdown]
 # What the lanes cost storage: its goodput and the bottleneck's use under each policy.
@@ -70,4 +71,4 @@ plots.collective_latency(run)
 # storage load, message size and number of GPU hosts.
 
 # %%
-widgets.live_panel(Path("..") / "topologies" / "bottleneck.yaml")
+widgets.live_panel(labkit.scenario_file("bottleneck"))

@@ -26,13 +26,12 @@
 # policy); `labkit run topologies/checkpoint-burst.yaml` records the full one.
 
 # %%
-from pathlib import Path
-
-from labkit.analysis.metrics import summary_frame
+import labkit
+from labkit.analysis.frames import summary_frame
 from labkit.runs.rundir import load_run
 from labkit.ui import plots, widgets
 
-run = load_run(Path("..") / "data" / "sample" / "checkpoint-burst")
+run = load_run(labkit.sample("checkpoint-burst"))
 
 # %%
 summary_frame(run.summary, digits=2).select(
@@ -82,7 +81,7 @@ widgets.explorer(run)
 # %%
 import polars as pl
 
-dcqcn = load_run(Path("..") / "data" / "sample" / "checkpoint-burst-dcqcn")
+dcqcn = load_run(labkit.sample("checkpoint-burst-dcqcn"))
 
 
 def by_policy(r, label):
@@ -114,7 +113,7 @@ plots.op_time_cdf(dcqcn)
 # analysis predicts.
 
 # %%
-paper = {name: load_run(Path("..") / "data" / "sample" / "dctcp-paper" / path)
+paper = {name: load_run(labkit.sample(f"dctcp-paper/{path}"))
          for name, path in (("DCTCP (lk_dctcp, K = 20)", "dctcp"), ("TCP (Reno)", "reno"))}
 plots.dctcp_queue(paper)
 
@@ -140,7 +139,7 @@ pl.DataFrame([{"flow": flow, **f.to_json()}
 # checkpoints start every burst in slow start.
 
 # %%
-dctcp = load_run(Path("..") / "data" / "sample" / "checkpoint-burst-dctcp")
+dctcp = load_run(labkit.sample("checkpoint-burst-dctcp"))
 pl.concat([summary_frame(r.summary, digits=2).filter(pl.col("policy") == "fifo")
            .select("policy", "slowdown_p50", "slowdown_p99", "storage_mbps", "vip_drops")
            .with_columns(tcp=pl.lit(label))
@@ -153,5 +152,5 @@ pl.concat([summary_frame(r.summary, digits=2).filter(pl.col("policy") == "fifo")
 # gates.
 
 # %%
-widgets.live_panel(Path("..") / "topologies" / "checkpoint-burst.yaml",
+widgets.live_panel(labkit.scenario_file("checkpoint-burst"),
                    ("isolated", "fifo", "state-aware"))

@@ -24,16 +24,14 @@
 # (bubbles). Both runs are shipped in `data/sample/`, each under `isolated` and `fifo`.
 
 # %%
-from pathlib import Path
-
 import polars as pl
 
-from labkit.analysis.metrics import program_ops_frame, summary_frame
+import labkit
+from labkit.analysis.frames import program_ops_frame, summary_frame
 from labkit.runs.rundir import load_run
 from labkit.ui import plots, widgets
 
-SAMPLES = Path("..") / "data" / "sample"
-runs = {kind: load_run(SAMPLES / f"{kind}-parallel") for kind in ("tensor", "pipeline")}
+runs = {kind: load_run(labkit.sample(f"{kind}-parallel")) for kind in ("tensor", "pipeline")}
 
 # %%
 pl.concat([summary_frame(run.summary, digits=3).select(
@@ -77,7 +75,7 @@ widgets.explorer({f"{kind} parallel": run for kind, run in runs.items()})
 # isolated times back.
 
 # %%
-more = {kind: load_run(SAMPLES / f"{kind}-parallel") for kind in ("data", "expert")}
+more = {kind: load_run(labkit.sample(f"{kind}-parallel")) for kind in ("data", "expert")}
 pl.concat([summary_frame(run.summary, digits=3).select(
     pl.lit(kind).alias("parallelism"), "policy", "p50_ms", "slowdown_p50", "slowdown_p99",
     "exposed_comm", "bottleneck_mb_per_iter", "storage_mbps") for kind, run in more.items()])
@@ -97,7 +95,7 @@ plots.parallelism_comparison({**runs, **more})
 # chose, and `labkit.torch` timed its steps (docs/programs.md). Its iterations per policy:
 
 # %%
-ddp = load_run(SAMPLES / "pytorch-ddp")
+ddp = load_run(labkit.sample("pytorch-ddp"))
 summary_frame(ddp.summary, digits=2).select(
     "policy", "ops", "p50_ms", "p99_ms", "slowdown_p50", "slowdown_p99", "exposed_comm",
     "storage_mbps", "bottleneck_used", "vip_drops")
@@ -130,4 +128,4 @@ program_ops_frame(ddp.summary, digits=1)
 # slider), number of GPU hosts and storage load.
 
 # %%
-widgets.live_panel(Path("..") / "topologies" / "tensor-parallel.yaml", ("isolated", "fifo"))
+widgets.live_panel(labkit.scenario_file("tensor-parallel"), ("isolated", "fifo"))

@@ -5,6 +5,8 @@
 #     text_representation:
 #       extension: .py
 #       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -26,9 +28,8 @@
 # `topologies/lossless.yaml`.
 
 # %%
-from pathlib import Path
-
-from labkit.analysis.metrics import (
+import labkit
+from labkit.analysis.frames import (
     auto_frame,
     lossless_frame,
     pause_frame,
@@ -38,8 +39,7 @@ from labkit.analysis.metrics import (
 from labkit.runs.rundir import load_run, load_sweeps, load_tuning
 from labkit.ui import plots, widgets
 
-SAMPLE = Path("..") / "data" / "sample"
-sweeps = load_sweeps(SAMPLE / "sweeps")
+sweeps = load_sweeps(labkit.sample("sweeps"))
 SCALE = "leaf-spine and lossy-uplink · 1 emulated Mbit/s = 4000 real Mbit/s"
 
 # %% [markdown]
@@ -91,7 +91,7 @@ plots.sweep_busbw({k: sweeps[k] for k in ("ring", "ring-lossy")}, SCALE)
 # means no drop and no resend, and here the All-Reduce is even faster for it:
 
 # %%
-runs = {name: load_run(SAMPLE / "lossless" / name) for name in ("lossy", "lossless")}
+runs = {name: load_run(labkit.sample(f"lossless/{name}")) for name in ("lossy", "lossless")}
 lossless_frame({name: run.summary for name, run in runs.items()}, digits=2)
 
 # %% [markdown]
@@ -124,7 +124,8 @@ plots.victim_io(runs)
 # tensor parallelism stays inside a server, and pipeline or data parallelism spans them.
 
 # %%
-placement = {name: load_run(SAMPLE / "nvlink" / name).summary for name in ("inside", "across")}
+placement = {name: load_run(labkit.sample(f"nvlink/{name}")).summary
+             for name in ("inside", "across")}
 placement_frame(placement)
 
 # %% [markdown]
@@ -135,7 +136,7 @@ placement_frame(placement)
 # inside) sends a quarter of the buffer between servers per GPU:
 
 # %%
-tuned = {name: load_tuning(SAMPLE / "tune" / name) for name in ("leaf-spine", "nvlink")}
+tuned = {name: load_tuning(labkit.sample(f"tune/{name}")) for name in ("leaf-spine", "nvlink")}
 plots.sweep_busbw(tuned["nvlink"].sweeps, "nvlink · 2 servers of 4 GPUs, 4 rails")
 
 # %% [markdown]
@@ -153,7 +154,7 @@ plots.sweep_busbw(tuned["nvlink"].sweeps, "nvlink · 2 servers of 4 GPUs, 4 rail
 # algorithms do.
 
 # %%
-validation = {name: load_sweeps(SAMPLE / "tune" / f"validation-{name}") for name in tuned}
+validation = {name: load_sweeps(labkit.sample(f"tune/validation-{name}")) for name in tuned}
 auto_frame(tuned["leaf-spine"].model, {a: s for a, s in validation["leaf-spine"].items()
                                        if a != "auto"})
 
@@ -178,4 +179,4 @@ widgets.sweep_explorer(sweeps, SCALE)
 # `labkit run topologies/lossless.yaml` the lossless run above.)
 
 # %%
-widgets.live_panel(Path("..") / "topologies" / "lossy-uplink.yaml", ("isolated",))
+widgets.live_panel(labkit.scenario_file("lossy-uplink"), ("isolated",))

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import yaml
 
-from labkit.analysis.metrics import summary_frame
+from labkit.analysis.frames import summary_frame
 from labkit.runs.rundir import load_run
 from labkit.ui import plots
 from labkit.ui.labs import lanes as lab

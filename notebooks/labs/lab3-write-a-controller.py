@@ -30,7 +30,7 @@
 # Cells marked *your answer* hold a blank: fill them in, run them, then run the check.
 
 # %%
-from labkit.analysis.metrics import summary_frame
+from labkit.analysis.frames import summary_frame
 from labkit.control import Controller
 from labkit.runs.rundir import load_run
 from labkit.ui import plots

@@ -31,7 +31,7 @@
 # %%
 import polars as pl
 
-from labkit.analysis.metrics import summary_frame
+from labkit.analysis.frames import summary_frame
 from labkit.runs.rundir import load_run
 from labkit.ui.labs import parallelism as lab
 

@@ -25,6 +25,13 @@ def test_sample_runs_load():
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_a_notebook_finds_its_data_wherever_it_is_copied(path):
+    """labkit.sample() and labkit.scenario_file(), not paths from the notebook's folder."""
+    text = path.with_suffix(".py").read_text()
+    assert '"..")' not in text and "Path(" not in text, "use labkit.sample(name)"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_notebook_is_stored_without_outputs(path):
     """(Each runs headless, with no error or warning, in test_binder: in the environment
     Binder builds, as a user without root.)"""

@@ -86,3 +86,39 @@ def test_the_old_module_globals_give_the_paths_in_force_with_a_warning(labkit_pa
         assert store.MODELS_DIR == labkit_paths.models
     with pytest.raises(AttributeError):
         rundir.NO_SUCH_DIR  # noqa: B018
+
+
+def test_a_sample_is_found_by_name_with_the_sweeps_and_tunings():
+    import labkit
+
+    assert labkit.sample("bottleneck") == REPO / "data/sample/bottleneck"
+    assert labkit.sample("sweeps/ring") == REPO / "data/sample/sweeps/ring"
+    assert labkit.sample("tune") == REPO / "data/sample/tune"
+    assert labkit.sample() == REPO / "data/sample"
+    assert labkit.scenario_file("bottleneck") == REPO / "topologies/bottleneck.yaml"
+    with pytest.raises(labkit.SampleNotFound, match="'nope' is not a sample .*bottleneck, "):
+        labkit.sample("nope")
+    with pytest.raises(labkit.SampleNotFound, match="'nope' is not a scenario file .*bottleneck"):
+        labkit.scenario_file("nope")
+
+
+def test_a_notebook_copied_elsewhere_finds_the_checkout_it_runs_in(tmp_path, monkeypatch):
+    """labkit installed without its data (a wheel): the samples of the checkout the
+    notebook runs in; none anywhere: what to do, in the message."""
+    checkout = tmp_path / "clone"
+    (checkout / "data/sample/bottleneck").mkdir(parents=True)
+    (checkout / "data/sample/samples.yaml").write_text("samples: []\n")
+    (checkout / "topologies").mkdir()
+    (checkout / "topologies/bottleneck.yaml").write_text("name: bottleneck\n")
+    (checkout / "notebooks").mkdir()
+    nowhere = tmp_path / "site-packages"
+    with paths.use(Paths(repo=nowhere, samples=nowhere / "data/sample")):
+        monkeypatch.chdir(checkout / "notebooks")
+        assert paths.sample("bottleneck") == checkout / "data/sample/bottleneck"
+        assert paths.scenario_file("bottleneck") == checkout / "topologies/bottleneck.yaml"
+        monkeypatch.chdir(tmp_path)
+        with pytest.raises(paths.SampleNotFound) as missing:
+            paths.sample("bottleneck")
+    said = str(missing.value)
+    assert str(nowhere / "data/sample") in said and "clone of the repository" in said
+    assert "LABKIT_SAMPLE_DIR" in said
