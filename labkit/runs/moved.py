@@ -8,15 +8,16 @@ import warnings
 from collections.abc import Callable, Mapping
 from functools import partial
 from importlib import import_module
+from typing import Any
 
 Moved = Mapping[str, tuple[str, Callable[[], object]]]  # old name -> (new path, its value)
 
 
-def forward(module: str, moved: Moved) -> Callable[[str], object]:
+def forward(module: str, moved: Moved) -> Callable[[str], Any]:
     """A ``__getattr__`` for ``module`` that gives each name of ``moved`` its value now, with
     the warning, and refuses any other name as Python does."""
 
-    def __getattr__(name: str) -> object:
+    def __getattr__(name: str) -> Any:  # what the name was, as mypy sees it
         if name not in moved:
             raise AttributeError(f"module {module!r} has no attribute {name!r}")
         new, value = moved[name]
