@@ -36,7 +36,8 @@ def net_namespaces() -> dict[int, str]:
     return found
 
 
-PORT_NAME = re.compile(r"[a-z][a-z0-9]{0,8}-eth\d+")  # a fabric's ports (labkit.model.topo)
+# a fabric's ports (labkit.model.topo), and the delay line's ends (labkit.kernel.fabric)
+PORT_NAME = re.compile(r"[a-z][a-z0-9]{0,8}-eth\d+|dl\d+[ab]")
 
 
 def _fabric_ports(path: str) -> list[str]:
@@ -87,7 +88,7 @@ def labkit_objects() -> dict[str, list[str]]:
         except OSError:
             continue
         text = b" ".join(args).decode(errors="replace")
-        if "labkit.traffic." in text or " -is mininet:" in text or \
+        if "labkit.traffic." in text or " -is mininet:" in text or "/_delayline" in text or \
                 int(cmdline.parent.name) in commands:
             procs.append(f"{cmdline.parent.name}: {text.strip()}")
     root = cgroups.cgroup2_root()
