@@ -41,11 +41,12 @@ def test_lk_dctcp_runs_the_flows_of_the_hosts_chosen_and_meets_marks(fabric_read
 
 
 def test_the_papers_queue(fabric_ready, tmp_path):
-    """The shipped scenario (4 s of it), as it is and with the paper's TCP: under lk_dctcp with
-    marking at K the queue's median is within [15, 25] packets (the paper and the
-    reproduction: about 21), under Reno at a drop-tail port it fills most of the buffer
-    (the reproduction: about 355 of 425), and the link is full in both. Each lk_dctcp
-    sender cuts its window after marked windows, and only then."""
+    """The shipped scenario (4 s of it: CS244's setup, 0.25 ms links, a 120-packet buffer),
+    as it is and with the paper's TCP: under lk_dctcp with marking at K the queue's median
+    is within [17, 22] packets (the paper: about 21) and the two flows share the port
+    (Jain's index of their goodputs at least 0.9); under Reno at a drop-tail port it saws
+    up to the buffer (p99 within 10 % of its 120 packets); the link is full in both. Each
+    lk_dctcp sender cuts its window after marked windows, and only then."""
     sc = scenario.load(REPO / "topologies/dctcp-paper.yaml")
     run = labkit.run(sc, ["fifo"], duration=4, out=tmp_path / "dctcp")
     dctcp = run.summary.policies["fifo"]
@@ -58,8 +59,10 @@ def test_the_papers_queue(fabric_ready, tmp_path):
     goodput = sum(f.mbps for f in dctcp.tcp.flows.values())  # the flows share the port
     assert 0.9 * RATE_MBPS <= goodput <= 1.05 * RATE_MBPS, goodput
     d, r = dctcp.queues.ports[port], reno.queues.ports[port]
-    assert d.queue_p50_packets is not None and 15 <= d.queue_p50_packets <= 25, d
-    assert r.queue_p50_packets is not None and r.queue_p50_packets >= 200, r
+    assert d.queue_p50_packets is not None and 17 <= d.queue_p50_packets <= 22, d
+    assert r.queue_p99_packets is not None and r.queue_p99_packets >= 0.9 * 120, r
+    rates = [f.mbps for f in dctcp.tcp.flows.values()]
+    assert sum(rates) ** 2 / (len(rates) * sum(x * x for x in rates)) >= 0.9, rates  # Jain
     assert d.ce and r.ce is None  # only the DCTCP run marks
     for p in (dctcp, reno):
         assert p.bottleneck.utilization >= 0.95, p.bottleneck.utilization
@@ -69,8 +72,9 @@ def test_the_papers_queue(fabric_ready, tmp_path):
             continue  # iperf3's control connection, or a receiver
         assert max(cwnd) < 2 * BUFFER_PACKETS, flow
         cuts = [i for i in range(2, len(cwnd)) if cwnd[i] < cwnd[i - 1]]
-        after_marks = [i for i in cuts if marked[i - 1] or marked[i - 2]]
-        assert len(cuts) > 20 and len(after_marks) >= 0.7 * len(cuts), (flow, len(cuts))
+        # the cut comes in the window whose ACKs echoed the marks, or the next one
+        after_marks = [i for i in cuts if marked[i] or marked[i - 1]]
+        assert len(cuts) > 20 and len(after_marks) >= 0.9 * len(cuts), (flow, len(cuts))
     assert not registered()
     assert_no_leaks()
 
