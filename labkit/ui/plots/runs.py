@@ -1,0 +1,143 @@
+"""A run's figures of its collective and its queues: the completion-time CDFs, the queue
+at the bottleneck over time, the time packets spent in it per lane, the collective's
+one-way latency, and what the valves let storage send."""
+
+from __future__ import annotations
+
+import plotly.graph_objects as go
+import polars as pl
+
+from labkit.analysis import frames
+from labkit.analysis.ports import backlog_series
+from labkit.analysis.windows import cdf, op_times, windows
+from labkit.model.abi import LANES
+from labkit.model.summary import Program
+from labkit.runs.rundir import Run
+from labkit.ui.plots.theme import (
+    LANE_COLORS,
+    LANE_DASH,
+    PORT_DASH,
+    policy_color,
+    say_empty,
+    titled,
+    workload_of,
+)
+
+
+def op_time_cdf(run: Run) -> go.Figure:
+    """Distribution of the workload's completion times (All-Reduce ops, or a job's
+    iterations), one line per policy."""
+    ops = op_times(run["collectives"])
+    warmup = _warmup(run)
+    fig = go.Figure()
+    for policy in run.summary.policies:
+        x, y = cdf(ops.filter((pl.col("policy") == policy) & (pl.col("op") >= warmup))
+                    ["ms"])
+        fig.add_scatter(x=x, y=y, mode="lines", name=policy,
+                        line={"shape": "hv", "color": policy_color(policy)})
+    unit = "ops" if workload_of(run) == "All-Reduce" else "iterations"
+    return titled(fig, run, f"{workload_of(run)} completion time", "completion time (ms)",
+                  f"fraction of {unit}")
+
+
+def _warmup(run: Run) -> int:
+    """The first iterations a program's summary leaves out (0: none)."""
+    return next((p.workload.warmup for p in run.summary.policies.values()
+                 if isinstance(p.workload, Program)), 0)
+
+
+def queue_timeline(run: Run, ports: list[str] | None = None, policies: list[str] | None = None,
+                   window: tuple[float, float] = (0.0, 1.0)) -> go.Figure:
+    """Backlog (all classes summed) at ``ports`` (default: each policy's bottleneck port)
+    over the part ``window`` (fractions from, to) of each policy's ops, one line per policy
+    and port (dashed by port), timed from the policy's first op."""
+    first = windows(op_times(run["collectives"]))
+    spans = frames.part_of_windows(run["collectives"], window)
+    fig = go.Figure()
+    for policy in list(run.summary.policies) if policies is None else policies:
+        here = ports if ports is not None else [run.summary.policies[policy].bottleneck.port]
+        start, end = spans[policy]
+        for i, port in enumerate(here):
+            q = backlog_series(run["queue"], policy, port, start, end)
+            fig.add_scatter(x=((q["t_ns"] - first[policy][0]) / 1e9).to_list(),
+                            y=(q["backlog_bytes"] / 1024).to_list(), mode="lines",
+                            name=policy if len(here) == 1 else f"{policy} · {port}",
+                            line={"color": policy_color(policy), "width": 1.5,
+                                  "dash": PORT_DASH[i % len(PORT_DASH)]})
+    where = "the bottleneck port" if ports is None else ", ".join(ports) or "no port"
+    fig.update_yaxes(rangemode="tozero")
+    return titled(fig, run, f"Queue at {where}", "time since the first op (s)",
+                  "backlog (KiB)")
+
+
+def lane_sojourn(run: Run, policies: list[str] | None = None, lanes: list[str] | None = None,
+                 window: tuple[float, float] = (0.0, 1.0)) -> go.Figure:
+    """Time in the bottleneck queue per lane (sampled packets), one CDF per policy and lane,
+    over the part ``window`` (fractions from, to) of each policy's ops. ``lanes`` default:
+    vip and low, or the lanes sampled when neither was (a run of TCP flows: normal)."""
+    spans = frames.part_of_windows(run["collectives"], window)
+    frame = frames.lane_sojourns(run["sojourn"], run.summary, spans)
+    fig = go.Figure()
+    sampled = [lane for lane in LANES if lane in set(frame["lane"])]
+    if lanes is None:
+        lanes = [lane for lane in sampled if lane in ("vip", "low")] or sampled
+    for policy in list(run.summary.policies) if policies is None else policies:
+        for lane in lanes:
+            x, y = cdf(frame.filter((pl.col("policy") == policy)
+                                     & (pl.col("lane") == lane))["sojourn_us"])
+            if x:
+                fig.add_scatter(x=x, y=y, mode="lines", name=f"{policy} · {lane}",
+                                line={"shape": "hv", "color": policy_color(policy),
+                                      "dash": LANE_DASH[lane]})
+    fig.update_xaxes(type="log").update_layout(showlegend=True)  # one line: which lane
+    titled(fig, run, "Time in the bottleneck queue, per lane", "sojourn (µs, log scale)",
+           "fraction of packets")
+    return fig if fig.data else say_empty(fig, "no packets sampled at the bottleneck port"
+                                          + (f" in the {' or '.join(lanes)} lane" if sampled
+                                             else ""))
+
+
+def collective_latency(run: Run) -> go.Figure:
+    """One-way latency of the collective's packets (sender's stamp to the receiver's NIC),
+    one CDF per policy: what the queues along the path add, end to end."""
+    spans = windows(op_times(run["collectives"]))
+    cdfs = frames.latency_cdfs(run["latency"], spans)
+    fig = go.Figure()
+    for policy in (p for p in run.summary.policies if p in cdfs):
+        x, y = cdfs[policy]
+        fig.add_scatter(x=x, y=y, mode="lines", name=policy,
+                        line={"shape": "hv", "color": policy_color(policy)})
+    fig.update_xaxes(type="log")
+    return titled(fig, run, "One-way latency of the collective's packets",
+                  "latency (µs, log scale)", "fraction of packets")
+
+
+def valve_timeline(run: Run, policy: str, seconds: float = 5.0) -> go.Figure:
+    """What the valves let storage send over the first seconds of ``policy``'s ops, with
+    the ops shaded and the bottleneck queue beside it: what the controller did, and when."""
+    ops = op_times(run["collectives"]).filter(pl.col("policy") == policy).sort("start_ns")
+    start = ops["start_ns"].min()
+    if not isinstance(start, int):
+        raise ValueError(f"{run.path}: no ops under {policy}: no valve timeline")
+    end = start + int(seconds * 1e9)
+    fig = go.Figure()
+    for s_ns, e_ns in zip(ops["start_ns"], ops["end_ns"], strict=True):
+        if s_ns < end:
+            fig.add_vrect(x0=(s_ns - start) / 1e9, x1=(min(e_ns, end) - start) / 1e9,
+                          fillcolor=LANE_COLORS["vip"], opacity=0.10, line_width=0)
+    bneck = run.summary.policies[policy].bottleneck
+    allowed = frames.allowed_storage(run["controller"], policy, start, end, bneck.rate_mbps)
+    fig.add_scatter(x=((allowed["t_ns"] - start) / 1e9).to_list(), y=allowed["mbps"].to_list(),
+                    mode="lines", line={"shape": "hv", "color": "#000000", "width": 1.5},
+                    name="storage allowed by the valves (Mbit/s)")
+    q = backlog_series(run["queue"], policy, bneck.port, start, end)
+    fig.add_scatter(x=((q["t_ns"] - start) / 1e9).to_list(),
+                    y=(q["backlog_bytes"] / 1024).to_list(),
+                    mode="lines", name=f"backlog at {bneck.port} (KiB)", yaxis="y2",
+                    line={"color": LANE_COLORS["low"], "width": 1})
+    fig.update_layout(xaxis_range=[0, seconds], yaxis_rangemode="tozero",
+                      yaxis2={"title": "backlog (KiB)", "overlaying": "y", "side": "right",
+                              "showgrid": False, "rangemode": "tozero"},
+                      legend={"orientation": "h", "y": -0.2})
+    return titled(fig, run, f"Valves under {policy} (shaded: All-Reduce ops)",
+                  "time since the first op (s)", "storage allowed (Mbit/s)")
