@@ -71,8 +71,8 @@ from labkit.kernel.libbpf import (  # noqa: F401  (re-exported)
     run_time_stats,
     unregister_struct_ops,
 )
+from labkit.model.paths import REPO_ROOT  # noqa: F401  (re-exported: its old home)
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 BUILD_DIR = Path(os.environ.get("LABKIT_BPF_BUILD", REPO_ROOT / "bpf" / "build"))
 
 BPF_ANY = 0
