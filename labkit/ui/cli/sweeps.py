@@ -30,17 +30,17 @@ def _sizes(args) -> list[int] | None:
 
 def cmd_sweep(args) -> int:
     from labkit.analysis import nccltests
-    from labkit.runs import runner
+    from labkit.runs import resolve, runner
 
     if problem := nccl_refusal(args):
         return refused(ValueError(problem))
     if not args.check:
         err.print("note: -c 0 changes nothing: labkit checks every op's data (#wrong)")
-    sc, rates = runner.resolve_rates(scenario_of(args), str(args.scenario))
+    sc, rates = resolve.resolve_rates(scenario_of(args), str(args.scenario))
     size_list = _sizes(args)
     if size_list is None:
         return 2
-    runner.check_sweep(sc, args.op, args.algo, size_list, args.iters)
+    resolve.check_sweep(sc, args.op, args.algo, size_list, args.iters)
     if problem := runner.not_ready():
         return failed(runner.NotReady(problem))
     signals.before_building()
@@ -56,7 +56,7 @@ def cmd_sweep(args) -> int:
           sep="\n", flush=True, file=lines)
     def show(row) -> None:
         print(row.line(scale), flush=True, file=lines)
-        if args.algo == runner.AUTO:
+        if args.algo == resolve.AUTO:
             print(f"#   auto: {row.algo}", flush=True, file=lines)
 
     try:
@@ -73,9 +73,9 @@ def cmd_sweep(args) -> int:
 
 def cmd_tune(args) -> int:
     from labkit.analysis import nccltests
-    from labkit.runs import runner
+    from labkit.runs import resolve, runner
 
-    sc, rates = runner.resolve_rates(scenario_of(args), str(args.scenario))
+    sc, rates = resolve.resolve_rates(scenario_of(args), str(args.scenario))
     size_list = _sizes(args)
     if size_list is None:
         return 2
