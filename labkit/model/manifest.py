@@ -6,18 +6,19 @@ Each is written as it is recorded and rewritten as it ends: ``status`` first, th
 the recording was asked to do, then how it ended (``error``, ``end_time``) and the tables
 it wrote. ``from_json`` reads every manifest labkit has written, those recorded before a
 key existed included (see :mod:`labkit.model.records`), and ``to_json`` writes it back
-key for key. :func:`kind_of` tells the kinds apart without reading the rest; a run's
-manifest has no ``kind``.
+key for key (each type a :class:`~labkit.model.records.Record`, its errors
+:class:`ManifestError`). :func:`kind_of` tells the kinds apart without reading the rest; a
+run's manifest has no ``kind``.
 """
 
 from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass, field
-from typing import Any, Self
+from typing import Any, ClassVar
 
 from labkit.model import records
-from labkit.model.records import FLAT, NULL, DocumentError
+from labkit.model.records import DocumentError, Record, flat, when_set
 
 
 class ManifestError(DocumentError):
@@ -25,12 +26,12 @@ class ManifestError(DocumentError):
 
 
 @dataclass(frozen=True, kw_only=True)
-class _ReadByKey:
-    """``record["key"]`` and ``record.get("key")``, as manifests and their batch points
-    were read before they had types: kept for one release, with a DeprecationWarning."""
+class _Document(Record):
+    """A manifest or a batch's point: ``record["key"]`` and ``record.get("key")``, as they
+    were read before they had types, kept for one release with a DeprecationWarning."""
 
-    def to_json(self) -> dict[str, Any]:
-        return records.written(self)
+    ERROR: ClassVar[type[DocumentError]] = ManifestError
+    DOCUMENT: ClassVar[str] = "manifest.json"
 
     def __getitem__(self, name: str) -> Any:
         warnings.warn(f"{type(self).__name__}[{name!r}] goes in the next release: read its "
@@ -44,21 +45,7 @@ class _ReadByKey:
 
 
 @dataclass(frozen=True, kw_only=True)
-class _Recording(_ReadByKey):
-    """What every manifest type does: read and write its document."""
-
-    @classmethod
-    def from_json(cls, doc: Any) -> Self:
-        try:
-            return records.read(cls, doc, "manifest.json")
-        except ManifestError:
-            raise
-        except DocumentError as exc:
-            raise ManifestError(str(exc)) from None
-
-
-@dataclass(frozen=True, kw_only=True)
-class Provenance:
+class Provenance(Record):
     """What recorded a run, a sweep, a tuning or a calibration: the kernel, labkit's git
     revision (``-dirty``: with uncommitted changes), the BPF objects' and the hot path's
     SHA-256, Python and every Python package's version, requirements.lock's hash, the
@@ -69,12 +56,11 @@ class Provenance:
     bpf_objects: dict[str, str]  # file name -> SHA-256
     python: str
     packages: dict[str, str]  # distribution -> version
-    requirements_lock: str | None = field(default=None, metadata=NULL)  # None: no lock file
-    tools: dict[str, str] | None = None  # tool -> its version line ("not found")
-    cpus: int | None = field(metadata=NULL)
-    host: str | None = None
-    hotpath: str | None = field(default=None, metadata=NULL)  # None: not built
-    unrecorded: frozenset[str] = frozenset()
+    requirements_lock: str | None = None  # None: no lock file
+    tools: dict[str, str] | None = when_set()  # tool -> its version line ("not found")
+    cpus: int | None
+    host: str | None = when_set()
+    hotpath: str | None = None  # None: not built
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -83,7 +69,7 @@ class Rates:
     the scenario's own number), the bottleneck's rate and the scale factor it gave."""
 
     factor: float
-    calibration: str | None = field(metadata=NULL)
+    calibration: str | None
     bottleneck_rate_mbps: float
     scale_factor: float
 
@@ -120,8 +106,8 @@ class UserClass:
     file in the run and that file's SHA-256 (None: its source could not be found)."""
 
     qualname: str = field(metadata=records.key("class"))
-    source: str | None = field(metadata=NULL)
-    sha256: str | None = field(metadata=NULL)
+    source: str | None
+    sha256: str | None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -142,7 +128,7 @@ class BatchRef:
 
 
 @dataclass(frozen=True, kw_only=True)
-class RunManifest(_Recording):
+class RunManifest(_Document):
     """A run (``labkit run``): the scenario as run, its policies, seed and duration cap,
     the command line, the batch it is a point of, the users' classes and classifier it
     kept, what ``algo: auto`` and ``rate_factor`` chose; then each policy's fidelity (its
@@ -155,25 +141,24 @@ class RunManifest(_Recording):
     scenario_sha256: str
     policies: tuple[str, ...]
     seed: int
-    duration_s: float | None = field(metadata=NULL)
+    duration_s: float | None
     start_time: str
-    argv: tuple[str, ...] | None = field(metadata=NULL)
-    batch: BatchRef | None = field(default=None, metadata=NULL)
-    controllers: dict[str, UserClass] | None = None
-    kinds: dict[str, UserClass] | None = None
-    classifier: KeptObject | None = field(default=None, metadata=NULL)
-    auto: AutoChoice | None = field(default=None, metadata=NULL)
-    rates: Rates | None = field(default=None, metadata=NULL)
-    provenance: Provenance = field(metadata=FLAT)
-    fidelity: dict[str, dict[str, Any]] | None = None  # policy -> its summary's fidelity
-    error: str | None = None
-    end_time: str | None = None
-    tables: tuple[str, ...] | None = None
-    unrecorded: frozenset[str] = frozenset()
+    argv: tuple[str, ...] | None
+    batch: BatchRef | None = None
+    controllers: dict[str, UserClass] | None = when_set()
+    kinds: dict[str, UserClass] | None = when_set()
+    classifier: KeptObject | None = None
+    auto: AutoChoice | None = None
+    rates: Rates | None = None
+    provenance: Provenance = flat()
+    fidelity: dict[str, dict[str, Any]] | None = when_set()  # policy -> its summary's fidelity
+    error: str | None = when_set()
+    end_time: str | None = when_set()
+    tables: tuple[str, ...] | None = when_set()
 
 
 @dataclass(frozen=True, kw_only=True)
-class SweepManifest(_Recording):
+class SweepManifest(_Document):
     """A sweep (``labkit sweep``): the op, algorithm, sizes and timed ops per size, what
     ``--algo auto`` chose, the rates, and what a lossless fabric's pauser could not do
     (``notes``)."""
@@ -188,19 +173,18 @@ class SweepManifest(_Recording):
     sizes: tuple[int, ...]
     iters: int
     start_time: str
-    auto: AutoChoices | None = field(default=None, metadata=NULL)
-    rates: Rates | None = field(default=None, metadata=NULL)
-    argv: tuple[str, ...] | None = field(metadata=NULL)
-    provenance: Provenance = field(metadata=FLAT)
-    notes: tuple[str, ...] | None = None
-    error: str | None = None
-    end_time: str | None = None
-    tables: tuple[str, ...] | None = None
-    unrecorded: frozenset[str] = frozenset()
+    auto: AutoChoices | None = None
+    rates: Rates | None = None
+    argv: tuple[str, ...] | None
+    provenance: Provenance = flat()
+    notes: tuple[str, ...] | None = when_set()
+    error: str | None = when_set()
+    end_time: str | None = when_set()
+    tables: tuple[str, ...] | None = when_set()
 
 
 @dataclass(frozen=True, kw_only=True)
-class TuneManifest(_Recording):
+class TuneManifest(_Document):
     """A tuning (``labkit tune``): the algorithms swept, the sizes, timed ops per size and
     ranks in ring order, the rates; then the algorithms left out of the fit
     (``not_fitted``) and the pauser's notes."""
@@ -215,19 +199,18 @@ class TuneManifest(_Recording):
     iters: int
     ranks: tuple[str, ...]
     start_time: str
-    rates: Rates | None = field(default=None, metadata=NULL)
-    argv: tuple[str, ...] | None = field(metadata=NULL)
-    provenance: Provenance = field(metadata=FLAT)
-    not_fitted: tuple[str, ...] | None = None
-    notes: tuple[str, ...] | None = None
-    error: str | None = None
-    end_time: str | None = None
-    tables: tuple[str, ...] | None = None
-    unrecorded: frozenset[str] = frozenset()
+    rates: Rates | None = None
+    argv: tuple[str, ...] | None
+    provenance: Provenance = flat()
+    not_fitted: tuple[str, ...] | None = when_set()
+    notes: tuple[str, ...] | None = when_set()
+    error: str | None = when_set()
+    end_time: str | None = when_set()
+    tables: tuple[str, ...] | None = when_set()
 
 
 @dataclass(frozen=True, kw_only=True)
-class CalibrationManifest(_Recording):
+class CalibrationManifest(_Document):
     """A calibration (``labkit calibrate``): the scenario as written (its rate factor is
     what the calibration finds); its trials are runs of their own."""
 
@@ -237,11 +220,11 @@ class CalibrationManifest(_Recording):
     scenario: dict[str, Any]
     scenario_sha256: str
     start_time: str
-    argv: tuple[str, ...] | None = field(metadata=NULL)
-    provenance: Provenance = field(metadata=FLAT)
-    error: str | None = None
-    end_time: str | None = None
-    tables: tuple[str, ...] | None = None
+    argv: tuple[str, ...] | None
+    provenance: Provenance = flat()
+    error: str | None = when_set()
+    end_time: str | None = when_set()
+    tables: tuple[str, ...] | None = when_set()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -252,11 +235,11 @@ class GridRecord:
     file: str
     sha256: str
     name: str
-    description: str | None = field(metadata=NULL)
+    description: str | None
     axes: dict[str, tuple[Any, ...]]
     policies: tuple[tuple[str, ...], ...]
     seeds: tuple[int, ...]
-    duration_s: float | None = field(metadata=NULL)
+    duration_s: float | None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -273,7 +256,7 @@ POINT_STATUSES = ("pending", "submitted", "running", "complete", "failed", "inte
 
 
 @dataclass(frozen=True, kw_only=True)
-class BatchPoint(_ReadByKey):
+class BatchPoint(_Document):
     """One point of a batch as it stands: its index, name, parameters, policies and seed,
     its run directory (relative to the batch; None: it kept none), status (one of
     :data:`POINT_STATUSES`), run id, host, Slurm job id and error, and once said, its job's
@@ -284,22 +267,22 @@ class BatchPoint(_ReadByKey):
     parameters: dict[str, Any]
     policies: tuple[str, ...]
     seed: int
-    run: str | None = field(metadata=NULL)
+    run: str | None
     status: str = "pending"
-    run_id: str | None = field(default=None, metadata=NULL)
-    host: str | None = field(default=None, metadata=NULL)
-    job_id: str | None = field(default=None, metadata=NULL)
-    error: str | None = field(default=None, metadata=NULL)
-    log: str | None = None
-    start_time: str | None = None
-    end_time: str | None = None
+    run_id: str | None = None
+    host: str | None = None
+    job_id: str | None = None
+    error: str | None = None
+    log: str | None = when_set()
+    start_time: str | None = when_set()
+    end_time: str | None = when_set()
 
 
 STOPPED = ("interrupted", "incomplete")  # how a batch that did not finish ended
 
 
 @dataclass(frozen=True, kw_only=True)
-class BatchManifest(_Recording):
+class BatchManifest(_Document):
     """A batch (``labkit batch``, docs/batches.md): the grid, the scenario file, the
     executor, the host that ran it, and every point as it stands. ``error`` is said once
     the batch stopped before its end (status :data:`STOPPED`; None: interrupted)."""
@@ -312,12 +295,12 @@ class BatchManifest(_Recording):
     executor: str
     host: str
     start_time: str
-    argv: tuple[str, ...] | None = field(metadata=NULL)
+    argv: tuple[str, ...] | None
     labkit_revision: str
     points: tuple[BatchPoint, ...]
-    error: str | None = None
-    end_time: str | None = None
-    tables: tuple[str, ...] | None = None
+    error: str | None = when_set()
+    end_time: str | None = when_set()
+    tables: tuple[str, ...] | None = when_set()
 
     def to_json(self) -> dict[str, Any]:
         return records.written(self, nulls={"error"} if self.status in STOPPED else set())

@@ -1,144 +1,64 @@
 """A run's summary (``summary.json``) as a typed tree: :class:`Summary` at the root, a
 :class:`PolicySummary` per policy, a frozen dataclass for every section below it.
 
-:meth:`Record.from_json` reads a document, the versions recorded before a key existed
-included; :meth:`Record.to_json` gives back the document as written, key order
-included, so ``json.dumps(Summary.from_json(doc).to_json())`` is ``json.dumps(doc)``.
-Each record's fields are its keys in the order the document holds them. A field with a
+:meth:`Summary.from_json` reads a document, the versions recorded before a key existed
+included; :meth:`Summary.to_json` gives back the document as written, key order
+included, so ``json.dumps(Summary.from_json(doc).to_json())`` is ``json.dumps(doc)``
+(:mod:`labkit.model.records`, the codec of every JSON document labkit writes). Each
+record's fields are its keys in the order the document holds them. A field with a
 default is a key that older runs lack: a record read from such a run keeps the keys its
 document lacked (``unrecorded``) and writes them back missing. A field marked
-:func:`when_set` is written only when it holds a value (``lossless`` on a lossy fabric).
+:func:`when_set` is written only when it holds a value (``lossless`` on a lossy fabric);
+a policy's workload sits under the key of its kind. Errors: :class:`SummaryError`.
 docs/data-model.md says what each figure means.
 """
 
 from __future__ import annotations
 
-import types
-import typing
 import warnings
 from collections.abc import Callable, Iterator
-from dataclasses import MISSING, Field, dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any, ClassVar, Generic, Self, TypeVar
 
+from labkit.model import records
 from labkit.model.abi import LANES
+from labkit.model.records import DocumentError, one_of, when_set
+from labkit.model.records import Record as Record  # the one codec's, every section's base
 
 T = TypeVar("T")
 
 
-class SummaryError(ValueError):
+class SummaryError(DocumentError):
     """A summary document that does not fit the tree: the message names the key path."""
 
+    @classmethod
+    def missing(cls, where: str, key: str) -> DocumentError:
+        return cls(f"{where}: missing key {key!r}")
 
-def when_set() -> Any:
-    """A field whose key is written only when it holds a value (None: left out)."""
-    return field(default=None, metadata={"when_set": True})
+    @classmethod
+    def unknown(cls, where: str, keys: list[str]) -> DocumentError:
+        return cls(f"{where}: unknown key(s) {sorted(keys)}")
+
+    @classmethod
+    def expected(cls, where: str, tp: type, value: Any) -> DocumentError:
+        if tp in (dict, list):
+            return cls(f"{where}: expected {'an object' if tp is dict else 'a list'}, got "
+                       f"{type(value).__name__}")
+        return cls(f"{where}: expected {tp.__name__}, got {value!r}")
 
 
 @dataclass(frozen=True, kw_only=True)
-class Record:
+class Section(Record):
     """A node of the tree, read and written key by key in the order of its fields."""
 
-    unrecorded: frozenset[str] = field(default=frozenset(), repr=False, compare=False)
-
-    @classmethod
-    def from_json(cls, doc: Any, where: str = "") -> Self:
-        """The record a JSON object holds (``where``: its key path, for errors)."""
-        return cls(**_read_fields(cls, doc, where or cls.__name__, {}))
-
-    def to_json(self) -> dict[str, Any]:
-        """The JSON object as written: plain dicts, lists and scalars."""
-        return {f.name: _write(getattr(self, f.name)) for f in _keyed_fields(type(self))
-                if f.name not in self.unrecorded
-                and not (f.metadata.get("when_set") and getattr(self, f.name) is None)}
-
-
-# --- reading and writing by the fields' types ---------------------------------------------
-
-_SCALARS: dict[type, tuple[type, ...]] = {str: (str,), bool: (bool,), int: (int,),
-                                          float: (int, float)}  # a float may be written 4000
-_KEYED: dict[type, tuple[Field, ...]] = {}
-_HINTS: dict[type, dict[str, Any]] = {}
-
-
-def _keyed_fields(cls: type) -> tuple[Field, ...]:
-    """A record's fields that are keys of its document (not ``unrecorded``, nor a field its
-    class reads itself, marked ``keyed: False``)."""
-    if cls not in _KEYED:
-        _KEYED[cls] = tuple(f for f in fields(cls)
-                            if f.name != "unrecorded" and f.metadata.get("keyed", True))
-    return _KEYED[cls]
-
-
-def _hints(cls: type) -> dict[str, Any]:
-    if cls not in _HINTS:
-        _HINTS[cls] = typing.get_type_hints(cls)
-    return _HINTS[cls]
-
-
-def _read_fields(cls: type, doc: Any, where: str, typevars: dict) -> dict[str, Any]:
-    """``cls``'s keyword arguments from ``doc``, ``unrecorded`` among them."""
-    if not isinstance(doc, dict):
-        raise SummaryError(f"{where}: expected an object, got {type(doc).__name__}")
-    keyed = _keyed_fields(cls)
-    unknown = set(doc) - {f.name for f in keyed}
-    if unknown:
-        raise SummaryError(f"{where}: unknown key(s) {sorted(unknown)}")
-    out: dict[str, Any] = {}
-    missing = set()
-    for f in keyed:
-        if f.name in doc:
-            hint = _hints(cls)[f.name]
-            out[f.name] = _read(typevars.get(hint, hint), doc[f.name], f"{where}.{f.name}")
-        elif f.default is not MISSING or f.default_factory is not MISSING:
-            missing.add(f.name)
-        else:
-            raise SummaryError(f"{where}: missing key {f.name!r}")
-    return out | ({"unrecorded": frozenset(missing)} if missing else {})
-
-
-def _read(hint: Any, value: Any, where: str) -> Any:
-    """``value`` (JSON) as ``hint`` says: records, dicts, tuples, optionals, scalars."""
-    origin, args = typing.get_origin(hint), typing.get_args(hint)
-    if origin in (typing.Union, types.UnionType):
-        if value is None and type(None) in args:
-            return None
-        arms = [a for a in args if a is not type(None)]
-        if len(arms) != 1:
-            raise TypeError(f"{where}: a union of records is read by its parent")
-        return _read(arms[0], value, where)
-    if isinstance(origin or hint, type) and issubclass(origin or hint, Record):
-        if not args:
-            return hint.from_json(value, where)
-        return origin(**_read_fields(origin, value, where,
-                                     dict(zip(origin.__parameters__, args, strict=True))))
-    if origin is dict:
-        if not isinstance(value, dict):
-            raise SummaryError(f"{where}: expected an object, got {type(value).__name__}")
-        return {k: _read(args[1], v, f"{where}.{k}") for k, v in value.items()}
-    if origin is tuple:
-        if not isinstance(value, list):
-            raise SummaryError(f"{where}: expected a list, got {type(value).__name__}")
-        return tuple(_read(args[0], v, f"{where}[{i}]") for i, v in enumerate(value))
-    if not isinstance(value, _SCALARS[hint]) or (hint is not bool and isinstance(value, bool)):
-        raise SummaryError(f"{where}: expected {hint.__name__}, got {value!r}")
-    return value
-
-
-def _write(value: Any) -> Any:
-    if isinstance(value, Record):
-        return value.to_json()
-    if isinstance(value, dict):
-        return {k: _write(v) for k, v in value.items()}
-    if isinstance(value, tuple | list):
-        return [_write(v) for v in value]
-    return value
+    ERROR: ClassVar[type[DocumentError]] = SummaryError
 
 
 # --- the sections --------------------------------------------------------------------------
 
 
 @dataclass(frozen=True, kw_only=True)
-class PerLane(Record, Generic[T]):
+class PerLane(Section, Generic[T]):
     """One figure per lane, in the lanes' order (:data:`labkit.model.abi.LANES`)."""
 
     vip: T
@@ -163,7 +83,7 @@ class PerLane(Record, Generic[T]):
 
 
 @dataclass(frozen=True, kw_only=True)
-class AllReduce(Record):
+class AllReduce(Section):
     """The collective's ops (``allreduce``): times in ms, bandwidths in Mbit/s; slowdowns
     against ``isolated`` in the same run (null without it)."""
 
@@ -180,7 +100,7 @@ class AllReduce(Record):
 
 
 @dataclass(frozen=True, kw_only=True)
-class Job(Record):
+class Job(Section):
     """A training job's iterations (``job``): times in ms, the rest as fractions of a
     rank's iteration; bytes per hop (``"a->b"``) from the ranks' plans and the routes."""
 
@@ -203,7 +123,7 @@ class Job(Record):
 
 
 @dataclass(frozen=True, kw_only=True)
-class ProgramOp(Record):
+class ProgramOp(Section):
     """One collective of a user's program, over its instances (times in ms);
     ``busbw_mbps`` only for an All-Reduce alone in its iteration."""
 
@@ -218,7 +138,7 @@ class ProgramOp(Record):
 
 
 @dataclass(frozen=True, kw_only=True)
-class ProgramTraffic(Record):
+class ProgramTraffic(Section):
     """What a program's ranks sent out of their hosts' NICs."""
 
     packets: int
@@ -227,7 +147,7 @@ class ProgramTraffic(Record):
 
 
 @dataclass(frozen=True, kw_only=True)
-class ProgramRank(Record):
+class ProgramRank(Section):
     """One rank of a user's program, as it ended."""
 
     rank: int
@@ -242,7 +162,7 @@ class ProgramRank(Record):
 
 
 @dataclass(frozen=True, kw_only=True)
-class Program(Record):
+class Program(Section):
     """A user's program (``program``, docs/programs.md): its iterations (null figures: it
     recorded none), its collectives by name, its traffic, CPU and ranks."""
 
@@ -275,7 +195,7 @@ WORKLOADS: dict[str, type[Workload]] = {w.KEY: w for w in (AllReduce, Job, Progr
 
 
 @dataclass(frozen=True, kw_only=True)
-class StorageEntry(Record):
+class StorageEntry(Section):
     """One storage entry over the window: goodput, the I/Os that arrived, their completion
     times (null without I/Os)."""
 
@@ -286,7 +206,7 @@ class StorageEntry(Record):
 
 
 @dataclass(frozen=True, kw_only=True)
-class Storage(Record):
+class Storage(Section):
     """Storage goodput over the window, all entries and per entry."""
 
     goodput_mbps: float
@@ -294,7 +214,7 @@ class Storage(Record):
 
 
 @dataclass(frozen=True, kw_only=True)
-class BottleneckLane(Record):
+class BottleneckLane(Section):
     """One lane at the bottleneck port over the window: what its queue accepted and
     dropped, sampled sojourns and one-way latencies (µs, null: no such packets), the
     largest backlog of the queue it waited in, and the CE marks its valve set."""
@@ -310,7 +230,7 @@ class BottleneckLane(Record):
 
 
 @dataclass(frozen=True, kw_only=True)
-class Bottleneck(Record):
+class Bottleneck(Section):
     """The bottleneck egress port that sent the most, its link and its lanes."""
 
     link: str
@@ -321,7 +241,7 @@ class Bottleneck(Record):
 
 
 @dataclass(frozen=True, kw_only=True)
-class MarksAndDrops(Record):
+class MarksAndDrops(Section):
     """What one valve did to one lane's packets."""
 
     ce_marked: int
@@ -329,7 +249,7 @@ class MarksAndDrops(Record):
 
 
 @dataclass(frozen=True, kw_only=True)
-class ControllerReport(Record):
+class ControllerReport(Section):
     """What an adaptive policy's controller did (docs/control.md): decisions, the hosts'
     valves per lane, the proactive controller's prediction error, the senders' fair
     shares, per valve and lane its marks and drops, how often held senders were woken and
@@ -348,7 +268,7 @@ class ControllerReport(Record):
 
 
 @dataclass(frozen=True, kw_only=True)
-class DequeueTiming(Record):
+class DequeueTiming(Section):
     """Did a watched port keep time while packets waited: quantiles of |gap / wire time -
     1| over the sampled pairs, its signed mean, ``excess`` (gaps' sum over wire times'
     sum - 1), ``late_share`` of the busy time, the port's p99 queueing time (µs) and
@@ -366,7 +286,7 @@ class DequeueTiming(Record):
 
 
 @dataclass(frozen=True, kw_only=True)
-class Fidelity(Record):
+class Fidelity(Section):
     """How faithfully the run emulated its fabric, and the notes that say where not."""
 
     cpu_bound: bool
@@ -378,7 +298,7 @@ class Fidelity(Record):
 
 
 @dataclass(frozen=True, kw_only=True)
-class Transport(Record):
+class Transport(Section):
     """The collective's transport over the run, summed over ranks."""
 
     retransmits: int
@@ -387,7 +307,7 @@ class Transport(Record):
 
 
 @dataclass(frozen=True, kw_only=True)
-class PauseTimes(Record):
+class PauseTimes(Section):
     """Quantiles of a pause's times, in µs (null: no pauses)."""
 
     p50: float | None
@@ -402,7 +322,7 @@ class ReactionTimes(PauseTimes):
 
 
 @dataclass(frozen=True, kw_only=True)
-class PausedQueue(Record):
+class PausedQueue(Section):
     """How often and how long one port's class stood paused."""
 
     pauses: int
@@ -410,7 +330,7 @@ class PausedQueue(Record):
 
 
 @dataclass(frozen=True, kw_only=True)
-class PortQueue(Record):
+class PortQueue(Section):
     """A bottleneck port under ``transport``: its queue over the measured window in full
     frames of ``frame_bytes`` (median, 99th percentile; None: not sampled), and when it
     marks, the ECN-capable packets it saw over the policy (a GSO run counts its packets)
@@ -424,7 +344,7 @@ class PortQueue(Record):
 
 
 @dataclass(frozen=True, kw_only=True)
-class DctcpFlow(Record):
+class DctcpFlow(Section):
     """One lk_dctcp sender over the measured window: its goodput (Mbit/s: the bytes its
     windows acknowledged, a duplicate ACK counted as a segment), its windows, the share
     of them that met marks, DCTCP's alpha (mean), its window (cwnd, median, packets)."""
@@ -438,7 +358,7 @@ class DctcpFlow(Record):
 
 
 @dataclass(frozen=True, kw_only=True)
-class Tcp(Record):
+class Tcp(Section):
     """The TCP senders' congestion control (``transport.tcp``): lk_dctcp, and each of its
     flows (the marks they met at the ports: ``queues``)."""
 
@@ -447,7 +367,7 @@ class Tcp(Record):
 
 
 @dataclass(frozen=True, kw_only=True)
-class Queues(Record):
+class Queues(Section):
     """The bottleneck ports' queues when the scenario sets ``transport``: K (None: the
     ports do not mark) and each port (``<node>/<interface>``)."""
 
@@ -456,7 +376,7 @@ class Queues(Record):
 
 
 @dataclass(frozen=True, kw_only=True)
-class Lossless(Record):
+class Lossless(Section):
     """A lossless fabric's pauses (docs/lossless.md): how many, per paused ``"<port>
     <class>"``, how fast they acted, one MTU frame's wire time and the headroom's budget."""
 
@@ -471,7 +391,7 @@ class Lossless(Record):
 
 
 @dataclass(frozen=True, kw_only=True)
-class Telemetry(Record):
+class Telemetry(Section):
     """What the probes saw and lost, and the share of a core ``labkit run`` itself used."""
 
     sample_every: int
@@ -483,7 +403,7 @@ class Telemetry(Record):
 
 
 @dataclass(frozen=True, kw_only=True)
-class Command(Record):
+class Command(Section):
     """A scenario's command entry, as it ended."""
 
     name: str
@@ -495,12 +415,12 @@ class Command(Record):
 
 
 @dataclass(frozen=True, kw_only=True)
-class PolicySummary(Record):
+class PolicySummary(Section):
     """One policy of a run: its workload (under the key of its kind, first) and every
     section docs/data-model.md describes. ``transport``, ``telemetry`` and ``commands``
     are None in runs recorded before them; ``lossless`` only on a lossless fabric."""
 
-    workload: Workload = field(metadata={"keyed": False})
+    workload: Workload = one_of(WORKLOADS, "workload")
     storage: Storage
     bottleneck: Bottleneck
     controller: ControllerReport | None
@@ -516,24 +436,8 @@ class PolicySummary(Record):
     lossy_links: dict[str, int]  # drops on purpose, per lossy link
     commands: tuple[Command, ...] | None = None
 
-    @classmethod
-    def from_json(cls, doc: Any, where: str = "") -> Self:
-        where = where or cls.__name__
-        kinds = [k for k in WORKLOADS if isinstance(doc, dict) and k in doc]
-        if len(kinds) != 1:
-            raise SummaryError(f"{where}: expected one workload of {', '.join(WORKLOADS)}, "
-                               f"found {kinds or 'none'}")
-        kind = kinds[0]
-        rest = {k: v for k, v in doc.items() if k != kind}
-        return cls(workload=WORKLOADS[kind].from_json(doc[kind], f"{where}.{kind}"),
-                   **_read_fields(cls, rest, where, {}))
-
-    def to_json(self) -> dict[str, Any]:
-        return {self.workload.KEY: self.workload.to_json(), **super().to_json()}
-
-
 @dataclass(frozen=True, kw_only=True)
-class Summary(Record):
+class Summary(Section):
     """A run's summary: its scenario, run id, scale factor (real Mbit/s per emulated
     one) and one :class:`PolicySummary` per policy, in the order they ran."""
 
@@ -569,4 +473,4 @@ class Summary(Record):
         return self.to_json()
 
 
-_SUMMARY_KEYS = tuple(f.name for f in _keyed_fields(Summary))
+_SUMMARY_KEYS = records.keys(Summary)

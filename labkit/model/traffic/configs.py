@@ -1,5 +1,6 @@
-"""What each traffic agent is started with: dataclasses shared by the launcher
-(:mod:`labkit.traffic.agents`, which writes them as JSON) and the agents (which read them back).
+"""What each traffic agent is started with: records shared by the launcher
+(:mod:`labkit.traffic.agents`, which writes them as JSON) and the agents (which read them back),
+in :mod:`labkit.model.records`' codec.
 
 A field renamed on one side fails when the file is read (tier 0 reads every kind back),
 not as a missing key in a host halfway through a run. Packet templates travel as hex in
@@ -9,12 +10,14 @@ the JSON and are bytes in the agents. Standard library only: agents start fast.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import dataclass, field
 from pathlib import Path
+
+from labkit.model.records import Record
 
 
 @dataclass(frozen=True)
-class Collective:
+class Collective(Record):
     """One rank of a collective or a training job (:mod:`labkit.traffic.collective`)."""
 
     rank: int
@@ -39,7 +42,7 @@ class Collective:
 
 
 @dataclass(frozen=True)
-class Engine:
+class Engine(Record):
     """A collective engine (:mod:`labkit.traffic.collective`): the ranks one process drives."""
 
     ranks: list[Collective]
@@ -47,7 +50,7 @@ class Engine:
 
 
 @dataclass(frozen=True)
-class Entry:
+class Entry(Record):
     """What the server and the clients of one storage entry both know of it."""
 
     name: str
@@ -65,7 +68,7 @@ class ServedFlow(Entry):
 
 
 @dataclass(frozen=True)
-class Served:
+class Served(Record):
     ports: list[int]
     flows: list[ServedFlow]
     templates: dict[str, bytes]  # the server's NVMe/TCP PDUs
@@ -87,7 +90,7 @@ class Client(Entry):
 
 
 @dataclass(frozen=True)
-class Storage:
+class Storage(Record):
     """A host's storage agent (:mod:`labkit.traffic.storage`): what it serves and the
     entries it is a client of."""
 
@@ -96,55 +99,13 @@ class Storage:
     out: str = ""
 
 
-_BYTES = ("templates", "ack_template", "nak_template", "cnp_template")
-
-
-def _hex(value):
-    """bytes (or a dict of them) as hex, for JSON."""
-    return {k: v.hex() for k, v in value.items()} if isinstance(value, dict) else value.hex()
-
-
-def _unhex(value):
-    return ({k: bytes.fromhex(v) for k, v in value.items()} if isinstance(value, dict)
-            else bytes.fromhex(value))
-
-
-def _encode(value):
-    """``asdict`` output made JSON-ready: every template field as hex, at any depth."""
-    if isinstance(value, dict):
-        return {k: _hex(v) if k in _BYTES else _encode(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_encode(v) for v in value]
-    return value
-
-
-def _decoded(cls, doc: dict):
-    """``cls(**doc)`` with its template fields back to bytes."""
-    names = {f.name for f in fields(cls)}
-    unknown = set(doc) - names
-    if unknown:
-        raise TypeError(f"{cls.__name__}: unknown fields {sorted(unknown)}")
-    return cls(**{k: _unhex(v) if k in _BYTES else v for k, v in doc.items()})
-
-
 def write(cfg: Engine | Storage, path: Path) -> None:
-    path.write_text(json.dumps(_encode(asdict(cfg))))
-
-
-def _collective(doc: dict) -> Collective:
-    cfg = _decoded(Collective, doc)
-    return replace(cfg, peers={int(r): ip for r, ip in cfg.peers.items()})
+    path.write_text(json.dumps(cfg.to_json()))
 
 
 def read_engine(path: str | Path) -> Engine:
-    doc = json.loads(Path(path).read_text())
-    return Engine(ranks=[_collective(r) for r in doc["ranks"]], out=doc.get("out", ""))
+    return Engine.from_json(json.loads(Path(path).read_text()), str(path))
 
 
 def read_storage(path: str | Path) -> Storage:
-    doc = json.loads(Path(path).read_text())
-    serve = doc.get("serve")
-    if serve is not None:
-        serve = _decoded(Served, {**serve, "flows": [ServedFlow(**f) for f in serve["flows"]]})
-    return Storage(serve=serve, clients=[_decoded(Client, c) for c in doc.get("clients", [])],
-                   out=doc.get("out", ""))
+    return Storage.from_json(json.loads(Path(path).read_text()), str(path))

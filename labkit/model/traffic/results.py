@@ -4,15 +4,18 @@ back), as :mod:`.configs` is for what they start with; and how the users' progra
 (a command entry's, :mod:`labkit.traffic.commands`; a program's ranks,
 :mod:`labkit.traffic.programs`), which the summary lists.
 
-``to_json`` writes what has always been written, key for key (the agents' files stay in
-a run's ``agents/`` folder); ``from_json`` reads an agent's back. Standard library only:
-agents start fast.
+They are :mod:`labkit.model.records`' records: ``to_json`` writes what has always been
+written, key for key (the agents' files stay in a run's ``agents/`` folder), ``from_json``
+reads an agent's back, checking every value's type. Standard library only: agents start
+fast.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass
 from typing import Any, NamedTuple
+
+from labkit.model.records import Record, flat
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,45 +63,27 @@ _CPU = ("cpu_user_s", "cpu_sys_s")  # the counters written ahead of the rest
 
 
 @dataclass(frozen=True)
-class CollectiveResult:
+class CollectiveResult(Record):
     """A rank's ops and their phases' spans, whether it stopped short of its iterations
-    (``aborted``), and its counters (None: it never started, told no GO)."""
+    (``aborted``), and its counters, whose keys sit beside the others (None: it never
+    started, told no GO)."""
 
     rank: int
     ops: tuple[OpResult, ...]
     phases: tuple[Span, ...]
     aborted: bool
-    counters: RankCounters | None = None
+    counters: RankCounters | None = flat(default=None)
 
     def to_json(self) -> dict[str, Any]:
-        doc = {"rank": self.rank, "ops": [asdict(o) for o in self.ops],
-               "phases": [list(s) for s in self.phases], "aborted": self.aborted}
-        if self.counters is None:
-            return doc
-        counted = asdict(self.counters)
-        return {**{k: counted.pop(k) for k in _CPU}, **doc, **counted}
-
-    @classmethod
-    def from_json(cls, doc: dict[str, Any]) -> CollectiveResult:
-        counted = [f.name for f in fields(RankCounters)]
-        return cls(rank=doc["rank"], ops=tuple(OpResult(**o) for o in doc["ops"]),
-                   phases=tuple(Span(*s) for s in doc["phases"]), aborted=doc["aborted"],
-                   counters=RankCounters(**{k: doc[k] for k in counted})
-                   if "packets_sent" in doc else None)
+        doc = super().to_json()
+        return {**{k: doc.pop(k) for k in _CPU if k in doc}, **doc}
 
 
 @dataclass(frozen=True)
-class EngineResult:
+class EngineResult(Record):
     """What a collective engine's ranks reported, in the order it drove them."""
 
     ranks: tuple[CollectiveResult, ...]
-
-    def to_json(self) -> dict[str, Any]:
-        return {"ranks": [r.to_json() for r in self.ranks]}
-
-    @classmethod
-    def from_json(cls, doc: dict[str, Any]) -> EngineResult:
-        return cls(ranks=tuple(CollectiveResult.from_json(r) for r in doc["ranks"]))
 
 
 class IoDone(NamedTuple):
@@ -112,7 +97,7 @@ class IoDone(NamedTuple):
 
 
 @dataclass(frozen=True)
-class StorageResult:
+class StorageResult(Record):
     """A host's storage traffic: per entry it received data for, the running total of
     those bytes every 50 ms (``(t_ns, bytes)``); the I/Os it completed as a client; whether
     it never started; and what failed (``(t_ns, message)``)."""
@@ -122,22 +107,9 @@ class StorageResult:
     aborted: bool
     errors: tuple[tuple[int, str], ...]
 
-    def to_json(self) -> dict[str, Any]:
-        return {"samples": {entry: [list(s) for s in samples]
-                            for entry, samples in self.samples.items()},
-                "ios": [list(io) for io in self.ios], "aborted": self.aborted,
-                "errors": [list(e) for e in self.errors]}
-
-    @classmethod
-    def from_json(cls, doc: dict[str, Any]) -> StorageResult:
-        return cls(samples={entry: tuple((t, n) for t, n in samples)
-                            for entry, samples in doc["samples"].items()},
-                   ios=tuple(IoDone(*io) for io in doc["ios"]), aborted=doc["aborted"],
-                   errors=tuple((t, message) for t, message in doc["errors"]))
-
 
 @dataclass(frozen=True)
-class CommandEnd:
+class CommandEnd(Record):
     """How one program of a scenario's command entry ended: the entry's name, the
     program's role (run or serve), host and argv as started (addresses expanded), its exit
     code, and whether labkit had to stop it."""
@@ -149,12 +121,9 @@ class CommandEnd:
     exit: int | None
     stopped_by_labkit: bool
 
-    def to_json(self) -> dict[str, Any]:
-        return {**asdict(self), "argv": list(self.argv)}
-
 
 @dataclass(frozen=True)
-class ProgramRankEnd:
+class ProgramRankEnd(Record):
     """How one rank of a user's program ended: its rank, host and argv, its exit code,
     whether labkit stopped it (and, of those, whether it had reported every iteration and
     lingered), and the CPU seconds its cgroup used."""
@@ -166,6 +135,3 @@ class ProgramRankEnd:
     stopped_by_labkit: bool
     lingered: bool
     cpu_s: float
-
-    def to_json(self) -> dict[str, Any]:
-        return {**asdict(self), "argv": list(self.argv)}
