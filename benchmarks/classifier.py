@@ -15,7 +15,8 @@ from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 from scapy.packet import Raw
 
-from labkit.kernel import bpf, lanes
+from labkit.kernel import lanes
+from labkit.kernel.skeletons import CLASSIFIER, EMPTY
 from labkit.model.scenario_spec import LaneRule
 
 RULES = [LaneRule("vip", proto="udp", dport=4791, roce=True), LaneRule("vip", dscp=26),
@@ -26,10 +27,9 @@ ROUNDS = 7
 
 def run() -> list[dict]:
     pkt = bytes(Ether() / IP() / UDP(dport=4791) / BTH(opcode=0x0A) / Raw(bytes(1024)))
-    with bpf.BpfObject(bpf.object_path("classifier")) as cls, \
-            bpf.BpfObject(bpf.object_path("empty")) as empty:
-        cls.maps["lk_config"].update(0, lanes.build_config(RULES, "lanes"))
-        progs = {"classifier": cls.programs[lanes.PROGRAM], "empty": empty.programs["lk_empty"]}
+    with CLASSIFIER.open() as cls, EMPTY.open() as empty:
+        cls.maps.lk_config.update(0, lanes.build_config(RULES, "lanes"))
+        progs = {"classifier": cls.programs.lk_classify, "empty": empty.programs.lk_empty}
         times: dict[str, list[int]] = {k: [] for k in progs}
         for _ in range(ROUNDS):
             for name, prog in progs.items():

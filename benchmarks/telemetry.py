@@ -44,6 +44,7 @@ from labkit.kernel import bpf, lanes
 from labkit.kernel.capture import QueuePoller, WatchedPort
 from labkit.kernel.fabric import Fabric
 from labkit.kernel.registry import Registry
+from labkit.kernel.skeletons import CLASSIFIER
 from labkit.kernel.telemetry import EventReader, LatencyProbe, QueueProbe
 from labkit.model import abi, topo
 from labkit.model.traffic import roce, wire
@@ -76,7 +77,7 @@ def throughput_ratio() -> dict[str, float]:
             user_ns -= time.process_time() - cpu0  # the same run's CPU without telemetry
             cls = lanes.Classifier(sc.lanes, "lanes")
             queues = QueueProbe()
-            latency = LatencyProbe(cls.shared.maps["lk_config"], queues)
+            latency = LatencyProbe(cls.shared.maps.lk_config, queues)
             try:
                 cls.attach(ns, port.ifname, ifindex, watch=True)
                 nic = f.nic("h2")
@@ -143,11 +144,11 @@ def ringbuf_rate() -> float:
     abi.STAMP.pack_into(payload, wire.BTH_LEN, abi.STAMP_MAGIC, 1, time.monotonic_ns())
     pkt = bytes(Ether() / IP() / UDP(dport=4791) / Raw(bytes(payload)))
     burst, bursts = 50_000, 10  # a burst fits the 4 MiB ring; the reader drains between
-    with bpf.BpfObject(bpf.object_path("classifier")) as cls:
+    with CLASSIFIER.open() as cls:
         queues = QueueProbe(sample_every=1)
-        latency = LatencyProbe(cls.maps["lk_config"], queues)
+        latency = LatencyProbe(cls.maps.lk_config, queues)
         try:
-            prog = latency.obj.programs[LatencyProbe.PROGRAM]
+            prog = latency.obj.programs.lk_latency
             reader = EventReader(queues).start()
             t0 = time.monotonic()
             for i in range(bursts):

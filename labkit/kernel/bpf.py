@@ -359,14 +359,11 @@ def _declared(members: type, kind: type[D]) -> dict[str, D]:
 
 class Members(Generic[T]):
     """The maps or the programs of one loaded object, as attributes of the declaration's
-    subclass of :class:`Maps` or :class:`Programs`. ``members["name"]`` is the string
-    access of old, kept until every caller outside the kernel layer uses attributes."""
+    subclass of :class:`Maps` or :class:`Programs`. ``in`` and :meth:`get` are for an object
+    whose names are not all declared (a user's classifier, checked against labkit's)."""
 
     def __init__(self, found: dict[str, T]):
         self._found = found
-
-    def __getitem__(self, name: str) -> T:
-        return self._found[name]
 
     def __contains__(self, name: object) -> bool:
         return name in self._found

@@ -1,7 +1,7 @@
 """The kernel/user interface: every struct of ``bpf/include/labkit.h``, mirrored once.
 
 Each ``lk_*`` struct has one ctypes mirror here (:data:`MIRRORS`, checked against the
-built objects' BTF by tests/tier1/test_abi.py: same size, same field offsets). Flat
+built objects' BTF by tests/tier0/test_abi.py: same size, same field offsets). Flat
 structs also get a :class:`struct.Struct` packer derived from the mirror, for the hot
 paths that pack and unpack bytes (the agents, the event reader). Constants the C side
 defines (the lanes in their order, rule and bucket limits, the stamp magic, phases, event kinds) and

@@ -41,6 +41,24 @@ class LosslessMeta:
 
 
 @dataclass(frozen=True, kw_only=True)
+class LinkDelayRow:
+    """One direction (``hop``, "node->peer") of a delayed link as the delay line kept it
+    over a policy's run: its delay and jitter, frames forwarded and dropped, how late its
+    sends were against their deadlines (ns), and whether it ran under SCHED_FIFO."""
+
+    link: str
+    hop: str
+    delay_ns: int
+    jitter_ns: int
+    frames: int
+    dropped: int
+    late_p50_ns: int
+    late_p99_ns: int
+    late_max_ns: int
+    realtime: bool
+
+
+@dataclass(frozen=True, kw_only=True)
 class SummaryMeta:
     """A run's facts for its summary. ``size_bytes`` is an All-Reduce's, ``job`` a
     training job's, ``program`` (per policy: the program as it ended) and ``warmup`` a
@@ -69,3 +87,4 @@ class SummaryMeta:
     tcp_control: str = "default"  # transport.tcp
     ecn_k_packets: int | None = None  # transport.ecn_k_packets: the bottleneck ports mark
     ecn_marks: dict[str, dict[str, dict[str, int]]] = field(default_factory=dict)  # per port
+    delays: dict[str, tuple[LinkDelayRow, ...]] = field(default_factory=dict)  # delayed links

@@ -489,6 +489,7 @@ def summary_meta(sc: Scenario, topo: Topology, run_id: str, results: list[Policy
         loss_drops={r.policy: r.loss_drops for r in results},
         tcp_control=sc.transport.tcp, ecn_k_packets=sc.transport.ecn_k_packets,
         ecn_marks={r.policy: r.ecn_marks for r in results if r.ecn_marks},
+        delays={r.policy: tuple(r.delays) for r in results if r.delays},
         commands={r.policy: tuple(Command(**asdict(c)) for c in r.commands)  # the same fields
                   for r in results if r.commands},
         storage_errors={r.policy: r.storage_errors for r in results},

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from labkit.model.summary_meta import LinkDelayRow
 from labkit.model.tables import (
     BurstRow,
     CollectiveRow,
@@ -66,4 +67,5 @@ class PolicyResult:
     program_ops: list[OpRow] = field(default_factory=list)  # a program's collectives
     bursts: list[BurstRow] = field(default_factory=list)  # a program's traffic, per host
     program: dict | None = None  # a program's ranks as they ended, its traffic, its source
+    delays: list[LinkDelayRow] = field(default_factory=list)  # the delay line, per direction
     aborted: bool = False

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from labkit.kernel import bpf, cgroups, registry
+from labkit.kernel.skeletons import CLASSIFIER
 from labkit.model.scenario_spec import DEFAULT_PYTHON
 from labkit.traffic import hotpath
 
@@ -228,7 +229,7 @@ def probe() -> dict:
     """Run inside a fresh network namespace: try each feature on a veth pair."""
     from pyroute2 import IPRoute
 
-    from labkit.kernel import lanes, tc
+    from labkit.kernel import tc
 
     found: dict = {}
     with IPRoute() as ipr:
@@ -254,8 +255,8 @@ def probe() -> dict:
         except Exception as exc:
             found["htb"] = f"HTB lanes refused: {exc}"
         try:
-            with bpf.BpfObject(bpf.object_path("classifier")) as obj:
-                att = bpf.tc_attach(obj.programs[lanes.PROGRAM], idx)
+            with CLASSIFIER.open() as obj:
+                att = bpf.tc_attach(obj.programs.lk_classify, idx)
                 att.detach()
             found["clsact"] = found["cls_bpf"] = True
         except Exception as exc:

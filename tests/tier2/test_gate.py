@@ -63,7 +63,7 @@ def test_an_unmodified_iperf3_is_held_within_20_ms_and_released(fabric_ready):
     t = topo.Topology(PATH.fabric)
     with Fabric(t, Registry("test-gate"), host_layout="held") as f:
         classifier = Classifier(PATH.lanes, "fifo")
-        valves = Valves(classifier.shared.maps["lk_config"])
+        valves = Valves(classifier.shared.maps.lk_config)
         gates = None
         try:
             nic = f.nic("h1")

@@ -33,7 +33,7 @@ class JobMarking(Feature):
             group = self.groups[host] = cgroups.make(base / host, stack.registry.add,
                                                      first=True)
             nic = stack.fabric.nic(host)
-            phase = control.session.valves.valves[host].obj.maps["lk_phase"] \
+            phase = control.session.valves.valves[host].obj.maps.lk_phase \
                 if control and control.session else None
             far = [stack.topo.host_ip(peer) for peer in spec.ranks
                    if peer != host and stack.topo.crosses_bottleneck(host, peer)]

@@ -25,7 +25,7 @@ class Lanes(Feature):
     def config_map(self):
         """The classifier's ``lk_config``, which the probes and valves share."""
         assert self.classifier, "built"
-        return self.classifier.shared.maps["lk_config"]
+        return self.classifier.shared.maps.lk_config
 
     def close(self) -> None:
         if self.classifier:
