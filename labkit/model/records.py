@@ -51,21 +51,36 @@ R = TypeVar("R")
 
 
 class DocumentError(ValueError):
-    """A document does not fit its record type: the message names the key and why. Its
-    class methods word each kind of misfit (a subclass words them its own way)."""
+    """A document does not fit its record type: the message names the key and why. The
+    templates and :meth:`wanted` and :meth:`got` word each misfit (a subclass words them
+    its own way)."""
+
+    MISSING = "{where}: {key!r} is missing"
+    UNKNOWN = "{where}: unknown key {keys[0]!r}"  # also: {sorted}, the keys sorted
+    EXPECTED = "{where}: expected {wanted}, got {got}"
 
     @classmethod
     def missing(cls, where: str, key: str) -> DocumentError:
-        return cls(f"{where}: {key!r} is missing")
+        return cls(cls.MISSING.format(where=where, key=key))
 
     @classmethod
     def unknown(cls, where: str, keys: list[str]) -> DocumentError:
-        return cls(f"{where}: unknown key {keys[0]!r}")
+        return cls(cls.UNKNOWN.format(where=where, keys=keys, sorted=sorted(keys)))
 
     @classmethod
     def expected(cls, where: str, tp: type, value: Any) -> DocumentError:
-        return cls(f"{where}: expected {_name((int, float) if tp is float else tp)}, "
-                   f"got {_name(value)}")
+        return cls(cls.EXPECTED.format(where=where, wanted=cls.wanted(tp),
+                                       got=cls.got(tp, value)))
+
+    @staticmethod
+    def wanted(tp: type) -> str:
+        """What a value of type ``tp`` is called, in ``expected ...``."""
+        return _name((int, float) if tp is float else tp)
+
+    @staticmethod
+    def got(tp: type, value: Any) -> str:
+        """What a value that is no ``tp`` is called, in ``got ...``."""
+        return _name(value)
 
     @classmethod
     def constant(cls, where: str, wanted: Any, value: Any) -> DocumentError:

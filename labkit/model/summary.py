@@ -31,20 +31,17 @@ T = TypeVar("T")
 class SummaryError(DocumentError):
     """A summary document that does not fit the tree: the message names the key path."""
 
-    @classmethod
-    def missing(cls, where: str, key: str) -> DocumentError:
-        return cls(f"{where}: missing key {key!r}")
+    MISSING = "{where}: missing key {key!r}"
+    UNKNOWN = "{where}: unknown key(s) {sorted}"
 
-    @classmethod
-    def unknown(cls, where: str, keys: list[str]) -> DocumentError:
-        return cls(f"{where}: unknown key(s) {sorted(keys)}")
+    @staticmethod
+    def wanted(tp: type) -> str:
+        names: dict[type, str] = {dict: "an object", list: "a list"}
+        return names.get(tp, tp.__name__)
 
-    @classmethod
-    def expected(cls, where: str, tp: type, value: Any) -> DocumentError:
-        if tp in (dict, list):
-            return cls(f"{where}: expected {'an object' if tp is dict else 'a list'}, got "
-                       f"{type(value).__name__}")
-        return cls(f"{where}: expected {tp.__name__}, got {value!r}")
+    @staticmethod
+    def got(tp: type, value: Any) -> str:
+        return type(value).__name__ if tp in (dict, list) else repr(value)
 
 
 @dataclass(frozen=True, kw_only=True)
