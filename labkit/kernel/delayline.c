@@ -12,12 +12,13 @@
 // TCP's partial checksums cross the delay line as they would cross a veth. Sends bypass
 // the qdisc layer (PACKET_QDISC_BYPASS): the shaper is before the delay line, not after.
 // The receive time is the kernel's (SO_TIMESTAMPNS); sends wait on an absolute timerfd,
-// under SCHED_FIFO when given one.
+// under SCHED_FIFO when given one, armed early by the running mean of its wake-ups'
+// lateness so that sends land on their deadlines on average.
 //
 // usage: _delayline [--fifo PRIO] [--stats FILE] IN,OUT,DELAY_NS,JITTER_NS,RING_BYTES,SEED ...
 // It prints "ready" on stdout once every socket is bound. On SIGUSR1 it writes per pipe:
-// frames, bytes, dropped (ring full or send failed) and how late sends were (p50, p99,
-// max, in ns) as one JSON object to FILE (or stdout); on SIGTERM or SIGINT too, then exits 0.
+// frames, bytes, dropped (ring full or send failed) and how late sends were against their
+// deadlines (p50, p99 and max, in ns; negative: early, and the most a send was early) as one JSON object to FILE (or stdout); on SIGTERM or SIGINT too, then exits 0.
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <errno.h>
@@ -44,7 +45,9 @@
 
 #define MAX_PIPES 64
 #define MAX_FRAME (65536 + sizeof(struct virtio_net_hdr))
-#define LATE_BUCKETS 100000 /* 1 us each: 0 .. 100 ms; later ones count in the last */
+#define EARLY_BUCKETS 1000 /* 1 us each: a send up to 1 ms early ... */
+#define LATE_BUCKETS 101000 /* ... to 100 ms late; beyond, the first or the last */
+#define MAX_LEAD_NS 500000
 #define WRAP 0xffffffffu
 
 struct record { /* one frame in a pipe's ring, followed by its vnet header and bytes */
@@ -61,14 +64,17 @@ struct pipe {
 	uint8_t *ring;
 	size_t cap, head, tail, used; /* head: oldest record; tail: where the next goes */
 	uint64_t frames, bytes, dropped;
-	uint32_t *late; /* histogram of send - deadline, 1 us buckets */
-	int64_t late_max;
+	uint32_t *late; /* histogram of send - deadline, 1 us buckets from -1 ms */
+	int64_t late_max, early_max;
 };
 
 static struct pipe pipes[MAX_PIPES];
 static int npipes;
 static volatile sig_atomic_t stopping, reporting;
 static int64_t rt_minus_mono; /* CLOCK_REALTIME - CLOCK_MONOTONIC, ns */
+/* How much earlier than a deadline the timer is armed: the running mean of how late the
+ * timer's wake-ups were, so that sends land on their deadlines on average. */
+static int64_t lead;
 
 static int64_t now_ns(clockid_t clock)
 {
@@ -237,8 +243,9 @@ static struct record *oldest(struct pipe *p)
 	return (struct record *)(p->ring + p->head);
 }
 
-/* Send every frame whose time has come; the earliest deadline still ahead (or 0). */
-static int64_t send_due(void)
+/* Send every frame whose time has come (``woken``: the timer's wake-up brought us here,
+ * whose lateness the first send measures); the earliest deadline still ahead (or 0). */
+static int64_t send_due(int woken)
 {
 	int64_t next = 0;
 
@@ -247,7 +254,7 @@ static int64_t send_due(void)
 		struct record *r;
 		while ((r = oldest(p))) {
 			int64_t now = now_ns(CLOCK_MONOTONIC);
-			if (r->deadline > now) {
+			if (r->deadline - lead > now) {
 				if (!next || r->deadline < next)
 					next = r->deadline;
 				break;
@@ -255,12 +262,19 @@ static int64_t send_due(void)
 			if (send(p->out_fd, r + 1, r->len, 0) < 0) {
 				p->dropped++;
 			} else {
-				int64_t late = now - r->deadline;
+				int64_t late = now - r->deadline, b = late / 1000 + EARLY_BUCKETS;
 				p->frames++;
 				p->bytes += r->len - sizeof(struct virtio_net_hdr);
-				p->late[late / 1000 < LATE_BUCKETS ? late / 1000 : LATE_BUCKETS - 1]++;
+				p->late[b < 0 ? 0 : b < LATE_BUCKETS ? b : LATE_BUCKETS - 1]++;
 				if (late > p->late_max)
 					p->late_max = late;
+				if (-late > p->early_max)
+					p->early_max = -late;
+				if (woken) { /* follow the timer's lateness, within bounds */
+					lead += late / 8;
+					lead = lead < 0 ? 0 : lead > MAX_LEAD_NS ? MAX_LEAD_NS : lead;
+					woken = 0;
+				}
 			}
 			p->head += record_size(r->len);
 			p->used -= record_size(r->len);
@@ -280,9 +294,9 @@ static int64_t late_quantile(const struct pipe *p, double q)
 	for (int b = 0; b < LATE_BUCKETS; b++) {
 		seen += p->late[b];
 		if (seen > want || seen == p->frames)
-			return (int64_t)b * 1000;
+			return (int64_t)(b - EARLY_BUCKETS) * 1000;
 	}
-	return (int64_t)(LATE_BUCKETS - 1) * 1000;
+	return (int64_t)(LATE_BUCKETS - 1 - EARLY_BUCKETS) * 1000;
 }
 
 static void write_stats(const char *path, const char *sched)
@@ -300,12 +314,13 @@ static void write_stats(const char *path, const char *sched)
 		const struct pipe *p = &pipes[i];
 		fprintf(out, "%s{\"in\": \"%s\", \"out\": \"%s\", \"delay_ns\": %lld, "
 			"\"jitter_ns\": %lld, \"frames\": %llu, \"bytes\": %llu, \"dropped\": %llu, "
-			"\"late_p50_ns\": %lld, \"late_p99_ns\": %lld, \"late_max_ns\": %lld}",
+			"\"late_p50_ns\": %lld, \"late_p99_ns\": %lld, \"late_max_ns\": %lld, "
+			"\"early_max_ns\": %lld}",
 			i ? ", " : "", p->in_name, p->out_name, (long long)p->delay,
 			(long long)p->jitter, (unsigned long long)p->frames,
 			(unsigned long long)p->bytes, (unsigned long long)p->dropped,
 			(long long)late_quantile(p, 0.5), (long long)late_quantile(p, 0.99),
-			(long long)p->late_max);
+			(long long)p->late_max, (long long)p->early_max);
 	}
 	fprintf(out, "]}\n");
 	if (path && (fclose(out) || rename(tmp, path)))
@@ -363,20 +378,23 @@ int main(int argc, char **argv)
 		int n = epoll_wait(ep, events, MAX_PIPES + 1, 1000);
 		if (n < 0 && errno != EINTR)
 			die("epoll_wait", NULL);
+		int woken = 0;
 		for (int i = 0; i < n; i++) {
 			if (events[i].data.u32 == MAX_PIPES) {
 				uint64_t expirations;
 				if (read(timer, &expirations, sizeof(expirations)) < 0 && errno != EAGAIN)
 					die("timerfd read", NULL);
 				armed = 0;
+				woken = 1;
 			} else {
 				receive(&pipes[events[i].data.u32]);
 			}
 		}
-		int64_t next = send_due();
+		int64_t next = send_due(woken);
 		if (next && next != armed) {
-			struct itimerspec its = {.it_value = {.tv_sec = next / 1000000000,
-							      .tv_nsec = next % 1000000000}};
+			int64_t at = next - lead;
+			struct itimerspec its = {.it_value = {.tv_sec = at / 1000000000,
+							      .tv_nsec = at % 1000000000}};
 			timerfd_settime(timer, TFD_TIMER_ABSTIME, &its, NULL);
 			armed = next;
 		}

@@ -55,7 +55,8 @@ class Pipe:
 @dataclass(frozen=True)
 class PipeStats:
     """What one pipe did: frames and bytes forwarded, frames dropped (its ring full, or a
-    send refused), and how late sends were against their deadlines (ns; -1: no frame)."""
+    send refused), and how late sends were against their deadlines (ns, p50, p99 and the
+    latest; negative: early, ``early_max_ns`` the earliest; no frame: p50 and p99 -1000000)."""
 
     into: str
     out: str
@@ -67,6 +68,7 @@ class PipeStats:
     late_p50_ns: int
     late_p99_ns: int
     late_max_ns: int
+    early_max_ns: int
 
 
 @dataclass(frozen=True)
@@ -86,7 +88,7 @@ class DelayStats:
         return cls(realtime=doc["sched"] == "fifo", pipes=tuple(
             PipeStats(into=p["in"], out=p["out"], **{k: p[k] for k in (
                 "delay_ns", "jitter_ns", "frames", "bytes", "dropped", "late_p50_ns",
-                "late_p99_ns", "late_max_ns")}) for p in doc["pipes"]))
+                "late_p99_ns", "late_max_ns", "early_max_ns")}) for p in doc["pipes"]))
 
 
 Popen = Callable[..., subprocess.Popen]  # (argv, stdout=, stderr=) in the namespace
