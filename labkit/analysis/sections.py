@@ -1,8 +1,8 @@
 """The sections a policy's summary has when its stack has the feature behind them
 (:mod:`labkit.runs.features`): storage, the collective's transport, a lossless fabric's
-pauses, the controller's report, TCP's congestion control and the marked queues, and the
-notes of a scenario's commands. :data:`SECTIONS` lists them for
-:func:`labkit.analysis.summarize.policy_summary`.
+pauses, the controller's report, TCP's congestion control and the marked queues, the
+notes of a scenario's commands, and how the delay line kept delayed links' time.
+:data:`SECTIONS` lists them for :func:`labkit.analysis.summarize.policy_summary`.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from labkit.model.summary import (
     Command,
     ControllerReport,
     DctcpFlow,
+    LinkDelay,
     Lossless,
     MarksAndDrops,
     PausedQueue,
@@ -37,7 +38,7 @@ from labkit.model.summary import (
     Transport,
     Workload,
 )
-from labkit.model.summary_meta import LosslessMeta, SummaryMeta
+from labkit.model.summary_meta import LinkDelayRow, LosslessMeta, SummaryMeta
 
 
 def goodput_mbps(flows: pl.DataFrame, start: int, end: int) -> float:
@@ -169,6 +170,35 @@ def command_notes(policy: str, commands: tuple[Command, ...]) -> list[str]:
             for c in commands if not c.stopped_by_labkit and c.exit != 0]
 
 
+LATE_OF_DELAY = 0.10  # a delay line's median send off by more than this share: flagged
+
+
+def link_delays(rows: tuple[LinkDelayRow, ...]) -> tuple[dict[str, LinkDelay], list[str]]:
+    """Each delayed link direction as the delay line kept it, by hop, and a note for each
+    one flagged (see :class:`LinkDelay`) or not run under SCHED_FIFO."""
+    out, notes = {}, []
+    for r in rows:
+        none = r.frames == 0
+        p50 = None if none else r.late_p50_ns / 1e3
+        off = p50 is not None and abs(p50) > LATE_OF_DELAY * r.delay_ns / 1e3
+        out[r.hop] = LinkDelay(
+            link=r.link, delay_ms=r.delay_ns / 1e6, jitter_ms=r.jitter_ns / 1e6,
+            frames=r.frames, dropped=r.dropped, late_p50_us=p50,
+            late_p99_us=None if none else r.late_p99_ns / 1e3, late_max_us=r.late_max_ns / 1e3,
+            realtime=r.realtime, flagged=off or r.dropped > 0)
+        if off:
+            notes.append(f"{r.hop}'s delay line sent {p50:+.0f} us off its deadlines at the "
+                         f"median, more than {LATE_OF_DELAY:.0%} of its "
+                         f"{r.delay_ns / 1e6:g} ms delay")
+        if r.dropped:
+            notes.append(f"{r.hop}'s delay line dropped {r.dropped} frame(s): its ring was "
+                         "full or a send was refused")
+    if any(not r.realtime for r in rows):
+        notes.append("the delay line ran without SCHED_FIFO (not allowed here): its sends "
+                     "wait for a CPU like any process's")
+    return out, notes
+
+
 # --- dispatch -------------------------------------------------------------------------------
 
 
@@ -245,10 +275,15 @@ def _commands(v: PolicyView) -> tuple[tuple[Command, ...], list[str]]:
     return commands, command_notes(v.policy, commands)
 
 
+def _delays(v: PolicyView) -> tuple[dict[str, LinkDelay] | None, list[str]]:
+    rows = v.meta.delays.get(v.policy)
+    return link_delays(rows) if rows else (None, [])
+
+
 # every section, in the order their notes are read
 SECTIONS: tuple[Section, ...] = (
     Section("storage", _storage), Section("transport", _transport),
     Section("controller", _controller), Section("lossless", _lossless),
     Section(None, _program), Section("tcp", _tcp), Section("queues", _queues),
     Section("telemetry", _telemetry), Section("lossy_links", _lossy_links),
-    Section("commands", _commands))
+    Section("commands", _commands), Section("delays", _delays))

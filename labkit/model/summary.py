@@ -412,6 +412,26 @@ class Command(Section):
 
 
 @dataclass(frozen=True, kw_only=True)
+class LinkDelay(Section):
+    """One direction of a delayed link as labkit's delay line kept it over the policy's
+    run: its delay and jitter (ms), frames forwarded and dropped, how late its sends were
+    against their deadlines (µs, p50, p99 and the latest; negative: early), whether it ran
+    under SCHED_FIFO, and whether it is flagged (its median send off by more than 10 % of
+    the delay, or a frame dropped)."""
+
+    link: str
+    delay_ms: float
+    jitter_ms: float
+    frames: int
+    dropped: int
+    late_p50_us: float | None
+    late_p99_us: float | None
+    late_max_us: float
+    realtime: bool
+    flagged: bool
+
+
+@dataclass(frozen=True, kw_only=True)
 class PolicySummary(Section):
     """One policy of a run: its workload (under the key of its kind, first) and every
     section docs/data-model.md describes. ``transport``, ``telemetry`` and ``commands``
@@ -432,6 +452,7 @@ class PolicySummary(Section):
     telemetry: Telemetry | None = None
     lossy_links: dict[str, int]  # drops on purpose, per lossy link
     commands: tuple[Command, ...] | None = None
+    delays: dict[str, LinkDelay] | None = when_set()  # by hop ("node->peer")
 
 @dataclass(frozen=True, kw_only=True)
 class Summary(Section):

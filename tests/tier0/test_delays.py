@@ -58,3 +58,28 @@ def test_inspect_says_what_the_delay_stands_for(tmp_path):
                          capture_output=True, text=True, check=True).stdout
     assert "8 ± 1 ms" in out
     assert "8 ms: 2 µs" in out  # 8 emulated ms at 4000 real Mbit/s per emulated one
+
+
+def row(hop: str, p50_ns: int, dropped: int = 0, realtime: bool = True):
+    from labkit.model.summary_meta import LinkDelayRow
+
+    return LinkDelayRow(link="r1-r2", hop=hop, delay_ns=1_000_000, jitter_ns=0, frames=5000,
+                        dropped=dropped, late_p50_ns=p50_ns, late_p99_ns=3 * abs(p50_ns),
+                        late_max_ns=90_000, realtime=realtime)
+
+
+def test_a_delay_line_off_its_deadlines_or_dropping_is_flagged_with_a_note():
+    from labkit.analysis.sections import link_delays
+    from labkit.model.summary import LinkDelay
+
+    kept, notes = link_delays((row("r1->r2", 90_000), row("r2->r1", -150_000)))
+    assert not kept["r1->r2"].flagged and kept["r1->r2"].late_p50_us == 90.0  # 9 % of 1 ms
+    assert kept["r2->r1"].flagged  # 150 us early: 15 %
+    assert notes == ["r2->r1's delay line sent -150 us off its deadlines at the median, "
+                     "more than 10% of its 1 ms delay"]
+    dropped, notes = link_delays((row("r1->r2", 0, dropped=3, realtime=False),))
+    assert dropped["r1->r2"].flagged
+    assert any("dropped 3 frame(s)" in n for n in notes)
+    assert any("without SCHED_FIFO" in n for n in notes)
+    d = kept["r1->r2"]
+    assert LinkDelay.from_json(d.to_json()) == d

@@ -82,6 +82,7 @@ def print_summary(summary: Summary) -> None:
         console.print(c)
     _print_queues(summary)
     _print_flows(summary)
+    _print_delays(summary)
     paused = {k: (p.lossless, p.transport) for k, p in summary.policies.items() if p.lossless}
     if paused:
         lossless_lanes = ", ".join(next(iter(paused.values()))[0].lanes)
@@ -180,6 +181,24 @@ def _print_flows(summary: Summary) -> None:
         if len(shown) > FLOWS_SHOWN:
             f.add_row(policy, "", f"and {len(shown) - FLOWS_SHOWN} more", "", "", "", "", "")
     console.print(f)
+
+
+def _print_delays(summary: Summary) -> None:
+    """How the delay line kept each delayed link direction's time (``delay_ms``)."""
+    delays = {k: p.delays for k, p in summary.policies.items() if p.delays}
+    if not delays:
+        return
+    t = Table(title="propagation delay: how far the delay line's sends were from their "
+                    "deadlines, in microseconds (negative: early)", title_justify="left")
+    for col in ("policy", "hop", "delay ms", "frames", "p50", "p99", "latest", "kept time"):
+        t.add_column(col, justify="left" if col in ("policy", "hop") else "right", no_wrap=True)
+    for policy, hops in delays.items():
+        for hop, d in hops.items():
+            delay = f"{d.delay_ms:g}" + (f" ± {d.jitter_ms:g}" if d.jitter_ms else "")
+            t.add_row(policy, hop, delay, str(d.frames), fmt(d.late_p50_us, ".0f"),
+                      fmt(d.late_p99_us, ".0f"), f"{d.late_max_us:.0f}",
+                      "[red]no[/]" if d.flagged else "yes")
+    console.print(t)
 
 
 def rates_line(rates: Rates) -> str:
