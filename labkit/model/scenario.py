@@ -137,6 +137,7 @@ REMOVED_CONTROL_KEYS = {
     "burst_kb": "a host's gate holds horizon_ms of its rate and no more; delete the key",
 }
 
+
 def load(path: str | Path) -> Scenario:
     """Read and validate a scenario file."""
     text, doc = read_yaml(path)
