@@ -23,6 +23,7 @@ from pathlib import Path
 
 from labkit.kernel import bpf, cgroups, registry
 from labkit.kernel.skeletons import CLASSIFIER
+from labkit.model import paths
 from labkit.model.scenario_spec import DEFAULT_PYTHON
 from labkit.traffic import hotpath
 
@@ -140,7 +141,7 @@ def _cgroup_check(root: bool) -> Check:
 def _bpf_object_check(name: str) -> Check:
     path = bpf.object_path(name)
     label = f"BPF object {path.name}"
-    source = bpf.REPO_ROOT / "bpf" / f"{name}.bpf.c"
+    source = paths.REPO_ROOT / "bpf" / f"{name}.bpf.c"
     if not path.exists():
         return Check(label, False, "not built", "make bpf")
     if source.exists() and source.stat().st_mtime > path.stat().st_mtime:

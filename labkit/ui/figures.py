@@ -17,7 +17,6 @@ one derived from the figure's name, so the same run gives byte-identical SVG fil
 
 from __future__ import annotations
 
-import os
 import re
 import tempfile
 from collections.abc import Callable, Collection, Iterator
@@ -28,7 +27,7 @@ import plotly.graph_objects as go
 import plotly.io as pio
 
 from labkit.analysis import frames
-from labkit.kernel.bpf import REPO_ROOT
+from labkit.model import paths
 from labkit.model.summary import Job, Program
 from labkit.runs import rundir
 from labkit.runs.rundir import Run, Sweep, Tuning
@@ -39,13 +38,12 @@ UID = re.compile(rb'defs-([0-9a-f]{6})"')
 
 
 Recorded = Run | Sweep | Tuning  # what `labkit figures` draws
-FIGURES_DIR = Path(os.environ.get("LABKIT_FIGURES_DIR", REPO_ROOT / "data" / "figures"))
 
 
 def default_out(rec: Recorded) -> Path:
     """Where `labkit figures` writes without ``--out``: data/figures/<run id> (a sweep
     recorded before sweeps kept a manifest: its folder's name)."""
-    return FIGURES_DIR / (rec.manifest.run_id if rec.manifest else rec.path.name)
+    return paths.current().figures / (rec.manifest.run_id if rec.manifest else rec.path.name)
 
 
 def load(path: Path) -> Recorded:

@@ -14,7 +14,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from labkit.kernel.bpf import REPO_ROOT
+from labkit.model.paths import REPO_ROOT
 
 KERNEL = "labkit"
 LOOPBACK = "127.0.0.1"

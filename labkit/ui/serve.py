@@ -32,12 +32,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from labkit.model import inputs
+from labkit.model import inputs, paths
 
 if TYPE_CHECKING:
     from labkit.runs.runner import Progress
 
-SOCKET = Path(os.environ.get("LABKIT_SERVE", "/run/labkit/serve.sock"))
+SOCKET = paths.current().serve  # LABKIT_SERVE, else /run/labkit/serve.sock
 GROUP = "labkit"
 MAX_REQUEST = 1 << 20  # bytes of one request line
 
@@ -313,9 +313,8 @@ def request(scenario: dict, name: str, policies: Sequence[str] | None = None,
     run's folder, once it is copied into ``out`` (default: where this user's runs go).
     :class:`Refused` says why not."""
     from labkit.runs import runner
-    from labkit.runs.rundir import RUNS_DIR
 
-    out = Path(out or RUNS_DIR).resolve()
+    out = Path(out or paths.current().runs).resolve()
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:

@@ -21,9 +21,9 @@ import plotly.graph_objects as go
 import polars as pl
 
 from labkit.analysis import frames
-from labkit.model import scenario
+from labkit.model import paths, scenario
 from labkit.model.scenario import Scenario
-from labkit.runs.rundir import RUNS_DIR, Run, incomplete_path, new_run_id
+from labkit.runs.rundir import Run, incomplete_path, new_run_id
 from labkit.ui import plots
 
 PERCENTILES = {"p50": 0.5, "p90": 0.9, "p99": 0.99, "p99.9": 0.999}
@@ -269,7 +269,7 @@ def live_panel(base: Path, policies: tuple[str, ...] = LIVE_POLICIES,
         threading.Thread(target=_live_run, daemon=True,
                          args=(base, policies, load.value, size.value, hosts.value, bar,
                                status, figures, (button, stop), stopping,
-                               runs_dir or RUNS_DIR)).start()
+                               runs_dir or paths.current().runs)).start()
 
     def stop_it(_):
         stopping.set()

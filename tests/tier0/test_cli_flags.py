@@ -16,7 +16,7 @@ from labkit.analysis import nccltests
 from labkit.model import grid as grid_mod
 from labkit.runs import runner
 from labkit.runs.rundir import load_sweep
-from labkit.ui import cli, figures
+from labkit.ui import cli
 from labkit.ui.cli import recorded, signals
 from tests.tier0.test_cli import COMMANDS, GRID, REPO, run_cli
 
@@ -59,8 +59,7 @@ def test_readme_lists_every_command():
 
 
 def test_figures_write_under_data_figures_by_default_and_say_so_in_json(monkeypatch,
-                                                                        tmp_path):
-    monkeypatch.setattr(figures, "FIGURES_DIR", tmp_path / "figures")
+                                                                        tmp_path, labkit_paths):
     monkeypatch.setattr(recorded.shutil, "which", lambda _: None)  # HTML only: no Chromium
     code, out, err = run_cli("figures", str(SWEEP), "--json")
     doc = json.loads(out)

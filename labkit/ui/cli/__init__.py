@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _hand_back(args, since_ns: int) -> None:
     """Under sudo, what this command wrote in the checkout or its ``--out`` is the user's."""
-    from labkit.kernel.bpf import REPO_ROOT
+    from labkit.model.paths import REPO_ROOT
     from labkit.runs.owner import hand_back, invoking_user
 
     owner = invoking_user()

@@ -52,13 +52,12 @@ def cmd_run(args) -> int:
                             description=f"{p.policy:<11} {what}")
 
         try:
-            # the file itself when nothing is changed: the run's errors then name it
-            run = runner.run(sc if args.set else args.scenario,
-                             args.policy or None, out=args.out, seed=args.seed,
+            # parsed once; the run's errors name the file when nothing is changed
+            run = runner.run(sc, args.policy or None, out=args.out, seed=args.seed,
                              duration=args.duration, on_progress=show,
                              controllers=_named_controllers(args.controller), pcap=args.pcap,
                              pcap_snaplen=args.pcap_snaplen, telemetry=not args.no_telemetry,
-                             argv=sys.argv)
+                             argv=sys.argv, source=None if args.set else str(args.scenario))
         except (FileExistsError, RuntimeError) as exc:
             return failed(exc)
     if args.json:
@@ -84,7 +83,8 @@ def cmd_shell(args) -> int:
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, signals.exit_on_signal)
     signals.note_leftovers()
-    signals.note_user_code(scenario_mod.load(args.scenario), args.controller, kinds=False)
+    sc = scenario_mod.load(args.scenario)
+    signals.note_user_code(sc, args.controller, kinds=False)
     # a plain line, not a rich spinner: rich replaces stdout while one spins, and Mininet,
     # imported meanwhile, would keep writing to the replacement
     err.print(f"building {args.scenario} under {args.policy}, no traffic (a few seconds) ...")
@@ -99,8 +99,8 @@ def cmd_shell(args) -> int:
 
     try:
         with interrupts.reaching_the_main_thread((signal.SIGTERM, signal.SIGHUP)):
-            runner.shell(args.scenario, args.policy, _named_controllers(args.controller),
-                         interact)
+            runner.shell(sc, args.policy, _named_controllers(args.controller), interact,
+                         source=str(args.scenario))
     except (FileExistsError, RuntimeError) as exc:
         return failed(exc)
     err.print("fabric torn down")
@@ -111,7 +111,8 @@ def cmd_calibrate(args) -> int:
     from labkit.runs import runner
 
     signals.before_building()
-    signals.note_user_code(scenario_mod.load(args.scenario))
+    sc = scenario_mod.load(args.scenario)
+    signals.note_user_code(sc)
     with progress_bars("ops", to_stderr=args.json) as progress:
         tasks: dict[tuple[float, str], TaskID] = {}
         current = [1.0]
@@ -130,9 +131,9 @@ def cmd_calibrate(args) -> int:
                             description=f"x{current[0]:<5g} {p.policy:<11} {p.stage}")
 
         try:
-            result = runner.calibrate(args.scenario, args.policy or None, seconds=args.duration,
+            result = runner.calibrate(sc, args.policy or None, seconds=args.duration,
                                       out=args.out, on_trial=on_trial, on_progress=show,
-                                      argv=sys.argv)
+                                      argv=sys.argv, source=str(args.scenario))
         except (FileExistsError, RuntimeError) as exc:
             return failed(exc)
     if args.json:

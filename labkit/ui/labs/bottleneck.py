@@ -12,8 +12,8 @@ from pathlib import Path
 
 import polars as pl
 
-from labkit.kernel.bpf import REPO_ROOT
 from labkit.model import scenario
+from labkit.model.paths import REPO_ROOT
 from labkit.model.scenario import AllReduceSpec
 from labkit.model.topo import Port, Topology
 from labkit.model.traffic import jobs, schedules

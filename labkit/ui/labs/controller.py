@@ -18,10 +18,10 @@ from pathlib import Path
 
 from labkit.control import CONTROLLERS, Controller, Plant
 from labkit.control.session import storage_senders
-from labkit.kernel.bpf import REPO_ROOT
 from labkit.kernel.feed import FabricFeed
 from labkit.kernel.tc import FIFO_CLASS, ClassStats
 from labkit.model import scenario
+from labkit.model.paths import REPO_ROOT
 from labkit.model.topo import Topology
 from labkit.runs.rundir import Run
 from labkit.ui.labs.lanes import _run

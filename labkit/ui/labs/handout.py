@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from labkit.kernel.bpf import REPO_ROOT
+from labkit.model.paths import REPO_ROOT
 from labkit.ui.labs import notebook
 from labkit.ui.labs.verdict import PASS
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from labkit.kernel.bpf import REPO_ROOT
 from labkit.model import scenario
+from labkit.model.paths import REPO_ROOT
 from labkit.model.scenario import ROCEV2_PORT, LaneRule, Scenario, ScenarioError
 from labkit.runs.rundir import Run, load_run
 from labkit.ui.labs.verdict import Unanswered, Wrong, check, require

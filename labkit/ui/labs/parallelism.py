@@ -14,8 +14,8 @@ from pathlib import Path
 
 import polars as pl
 
-from labkit.kernel.bpf import REPO_ROOT
 from labkit.model import scenario
+from labkit.model.paths import REPO_ROOT
 from labkit.model.scenario import JobSpec, Scenario, ScenarioError
 from labkit.model.summary import Job
 from labkit.model.topo import Topology
