@@ -25,6 +25,30 @@ def part_of_windows(collectives: pl.DataFrame, part: tuple[float, float] = (0.0,
             for p, (s, e) in windows(op_times(collectives)).items()}
 
 
+def propagation_rtt_ms(links: list[dict], a: str, b: str) -> float:
+    """The round trip's propagation delay (ms) between nodes ``a`` and ``b`` along a
+    shortest path of ``links`` (a run manifest's ``scenario.fabric.links``: ``a``, ``b``,
+    ``delay_ms`` each; a link recorded before delays has none): twice the delays on the
+    way, as every delayed link holds each direction alike."""
+    near: dict[str, list[tuple[str, float]]] = {}
+    for link in links:
+        d = float(link.get("delay_ms", 0.0))
+        near.setdefault(link["a"], []).append((link["b"], d))
+        near.setdefault(link["b"], []).append((link["a"], d))
+    seen, frontier = {a: 0.0}, [a]  # breadth first: the path of fewest links
+    while frontier:
+        after = []
+        for n in frontier:
+            for m, d in near.get(n, ()):
+                if m not in seen:
+                    seen[m] = seen[n] + d
+                    after.append(m)
+        frontier = after
+    if b not in seen:
+        raise ValueError(f"no path from {a} to {b} in the fabric's links")
+    return 2 * seen[b]
+
+
 def lane_sojourns(sojourn: pl.DataFrame, summary: Summary, spans: dict) -> pl.DataFrame:
     """Sampled sojourns (µs) at each policy's bottleneck port within its window:
     ``policy, lane, sojourn_us``."""
