@@ -37,6 +37,7 @@ from labkit.model.scenario_doc import (
     CONTROL,
     EMULATION,
     ENV_RE,
+    EVENT,
     JOB_PARAMS,
     LABEL_RE,
     LANE_RULES,
@@ -76,6 +77,7 @@ from labkit.model.scenario_spec import (
     DEFAULT_K_PACKETS,
     DEFAULT_PYTHON,
     ENGINES,
+    EVENT_CHANGES,
     HOST_REF,
     JOB_DSCP,
     LAUNCHERS,
@@ -90,6 +92,7 @@ from labkit.model.scenario_spec import (
     CommandSpec,
     ControlSpec,
     EmulationSpec,
+    EventSpec,
     JobSpec,
     KindEntry,
     LaneRule,
@@ -108,7 +111,7 @@ from labkit.model.scenario_traffic import (
     check_traffic,
     with_user_kinds,
 )
-from labkit.model.shapes import Limit, kind_of, number_text
+from labkit.model.shapes import FLAG, Limit, kind_of, number_text
 
 __all__ = [  # besides the functions below: what this module has always offered
     "ALLREDUCE_ALGOS", "ARRIVALS", "AUTO", "BUILT_IN_KINDS", "CONTROLLERS",
@@ -194,6 +197,7 @@ def parse(doc: Any, file: str = "<scenario>") -> Scenario:
     transport = _transport(c, top.get("transport", {}), "transport", fabric)
     policies = _policies(c, top.get("policies", list(LAYOUTS)), "policies",
                          [name for name, _ in control.controllers])
+    events = _events(c, top.get("events", []), fabric)
     if program and emulation.rate_factor != 1:
         c.fail("emulation.rate_factor", "a program's compute time is its own, which labkit "
                "cannot scale with the links: leave the rate factor at 1")
@@ -201,7 +205,7 @@ def parse(doc: Any, file: str = "<scenario>") -> Scenario:
                     tuple(p.name for p in policies), description, job=job, control=control,
                     commands=commands, kinds=kinds, kind_entries=kind_entries,
                     classifier=classifier, emulation=emulation, program=program,
-                    transport=transport)
+                    transport=transport, events=events)
 
 
 def _transport(c: Checker, doc, key: str, fabric: FabricSpec) -> TransportSpec:
@@ -250,6 +254,44 @@ def _with_program_rule(c: Checker, lanes: tuple[LaneRule, ...], program: Program
         c.fail("lanes", f"at most {MAX_LANE_RULES - 1} rules beside the program's DSCP rule "
                         "fit the classifier")
     return out
+
+
+def _events(c: Checker, doc, fabric: FabricSpec) -> tuple[EventSpec, ...]:
+    """``events``: each a link of the fabric's, one change, and a timing that holds."""
+    links = {frozenset((link.a, link.b)): link for link in fabric.links}
+    out = []
+    for i, entry in enumerate(c.seq(doc, "events")):
+        key = f"events[{i}]"
+        c.keys(entry, key, EVENT)
+        ends = entry["link"]
+        if not (isinstance(ends, list) and len(ends) == 2 and all(isinstance(e, str)
+                                                                   for e in ends)):
+            c.fail(f"{key}.link", f"must be a pair of node names like [leaf1, spine1], got "
+                   f"{ends!r}")
+        link = links.get(frozenset(ends))
+        if link is None:
+            c.fail(f"{key}.link", f"no link between {ends[0]!r} and {ends[1]!r} in the fabric "
+                   "(an event changes one of its links: name both ends)")
+        changes = [k for k in EVENT_CHANGES if k in entry]
+        if len(changes) != 1:
+            c.fail(key, f"must say one change ({', '.join(EVENT_CHANGES)}), got "
+                   f"{', '.join(changes) or 'none'}")
+        change = changes[0]
+        value = 100.0 if change == "down" else float(c.get(entry, key, EVENT, change))
+        if change == "down":
+            c.check(FLAG, entry["down"], f"{key}.down")
+            if entry["down"] is not True:
+                c.fail(f"{key}.down", "must be true (the link is down for for_s)")
+        at = float(c.get(entry, key, EVENT, "at_s"))
+        for_s = c.get(entry, key, EVENT, "for_s") if "for_s" in entry else None
+        every = c.get(entry, key, EVENT, "every_s") if "every_s" in entry else None
+        if every is not None and (for_s is None or for_s >= every):
+            c.fail(f"{key}.every_s", "a repeated event needs a for_s shorter than every_s "
+                   "(down for for_s, up for the rest of every_s)")
+        out.append(EventSpec(at, link.name, change, value,
+                             None if for_s is None else float(for_s),
+                             None if every is None else float(every)))
+    return tuple(out)
 
 
 def _emulation(c: Checker, doc, key: str) -> EmulationSpec:

@@ -75,6 +75,9 @@ LIMITS = {
     "buffer_kb": Limit(16, 1 << 20, integer=True),
     "loss_percent": Limit(0, 50),
     "delay_ms": Limit(0, 100, why="ms each way, after the link's shaper"),
+    "at_s": Limit(0, 3600, why="seconds after a policy's traffic starts"),
+    "for_s": Limit(0, 3600, above=True),
+    "every_s": Limit(0, 3600, above=True),
     "jitter_ms": Limit(0, 100),
     "gpus_per_host": Limit(1, 8, integer=True),
     "dscp": Limit(0, 63, integer=True),
@@ -236,6 +239,11 @@ EMULATION = Keys({"gso_packets": num("gso_packets"),
 _LAYOUTS = "|".join(x for x in LAYOUTS if x != "isolated")  # <layout>+<controller>
 POLICY = AnyOf((Choice(POLICIES), Pattern(rf"(?:(?:{_LAYOUTS})\+)?{LABEL_RE.pattern}")))
 
+# a fault on the timeline: when, which link, what (one of down, rate_mbps, loss_percent)
+EVENT = Keys({"at_s": num("at_s"), "link": PAIR, "down": Const(True),
+              "rate_mbps": num("rate_mbps"), "loss_percent": num("loss_percent"),
+              "for_s": num("for_s"), "every_s": num("every_s")}, {"at_s", "link"})
+
 SCENARIO = Keys({
     "name": Pattern(SCENARIO_NAME_RE),
     "description": Text(),
@@ -250,5 +258,6 @@ SCENARIO = Keys({
     "kinds": CLASS_FILES,
     "transport": TRANSPORT,
     "emulation": EMULATION,
+    "events": list_of(EVENT),
 }, {"name", "fabric", "traffic"})
 FILE = Described("labkit scenario", "A labkit scenario file (docs/scenarios.md)", SCENARIO)

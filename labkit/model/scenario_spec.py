@@ -271,6 +271,25 @@ class KindEntry:
     entry: dict  # its keys besides ``kind``: the class's to check
 
 
+EVENT_CHANGES = ("down", "rate_mbps", "loss_percent")  # what an event does to its link
+
+
+@dataclass(frozen=True)
+class EventSpec:
+    """A fault on the scenario's timeline (``events``): ``at_s`` seconds after a policy's
+    traffic starts, its ``link`` (the link's name, "a-b") goes down, runs at another rate or
+    loses packets (``change``, one of :data:`EVENT_CHANGES`, to ``value``: 100 for down),
+    for ``for_s`` seconds (None: until the run ends), again every ``every_s`` (None:
+    once)."""
+
+    at_s: float
+    link: str
+    change: str
+    value: float
+    for_s: float | None = None
+    every_s: float | None = None
+
+
 @dataclass(frozen=True)
 class Scenario:
     name: str
@@ -298,13 +317,15 @@ class Scenario:
     # place of bpf/classifier.bpf.c; None: the built-in one
     classifier: str | None = None
     program: ProgramSpec | None = None  # the user's own program as the collective workload
+    events: tuple[EventSpec, ...] = ()  # faults on its timeline
 
     def to_dict(self) -> dict[str, Any]:
-        """The scenario as recorded in a run's manifest (``kind_entries`` only while there
-        are some: a run records its scenario expanded, as it did before they existed)."""
+        """The scenario as recorded in a run's manifest (``kind_entries`` and ``events``
+        only while there are some: a run records its scenario as it did before them)."""
         doc = asdict(self)
-        if not doc["kind_entries"]:
-            del doc["kind_entries"]
+        for key in ("kind_entries", "events"):
+            if not doc[key]:
+                del doc[key]
         unset = asdict(TransportSpec())  # recorded only as far as a scenario sets it
         doc["transport"] = {k: v for k, v in doc["transport"].items() if v != unset[k]}
         if not doc["transport"]:

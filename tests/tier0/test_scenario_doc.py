@@ -64,6 +64,10 @@ def _base(workload: dict, **top) -> dict:
         "kinds": {"mine": CLASS},
         "transport": {"tcp": "dctcp", "hosts": ["g1", "st1"], "ecn_k_packets": 20},
         "emulation": {"gso_packets": 1, "rate_factor": 1, "engines": "rank"},
+        "events": [{"at_s": 1, "link": ["leaf1", "spine1"], "down": True, "for_s": 0.2,
+                    "every_s": 1},
+                   {"at_s": 2, "link": ["leaf2", "spine1"], "rate_mbps": 50},
+                   {"at_s": 3, "link": ["leaf2", "spine1"], "loss_percent": 5}],
     }
     return {**doc, **top}
 
