@@ -106,7 +106,7 @@ plots.op_time_cdf(dcqcn)
 # react too. `transport: {tcp: dctcp}` runs lk_dctcp, a DCTCP written in eBPF
 # (`bpf/dctcp.bpf.c`), for every TCP socket of the hosts, and the bottleneck ports mark
 # CE once K packets are queued. `topologies/dctcp-paper.yaml` is the DCTCP paper's port:
-# two iperf3 flows into one 100 Mbit/s port with a 425-packet buffer
+# two iperf3 flows into one 100 Mbit/s port with a 120-packet buffer over 0.25 ms links
 # (`data/sample/dctcp-paper/dctcp`), and beside it the paper's TCP, Reno, at the same
 # port without marks (`data/sample/dctcp-paper/reno`). TCP fills the buffer, drops and
 # halves, a slow sawtooth near the top; DCTCP holds the queue at K, in the band its

@@ -30,12 +30,19 @@ BUSY_BEFORE_LIMIT = 0.15  # other work on the machine that makes a calibration p
 
 
 def scaled(sc: Scenario, factor: float) -> Scenario:
-    """``sc`` with its rates times ``factor`` and its compute times divided by it (its own
-    ``emulation.rate_factor`` is not applied: :func:`as_written`)."""
+    """``sc`` with its rates times ``factor`` and its times (compute, links' delays, its
+    events' times) divided by it (its own ``emulation.rate_factor`` is not applied:
+    :func:`as_written`)."""
     if factor == 1:
         return sc
-    fabric = replace(sc.fabric, links=tuple(replace(link, rate_mbps=link.rate_mbps * factor)
-                                            for link in sc.fabric.links))
+    fabric = replace(sc.fabric, links=tuple(
+        replace(link, rate_mbps=link.rate_mbps * factor, delay_ms=link.delay_ms / factor,
+                jitter_ms=link.jitter_ms / factor) for link in sc.fabric.links))
+    events = tuple(replace(e, at_s=e.at_s / factor,
+                           for_s=e.for_s and e.for_s / factor,
+                           every_s=e.every_s and e.every_s / factor,
+                           value=e.value * factor if e.change == "rate_mbps" else e.value)
+                   for e in sc.events)
     allreduce = sc.allreduce and replace(sc.allreduce,
                                          compute_ms=sc.allreduce.compute_ms / factor)
     job = sc.job
@@ -47,7 +54,7 @@ def scaled(sc: Scenario, factor: float) -> Scenario:
     # names go into bpffs paths, which take no '.': x0.5 is written x0p5
     return replace(sc, name=f"{sc.name}-x{factor:g}".replace(".", "p"),
                    scale_factor=sc.scale_factor / factor, fabric=fabric, allreduce=allreduce,
-                   job=job, sha256="")
+                   job=job, events=events, sha256="")
 
 
 def as_written(sc: Scenario) -> Scenario:

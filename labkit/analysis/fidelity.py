@@ -8,7 +8,7 @@ from __future__ import annotations
 import polars as pl
 
 from labkit.analysis.ports import congested_windows
-from labkit.analysis.windows import num
+from labkit.analysis.windows import event_pairs, num, outside
 from labkit.model.summary import (
     DequeueTiming,
     Fidelity,
@@ -87,6 +87,16 @@ def late_reason(d: DequeueTiming) -> str:
             f"(limit {LATE_SHARE_LIMIT:.0%})")
 
 
+def _faulted(events: pl.DataFrame | None, policy: str) -> dict[str, list[tuple[int, int]]]:
+    """Per link, when a fault of the scenario's timeline had it down or at another rate:
+    its port then sends below its own rate on purpose, which says nothing of fidelity."""
+    spans: dict[str, list[tuple[int, int]]] = {}
+    for began, end in event_pairs(events, policy):
+        if began["change"] in ("down", "rate_mbps"):
+            spans.setdefault(began["link"], []).append((began["t_ns"], end))
+    return spans
+
+
 def fidelity(tables: dict, policy: str, meta: SummaryMeta, start: int, end: int,
              busy: float | None) -> Fidelity:
     notes = []
@@ -95,8 +105,9 @@ def fidelity(tables: dict, policy: str, meta: SummaryMeta, start: int, end: int,
                      "include waiting for a CPU, not only for the network")
     at_rate = True
     queue = tables["queue"].filter(pl.col("policy") == policy)
+    faulted = _faulted(tables.get("events"), policy)
     for port, info in meta.ports.items():
-        w = congested_windows(queue, port, start, end)
+        w = congested_windows(outside(queue, faulted.get(info.link, [])), port, start, end)
         if w.height < 5:
             continue
         share = num((w["mbps"] >= AT_RATE * info.rate_mbps).mean())
@@ -111,7 +122,8 @@ def fidelity(tables: dict, policy: str, meta: SummaryMeta, start: int, end: int,
         for port, info in meta.ports.items():
             waits = sojourn.filter(pl.col("port") == port)["sojourn_ns"]
             dequeue[port] = dequeue_fidelity(
-                gaps.filter(pl.col("port") == port), info.rate_mbps, info.burst_bytes,
+                outside(gaps.filter(pl.col("port") == port), faulted.get(info.link, [])),
+                info.rate_mbps, info.burst_bytes,
                 num(waits.quantile(0.99, interpolation="linear")) / 1e3 if len(waits)
                 else None)
     for port, d in dequeue.items():

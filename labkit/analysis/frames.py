@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from labkit.analysis.windows import cdf, counter_delta, op_times, windows
+from labkit.analysis.windows import cdf, counter_delta, event_pairs, op_times, windows
 from labkit.model.abi import LANES, RANK_SHIFT
 from labkit.model.scenario_spec import LAYOUTS
 from labkit.model.summary import (
@@ -47,6 +47,20 @@ def propagation_rtt_ms(links: list[dict], a: str, b: str) -> float:
     if b not in seen:
         raise ValueError(f"no path from {a} to {b} in the fabric's links")
     return 2 * seen[b]
+
+
+EVENT_TEXT = {"down": "{link} down", "rate_mbps": "{link} at {value:g} Mbit/s",
+              "loss_percent": "{link} losing {value:g}%"}
+
+
+def event_spans(events: pl.DataFrame, policy: str, t0: int, start: int, end: int
+                ) -> list[tuple[float, float, str, str]]:
+    """The faults of ``policy``'s timeline (its ``events`` rows) that overlap [start, end]:
+    (from, to in seconds since ``t0``, the change, a label), each start paired with the
+    same event's next end (none: it lasted to the end of the run)."""
+    return [((b["t_ns"] - t0) / 1e9, (min(e, end) - t0) / 1e9, b["change"],
+             EVENT_TEXT[b["change"]].format(link=b["link"], value=b["value"]))
+            for b, e in event_pairs(events, policy) if b["t_ns"] < end and e > start]
 
 
 def lane_sojourns(sojourn: pl.DataFrame, summary: Summary, spans: dict) -> pl.DataFrame:

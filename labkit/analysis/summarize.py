@@ -13,7 +13,7 @@ import polars as pl
 from labkit.analysis.fidelity import cpu_busy, fidelity
 from labkit.analysis.ports import bottleneck_lanes, busiest_port, utilizations
 from labkit.analysis.sections import SECTIONS, PolicyView
-from labkit.analysis.windows import op_times, windows
+from labkit.analysis.windows import event_pairs, op_times, windows
 from labkit.analysis.workloads import allreduce, job, program, with_slowdowns
 from labkit.model.summary import (
     AllReduce,
@@ -101,7 +101,9 @@ def summarize(tables: dict[str, pl.DataFrame], meta: SummaryMeta) -> Summary:
     base = policies["isolated"].workload if "isolated" in policies else None
     policies = {p: replace(s, workload=with_slowdowns(s.workload, base))
                 for p, s in policies.items()}
-    if isinstance(base, AllReduce) and base.busbw_mbps < 0.8 * meta.ring_link_mbps:
+    faults = event_pairs(tables.get("events"), "isolated")
+    if isinstance(base, AllReduce) and base.busbw_mbps < 0.8 * meta.ring_link_mbps \
+            and not faults:  # faults on purpose, not the generator, slowed it then
         fid = policies["isolated"].fidelity
         policies["isolated"] = replace(policies["isolated"], fidelity=replace(
             fid, generator_limited=True, notes=(

@@ -68,3 +68,29 @@ def cdf(values: pl.Series, points: int = 400) -> tuple[list[float], list[float]]
     keep = range(n) if n <= points else sorted({round(i * (n - 1) / (points - 1))
                                                  for i in range(points)})
     return [v[i] for i in keep], [(i + 1) / n for i in keep]
+
+
+END_OF_TIME = 2**63 - 1
+
+
+def event_pairs(events: pl.DataFrame | None, policy: str) -> list[tuple[dict, int]]:
+    """``policy``'s faults (the ``events`` table; None or empty: none): each start row,
+    with the time its event next ended (none: :data:`END_OF_TIME`), in time order."""
+    if events is None or events.is_empty():
+        return []
+    open_at: dict[int, dict] = {}
+    pairs = []
+    for row in events.filter(pl.col("policy") == policy).sort("t_ns").iter_rows(named=True):
+        if row["state"] == "start":
+            open_at[row["event"]] = row
+        elif (began := open_at.pop(row["event"], None)) is not None:
+            pairs.append((began, row["t_ns"]))
+    pairs += [(began, END_OF_TIME) for began in open_at.values()]
+    return sorted(pairs, key=lambda p: p[0]["t_ns"])
+
+
+def outside(frame: pl.DataFrame, spans: list[tuple[int, int]]) -> pl.DataFrame:
+    """``frame``'s rows whose ``t_ns`` is in none of ``spans`` (start, end)."""
+    for start, end in spans:
+        frame = frame.filter(~pl.col("t_ns").is_between(start, end))
+    return frame

@@ -29,6 +29,11 @@ class LossyLinks:
             bpf.attach_filter(ns, obj.programs.lk_lossy, ifname, ifindex, tc.PRIO_DROPPER,
                               self.attachments, self.record)
 
+    def set(self, link_name: str, loss_percent: float) -> None:
+        """Drop ``link_name``'s packets with another probability from now on (100: the
+        link is down)."""
+        self.objects[link_name].maps.lk_loss.update(0, round(loss_percent * 1e4))
+
     def drops(self) -> dict[str, int]:
         return {name: sum(int.from_bytes(v, "little")
                           for v in obj.maps.lk_loss_drops.per_cpu(0))

@@ -129,6 +129,21 @@ def shape(ipr: IPRoute, port: PortShape) -> int:
     return index
 
 
+def set_rate(ipr: IPRoute, index: int, port: PortShape, rate_mbps: float) -> None:
+    """Run ``port`` at ``rate_mbps`` from now on (a degraded link, or its own rate again):
+    its parent class and each leaf's ceiling move, a lane's guaranteed rate with them as
+    :func:`shape` set it; every class keeps its queue. Through ``ipr``, in a thread inside
+    the port's namespace."""
+    rate = bytes_per_s(rate_mbps)
+    ipr.tc("change-class", "htb", index, PARENT, parent=ROOT,
+           **_class_params(rate, rate, port.mtu))
+    token = _token(rate)
+    for prio, classid in enumerate(leaf_classes(port.layout)):
+        lane_rate = rate if prio == 0 else token
+        ipr.tc("change-class", "htb", index, classid, parent=PARENT, prio=prio,
+               **_class_params(lane_rate, rate, port.mtu))
+
+
 def leaf_handle(classid: int) -> int:
     """The handle of the qdisc under leaf class ``classid``: 1:10 holds 10:."""
     return (classid & 0xFFFF) << 16

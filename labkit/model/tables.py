@@ -227,12 +227,25 @@ class DctcpRow(NamedTuple):
     marked_bytes: Int
 
 
+class EventRow(NamedTuple):
+    """A fault of the scenario's timeline taking effect on its link, or ending
+    (``events``): when, which event (its index in ``events``), its link, change and
+    value, and ``state``: "start" or "end"."""
+
+    t_ns: Int
+    event: Int
+    link: Str
+    change: Str  # down, rate_mbps or loss_percent
+    value: Float  # the rate, the loss in percent; 100 for down
+    state: Str
+
+
 TABLES: dict[str, type[tuple]] = {  # every table by its name (its file's), in this order
     "collectives": CollectiveRow, "phases": PhaseRow, "transport": TransportRow,
     "queue": QueueRow, "lanes": LaneRow, "sojourn": SojournRow, "latency": LatencyRow,
     "histograms": HistRow, "gaps": GapRow, "flows": FlowRow, "ios": IoRow, "cpu": CpuRow,
     "pauses": PauseRow, "controller": Decision, "program_ops": OpRow, "bursts": BurstRow,
-    "dctcp": DctcpRow,
+    "dctcp": DctcpRow, "events": EventRow,
 }
 
 

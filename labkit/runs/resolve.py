@@ -224,6 +224,11 @@ def resolve_run(scenario: str | Path | Scenario, policies: str | Sequence[str] |
     pols = policies_of(sc, source, policies, list(users))
     if duration is not None and (problem := scenario_mod.LIMITS["duration_s"].problem(duration)):
         raise ScenarioError(source, "duration", f"{problem} (seconds)")
+    for i, event in enumerate(sc.events):
+        if duration is not None and event.at_s >= duration:
+            raise ScenarioError(source, f"events[{i}].at_s", f"{event.at_s:g} s is when each "
+                                f"policy's run of {duration:g} s (duration) has ended: the "
+                                "event would never happen")
     if not 0 <= pcap_snaplen <= MAX_SNAPLEN:
         raise ScenarioError(source, "pcap_snaplen", f"must be 0 (whole packets) to "
                             f"{MAX_SNAPLEN} bytes, got {pcap_snaplen}")

@@ -14,6 +14,7 @@ from labkit.model.tables import (
     CpuRow,
     DctcpRow,
     Decision,
+    EventRow,
     FlowRow,
     GapRow,
     HistRow,
@@ -68,4 +69,5 @@ class PolicyResult:
     bursts: list[BurstRow] = field(default_factory=list)  # a program's traffic, per host
     program: dict | None = None  # a program's ranks as they ended, its traffic, its source
     delays: list[LinkDelayRow] = field(default_factory=list)  # the delay line, per direction
+    events: list[EventRow] = field(default_factory=list)  # the timeline's faults as they acted
     aborted: bool = False

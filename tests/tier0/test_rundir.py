@@ -190,6 +190,8 @@ RECORDED = {  # every table's columns and dtypes as runs have recorded them (bef
                "packets": I64},
     "dctcp": {"policy": STR, "t_ns": I64, "host": STR, "flow": STR, "alpha": F64, "cwnd": I64,
               "acked_bytes": I64, "marked_bytes": I64},
+    "events": {"policy": STR, "t_ns": I64, "event": I64, "link": STR, "change": STR,
+               "value": F64, "state": STR},
 }
 
 
@@ -211,7 +213,8 @@ def test_every_sample_run_loads_in_its_schemas(sample):
     assert {name: dict(frame.schema) for name, frame in run.tables.items()} == RECORDED
 
 
-ROUND_TRIP = ["checkpoint-burst", "lossless/lossless", "pytorch-ddp", "dctcp-paper/dctcp"]
+ROUND_TRIP = ["checkpoint-burst", "lossless/lossless", "pytorch-ddp", "dctcp-paper/dctcp",
+              "link-faults"]
 
 
 @pytest.mark.parametrize("sample", ROUND_TRIP)

@@ -16,6 +16,7 @@ from labkit.runs.features.base import F, Feature, Stack, watched_ports
 from labkit.runs.features.control import Control
 from labkit.runs.features.delays import Delays
 from labkit.runs.features.ecn import EcnMarking
+from labkit.runs.features.events import Events
 from labkit.runs.features.jobmark import JobMarking
 from labkit.runs.features.lanes import Lanes
 from labkit.runs.features.loss import LossyLinks
@@ -26,8 +27,8 @@ from labkit.runs.features.tcp import TcpControl, dctcp_rows
 # the features a policy's stack may have, in the order they are built (each may use the
 # ones before it) and started; closed in the reverse order
 FEATURES: tuple[type[Feature], ...] = (LossyLinks, TcpControl, EcnMarking, Lanes, Probes,
-                                       Pausing, Control, JobMarking, Delays)
+                                       Pausing, Control, JobMarking, Delays, Events)
 
-__all__ = ["FEATURES", "Control", "Delays", "EcnMarking", "F", "Feature", "JobMarking", "Lanes",
-           "LossyLinks", "Pausing", "Probes", "Stack", "TcpControl", "dctcp_rows",
-           "watched_ports"]
+__all__ = ["FEATURES", "Control", "Delays", "EcnMarking", "Events", "F", "Feature",
+           "JobMarking", "Lanes", "LossyLinks", "Pausing", "Probes", "Stack", "TcpControl",
+           "dctcp_rows", "watched_ports"]

@@ -46,11 +46,15 @@ def _warmup(run: Run) -> int:
                  if isinstance(p.workload, Program)), 0)
 
 
+EVENT_COLORS = {"down": "#D55E00"}  # a fault's band on a timeline (others: orange)
+
+
 def queue_timeline(run: Run, ports: list[str] | None = None, policies: list[str] | None = None,
                    window: tuple[float, float] = (0.0, 1.0)) -> go.Figure:
     """Backlog (all classes summed) at ``ports`` (default: each policy's bottleneck port)
     over the part ``window`` (fractions from, to) of each policy's ops, one line per policy
-    and port (dashed by port), timed from the policy's first op."""
+    and port (dashed by port), timed from the policy's first op; the faults of the
+    scenario's ``events`` as bands, each labelled."""
     first = windows(op_times(run["collectives"]))
     spans = frames.part_of_windows(run["collectives"], window)
     fig = go.Figure()
@@ -64,6 +68,12 @@ def queue_timeline(run: Run, ports: list[str] | None = None, policies: list[str]
                             name=policy if len(here) == 1 else f"{policy} · {port}",
                             line={"color": policy_color(policy), "width": 1.5,
                                   "dash": PORT_DASH[i % len(PORT_DASH)]})
+        spans = frames.event_spans(run["events"], policy, first[policy][0], start, end)
+        for i, (x0, x1, change, label) in enumerate(spans):
+            fig.add_vrect(x0=x0, x1=x1, line_width=0, opacity=0.12,
+                          fillcolor=EVENT_COLORS.get(change, "#E69F00"),
+                          annotation_text=label, annotation_font_size=11,  # labels alternate
+                          annotation_position="bottom left" if i % 2 else "top left")
     where = "the bottleneck port" if ports is None else ", ".join(ports) or "no port"
     fig.update_yaxes(rangemode="tozero")
     return titled(fig, run, f"Queue at {where}", "time since the first op (s)",

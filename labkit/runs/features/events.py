@@ -1,0 +1,104 @@
+"""Faults on a policy's timeline (a scenario's ``events``) as a feature of its stack: each
+event's link goes down, runs at another rate or loses packets at its time after the
+traffic starts, for its length, again and again when it repeats; every change is recorded
+with the time it took effect (the ``events`` table).
+
+A link down is every packet dropped, both ways, by the lossy links' dropper
+(:mod:`labkit.kernel.loss`, through :class:`LossyLinks`; a link without loss of its own
+gets one that drops nothing until then): a dead optic as the hosts and routers see it,
+its routes left in place as a static fabric's are. A rate is both ports' HTB classes
+moved (:meth:`labkit.kernel.fabric.Fabric.set_rate`).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from labkit.kernel import loss
+from labkit.model.scenario_spec import EventSpec, Policy, Scenario
+from labkit.model.tables import EventRow
+from labkit.model.topo import Port
+from labkit.runs.features.base import Feature, Stack
+from labkit.runs.features.loss import LossyLinks
+from labkit.runs.result import PolicyResult
+
+
+def occurrences(event: EventSpec, until_s: float) -> list[tuple[float, str]]:
+    """When ``event`` starts and ends (seconds after the traffic starts, "start" or "end")
+    before ``until_s``, in order."""
+    out, at = [], event.at_s
+    while at < until_s:
+        out.append((at, "start"))
+        if event.for_s is not None:
+            out.append((at + event.for_s, "end"))
+        if event.every_s is None or event.for_s is None:
+            break
+        at += event.every_s
+    return [o for o in out if o[0] < until_s]
+
+
+class Events(Feature):
+    """The scenario's events, applied on time by a thread of their own."""
+
+    HORIZON_S = 3600.0  # occurrences are planned this far ahead; the traffic ends first
+    _thread: threading.Thread | None = None
+
+    @classmethod
+    def wanted(cls, sc: Scenario, policy: Policy, telemetry: bool) -> bool:
+        return bool(sc.events)
+
+    def build(self, stack: Stack) -> None:
+        self.stack, self.events = stack, stack.sc.events
+        self.ports: dict[str, tuple[Port, Port]] = {pa.link.name: (pa, pb)
+                                                    for pa, pb in stack.topo.links}
+        # the lossy links' droppers (LossyLinks closes them and counts their drops)
+        droppers = stack.need(LossyLinks, "a link's events").links
+        assert droppers is not None, "built before the events"
+        self.droppers: loss.LossyLinks = droppers
+        for event in self.events:
+            pa, pb = self.ports[event.link]
+            if event.change != "rate_mbps" and event.link not in self.droppers.objects:
+                self.droppers.add(event.link, 0.0, [(h.ns, h.ifname, h.ifindex) for h in
+                                                    map(stack.fabric.handle, (pa, pb))])
+        self.rows: list[EventRow] = []
+        self._stop = threading.Event()
+
+    def start(self) -> None:
+        t0 = time.monotonic_ns()
+        plan = sorted((t, i, state) for i, e in enumerate(self.events)
+                      for t, state in occurrences(e, self.HORIZON_S))
+        self._thread = threading.Thread(target=self._run, args=(t0, plan), daemon=True,
+                                        name="labkit-events")
+        self._thread.start()
+
+    def _run(self, t0: int, plan: list[tuple[float, int, str]]) -> None:
+        for at_s, i, state in plan:
+            if self._stop.wait(max(0.0, (t0 + at_s * 1e9 - time.monotonic_ns()) / 1e9)):
+                return
+            event = self.events[i]
+            self._apply(event, state == "start")
+            self.rows.append(EventRow(time.monotonic_ns(), i, event.link, event.change,
+                                      event.value, state))
+
+    def _apply(self, event: EventSpec, starting: bool) -> None:
+        pa, pb = self.ports[event.link]
+        link = pa.link
+        if event.change == "rate_mbps":
+            fabric = self.stack.fabric
+            for port in (pa, pb):
+                fabric.set_rate(port, event.value if starting else
+                                fabric.shape_of(port).rate_mbps)
+        else:
+            self.droppers.set(event.link, event.value if starting else link.loss_percent)
+
+    def stop(self) -> None:
+        if self._thread:
+            self._stop.set()
+            self._thread.join(timeout=5)
+
+    def collect(self, result: PolicyResult) -> None:
+        result.events = self.rows
+
+    def close(self) -> None:
+        self.stop()
