@@ -68,12 +68,16 @@ def queue_timeline(run: Run, ports: list[str] | None = None, policies: list[str]
                             name=policy if len(here) == 1 else f"{policy} · {port}",
                             line={"color": policy_color(policy), "width": 1.5,
                                   "dash": PORT_DASH[i % len(PORT_DASH)]})
-        spans = frames.event_spans(run["events"], policy, first[policy][0], start, end)
-        for i, (x0, x1, change, label) in enumerate(spans):
-            fig.add_vrect(x0=x0, x1=x1, line_width=0, opacity=0.12,
-                          fillcolor=EVENT_COLORS.get(change, "#E69F00"),
-                          annotation_text=label, annotation_font_size=11,  # labels alternate
-                          annotation_position="bottom left" if i % 2 else "top left")
+        named: set[str] = set()  # each fault's band, named once in the legend
+        for x0, x1, change, label in frames.event_spans(run["events"], policy,
+                                                        first[policy][0], start, end):
+            color = EVENT_COLORS.get(change, "#E69F00")
+            fig.add_vrect(x0=x0, x1=x1, line_width=0, opacity=0.15, fillcolor=color)
+            if label not in named:
+                named.add(label)
+                fig.add_scatter(x=[None], y=[None], mode="markers", name=label,
+                                marker={"symbol": "square", "size": 12, "color": color,
+                                        "opacity": 0.4})
     where = "the bottleneck port" if ports is None else ", ".join(ports) or "no port"
     fig.update_yaxes(rangemode="tozero")
     return titled(fig, run, f"Queue at {where}", "time since the first op (s)",
