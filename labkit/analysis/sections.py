@@ -24,7 +24,6 @@ from labkit.model.summary import (
     DctcpFlow,
     LinkDelay,
     Lossless,
-    MarksAndDrops,
     PausedQueue,
     PauseTimes,
     PerLane,
@@ -38,7 +37,7 @@ from labkit.model.summary import (
     Transport,
     Workload,
 )
-from labkit.model.summary_meta import LinkDelayRow, LosslessMeta, SummaryMeta
+from labkit.model.summary_meta import ControlCounters, LinkDelayRow, LosslessMeta, SummaryMeta
 
 
 def goodput_mbps(flows: pl.DataFrame, start: int, end: int) -> float:
@@ -104,25 +103,22 @@ def late_pauses(bottleneck: Bottleneck, info: Lossless, one_queue: bool) -> list
             f"{info.budget_us:.0f} us)"]
 
 
-def controller(decisions: pl.DataFrame, control: dict,
+def controller(decisions: pl.DataFrame, control: ControlCounters,
                transport: pl.DataFrame) -> ControllerReport:
     """What the controller did: how many decisions, what the hosts' valves let through
     per lane (mean Mbit/s), marked and dropped, how often the held hosts' senders were
     woken and their queue ceilings moved (labkit.kernel.gates), the proactive controller's mean
     absolute error in predicting a burst's start, and the CNPs the collective's
     senders received (each a DCQCN rate cut; 0 unless the scenario turns DCQCN on)."""
-    valves = control["host_valves"]
+    valves = control.host_valves
     return ControllerReport(
         decisions=decisions.height, cnps=int(transport["cnps"].sum()),
-        mean_rate_mbps=PerLane.by_lane(lambda lane: valves[lane]["mbps"]),
-        ce_marked=PerLane.by_lane(lambda lane: valves[lane]["ce_marked"]),
-        dropped=PerLane.by_lane(lambda lane: valves[lane]["dropped"]),
-        prediction_error_ms=control["prediction_error_ms"], senders=control["senders"],
-        marks_and_drops={valve: {lane: MarksAndDrops(ce_marked=c["ce_marked"],
-                                                     dropped=c["dropped"])
-                                 for lane, c in lanes.items()}
-                         for valve, lanes in control["by_valve"].items()},
-        wakes=control.get("wakes"), ceiling_changes=control.get("ceiling_changes"))
+        mean_rate_mbps=PerLane.by_lane(lambda lane: valves[lane].mbps),
+        ce_marked=PerLane.by_lane(lambda lane: valves[lane].ce_marked),
+        dropped=PerLane.by_lane(lambda lane: valves[lane].dropped),
+        prediction_error_ms=control.prediction_error_ms, senders=control.senders,
+        marks_and_drops=control.by_valve, wakes=control.wakes,
+        ceiling_changes=control.ceiling_changes)
 
 
 def tcp(windows: pl.DataFrame, meta: SummaryMeta, start: int, end: int) -> Tcp:

@@ -38,7 +38,7 @@ def policy_summary(tables: dict, meta: SummaryMeta, policy: str, ops: pl.DataFra
     info = meta.ports[port]
     control = meta.control.get(policy)
     lanes = bottleneck_lanes(of, port, info.senders, start, end,
-                             control["port_ce_marks"].get(port, {}) if control else {})
+                             control.port_ce_marks.get(port, {}) if control else {})
     bottleneck = Bottleneck(link=info.link, port=port, rate_mbps=info.rate_mbps,
                             utilization=util.get(port, 0.0), lanes=lanes)
     busy = cpu_busy(of("cpu"), start, end)

@@ -16,11 +16,10 @@ from labkit.model.summary import (
     Job,
     Program,
     ProgramOp,
-    ProgramRank,
     ProgramTraffic,
     Workload,
 )
-from labkit.model.summary_meta import SummaryMeta
+from labkit.model.summary_meta import ProgramReport, SummaryMeta
 
 
 def allreduce(ops: pl.DataFrame, size_bytes: int, ranks: int) -> AllReduce:
@@ -77,7 +76,7 @@ def op_instances(program_ops: pl.DataFrame) -> pl.DataFrame:
 
 
 def program(ops: pl.DataFrame, collectives: pl.DataFrame, program_ops: pl.DataFrame,
-            info: dict, ranks: int, vip_bytes: float) -> Program:
+            info: ProgramReport, ranks: int, vip_bytes: float) -> Program:
     """The user's program (``kind: program``): its iterations (as ``ops``: one row per
     iteration, first rank's start to last rank's end), compute and exposed communication
     per rank, and each collective it reported, or that its traffic showed (``info``:
@@ -86,7 +85,7 @@ def program(ops: pl.DataFrame, collectives: pl.DataFrame, program_ops: pl.DataFr
     own clock would give them (from its traffic, where a rank's own span is not seen: from
     the first rank's start to the last rank's end)."""
     per_rank = collectives.with_columns((pl.col("end_ns") - pl.col("start_ns")).alias("t"))
-    by_rank = info["source"] != "traffic"
+    by_rank = info.source != "traffic"
     ms = per_rank["t"] / 1e6 if by_rank else ops["ms"]
     by_op = {}
     instances = op_instances(program_ops) if program_ops.height else program_ops
@@ -106,12 +105,10 @@ def program(ops: pl.DataFrame, collectives: pl.DataFrame, program_ops: pl.DataFr
         by_op[name] = ProgramOp(count=mine.height, p50_ms=quantile(t, 0.5),
                                 p99_ms=quantile(t, 0.99), mean_ms=mean_ms, bytes=size,
                                 busbw_mbps=busbw)
-    seen = tuple(ProgramRank.from_json(r, f"program.ranks[{i}]")
-                 for i, r in enumerate(info["ranks"]))
+    seen = info.ranks
     timed = ops.height > 0
     return Program(
-        name=info["name"], source=info["source"], iterations=ops.height,
-        warmup=info.get("warmup", 0),
+        name=info.name, source=info.source, iterations=ops.height, warmup=info.warmup,
         p50_ms=quantile(ms, 0.5) if timed else None,
         p99_ms=quantile(ms, 0.99) if timed else None,
         mean_ms=num(ms.mean()) if timed else None,
@@ -123,9 +120,9 @@ def program(ops: pl.DataFrame, collectives: pl.DataFrame, program_ops: pl.DataFr
         bottleneck_bytes_per_iteration=vip_bytes / ops.height if timed else None,
         traffic=ProgramTraffic(packets=sum(r.packets for r in seen),
                                bytes=sum(r.bytes for r in seen),
-                               bursts_lost=info["bursts_lost"]),
-        cpu_s=sum(r.cpu_s for r in seen), bad_lines=info["bad_lines"], ranks=seen,
-        unmeasured=info.get("unmeasured"))
+                               bursts_lost=info.bursts_lost),
+        cpu_s=sum(r.cpu_s for r in seen), bad_lines=info.bad_lines, ranks=seen,
+        unmeasured=info.unmeasured)
 
 
 def _ratio(mine: float | None, base: float | None) -> float | None:

@@ -15,6 +15,8 @@ from labkit.kernel.gates import Gates
 from labkit.kernel.valve import LaneSetting, Valves
 from labkit.model.abi import LANES
 from labkit.model.scenario_spec import Policy, Scenario
+from labkit.model.summary import MarksAndDrops
+from labkit.model.summary_meta import ControlCounters, ValveTotals
 from labkit.model.topo import Topology
 
 NEVER_MS = 10_000.0  # a horizon no queue reaches: fabric ports mark, their qdisc drops
@@ -114,29 +116,28 @@ class ControlSession:
         finally:
             self._gates.stop()
 
-    def summary_counters(self) -> dict:
+    def summary_counters(self) -> ControlCounters:
         """Valve totals per lane: what the hosts' valves passed (mean Mbit/s while the
         controller ran), marked and dropped, and the bottleneck ports' CE marks."""
         counters = self.valves.counters()
         seconds = max(self.stopped_ns - self.started_ns, 1) / 1e9
-        hosts = {lane: {"mbps": 0.0, "ce_marked": 0, "dropped": 0} for lane in LANES}
-        ports = {port: {lane: int(counters[port][lane].ce_marked) for lane in LANES}
-                 for port in self.ports}
-        for name, per_lane in counters.items():
-            if name in self.ports:
-                continue
-            for lane, c in per_lane.items():
-                hosts[lane]["mbps"] += c.bytes * 8 / seconds / 1e6
-                hosts[lane]["ce_marked"] += int(c.ce_marked)
-                hosts[lane]["dropped"] += int(c.dropped)
-        by_host = {name: {lane: {"ce_marked": int(c.ce_marked), "dropped": int(c.dropped)}
-                          for lane, c in per_lane.items() if c.ce_marked or c.dropped}
-                   for name, per_lane in counters.items() if name not in self.ports}
-        return {"host_valves": hosts, "by_valve": {k: v for k, v in by_host.items() if v},
-                "port_ce_marks": ports,
-                "prediction_error_ms": self.controller.prediction_error_ms,
-                "wakes": self._gates.wakes, "ceiling_changes": self._gates.ceiling_changes,
-                "senders": self.controller.plant.senders}
+        hosts = {name: per_lane for name, per_lane in counters.items()
+                 if name not in self.ports}
+        totals = {lane: ValveTotals(
+            mbps=sum(h[lane].bytes for h in hosts.values()) * 8 / seconds / 1e6,
+            ce_marked=sum(int(h[lane].ce_marked) for h in hosts.values()),
+            dropped=sum(int(h[lane].dropped) for h in hosts.values())) for lane in LANES}
+        by_valve = {name: {lane: MarksAndDrops(ce_marked=int(c.ce_marked),
+                                               dropped=int(c.dropped))
+                           for lane, c in per_lane.items() if c.ce_marked or c.dropped}
+                    for name, per_lane in hosts.items()}
+        return ControlCounters(
+            host_valves=totals, by_valve={k: v for k, v in by_valve.items() if v},
+            port_ce_marks={port: {lane: int(counters[port][lane].ce_marked) for lane in LANES}
+                           for port in self.ports},
+            prediction_error_ms=self.controller.prediction_error_ms,
+            wakes=self._gates.wakes, ceiling_changes=self._gates.ceiling_changes,
+            senders=self.controller.plant.senders)
 
     def close(self) -> None:
         try:

@@ -7,10 +7,9 @@ policy name; a policy missing from one had nothing to report there.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from labkit.model.scenario_spec import JobSpec
-from labkit.model.summary import Command, Telemetry
+from labkit.model.summary import Command, MarksAndDrops, ProgramRank, Telemetry
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -38,6 +37,49 @@ class LosslessMeta:
     packet_us: float
     layouts: dict[str, str] = field(default_factory=dict)
     notes: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ValveTotals:
+    """What the hosts' valves did to one lane, summed over them: the mean Mbit/s they
+    passed while the controller ran, the packets they CE-marked and dropped."""
+
+    mbps: float = 0.0
+    ce_marked: int = 0
+    dropped: int = 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class ControlCounters:
+    """What a policy's control session reported as it ended
+    (:meth:`labkit.control.session.ControlSession.summary_counters`): per lane the hosts'
+    valves' totals, per valve and lane the marks and drops (only those with some), per
+    bottleneck port and lane its CE marks, the proactive controller's prediction error,
+    the gates' wakes and ceiling moves (None: no gates), and each sender's fair share."""
+
+    host_valves: dict[str, ValveTotals]
+    by_valve: dict[str, dict[str, MarksAndDrops]]
+    port_ce_marks: dict[str, dict[str, int]]
+    prediction_error_ms: float | None
+    wakes: int | None
+    ceiling_changes: int | None
+    senders: dict[str, float]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProgramReport:
+    """A user's program as one policy's run ended: its name, where its times came from
+    (``lines``, ``hook`` or ``traffic``), its warm-up iterations, the bad lines of its
+    output, the bursts of its traffic the kernel could not keep, its ranks as they ended,
+    and why its traffic did not show its collectives (None: it did, or they were timed)."""
+
+    name: str
+    source: str
+    warmup: int
+    bad_lines: int
+    bursts_lost: int
+    ranks: tuple[ProgramRank, ...]
+    unmeasured: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -79,10 +121,9 @@ class SummaryMeta:
     loss_drops: dict[str, dict[str, int]] = field(default_factory=dict)  # per lossy link
     commands: dict[str, tuple[Command, ...]] = field(default_factory=dict)
     storage_errors: dict[str, list[str]] = field(default_factory=dict)
-    # the program's and the controller's own reports, JSON objects as PolicyResult holds them
-    program: dict[str, dict[str, Any]] | None = None
+    program: dict[str, ProgramReport] | None = None  # the program as each policy ended it
     warmup: int = 0  # a program's first iterations, left out of every figure
-    control: dict[str, dict[str, Any]] = field(default_factory=dict)
+    control: dict[str, ControlCounters] = field(default_factory=dict)
     lossless: LosslessMeta | None = None
     tcp_control: str = "default"  # transport.tcp
     ecn_k_packets: int | None = None  # transport.ecn_k_packets: the bottleneck ports mark

@@ -42,8 +42,8 @@ from labkit.kernel.registry import Registry
 from labkit.kernel.telemetry import sample_every_for
 from labkit.model import lossless
 from labkit.model.scenario_spec import Policy, Scenario
-from labkit.model.summary import Command, Telemetry
-from labkit.model.summary_meta import LosslessMeta, PortMeta, SummaryMeta
+from labkit.model.summary import Command, ProgramRank, Telemetry
+from labkit.model.summary_meta import LosslessMeta, PortMeta, ProgramReport, SummaryMeta
 from labkit.model.tables import (
     CollectiveRow,
     FlowRow,
@@ -365,13 +365,13 @@ def _collect_program(result: PolicyResult, programs: Programs, marks: JobMarks) 
                       wrong=0, compute_ns=it.end_ns - it.start_ns - (it.exposed_ns or 0),
                       exposed_ns=it.exposed_ns or 0, bubble_ns=0)
         for rank, host, it in iterations]
-    result.program = {
-        "name": spec.name, "source": source, "warmup": spec.warmup, "bad_lines": bad,
-        "bursts_lost": lost,
-        "ranks": [{**row.to_json(), "packets": per_host[row.host][0],
-                   "bytes": per_host[row.host][1]} for row in programs.rows()]}
-    if unmeasured:
-        result.program["unmeasured"] = unmeasured
+    result.program = ProgramReport(
+        name=spec.name, source=source, warmup=spec.warmup, bad_lines=bad, bursts_lost=lost,
+        ranks=tuple(ProgramRank(rank=row.rank, host=row.host, argv=row.argv, exit=row.exit,
+                                stopped_by_labkit=row.stopped_by_labkit, lingered=row.lingered,
+                                cpu_s=row.cpu_s, packets=per_host[row.host][0],
+                                bytes=per_host[row.host][1]) for row in programs.rows()),
+        unmeasured=unmeasured)
 
 
 def run_sweep(sc: Scenario, op: str, algo: str | Mapping[int, str], size_list: list[int],

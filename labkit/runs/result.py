@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from labkit.model.summary_meta import LinkDelayRow
+from labkit.model.summary_meta import ControlCounters, LinkDelayRow, ProgramReport
 from labkit.model.tables import (
     BurstRow,
     CollectiveRow,
@@ -59,7 +59,7 @@ class PolicyResult:
     orchestrator_cpu_share: float = 0.0  # of one core, while the collective ran
     loss_drops: dict[str, int] = field(default_factory=dict)  # per lossy link
     controller: list[Decision] = field(default_factory=list)  # the valves' decisions
-    control: dict | None = None  # valve totals and the controller's own figures
+    control: ControlCounters | None = None  # valve totals and the controller's own figures
     ecn_marks: dict[str, dict[str, int]] = field(default_factory=dict)  # per marking port
     dctcp: list[DctcpRow] = field(default_factory=list)  # lk_dctcp's windows, as they ended
     commands: list[CommandEnd] = field(default_factory=list)  # the command entries, as they ended
@@ -67,7 +67,7 @@ class PolicyResult:
     pause_notes: list[str] = field(default_factory=list)  # what the pauser could not do
     program_ops: list[OpRow] = field(default_factory=list)  # a program's collectives
     bursts: list[BurstRow] = field(default_factory=list)  # a program's traffic, per host
-    program: dict | None = None  # a program's ranks as they ended, its traffic, its source
+    program: ProgramReport | None = None  # a program's ranks as they ended, its traffic
     delays: list[LinkDelayRow] = field(default_factory=list)  # the delay line, per direction
     events: list[EventRow] = field(default_factory=list)  # the timeline's faults as they acted
     aborted: bool = False

@@ -16,12 +16,13 @@ import polars as pl
 import pytest
 import yaml
 
-from labkit.analysis import jobtiming, metrics
+from labkit.analysis import frames, jobtiming, windows, workloads
 from labkit.kernel import cgroups
 from labkit.kernel.jobmark import BurstRow
 from labkit.model import scenario, topo
 from labkit.model.scenario import ScenarioError
 from labkit.model.summary import ProgramRank, Summary
+from labkit.model.summary_meta import ProgramReport
 from labkit.model.tables import OpRow
 from labkit.model.traffic import lines
 from labkit.model.traffic.rhythm import Rhythm
@@ -426,7 +427,7 @@ def test_op_instances_match_ranks_in_order_within_iterations():
         [(0, "g1", 0, "all_reduce", 10, 100, 300), (1, "g2", 0, "all_reduce", 10, 120, 320),
          (0, "g1", 0, "all_reduce", 10, 110, 330), (1, "g2", 0, "all_reduce", 10, 125, 340)],
         schema=["rank", "host", "iteration", "op", "bytes", "start_ns", "end_ns"], orient="row")
-    inst = metrics.op_instances(frame)
+    inst = workloads.op_instances(frame)
     assert inst.height == 2 and inst["ranks"].to_list() == [2, 2]
     assert inst.sort("n")["start_ns"].to_list() == [100, 110]
 
@@ -442,11 +443,11 @@ def _program(scale: float):
                          "bytes": 2 << 20, "start_ns": i * 1000 + 300,
                          "end_ns": i * 1000 + int(500 * scale)}
                         for i in range(4) for r in range(2)])
-    info = {"name": "job", "source": "lines", "warmup": 0, "bad_lines": 0, "bursts_lost": 0,
-            "ranks": [{"rank": 0, "host": "g1", "argv": ["python3", "train.py"], "exit": 0,
-                       "stopped_by_labkit": False, "lingered": False, "cpu_s": 1.5,
-                       "packets": 10, "bytes": 1000}]}
-    return metrics.program(metrics.op_times(coll), coll, ops, info, 2, 4e6)
+    info = ProgramReport(name="job", source="lines", warmup=0, bad_lines=0, bursts_lost=0,
+                         ranks=(ProgramRank(rank=0, host="g1", argv=("python3", "train.py"),
+                                            exit=0, stopped_by_labkit=False, lingered=False,
+                                            cpu_s=1.5, packets=10, bytes=1000),))
+    return workloads.program(windows.op_times(coll), coll, ops, info, 2, 4e6)
 
 
 def test_a_program_summary_and_its_slowdown():
@@ -456,14 +457,14 @@ def test_a_program_summary_and_its_slowdown():
     assert base.bottleneck_bytes_per_iteration == 1e6
     assert base.ops["all_reduce"].busbw_mbps is not None
     assert base.ranks[0].argv == ("python3", "train.py") and base.cpu_s == 1.5
-    slow = metrics.with_slowdowns(_program(2.0), base)
+    slow = workloads.with_slowdowns(_program(2.0), base)
     assert slow.slowdown_p50 == pytest.approx(2.0)
     assert slow.ops["all_reduce"].slowdown_p50 == pytest.approx(3.5)
-    assert metrics.with_slowdowns(slow, None).slowdown_p50 is None
+    assert workloads.with_slowdowns(slow, None).slowdown_p50 is None
     ddp = Summary.from_json(json.loads((REPO / "data/sample/pytorch-ddp/summary.json")
                                        .read_text()))
     p = replace(ddp.policies["fifo"], workload=slow)
-    row = metrics.summary_frame(replace(ddp, policies={"x": p})).row(0, named=True)
+    row = frames.summary_frame(replace(ddp, policies={"x": p})).row(0, named=True)
     assert row["ops"] == 4 and row["busbw_mbps"] is None and row["exposed_comm"] > 0
 
 
@@ -471,7 +472,7 @@ def test_notes_say_where_times_came_from():
     p = replace(_program(1.0), source="traffic", bad_lines=2, ranks=(ProgramRank(
         rank=3, host="g4", argv=("train",), exit=None, stopped_by_labkit=True, lingered=True,
         cpu_s=0.0, packets=0, bytes=0),))
-    notes = metrics.program_notes(p)
+    notes = workloads.program_notes(p)
     assert any("bursts of its traffic" in n for n in notes)
     assert any("2 line(s)" in n for n in notes)
     assert any("rank(s) 3" in n and "had reported every iteration" in n for n in notes)
