@@ -41,7 +41,8 @@ def scaled(sc: Scenario, factor: float) -> Scenario:
     events = tuple(replace(e, at_s=e.at_s / factor,
                            for_s=e.for_s and e.for_s / factor,
                            every_s=e.every_s and e.every_s / factor,
-                           value=e.value * factor if e.change == "rate_mbps" else e.value)
+                           value=e.value * factor if e.change == "rate_mbps" else
+                           e.value / factor if e.change == "delay_ms" else e.value)
                    for e in sc.events)
     allreduce = sc.allreduce and replace(sc.allreduce,
                                          compute_ms=sc.allreduce.compute_ms / factor)

@@ -50,7 +50,7 @@ def propagation_rtt_ms(links: list[dict], a: str, b: str) -> float:
 
 
 EVENT_TEXT = {"down": "{link} down", "rate_mbps": "{link} at {value:g} Mbit/s",
-              "loss_percent": "{link} losing {value:g}%"}
+              "loss_percent": "{link} losing {value:g}%", "delay_ms": "{link} {value:g} ms long"}
 
 
 def event_spans(events: pl.DataFrame, policy: str, t0: int, start: int, end: int

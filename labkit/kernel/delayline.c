@@ -16,6 +16,8 @@
 // lateness so that sends land on their deadlines on average.
 //
 // usage: _delayline [--fifo PRIO] [--stats FILE] IN,OUT,DELAY_NS,JITTER_NS,RING_BYTES,SEED ...
+// A line "delay IN DELAY_NS JITTER_NS" on stdin gives the pipe from IN a new delay from
+// its next frame on (the frames it holds keep theirs; none is reordered).
 // It prints "ready" on stdout once every socket is bound. On SIGUSR1 it writes per pipe:
 // frames, bytes, dropped (ring full or send failed) and how late sends were against their
 // deadlines (p50, p99 and max, in ns; negative: early, and the most a send was early) as one JSON object to FILE (or stdout); on SIGTERM or SIGINT too, then exits 0.
@@ -158,6 +160,39 @@ static void parse_pipe(struct pipe *p, char *arg)
 	p->late = calloc(LATE_BUCKETS, sizeof(*p->late));
 	if (!p->ring || !p->late)
 		die("memory for", p->in_name);
+}
+
+/* The control lines on stdin: "delay IN DELAY_NS JITTER_NS" (anything else is ignored).
+ * Returns 0 at the end of stdin. */
+static int control(void)
+{
+	static char buf[4096];
+	static size_t have;
+	ssize_t n = read(0, buf + have, sizeof(buf) - 1 - have);
+
+	if (n <= 0)
+		return n < 0 && errno == EAGAIN;
+	have += (size_t)n;
+	buf[have] = 0;
+	char *line = buf, *nl;
+	while ((nl = strchr(line, '\n'))) {
+		char in[IF_NAMESIZE + 1];
+		long long delay, jitter;
+		*nl = 0;
+		if (sscanf(line, "delay %16s %lld %lld", in, &delay, &jitter) == 3 && delay >= 0 &&
+		    jitter >= 0 && jitter <= delay)
+			for (int i = 0; i < npipes; i++)
+				if (!strcmp(pipes[i].in_name, in)) {
+					pipes[i].delay = delay;
+					pipes[i].jitter = jitter;
+				}
+		line = nl + 1;
+	}
+	have -= (size_t)(line - buf);
+	memmove(buf, line, have);
+	if (have == sizeof(buf) - 1) /* a line too long to be one of ours */
+		have = 0;
+	return 1;
 }
 
 /* Room for one more frame of any size at the ring's tail (wrapping if needed), or NULL. */
@@ -361,6 +396,8 @@ int main(int argc, char **argv)
 		die("epoll or timerfd", NULL);
 	struct epoll_event ev = {.events = EPOLLIN, .data.u32 = MAX_PIPES};
 	epoll_ctl(ep, EPOLL_CTL_ADD, timer, &ev);
+	ev.data.u32 = MAX_PIPES + 1; /* stdin, when it is a pipe: the control lines */
+	int controlled = !epoll_ctl(ep, EPOLL_CTL_ADD, 0, &ev);
 	for (int i = 0; i < npipes; i++) {
 		pipes[i].in_fd = packet_socket(pipes[i].in_name, htons(ETH_P_ALL), 1);
 		pipes[i].out_fd = packet_socket(pipes[i].out_name, 0, 0);
@@ -374,13 +411,18 @@ int main(int argc, char **argv)
 
 	int64_t armed = 0, offset_at = now_ns(CLOCK_MONOTONIC);
 	while (!stopping) {
-		struct epoll_event events[MAX_PIPES + 1];
-		int n = epoll_wait(ep, events, MAX_PIPES + 1, 1000);
+		struct epoll_event events[MAX_PIPES + 2];
+		int n = epoll_wait(ep, events, MAX_PIPES + 2, 1000);
 		if (n < 0 && errno != EINTR)
 			die("epoll_wait", NULL);
 		int woken = 0;
 		for (int i = 0; i < n; i++) {
-			if (events[i].data.u32 == MAX_PIPES) {
+			if (events[i].data.u32 == MAX_PIPES + 1) {
+				if (!control() && controlled) { /* its end: nothing more to say */
+					epoll_ctl(ep, EPOLL_CTL_DEL, 0, NULL);
+					controlled = 0;
+				}
+			} else if (events[i].data.u32 == MAX_PIPES) {
 				uint64_t expirations;
 				if (read(timer, &expirations, sizeof(expirations)) < 0 && errno != EAGAIN)
 					die("timerfd read", NULL);

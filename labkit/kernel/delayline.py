@@ -91,7 +91,7 @@ class DelayStats:
                 "late_p99_ns", "late_max_ns", "early_max_ns")}) for p in doc["pipes"]))
 
 
-Popen = Callable[..., subprocess.Popen]  # (argv, stdout=, stderr=) in the namespace
+Popen = Callable[..., subprocess.Popen]  # (argv, stdin=, stdout=, stderr=) in the namespace
 
 
 class DelayLine:
@@ -109,7 +109,8 @@ class DelayLine:
             raise RuntimeError(f"{DELAYLINE} is missing: run `make setup` to build it")
         self.proc = self.popen([str(DELAYLINE), "--fifo", str(FIFO_PRIORITY),
                                 *(p.arg() for p in self.pipes)],
-                               stdout=subprocess.PIPE, stderr=self._stderr)
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                               stderr=self._stderr)
         if self._line(READY_WAIT_S) != "ready":
             self.stop()
             raise RuntimeError(f"the delay line did not start: {self._said() or 'no word'}")
@@ -121,6 +122,14 @@ class DelayLine:
         if out is None or not select.select([out], [], [], timeout_s)[0]:
             return None
         return out.readline().decode().strip() or None
+
+    def set_delay(self, into: str, delay_ns: int, jitter_ns: int) -> None:
+        """The pipe from ``into`` holds its frames ``delay_ns`` ± ``jitter_ns`` from its
+        next frame on (the frames it holds keep theirs; none is reordered)."""
+        if self.proc is None or self.proc.stdin is None:
+            raise RuntimeError("the delay line is not running")
+        self.proc.stdin.write(f"delay {into} {delay_ns} {jitter_ns}\n".encode())
+        self.proc.stdin.flush()
 
     def report(self, timeout_s: float = 2.0) -> DelayStats | None:
         """What it has done so far (it goes on); None if it does not answer in time."""

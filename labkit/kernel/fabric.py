@@ -113,7 +113,7 @@ class Fabric:
 
     def __init__(self, topology: Topology, registry: Registry, router_layout: str = "fifo",
                  host_layout: str = "fifo", pausable: bool = False,
-                 cgroup: Path | None = None):
+                 cgroup: Path | None = None, spliced: frozenset[str] = frozenset()):
         self.topo = topology
         self.registry = registry
         self.router_layout = router_layout
@@ -126,6 +126,7 @@ class Fabric:
         self.ns: dict[str, Netns] = {}
         self.ifindex: dict[str, int] = {}  # port_key(port) -> ifindex
         self.delay_line: DelayLine | None = None
+        self.spliced = spliced  # links given a delay line though they have no delay (yet)
 
     def start(self) -> Fabric:
         from mininet.net import Mininet
@@ -173,11 +174,23 @@ class Fabric:
         return self
 
     def delayed_links(self) -> dict[tuple[Port, Port], tuple[str, str]]:
-        """Each link with a propagation delay, and the names of its two ends in
-        :data:`DELAY_NODE` (towards its first port, towards its second)."""
+        """Each link with a propagation delay (or in ``spliced``: one whose delay changes
+        during the run), and the names of its two ends in :data:`DELAY_NODE` (towards its
+        first port, towards its second)."""
         return {(pa, pb): (f"dl{i}a", f"dl{i}b")
                 for i, (pa, pb) in enumerate(
-                    (pa, pb) for pa, pb in self.topo.links if pa.link.delay_ms > 0)}
+                    (pa, pb) for pa, pb in self.topo.links
+                    if pa.link.delay_ms > 0 or pa.link.name in self.spliced)}
+
+    def set_delay(self, link: str, delay_ms: float, jitter_ms: float) -> None:
+        """Hold link ``link``'s frames (both ways) ``delay_ms`` ± ``jitter_ms`` from now on;
+        the link must have been spliced (a delay of its own, or in ``spliced``)."""
+        ends = next((e for (pa, _), e in self.delayed_links().items()
+                     if pa.link.name == link), None)
+        if ends is None or self.delay_line is None:
+            raise RuntimeError(f"link {link} has no delay line: give it a delay_ms")
+        for into in ends:
+            self.delay_line.set_delay(into, int(delay_ms * 1e6), int(jitter_ms * 1e6))
 
     def _configure_delay(self, delayed: dict[tuple[Port, Port], tuple[str, str]]) -> None:
         """:data:`DELAY_NODE`'s ends up, with their link's MTU, as every port receives."""

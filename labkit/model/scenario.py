@@ -282,6 +282,9 @@ def _events(c: Checker, doc, fabric: FabricSpec) -> tuple[EventSpec, ...]:
             c.check(FLAG, entry["down"], f"{key}.down")
             if entry["down"] is not True:
                 c.fail(f"{key}.down", "must be true (the link is down for for_s)")
+        if change == "delay_ms" and value < link.jitter_ms:
+            c.fail(f"{key}.delay_ms", f"{value:g} ms is less than the link's jitter_ms "
+                   f"({link.jitter_ms:g}): each frame's delay is drawn from delay ± jitter")
         at = float(c.get(entry, key, EVENT, "at_s"))
         for_s = c.get(entry, key, EVENT, "for_s") if "for_s" in entry else None
         every = c.get(entry, key, EVENT, "every_s") if "every_s" in entry else None

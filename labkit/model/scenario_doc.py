@@ -239,9 +239,10 @@ EMULATION = Keys({"gso_packets": num("gso_packets"),
 _LAYOUTS = "|".join(x for x in LAYOUTS if x != "isolated")  # <layout>+<controller>
 POLICY = AnyOf((Choice(POLICIES), Pattern(rf"(?:(?:{_LAYOUTS})\+)?{LABEL_RE.pattern}")))
 
-# a fault on the timeline: when, which link, what (one of down, rate_mbps, loss_percent)
+# a fault on the timeline: when, which link, what (down, rate_mbps, loss_percent, delay_ms)
 EVENT = Keys({"at_s": num("at_s"), "link": PAIR, "down": Const(True),
               "rate_mbps": num("rate_mbps"), "loss_percent": num("loss_percent"),
+              "delay_ms": num("delay_ms"),
               "for_s": num("for_s"), "every_s": num("every_s")}, {"at_s", "link"})
 
 SCENARIO = Keys({

@@ -271,14 +271,15 @@ class KindEntry:
     entry: dict  # its keys besides ``kind``: the class's to check
 
 
-EVENT_CHANGES = ("down", "rate_mbps", "loss_percent")  # what an event does to its link
+EVENT_CHANGES = ("down", "rate_mbps", "loss_percent", "delay_ms")  # what an event does
 
 
 @dataclass(frozen=True)
 class EventSpec:
     """A fault on the scenario's timeline (``events``): ``at_s`` seconds after a policy's
-    traffic starts, its ``link`` (the link's name, "a-b") goes down, runs at another rate or
-    loses packets (``change``, one of :data:`EVENT_CHANGES`, to ``value``: 100 for down),
+    traffic starts, its ``link`` (the link's name, "a-b") goes down, runs at another rate,
+    loses packets or takes another propagation delay (``change``, one of
+    :data:`EVENT_CHANGES`, to ``value``: 100 for down),
     for ``for_s`` seconds (None: until the run ends), again every ``every_s`` (None:
     once)."""
 

@@ -114,7 +114,8 @@ class PolicyFabric:
         fabric = Fabric(topo, registry, router_layout=policy.port_layout,
                         host_layout="fifo" if policy.controller is None else "held",
                         pausable=bool(sc.fabric.lossless),
-                        cgroup=cgroups.fabric_path(registry.run_id, policy.name))
+                        cgroup=cgroups.fabric_path(registry.run_id, policy.name),
+                        spliced=frozenset(e.link for e in sc.events if e.change == "delay_ms"))
         self.stack = Stack(sc, topo, policy, registry, fabric, telemetry, controllers,
                            classifier_object)
         self.wanted = [f for f in features if f.wanted(sc, policy, telemetry)]

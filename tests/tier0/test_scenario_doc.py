@@ -67,7 +67,8 @@ def _base(workload: dict, **top) -> dict:
         "events": [{"at_s": 1, "link": ["leaf1", "spine1"], "down": True, "for_s": 0.2,
                     "every_s": 1},
                    {"at_s": 2, "link": ["leaf2", "spine1"], "rate_mbps": 50},
-                   {"at_s": 3, "link": ["leaf2", "spine1"], "loss_percent": 5}],
+                   {"at_s": 3, "link": ["leaf2", "spine1"], "loss_percent": 5},
+                   {"at_s": 4, "link": ["leaf2", "spine1"], "delay_ms": 3, "for_s": 1}],
     }
     return {**doc, **top}
 

@@ -73,3 +73,25 @@ def test_an_event_after_the_runs_end_is_refused_before_anything_is_built(at_s, t
         labkit.run(scenario.parse(doc, "test_events.py"), ["isolated"], duration=6,
                    out=tmp_path / "run")
     assert not (tmp_path / "run").exists()
+
+
+def test_a_links_delay_changes_on_time_as_ping_sees_it(fabric_ready, tmp_path):
+    """A link with no delay of its own takes 5 ms each way for a second: ping across it
+    (a command entry, its own clock) sees its RTT 10 ms longer for that second only."""
+    doc = {**DOC, "events": [{"at_s": 1.0, "link": ["r1", "r2"], "delay_ms": 5,
+                              "for_s": 1.0}],
+           "traffic": [{**DOC["traffic"][0], "size_bytes": "4KiB", "iterations": 200,
+                        "compute_ms": 20},  # a light ring: ping queues behind nothing
+                       {"kind": "command", "name": "ping", "host": "g1",
+                        "run": "ping -n -i 0.02 -c 150 {g2}"}]}
+    run = labkit.run(scenario.parse(doc, "test_events.py"), ["fifo"], duration=4,
+                     out=tmp_path / "run")  # isolated runs the ring alone, without commands
+    out = (run.path / "agents/fifo/commands/ping.out").read_text()
+    rtts = [float(w.split("=")[1]) for w in out.split() if w.startswith("time=")]
+    base = sorted(rtts)[len(rtts) // 4]  # the link without its delay
+    longer = [r for r in rtts if 9.5 <= r - base <= 12]
+    assert 35 <= len(longer) <= 55, (base, rtts)  # a second of pings every 20 ms
+    first = next(i for i, r in enumerate(rtts) if r - base >= 9.5)
+    assert all(r - base < 5 for r in rtts[:first]) and rtts[-1] - base < 5, rtts
+    assert run["events"]["state"].to_list() == ["start", "end"]
+    assert_no_leaks()

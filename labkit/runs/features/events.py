@@ -7,7 +7,8 @@ A link down is every packet dropped, both ways, by the lossy links' dropper
 (:mod:`labkit.kernel.loss`, through :class:`LossyLinks`; a link without loss of its own
 gets one that drops nothing until then): a dead optic as the hosts and routers see it,
 its routes left in place as a static fabric's are. A rate is both ports' HTB classes
-moved (:meth:`labkit.kernel.fabric.Fabric.set_rate`).
+moved (:meth:`labkit.kernel.fabric.Fabric.set_rate`); a delay is the delay line's, which
+the fabric splices into a link whose delay an event changes (``Fabric(spliced=...)``).
 """
 
 from __future__ import annotations
@@ -58,7 +59,8 @@ class Events(Feature):
         self.droppers: loss.LossyLinks = droppers
         for event in self.events:
             pa, pb = self.ports[event.link]
-            if event.change != "rate_mbps" and event.link not in self.droppers.objects:
+            if event.change in ("down", "loss_percent") and \
+                    event.link not in self.droppers.objects:
                 self.droppers.add(event.link, 0.0, [(h.ns, h.ifname, h.ifindex) for h in
                                                     map(stack.fabric.handle, (pa, pb))])
         self.rows: list[EventRow] = []
@@ -84,11 +86,14 @@ class Events(Feature):
     def _apply(self, event: EventSpec, starting: bool) -> None:
         pa, pb = self.ports[event.link]
         link = pa.link
+        fabric = self.stack.fabric
         if event.change == "rate_mbps":
-            fabric = self.stack.fabric
             for port in (pa, pb):
                 fabric.set_rate(port, event.value if starting else
                                 fabric.shape_of(port).rate_mbps)
+        elif event.change == "delay_ms":
+            fabric.set_delay(event.link, event.value if starting else link.delay_ms,
+                             link.jitter_ms)
         else:
             self.droppers.set(event.link, event.value if starting else link.loss_percent)
 
