@@ -225,12 +225,14 @@ def _run_traffic(pf: PolicyFabric, workdir: Path, duration_s: float | None,
         else:
             work, gap_ms, ring_ops = workload(sc)
             ring = start_collective(
-                fabric, topo, sc.ranks, work, ring_ops, gap_ms, workdir, rng, duration_s,
-                phase_maps, sc.control.dcqcn,
+                fabric, topo, sc.ranks, work, iterations=ring_ops, compute_ms=gap_ms,
+                workdir=workdir, rng=rng, duration_s=duration_s, phase_maps=phase_maps,
+                dcqcn=sc.control.dcqcn,
                 # a capture shows packets as the fabric carries them: whole packets, so
                 # tshark reads each one (and checks its ICRC)
-                1 if pcap else sc.emulation.gso_packets,
-                lossless.carries_collectives(sc.fabric, pol.port_layout), sc.emulation.engines)
+                gso_packets=1 if pcap else sc.emulation.gso_packets,
+                lossless=lossless.carries_collectives(sc.fabric, pol.port_layout),
+                engines=sc.emulation.engines)
         storage = start_storage(sc, topo, fabric, workdir) if pol.storage else []
         agents = [*ring, *storage]
         if pol.storage and sc.commands:  # the user's programs compete as storage does
@@ -397,7 +399,8 @@ def run_sweep(sc: Scenario, op: str, algo: str | Mapping[int, str], size_list: l
                 this = algo if isinstance(algo, str) else algo[size]
                 procs = start_collective(pf.fabric, topo, ranks,
                                          collective(op, this, size, sc.fabric.gpus_per_host),
-                                         iterations + 1, 0.0, workdir / str(size), rng,
+                                         iterations=iterations + 1, compute_ms=0.0,
+                                         workdir=workdir / str(size), rng=rng,
                                          gso_packets=sc.emulation.gso_packets,
                                          lossless=lossless.carries_collectives(sc.fabric,
                                                                                "fifo"),

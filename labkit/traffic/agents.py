@@ -169,7 +169,7 @@ def engine_groups(topo: Topology, ranks: tuple[str, ...], engines: str) -> list[
 
 
 def start_collective(fabric: Fabric, topo: Topology, ranks: tuple[str, ...], workload: dict,
-                     iterations: int, compute_ms: float, workdir: Path, rng: random.Random,
+                     *, iterations: int, compute_ms: float, workdir: Path, rng: random.Random,
                      duration_s: float | None = None, phase_maps: dict[str, int] | None = None,
                      dcqcn: bool = False, gso_packets: int = 1,
                      lossless: bool = False, engines: str = "leaf") -> list[Engine]:
