@@ -85,8 +85,8 @@ plots.sweep_busbw({k: sweeps[k] for k in ("ring", "ring-lossy")}, SCALE)
 # ## The price of lossless: pauses spread
 #
 # `topologies/lossless.yaml`: the ring All-Reduce and dataset reads meet at spine1's port to
-# leaf1, as in notebook 01, with storage on a third leaf; and a **victim**, 10 Mbit/s of
-# writes from g5 (leaf2) to st1 (leaf3), a path that never goes near leaf1. The same
+# leaf1, as in notebook 01, with storage on a third leaf; and a **victim**, g5 (leaf2)
+# writing to st1 (leaf3) at 10 Mbit/s, a path that never goes near leaf1. The same
 # scenario ran lossy (`--set fabric.lossless=false`) and lossless. Under `fifo`, lossless
 # means no drop and no resend, and here the All-Reduce is even faster for it:
 
@@ -149,7 +149,7 @@ plots.sweep_busbw(tuned["nvlink"].sweeps, "nvlink · 2 servers of 4 GPUs, 4 rail
 # why. Each model, tuned at four sizes, asked at every size of a finer sweep measured after
 # (`relative`: the chosen algorithm's time over the best one's there). On leaf-spine the
 # ring wins everywhere; with servers, the hierarchical All-Reduce does, except at 64 KiB,
-# where halving-doubling measured 10 % faster in this sweep while auto's own run of the
+# where halving-doubling measured faster in this sweep while auto's own run of the
 # hierarchical one measured faster than both: at that size runs differ by more than the
 # algorithms do.
 
