@@ -30,6 +30,7 @@ from labkit.model import scenario
 
 REPO = Path(__file__).resolve().parent.parent
 RANKS = (8, 16, 24, 32, 40, 48, 64, 80, 96, 128)
+GSO = (1, 8)  # packets per run: each on its own, and runs of 8
 SIDE_BY_SIDE = 32  # ranks, in runs of 8: one engine per leaf against one process per rank
 SECONDS = 8.0
 FAITHFUL_BUSBW = 0.85  # of the link rate
@@ -97,7 +98,7 @@ def run() -> list[dict]:
                             "value": (per_leaf["agents_us"] + per_leaf["kernel_us"])
                             / (per_rank["agents_us"] + per_rank["kernel_us"]),
                             "unit": "leaf/rank", "goal": "<= 0.8"})
-        for gso in (1, 8):
+        for gso in GSO:
             capacity = 0
             for n in RANKS:
                 m = measure(n, gso, Path(tmp))
@@ -116,7 +117,7 @@ def run() -> list[dict]:
                                 "value": at32[0]["orchestrator_share"], "unit": "of a core",
                                 "goal": "<= 0.05"})
     frame = pl.DataFrame(rows)
-    for gso in (1, 8):
+    for gso in GSO:
         first = frame.filter(pl.col("gso") == gso).row(0, named=True)
         for part in ("agents_us", "orchestrator_us", "kernel_us"):
             records.append({"name": f"cpu_per_packet_{part[:-3]}_{first['ranks']}r_gso{gso}",

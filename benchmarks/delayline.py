@@ -29,6 +29,13 @@ RATE_MBPS = 100
 SECONDS = 6
 
 
+def paths() -> dict[str, topo.Topology]:
+    """The path with no delay on r1-h2, with next to none (the splice alone), and with
+    5 ms each way."""
+    sc = two_hosts(RATE_MBPS, 1500, 512)
+    return {"none": _delayed(sc, 0.0), "splice": _delayed(sc, 0.001), "5ms": _delayed(sc, 5.0)}
+
+
 def _delayed(sc: Scenario, delay_ms: float) -> topo.Topology:
     """The path with ``delay_ms`` on the link r1-h2 (0: none)."""
     links = tuple(dataclasses.replace(link, delay_ms=delay_ms) if {link.a, link.b} == {"r1", "h2"}
@@ -59,15 +66,14 @@ def _cpu_ns(pid: int) -> int:
 
 
 def run() -> list[dict]:
-    sc = two_hosts(RATE_MBPS, 1500, 512)
-    t0 = _delayed(sc, 0.0)
-    dst = t0.host_ip("h2")
-    with Fabric(t0, Registry("bench-delay-none")) as f:
+    path = paths()
+    dst = path["none"].host_ip("h2")
+    with Fabric(path["none"], Registry("bench-delay-none")) as f:
         rtt_plain = _rtt_ms(f, dst)
         mbps_plain = _iperf3_mbps(f, dst)
-    with Fabric(_delayed(sc, 0.001), Registry("bench-delay-splice")) as f:
+    with Fabric(path["splice"], Registry("bench-delay-splice")) as f:
         rtt_splice = _rtt_ms(f, dst)
-    with Fabric(_delayed(sc, 5.0), Registry("bench-delay-5ms")) as f:
+    with Fabric(path["5ms"], Registry("bench-delay-5ms")) as f:
         line = f.delay_line
         assert line is not None and line.proc is not None
         before, cpu0 = line.report(), _cpu_ns(line.proc.pid)

@@ -47,11 +47,15 @@ from labkit.kernel.registry import Registry
 from labkit.kernel.skeletons import CLASSIFIER
 from labkit.kernel.telemetry import EventReader, LatencyProbe, QueueProbe
 from labkit.model import abi, topo
+from labkit.model.scenario_spec import Scenario
 from labkit.model.traffic import roce, wire
 
 REPO = Path(__file__).resolve().parent.parent
 ROUNDS, SECONDS = 3, 3
 SCENARIO_ROUNDS = 4
+BOTTLENECK = REPO / "topologies/bottleneck.yaml"
+EFFECT_POLICIES = ["isolated", "fifo"]  # the runs of the effect, telemetry on and off
+LOST_POLICIES, LOST_SECONDS = ["fifo"], 5  # the real run whose lost events count
 
 
 def _iperf(f: Fabric, server_ip: str) -> float:
@@ -61,8 +65,14 @@ def _iperf(f: Fabric, server_ip: str) -> float:
     return json.loads(out)["end"]["sum_received"]["bits_per_second"] / 1e6
 
 
+def path() -> Scenario:
+    """The throughput rounds' h1 -> r1 -> h2, at 20 Gbit/s: far above what two cores
+    forward, so the CPU is the limit and any overhead shows."""
+    return two_hosts(20000, 1500, 1024)
+
+
 def throughput_ratio() -> dict[str, float]:
-    sc = two_hosts(20000, 1500, 1024)
+    sc = path()
     t = topo.Topology(sc.fabric)
     on, off = [], []
     kernel_ns = user_ns = packets = 0.0
@@ -108,8 +118,7 @@ def throughput_ratio() -> dict[str, float]:
 
 def _scenario_ops(out: Path, telemetry: bool) -> pl.DataFrame:
     """The bottleneck run's per-op times (isolated and fifo), telemetry on or off."""
-    run = labkit.run(REPO / "topologies/bottleneck.yaml", ["isolated", "fifo"], out=out,
-                     telemetry=telemetry)
+    run = labkit.run(BOTTLENECK, EFFECT_POLICIES, out=out, telemetry=telemetry)
     return windows.op_times(run["collectives"]).select("policy", "ms")
 
 
@@ -165,7 +174,7 @@ def ringbuf_rate() -> float:
 
 def lost_in_a_real_run() -> int:
     with tempfile.TemporaryDirectory() as tmp:
-        run = labkit.run(REPO / "topologies/bottleneck.yaml", ["fifo"], duration=5,
+        run = labkit.run(BOTTLENECK, LOST_POLICIES, duration=LOST_SECONDS,
                          out=Path(tmp) / "run")
     return run.summary.policies["fifo"].telemetry.events_lost
 
