@@ -83,3 +83,22 @@ def test_a_delay_line_off_its_deadlines_or_dropping_is_flagged_with_a_note():
     assert any("without SCHED_FIFO" in n for n in notes)
     d = kept["r1->r2"]
     assert LinkDelay.from_json(d.to_json()) == d
+
+
+def test_events_are_planned_lazily_in_time_order():
+    import heapq
+    import itertools
+
+    from labkit.model.scenario_spec import EventSpec
+    from labkit.runs.features.events import occurrences
+
+    flap = EventSpec(1.0, "a-b", "down", 100.0, 0.004, 0.01)  # for ever, every 10 ms
+    once = EventSpec(1.005, "c-d", "rate_mbps", 50.0, 1.0)
+    plan = list(itertools.islice(heapq.merge(occurrences(0, flap), occurrences(1, once)), 6))
+    assert [(round(t, 3), i, s) for t, i, s in plan] == [
+        (1.0, 0, "start"), (1.004, 0, "end"), (1.005, 1, "start"), (1.01, 0, "start"),
+        (1.014, 0, "end"), (1.02, 0, "start")]
+    doc = {**BASE, "events": [{"at_s": 1, "link": ["r1", "r2"], "down": True,
+                               "for_s": 0.001, "every_s": 0.001}]}
+    with pytest.raises(scenario.ScenarioError, match=r"events\[0\]\.every_s"):
+        scenario.parse(doc, "t.yaml")

@@ -13,8 +13,10 @@ the fabric splices into a link whose delay an event changes (``Fabric(spliced=..
 
 from __future__ import annotations
 
+import heapq
 import threading
 import time
+from collections.abc import Iterator
 
 from labkit.kernel import loss
 from labkit.model.scenario_spec import EventSpec, Policy, Scenario
@@ -25,24 +27,24 @@ from labkit.runs.features.loss import LossyLinks
 from labkit.runs.result import PolicyResult
 
 
-def occurrences(event: EventSpec, until_s: float) -> list[tuple[float, str]]:
-    """When ``event`` starts and ends (seconds after the traffic starts, "start" or "end")
-    before ``until_s``, in order."""
-    out, at = [], event.at_s
-    while at < until_s:
-        out.append((at, "start"))
-        if event.for_s is not None:
-            out.append((at + event.for_s, "end"))
-        if event.every_s is None or event.for_s is None:
-            break
+def occurrences(i: int, event: EventSpec) -> Iterator[tuple[float, int, str]]:
+    """When event ``i`` starts and ends, in order: (seconds after the traffic starts, ``i``,
+    "start" or "end"), for ever when it repeats (taken lazily: an event every microsecond
+    costs nothing until it is due)."""
+    at = event.at_s
+    while True:
+        yield at, i, "start"
+        if event.for_s is None:
+            return
+        yield at + event.for_s, i, "end"
+        if event.every_s is None:
+            return
         at += event.every_s
-    return [o for o in out if o[0] < until_s]
 
 
 class Events(Feature):
     """The scenario's events, applied on time by a thread of their own."""
 
-    HORIZON_S = 3600.0  # occurrences are planned this far ahead; the traffic ends first
     _thread: threading.Thread | None = None
 
     @classmethod
@@ -67,14 +69,12 @@ class Events(Feature):
         self._stop = threading.Event()
 
     def start(self) -> None:
-        t0 = time.monotonic_ns()
-        plan = sorted((t, i, state) for i, e in enumerate(self.events)
-                      for t, state in occurrences(e, self.HORIZON_S))
-        self._thread = threading.Thread(target=self._run, args=(t0, plan), daemon=True,
-                                        name="labkit-events")
+        plan = heapq.merge(*(occurrences(i, e) for i, e in enumerate(self.events)))
+        self._thread = threading.Thread(target=self._run, args=(time.monotonic_ns(), plan),
+                                        daemon=True, name="labkit-events")
         self._thread.start()
 
-    def _run(self, t0: int, plan: list[tuple[float, int, str]]) -> None:
+    def _run(self, t0: int, plan: Iterator[tuple[float, int, str]]) -> None:
         for at_s, i, state in plan:
             if self._stop.wait(max(0.0, (t0 + at_s * 1e9 - time.monotonic_ns()) / 1e9)):
                 return
