@@ -24,6 +24,7 @@ from labkit.kernel.fabric import Fabric
 from labkit.kernel.registry import Registry
 from labkit.model import topo
 from labkit.model.scenario_spec import Scenario
+from tests import ping
 
 RATE_MBPS = 100
 SECONDS = 6
@@ -46,7 +47,7 @@ def _delayed(sc: Scenario, delay_ms: float) -> topo.Topology:
 def _rtt_ms(f: Fabric, dst: str) -> float:
     """ping's median RTT from h1 to ``dst`` over 200 pings."""
     out = f.nodes["h1"].cmd(f"ping -c 200 -i 0.005 -n {dst}")
-    times = [float(w.split("=")[1]) for w in out.split() if w.startswith("time=")]
+    times = ping.rtts_ms(out)
     if len(times) < 190:
         raise RuntimeError(f"ping h1 -> {dst}: {out.strip()[-200:]}")
     return statistics.median(times)

@@ -34,6 +34,7 @@ from labkit.model.summary import (
     Storage,
     StorageEntry,
     Tcp,
+    Telemetry,
     Transport,
     Workload,
 )
@@ -258,7 +259,7 @@ def _queues(v: PolicyView) -> tuple[Queues | None, list[str]]:
     return queues(v.of("queue"), v.meta, v.policy, v.start, v.end), []
 
 
-def _telemetry(v: PolicyView) -> tuple[object, list[str]]:
+def _telemetry(v: PolicyView) -> tuple[Telemetry | None, list[str]]:
     return v.meta.telemetry.get(v.policy), []
 
 

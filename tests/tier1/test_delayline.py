@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from labkit.kernel.delayline import DELAYLINE, DelayLine, Pipe, ring_bytes
+from tests import ping
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0 and os.environ.get("CI") != "true",
                                 reason="needs root")
@@ -81,8 +82,7 @@ def splice():
 def rtts_ms(s: Splice, count: int = 40, size: int = 56) -> list[float]:
     out = s.run(s.ns["a"], "ping", "-c", str(count), "-i", "0.02", "-s", str(size),
                 "10.77.0.2").stdout
-    return [float(w.split("=")[1]) for line in out.splitlines() for w in line.split()
-            if w.startswith("time=")]
+    return ping.rtts_ms(out)
 
 
 @pytest.mark.parametrize("delay_ms", [1.0, 5.0])

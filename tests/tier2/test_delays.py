@@ -17,6 +17,7 @@ from labkit.kernel.fabric import DELAY_NODE, Fabric
 from labkit.kernel.registry import Registry
 from labkit.model import scenario
 from labkit.model.topo import Topology
+from tests import ping
 from tests.leaks import assert_no_leaks, labkit_objects
 
 REPO = Path(__file__).resolve().parents[2]
@@ -41,7 +42,7 @@ def median_rtt_ms(delay_ms: float, name: str) -> tuple[float, set[str]]:
     with Fabric(topo, Registry(f"{name}-{int(time.time())}")) as f:
         out = f.nodes["g1"].cmd(f"ping -c 50 -i 0.02 -n {topo.host_ip('g2')}")
         nodes = set(f.nodes)
-    times = [float(w.split("=")[1]) for w in out.split() if w.startswith("time=")]
+    times = ping.rtts_ms(out)
     assert len(times) >= 48, out
     return statistics.median(times), nodes
 

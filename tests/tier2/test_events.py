@@ -9,6 +9,7 @@ import pytest
 
 import labkit
 from labkit.model import scenario
+from tests import ping
 from tests.leaks import assert_no_leaks
 
 DOC = {
@@ -87,7 +88,7 @@ def test_a_links_delay_changes_on_time_as_ping_sees_it(fabric_ready, tmp_path):
     run = labkit.run(scenario.parse(doc, "test_events.py"), ["fifo"], duration=4,
                      out=tmp_path / "run")  # isolated runs the ring alone, without commands
     out = (run.path / "agents/fifo/commands/ping.out").read_text()
-    rtts = [float(w.split("=")[1]) for w in out.split() if w.startswith("time=")]
+    rtts = ping.rtts_ms(out)
     base = sorted(rtts)[len(rtts) // 4]  # the link without its delay
     longer = [r for r in rtts if 9.5 <= r - base <= 12]
     assert 35 <= len(longer) <= 55, (base, rtts)  # a second of pings every 20 ms
