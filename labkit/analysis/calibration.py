@@ -21,7 +21,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 
-from labkit.model.scenario import JOB_PARAMS, MAX_RATE_FACTOR, MIN_RATE_FACTOR, Scenario
+from labkit.model.scenario import (
+    JOB_PARAMS,
+    MAX_RATE_FACTOR,
+    MIN_RATE_FACTOR,
+    AllReduceSpec,
+    JobEntry,
+    JobSpec,
+    Scenario,
+)
 from labkit.model.summary import Summary
 
 MIN_FACTOR, MAX_FACTOR = MIN_RATE_FACTOR, MAX_RATE_FACTOR
@@ -44,18 +52,24 @@ def scaled(sc: Scenario, factor: float) -> Scenario:
                            value=e.value * factor if e.change == "rate_mbps" else
                            e.value / factor if e.change == "delay_ms" else e.value)
                    for e in sc.events)
-    allreduce = sc.allreduce and replace(sc.allreduce,
-                                         compute_ms=sc.allreduce.compute_ms / factor)
-    job = sc.job
-    if job:
-        times = {k for k, unit in JOB_PARAMS[job.parallelism].items() if unit == "ms"}
-        job = replace(job, params=tuple((k, v / factor if k in times else v)
-                                        for k, v in job.params))
+    jobs = tuple(_scaled_job(job, factor) for job in sc.jobs)
     # a derived scenario is not the file: its runs record it whole, and no file's hash;
     # names go into bpffs paths, which take no '.': x0.5 is written x0p5
     return replace(sc, name=f"{sc.name}-x{factor:g}".replace(".", "p"),
-                   scale_factor=sc.scale_factor / factor, fabric=fabric, allreduce=allreduce,
-                   job=job, events=events, sha256="")
+                   scale_factor=sc.scale_factor / factor, fabric=fabric, jobs=jobs,
+                   events=events, sha256="")
+
+
+def _scaled_job(job: JobEntry, factor: float) -> JobEntry:
+    """A job of labkit's own with its compute times divided by ``factor`` (a program's
+    are its own: the checker refuses to scale a scenario with one)."""
+    if isinstance(job, AllReduceSpec):
+        return replace(job, compute_ms=job.compute_ms / factor)
+    if isinstance(job, JobSpec):
+        times = {k for k, unit in JOB_PARAMS[job.parallelism].items() if unit == "ms"}
+        return replace(job, params=tuple((k, v / factor if k in times else v)
+                                         for k, v in job.params))
+    return job
 
 
 def as_written(sc: Scenario) -> Scenario:

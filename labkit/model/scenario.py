@@ -80,6 +80,7 @@ from labkit.model.scenario_spec import (
     EVENT_CHANGES,
     HOST_REF,
     JOB_DSCP,
+    JOB_LAYOUTS,
     LAUNCHERS,
     LAYOUTS,
     PER_RANK_TEMPLATES,
@@ -93,6 +94,7 @@ from labkit.model.scenario_spec import (
     ControlSpec,
     EmulationSpec,
     EventSpec,
+    JobEntry,
     JobSpec,
     KindEntry,
     LaneRule,
@@ -109,6 +111,7 @@ from labkit.model.scenario_traffic import (
     MAX_STORAGE_CONNECTIONS,
     MAX_STORAGE_ENTRIES,
     check_traffic,
+    with_job_dscps,
     with_user_kinds,
 )
 from labkit.model.shapes import FLAG, Limit, kind_of, number_text
@@ -123,6 +126,7 @@ __all__ = [  # besides the functions below: what this module has always offered
     "PER_RANK_TEMPLATES", "PIPELINE_SCHEDULES", "POLICIES", "RANK_TEMPLATES",
     "REMOVED_CONTROL_KEYS", "ROCEV2_PORT", "ROLES", "RULE_KEYS", "SCENARIO_NAME_RE",
     "SIZE_RE", "TCP_CONTROLS", "TIMINGS", "WORKLOADS", "AllReduceSpec", "Arrival",
+    "JobEntry",
     "CommandSpec", "ControlSpec", "EmulationSpec", "FabricSpec", "JobSpec", "KindEntry",
     "LaneRule", "Limit", "Policy", "ProgramSpec", "Scenario", "ScenarioError", "StorageSpec",
     "TransportSpec", "as_text", "check_policies", "class_files", "is_grid", "kind_of", "load",
@@ -188,8 +192,11 @@ def parse(doc: Any, file: str = "<scenario>") -> Scenario:
     classifier = _program(c, lanes_doc["program"], "lanes.program") \
         if isinstance(lanes_doc, dict) and "program" in lanes_doc else None
     kinds = class_files(c, top.get("kinds", {}), "kinds", BUILT_IN_KINDS)
-    allreduce, job, program, storage, commands, kind_entries = check_traffic(
-        c, top["traffic"], fabric, dict(kinds))
+    jobs, storage, commands, kind_entries = check_traffic(c, top["traffic"], fabric,
+                                                          dict(kinds))
+    jobs = with_job_dscps(c, jobs, lanes)
+    lanes = _with_job_rules(c, lanes, jobs)
+    program = next((j for j in jobs if isinstance(j, ProgramSpec)), None)
     if program:
         lanes = _with_program_rule(c, lanes, program)
     control = _control(c, top.get("control", {}), "control")
@@ -201,11 +208,36 @@ def parse(doc: Any, file: str = "<scenario>") -> Scenario:
     if program and emulation.rate_factor != 1:
         c.fail("emulation.rate_factor", "a program's compute time is its own, which labkit "
                "cannot scale with the links: leave the rate factor at 1")
-    return Scenario(name, file, scale, seed, fabric, lanes, allreduce, storage,
-                    tuple(p.name for p in policies), description, job=job, control=control,
+    if len(jobs) < 2 and (several := [p.name for p in policies
+                                      if p.layout in ("together", "job-priority")]):
+        c.fail("policies", f"{several[0]} shares the fabric between jobs, and this scenario "
+               "has one: add another allreduce, job or program entry, or drop the policy")
+    return Scenario(name, file, scale, seed, fabric, lanes, jobs, storage,
+                    tuple(p.name for p in policies), description, control=control,
                     commands=commands, kinds=kinds, kind_entries=kind_entries,
-                    classifier=classifier, emulation=emulation, program=program,
-                    transport=transport, events=events)
+                    classifier=classifier, emulation=emulation, transport=transport,
+                    events=events)
+
+
+def _with_job_rules(c: Checker, lanes: tuple[LaneRule, ...], jobs: tuple[JobEntry, ...]
+                    ) -> tuple[LaneRule, ...]:
+    """The lane rules with each ``job:`` rule matching that job's DSCP, tried before the
+    others (a job's lane is its own, whatever else its packets match)."""
+    names = {j.name: j for j in jobs}
+    out = []
+    for r in lanes:
+        if r.job is None:
+            continue
+        if r.job not in names:
+            j = [x for x in lanes if x.lane == r.lane].index(r)
+            c.fail(f"lanes.{r.lane}[{j}].job", f"no job {r.job!r} (jobs: "
+                   f"{', '.join(names)})")
+        if not names[r.job].dscp:
+            j = [x for x in lanes if x.lane == r.lane].index(r)
+            c.fail(f"lanes.{r.lane}[{j}].job", f"{r.job!r} is the scenario's only job: its "
+                   "packets carry no DSCP of their own (a rule for roce or dscp matches them)")
+        out.append(replace(r, dscp=names[r.job].dscp))
+    return (*out, *(r for r in lanes if r.job is None))
 
 
 def _transport(c: Checker, doc, key: str, fabric: FabricSpec) -> TransportSpec:
@@ -323,7 +355,7 @@ def _control(c: Checker, doc, key: str) -> ControlSpec:
                               if k not in ("dcqcn", "controllers")}
     if "controllers" in doc:
         values["controllers"] = class_files(c, doc["controllers"], f"{key}.controllers",
-                                            (*CONTROLLERS, *LAYOUTS))
+                                            (*CONTROLLERS, *LAYOUTS, *JOB_LAYOUTS))
     if "dcqcn" in doc:
         values["dcqcn"] = c.get(doc, key, CONTROL, "dcqcn")
     busy, idle = (values.get(k, getattr(ControlSpec, k)) for k in ("busy_share", "idle_share"))
@@ -375,6 +407,8 @@ def _rule(c: Checker, rule, key: str, lane: str) -> LaneRule:
             proto = _same_proto(c, kk, proto, "udp")
         elif k == "dscp":
             fields["dscp"] = c.check(RULE["dscp"], v, kk)
+        elif k == "job":
+            fields["job"] = c.label(v, kk, "a job's name: 'tp'")
         else:
             p, which = k.split("_")
             proto = _same_proto(c, kk, proto, p)
@@ -382,6 +416,8 @@ def _rule(c: Checker, rule, key: str, lane: str) -> LaneRule:
             fields[target] = c.check(RULE[k], v, kk)
     if fields.get("port") and (fields.get("sport") or fields.get("dport")):
         c.fail(key, "a rule names either a *_port (either side) or *_sport/*_dport, not both")
+    if "job" in fields and "dscp" in fields:
+        c.fail(key, "a job's rule matches the job's own DSCP: name the job or a dscp, not both")
     fields["proto"] = proto
     return LaneRule(**fields)
 
@@ -426,7 +462,7 @@ def class_files(c: Checker, doc, key: str, built_in: Sequence[str] = ()
     return tuple(out)
 
 
-def name_problem(name: str, built_in: Sequence[str] = (*CONTROLLERS, *LAYOUTS)
+def name_problem(name: str, built_in: Sequence[str] = (*CONTROLLERS, *LAYOUTS, *JOB_LAYOUTS)
                  ) -> str | None:
     """What is wrong with ``name`` as the name of a user's controller or traffic kind
     (None: nothing)."""

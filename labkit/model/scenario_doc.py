@@ -18,6 +18,7 @@ from labkit.model.abi import LANES, MAX_RULES
 from labkit.model.scenario_spec import (
     AUTO,
     ENGINES,
+    JOB_LAYOUTS,
     LAUNCHERS,
     LAYOUTS,
     POLICIES,
@@ -95,6 +96,7 @@ LIMITS = {
     "off_ms": Limit(0, 60_000),
     "phase_ms": Limit(0, 60_000),
     "program.dscp": Limit(1, 63, integer=True),
+    "job.dscp": Limit(1, 63, integer=True, why="0 is every unmarked packet's"),
     "warmup": Limit(0, 1000, integer=True),
     "master_port": Limit(1024, 65535, integer=True),
     "quiet_ms": Limit(0.1, 1000),
@@ -181,18 +183,21 @@ FABRIC = Keys({
     "nvlink": NVLINK,
 }, {"routers", "hosts", "bottlenecks"})
 
-# a lane rule: roce (true only: false is no condition), dscp, and <proto>_<side>port
-RULE = Keys({k: Const(True) if k == "roce" else num("dscp" if k == "dscp" else "port")
-             for k in ("dscp", "roce", "tcp_dport", "tcp_port", "tcp_sport", "udp_dport",
-                       "udp_port", "udp_sport")}, extra=(("minProperties", 1),))
+# a lane rule: roce (true only: false is no condition), dscp, <proto>_<side>port, or a
+# job's packets by its name (its DSCP)
+RULE = Keys({**{k: Const(True) if k == "roce" else num("dscp" if k == "dscp" else "port")
+                for k in ("dscp", "roce", "tcp_dport", "tcp_port", "tcp_sport", "udp_dport",
+                          "udp_port", "udp_sport")}, "job": LABEL},
+            extra=(("minProperties", 1),))
 LANE_RULES = Keys({**dict.fromkeys(LANES, list_of(RULE, maxItems=MAX_LANE_RULES)),
                    "program": Pattern(r".+\.bpf\.[co]")})
 
-ALLREDUCE = Keys({"kind": KIND, "algo": Choice((*ALLREDUCE_ALGOS, AUTO)),
+_JOB = {"kind": KIND, "name": LABEL, "dscp": num("job.dscp")}  # every job's keys
+ALLREDUCE = Keys({**_JOB, "algo": Choice((*ALLREDUCE_ALGOS, AUTO)),
                   "ranks": SELECTION, "size_bytes": size(), "iterations": num("iterations"),
                   "compute_ms": num("compute_ms")}, {"ranks", "size_bytes", "iterations"})
 _UNITS = {"size": size(), "count": num("count"), "ms": num("compute_ms")}
-JOBS = {p: Keys({"kind": KIND, "parallelism": Const(p), "ranks": SELECTION,
+JOBS = {p: Keys({**_JOB, "parallelism": Const(p), "ranks": SELECTION,
                  "iterations": num("iterations"),
                  **{k: _UNITS[unit] for k, unit in params.items()},
                  **({"schedule": Choice(PIPELINE_SCHEDULES)} if p == "pipeline" else {})},
@@ -236,7 +241,8 @@ TRANSPORT = Keys({"tcp": Choice(TCP_CONTROLS),
 EMULATION = Keys({"gso_packets": num("gso_packets"),
                   "rate_factor": AnyOf((num("rate_factor"), Const(AUTO))),
                   "engines": Choice(ENGINES)})
-_LAYOUTS = "|".join(x for x in LAYOUTS if x != "isolated")  # <layout>+<controller>
+_LAYOUTS = "|".join(x for x in (*LAYOUTS, *JOB_LAYOUTS)  # <layout>+<controller>
+                    if x not in ("isolated", "together"))
 POLICY = AnyOf((Choice(POLICIES), Pattern(rf"(?:(?:{_LAYOUTS})\+)?{LABEL_RE.pattern}")))
 
 # a fault on the timeline: when, which link, what (down, rate_mbps, loss_percent, delay_ms)

@@ -13,14 +13,17 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from labkit.model.fabric_spec import FabricSpec
 
 LAYOUTS = ("isolated", "fifo", "priority")  # what the router ports do (and whether storage runs)
+# with several jobs (docs/jobs.md): all of them without storage; every job's collectives
+# vip in one lane (priority's ports); the most GPU-intense job's alone, learned as they run
+JOB_LAYOUTS = ("together", "fair", "job-priority")
 CONTROLLERS = ("reactive", "proactive", "state-aware")  # labkit.control
-POLICIES = LAYOUTS + CONTROLLERS  # plus "<layout>+<controller>", e.g. "priority+reactive"
+POLICIES = LAYOUTS + JOB_LAYOUTS + CONTROLLERS  # plus "<layout>+<controller>": "priority+reactive"
 ROCEV2_PORT = 4791  # RoCEv2's UDP port: what a lane rule's `roce` matches
 
 
@@ -35,12 +38,17 @@ class Policy:
 
     @property
     def storage(self) -> bool:
-        return self.layout != "isolated"
+        return self.layout not in ("isolated", "together")
 
     @property
     def port_layout(self) -> str:
         """The queue layout of router ports (:mod:`labkit.kernel.tc`): ``lanes`` or ``fifo``."""
-        return "lanes" if self.layout == "priority" else "fifo"
+        return "lanes" if self.layout in ("priority", "fair", "job-priority") else "fifo"
+
+    @property
+    def alone(self) -> bool:
+        """Each job runs alone, one after another (``isolated``: the jobs' baselines)."""
+        return self.layout == "isolated"
 
 
 def policy(name: str, controllers: Sequence[str] = ()) -> Policy:
@@ -50,13 +58,14 @@ def policy(name: str, controllers: Sequence[str] = ()) -> Policy:
     layout, _, controller = name.rpartition("+") if "+" in name else (name, "", "")
     if not controller and name in known:
         layout, controller = "fifo", name
-    if layout not in LAYOUTS:
-        raise ValueError(f"unknown policy {name!r} (known: {', '.join(LAYOUTS + known)}, "
+    if layout not in LAYOUTS + JOB_LAYOUTS:
+        raise ValueError(f"unknown policy {name!r} (known: "
+                         f"{', '.join(LAYOUTS + JOB_LAYOUTS + known)}, "
                          "or <fifo|priority>+<controller>)")
     if controller and controller not in known:
         raise ValueError(f"unknown controller {controller!r} in {name!r} "
                          f"(known: {', '.join(known)})")
-    if controller and layout == "isolated":
+    if controller and layout in ("isolated", "together"):
         raise ValueError(f"{name!r}: without storage there is nothing to control")
     return Policy(name, layout, controller or None)
 
@@ -136,6 +145,7 @@ class LaneRule:
     port: int = 0
     dscp: int | None = None
     roce: bool = False  # UDP to 4791 carrying a RoCEv2 BTH
+    job: str | None = None  # a job's packets: the parser sets ``dscp`` to the job's
 
 
 @dataclass(frozen=True)
@@ -146,6 +156,8 @@ class AllReduceSpec:
     algo: str = "ring"
     compute_ms: float = 0.0
     kind: str = "allreduce"
+    name: str = "allreduce"  # unique among the scenario's jobs
+    dscp: int = 0  # every packet of its ranks carries it (a job's own, with several jobs)
 
 
 @dataclass(frozen=True)
@@ -156,6 +168,8 @@ class JobSpec:
     ranks: tuple[str, ...]
     iterations: int
     params: tuple[tuple[str, Any], ...]  # sorted (key, value) pairs, frozen
+    name: str = "job"  # unique among the scenario's jobs
+    dscp: int = 0  # every packet of its ranks carries it (a job's own, with several jobs)
 
     kind = "job"  # a class attribute, not a field: the scenario's record stays as it was
 
@@ -291,6 +305,12 @@ class EventSpec:
     every_s: float | None = None
 
 
+JobEntry = AllReduceSpec | JobSpec | ProgramSpec  # a collective workload: one job of the scenario
+
+# where the one-job record kept its workload: the key before which each was written
+_ONE_JOB_KEYS = {"allreduce": "storage", "job": "control", "program": "events"}
+
+
 @dataclass(frozen=True)
 class Scenario:
     name: str
@@ -299,12 +319,11 @@ class Scenario:
     seed: int
     fabric: FabricSpec
     lanes: tuple[LaneRule, ...]
-    allreduce: AllReduceSpec | None
+    jobs: tuple[JobEntry, ...]  # the collective workloads, in the file's order (at least one)
     storage: tuple[StorageSpec, ...]
     policies: tuple[str, ...]
     description: str = ""
     sha256: str = field(default="", compare=False)
-    job: JobSpec | None = None
     control: ControlSpec = ControlSpec()
     emulation: EmulationSpec = EmulationSpec()
     transport: TransportSpec = TransportSpec()
@@ -317,13 +336,25 @@ class Scenario:
     # the user's own classifier (lanes.program: a .bpf.c or .bpf.o, absolute path) in
     # place of bpf/classifier.bpf.c; None: the built-in one
     classifier: str | None = None
-    program: ProgramSpec | None = None  # the user's own program as the collective workload
     events: tuple[EventSpec, ...] = ()  # faults on its timeline
 
     def to_dict(self) -> dict[str, Any]:
-        """The scenario as recorded in a run's manifest (``kind_entries`` and ``events``
-        only while there are some: a run records its scenario as it did before them)."""
+        """The scenario as recorded in a run's manifest: a one-job scenario as before
+        several jobs were possible (its job under ``allreduce``, ``job`` or ``program``),
+        several jobs under ``jobs``; ``kind_entries`` and ``events`` only while there are
+        some."""
         doc = asdict(self)
+        jobs = doc.pop("jobs")
+        if self.several:
+            doc["jobs"] = jobs
+        else:  # each of the three keys where it always was, the one job's filled in
+            recorded: dict[str, Any] = {}
+            for key, value in doc.items():
+                for job_key, before in _ONE_JOB_KEYS.items():
+                    if key == before:
+                        recorded[job_key] = jobs[0] if self.jobs[0].kind == job_key else None
+                recorded[key] = value
+            doc = recorded
         for key in ("kind_entries", "events"):
             if not doc[key]:
                 del doc[key]
@@ -334,12 +365,36 @@ class Scenario:
         return doc
 
     @property
-    def workload(self) -> AllReduceSpec | JobSpec | ProgramSpec:
-        """The collective workload: labkit's All-Reduce or job, or the user's program."""
-        workload = self.allreduce or self.job or self.program
-        if workload is None:  # labkit.model.scenario.parse refuses such a scenario
-            raise ValueError(f"scenario {self.name!r} has no collective workload")
-        return workload
+    def several(self) -> bool:
+        """Whether several jobs share the fabric (docs/jobs.md)."""
+        return len(self.jobs) > 1
+
+    def _only(self, kind: type) -> Any:
+        return self.jobs[0] if len(self.jobs) == 1 and isinstance(self.jobs[0], kind) else None
+
+    @property
+    def allreduce(self) -> AllReduceSpec | None:
+        """The scenario's All-Reduce, when it is its only job."""
+        return self._only(AllReduceSpec)
+
+    @property
+    def job(self) -> JobSpec | None:
+        """The scenario's training job, when it is its only job."""
+        return self._only(JobSpec)
+
+    @property
+    def program(self) -> ProgramSpec | None:
+        """The user's program, when it is the scenario's only job."""
+        return self._only(ProgramSpec)
+
+    @property
+    def workload(self) -> JobEntry:
+        """The collective workload: labkit's All-Reduce or job, or the user's program,
+        when the scenario has one job (several: :attr:`jobs` and :meth:`alone`)."""
+        if self.several:
+            raise ValueError(f"scenario {self.name!r} has {len(self.jobs)} jobs: each is in "
+                             "`jobs`")
+        return self.jobs[0]
 
     @property
     def ranks(self) -> tuple[str, ...]:
@@ -350,3 +405,7 @@ class Scenario:
     def iterations(self) -> int | None:
         """Ops or iterations of the workload (None: a program that does not say)."""
         return self.workload.iterations
+
+    def alone(self, job: JobEntry) -> Scenario:
+        """This scenario with ``job`` as its only job: the job alone on the same fabric."""
+        return replace(self, jobs=(job,))

@@ -49,8 +49,10 @@ from labkit.model.scenario_spec import (
     AllReduceSpec,
     Arrival,
     CommandSpec,
+    JobEntry,
     JobSpec,
     KindEntry,
+    LaneRule,
     ProgramSpec,
     Scenario,
     StorageSpec,
@@ -62,11 +64,16 @@ MAX_STORAGE_ENTRIES, MAX_STORAGE_CONNECTIONS = 12, 1000  # each entry owns 1000 
 MAX_COMMANDS = 16
 
 
+MAX_JOBS = 8  # jobs per scenario: each needs a DSCP of its own (JOB_DSCPS)
+# the DSCPs labkit gives jobs that name none, in order (AF classes, then CS), skipping one
+# a job or a lane rule of the scenario already uses
+JOB_DSCPS = (JOB_DSCP, 10, 18, 34, 12, 20, 28, 36, 14, 22, 30, 38)
+
+
 def check_traffic(c: Checker, traffic, fabric: FabricSpec, kinds: dict[str, str]):
-    """``traffic``: the workload, storage, command and user kinds' entries, in that order."""
-    allreduce: AllReduceSpec | None = None
-    job: JobSpec | None = None
-    program: ProgramSpec | None = None
+    """``traffic``: the jobs (collective workloads), storage, command and user kinds'
+    entries, in that order."""
+    jobs: list[JobEntry] = []
     storage: list[StorageSpec] = []
     commands: list[CommandSpec] = []
     kind_entries: list[KindEntry] = []
@@ -77,31 +84,8 @@ def check_traffic(c: Checker, traffic, fabric: FabricSpec, kinds: dict[str, str]
             c.fail(key, f"must be a mapping with a kind ({known})")
         if not isinstance(t["kind"], str):
             c.fail(f"{key}.kind", f"must be one of {known}, got {kind_of(t['kind'])}")
-        if t["kind"] in WORKLOADS and (allreduce or job or program):
-            c.fail(key, "only one collective workload per scenario (an allreduce, a job or "
-                        "a program)")
-        if t["kind"] == "program":
-            program = _program_entry(c, t, key, fabric)
-        elif t["kind"] == "job":
-            job = _job(c, t, key, fabric)
-        elif t["kind"] == "allreduce":
-            c.keys(t, key, ALLREDUCE)
-            algos = (*ALLREDUCE_ALGOS, AUTO)  # chosen by labkit.model.autotune's model
-            if t.get("algo", "ring") not in algos:
-                c.fail(f"{key}.algo", f"unknown algorithm {t['algo']!r} "
-                                      f"(known: {', '.join(algos)})")
-            ranks = _selection(c, t["ranks"], f"{key}.ranks", fabric)
-            if len(ranks) < 2:
-                c.fail(f"{key}.ranks", "an all-reduce needs at least 2 ranks")
-            if problem := _algo_problem(t.get("algo", "ring"), fabric, ranks):
-                c.fail(f"{key}.algo", problem)
-            allreduce = AllReduceSpec(
-                ranks=ranks,
-                size_bytes=c.get(t, key, ALLREDUCE, "size_bytes"),
-                iterations=c.get(t, key, ALLREDUCE, "iterations"),
-                compute_ms=c.get(t, key, ALLREDUCE, "compute_ms", 0),
-                algo=t.get("algo", "ring"),
-            )
+        if t["kind"] in WORKLOADS:
+            jobs.append(_job_entry(c, t, key, fabric, jobs))
         elif t["kind"] == "storage":
             _add_named(c, storage, _storage(c, t, key, fabric), key, MAX_STORAGE_ENTRIES)
         elif t["kind"] == "command":
@@ -111,11 +95,90 @@ def check_traffic(c: Checker, traffic, fabric: FabricSpec, kinds: dict[str, str]
                                           {k: v for k, v in t.items() if k != "kind"}))
         else:
             c.fail(f"{key}.kind", f"unknown traffic kind {t['kind']!r} (known: {known})")
-    if allreduce is None and job is None and program is None:
+    if not jobs:
         c.fail("traffic", "needs a collective workload (kind: allreduce, job or program)")
-    return allreduce, job, program, tuple(storage), tuple(commands), tuple(kind_entries)
+    return tuple(jobs), tuple(storage), tuple(commands), tuple(kind_entries)
 
 
+def _job_entry(c: Checker, t: dict, key: str, fabric: FabricSpec,
+               before: list[JobEntry]) -> JobEntry:
+    """One job (an ``allreduce``, ``job`` or ``program`` entry), checked against the jobs
+    ``before`` it: its name unique, its ranks clear of theirs where they would collide."""
+    if len(before) == MAX_JOBS:
+        c.fail(key, f"at most {MAX_JOBS} jobs (allreduce, job and program entries) per "
+                    "scenario")
+    job: JobEntry
+    if t["kind"] == "program":
+        job = _program_entry(c, t, key, fabric)
+    elif t["kind"] == "job":
+        job = _job(c, t, key, fabric)
+    else:
+        job = _allreduce(c, t, key, fabric)
+    mine = f"{key}.name" if "name" in t else key
+    for i, other in enumerate(before):
+        if other.name == job.name:
+            c.fail(mine, f"job {other.name!r} is named twice (traffic entry {i} has it too): "
+                         "give each job a name of its own (`name:`)")
+        if isinstance(job, ProgramSpec) and isinstance(other, ProgramSpec):
+            c.fail(key, f"a second program ({other.name!r} is one): one program per "
+                        "scenario for now, beside any number of labkit's own jobs")
+        shared = [h for h in job.ranks if h in other.ranks]
+        if shared and not isinstance(job, ProgramSpec) and not isinstance(other, ProgramSpec):
+            c.fail(f"{key}.ranks", f"host {shared[0]!r} runs a rank of {other.name!r} too: "
+                   "labkit's ranks receive on RoCEv2's UDP port 4791, one rank per host and "
+                   "port; give each of labkit's jobs hosts of its own")
+        if "dscp" in t and job.dscp == other.dscp and other.dscp:
+            c.fail(f"{key}.dscp", f"DSCP {job.dscp} is {other.name!r}'s too: each job's "
+                                  "packets carry a DSCP of their own")
+    return job
+
+
+def with_job_dscps(c: Checker, jobs: tuple[JobEntry, ...], lanes: tuple[LaneRule, ...]
+                   ) -> tuple[JobEntry, ...]:
+    """With several jobs, each of labkit's own that names no DSCP given one of
+    :data:`JOB_DSCPS` no other job or lane rule uses (a program has its own, 26 by
+    default); one job keeps what it has (labkit's ranks send DSCP 0, as always)."""
+    if len(jobs) < 2:
+        return jobs
+    taken = {j.dscp for j in jobs if j.dscp} | {r.dscp for r in lanes if r.dscp is not None}
+    free = (d for d in JOB_DSCPS if d not in taken)
+    out = []
+    for j in jobs:
+        if not j.dscp:
+            d = next(free, None)
+            if d is None:  # MAX_JOBS keeps enough free
+                c.fail("traffic", "no DSCP left for a job: give each job a `dscp`")
+            j = replace(j, dscp=d)
+        out.append(j)
+    for i, j in enumerate(out):
+        for k in out[:i]:
+            if k.dscp == j.dscp:
+                c.fail(f"{j.key or 'traffic'}.dscp" if isinstance(j, ProgramSpec)
+                       else "traffic", f"jobs {k.name!r} and {j.name!r} both carry DSCP "
+                       f"{j.dscp}: give one a `dscp` of its own")
+    return tuple(out)
+
+
+def _allreduce(c: Checker, t: dict, key: str, fabric: FabricSpec) -> AllReduceSpec:
+    c.keys(t, key, ALLREDUCE)
+    algos = (*ALLREDUCE_ALGOS, AUTO)  # chosen by labkit.model.autotune's model
+    if t.get("algo", "ring") not in algos:
+        c.fail(f"{key}.algo", f"unknown algorithm {t['algo']!r} "
+                              f"(known: {', '.join(algos)})")
+    ranks = _selection(c, t["ranks"], f"{key}.ranks", fabric)
+    if len(ranks) < 2:
+        c.fail(f"{key}.ranks", "an all-reduce needs at least 2 ranks")
+    if problem := _algo_problem(t.get("algo", "ring"), fabric, ranks):
+        c.fail(f"{key}.algo", problem)
+    return AllReduceSpec(
+        ranks=ranks,
+        size_bytes=c.get(t, key, ALLREDUCE, "size_bytes"),
+        iterations=c.get(t, key, ALLREDUCE, "iterations"),
+        compute_ms=c.get(t, key, ALLREDUCE, "compute_ms", 0),
+        algo=t.get("algo", "ring"),
+        name=c.label(t.get("name", AllReduceSpec.name), f"{key}.name", "'tp' or 'train-1'"),
+        dscp=c.get(t, key, ALLREDUCE, "dscp") if "dscp" in t else 0,
+    )
 
 
 def with_user_kinds(sc: Scenario) -> tuple[Scenario, dict[str, type]]:
@@ -201,7 +264,9 @@ def _job(c: Checker, t: dict, key: str, fabric: FabricSpec) -> JobSpec:
                                       f"got {schedule!r}")
         params["schedule"] = schedule
     return JobSpec(kind, ranks, c.get(t, key, shape, "iterations"),
-                   tuple(sorted(params.items())))
+                   tuple(sorted(params.items())),
+                   name=c.label(t.get("name", JobSpec.name), f"{key}.name", "'dp' or 'train-1'"),
+                   dscp=c.get(t, key, shape, "dscp") if "dscp" in t else 0)
 
 
 def _storage(c: Checker, t: dict, key: str, fabric: FabricSpec) -> StorageSpec:

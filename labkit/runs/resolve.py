@@ -143,7 +143,7 @@ def resolve_auto(sc: Scenario, source: str) -> tuple[Scenario, AutoChoice | None
     model, path = model_of(sc, source)
     choice = model.choose(ar.size_bytes, runnable(sc, model, [ar.size_bytes]))
     ranks = autotune.ring_order(Topology(sc.fabric), ar.ranks)
-    return (replace(sc, allreduce=replace(ar, algo=choice.algo, ranks=ranks)),
+    return (replace(sc, jobs=(replace(ar, algo=choice.algo, ranks=ranks),)),
             AutoChoice(algo=choice.algo, reason=choice.reason, model=str(path),
                        ranks=tuple(ranks)))
 

@@ -83,12 +83,27 @@ JOBS = {"data": {"gradient_bytes": "1MiB", "buckets": 2, "compute_ms": 5},
         "pipeline": {"microbatches": 4, "activation_bytes": "64K", "stage_compute_ms": 1,
                      "schedule": "gpipe"},
         "expert": {"layers": 2, "tokens_bytes": 65536, "layer_compute_ms": 1}}
+
+
+def _two_jobs() -> dict:
+    """Two of labkit's jobs, each with its name and DSCP, one of them in a lane by name."""
+    doc = _base({"kind": "allreduce", "name": "big", "dscp": 40, "algo": "ring",
+                 "ranks": ["g1", "g3"], "size_bytes": "1MiB", "iterations": 10})
+    doc["traffic"].insert(1, {"kind": "job", "name": "small", "dscp": 42, "parallelism": "data",
+                              "ranks": ["g2", "g4"], "iterations": 5, **JOBS["data"]})
+    doc["lanes"]["normal"].append({"job": "small"})
+    doc["policies"] = ["isolated", "together", "fair", "job-priority", "fair+reactive"]
+    return doc
+
+
 DOCS = {
+    "two-jobs": _two_jobs(),
     "allreduce": _base({"kind": "allreduce", "algo": "ring", "ranks": "gpu",
                         "size_bytes": "1MiB", "iterations": 10, "compute_ms": 1}),
     "program": _base(PROGRAM),
-    **{f"job-{p}": _base({"kind": "job", "parallelism": p, "ranks": ["g1", "g2", "g3", "g4"],
-                          "iterations": 5, **params}) for p, params in JOBS.items()},
+    **{f"job-{p}": _base({"kind": "job", "name": p, "dscp": 12, "parallelism": p,
+                          "ranks": ["g1", "g2", "g3", "g4"], "iterations": 5, **params})
+       for p, params in JOBS.items()},
 }
 
 
