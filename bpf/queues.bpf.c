@@ -10,10 +10,16 @@
  *    when the packet carries one);
  *  - the gap between two dequeues while packets were waiting (LK_EV_GAP, sampled
  *    the same way): with a backlog, a port that keeps time sends the next packet
- *    one wire time of the previous one later (labkit.analysis.metrics.dequeue_fidelity).
+ *    one wire time of the previous one later (labkit.analysis.metrics.dequeue_fidelity);
+ *  - the same per watched port and DSCP instead of lane, for IPv4 packets only (each
+ *    training job marks its packets with a DSCP of its own at its hosts' egress):
+ *    lk_job_enqueued and lk_job_dropped (packets and bytes), lk_job_sojourn_hist (the
+ *    sojourn's log2 histogram), each at slot * LK_NR_DSCP + dscp. A packet that is not
+ *    IPv4 counts in its lane and in no DSCP's slot.
  *
  * Ports are selected by (network namespace inode, ifindex) in lk_ports; the
- * lane is read back from skb->priority, where the classifier left it.
+ * lane is read back from skb->priority, where the classifier left it, the DSCP from
+ * the packet's IPv4 header (the bytes the fingerprint reads anyway at enqueue).
  *
  * What these programs cannot see: on this kernel (6.18) the BPF programs on the
  * qdisc and kfree_skb tracepoints are not run for about 1 in 300-1000 of the hits
@@ -27,18 +33,20 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
 #include <bpf/bpf_core_read.h>
+#include <bpf/bpf_endian.h>
 #include "labkit.h"
 #include "telemetry.h"
 
 #define LK_DEQUEUE_BATCH 16 /* skbs of one bulk dequeue that are paired */
 #define LK_PRINT_BYTES 48   /* IPv4 + TCP seq/ack, or IPv4 + UDP + BTH with its PSN */
+#define LK_ETH_P_IP 0x0800
 
 struct lk_inflight {
 	__u64 t_ns;
 	__u64 print; /* the packet's headers, folded: tells it from a later packet that
 			reuses the same skb (and even the same data buffer) */
 	__u32 idx;   /* slot * LK_NR_LANES + lane */
-	__u32 pad;
+	__u32 dscp;  /* the IPv4 packet's DSCP; LK_NR_DSCP: not IPv4 */
 };
 
 struct {
@@ -83,6 +91,28 @@ struct {
 	__type(value, struct lk_port_clock);
 } lk_port_clock SEC(".maps");
 
+/* Per watched port and DSCP (slot * LK_NR_DSCP + dscp), IPv4 packets only. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, LK_MAX_PORTS * LK_NR_DSCP);
+	__type(key, __u32);
+	__type(value, struct lk_lane_counters);
+} lk_job_enqueued SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, LK_MAX_PORTS * LK_NR_DSCP);
+	__type(key, __u32);
+	__type(value, struct lk_lane_counters);
+} lk_job_dropped SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, LK_MAX_PORTS * LK_NR_DSCP);
+	__type(key, __u32);
+	__type(value, struct lk_hist);
+} lk_job_sojourn_hist SEC(".maps");
+
 static __always_inline __u32 lk_lane_of(__u32 priority)
 {
 	switch (priority & 0xffff) {
@@ -119,10 +149,20 @@ static __always_inline int lk_index(const struct net_device *dev, struct sk_buff
 	return *slot * LK_NR_LANES + lk_lane_of(BPF_CORE_READ(skb, priority));
 }
 
+/* The DSCP of a packet whose network header starts with the bytes l3[0], l3[1], or
+ * LK_NR_DSCP when it is not IPv4 (by its protocol and its header's version). */
+static __always_inline __u32 lk_dscp_of(struct sk_buff *skb, const __u8 *l3)
+{
+	if (BPF_CORE_READ(skb, protocol) != bpf_htons(LK_ETH_P_IP) || l3[0] >> 4 != 4)
+		return LK_NR_DSCP;
+	return l3[1] >> 2;
+}
+
 /* The first LK_PRINT_BYTES from the network header folded into 64 bits, mixed with
  * the buffer's address: equal at enqueue and dequeue of one packet, different for a
- * later packet in a reused skb unless its headers are identical to the byte. */
-static __always_inline __u64 lk_fingerprint(struct sk_buff *skb)
+ * later packet in a reused skb unless its headers are identical to the byte. With
+ * dscp, also the packet's DSCP (lk_dscp_of), from the same bytes. */
+static __always_inline __u64 lk_fingerprint(struct sk_buff *skb, __u32 *dscp)
 {
 	__u64 words[LK_PRINT_BYTES / 8] = {};
 	void *head = BPF_CORE_READ(skb, head);
@@ -131,17 +171,47 @@ static __always_inline __u64 lk_fingerprint(struct sk_buff *skb)
 	bpf_probe_read_kernel(words, sizeof(words), head + BPF_CORE_READ(skb, network_header));
 	for (int i = 0; i < LK_PRINT_BYTES / 8; i++)
 		print = (print ^ words[i]) * 0x100000001b3ULL;
+	if (dscp)
+		*dscp = lk_dscp_of(skb, (const __u8 *)words);
 	return print;
 }
 
-static __always_inline void lk_count(void *counters, __u32 idx, struct sk_buff *skb)
+/* The DSCP alone (lk_dscp_of), for a packet whose headers were not read otherwise. */
+static __always_inline __u32 lk_dscp(struct sk_buff *skb)
+{
+	__u8 l3[2] = {};
+	void *head = BPF_CORE_READ(skb, head);
+
+	bpf_probe_read_kernel(l3, sizeof(l3), head + BPF_CORE_READ(skb, network_header));
+	return lk_dscp_of(skb, l3);
+}
+
+/* The lk_job_* index of a DSCP at the port of counter index idx (slot * LK_NR_LANES + lane). */
+static __always_inline __u32 lk_job_index(__u32 idx, __u32 dscp)
+{
+	return idx / LK_NR_LANES * LK_NR_DSCP + dscp;
+}
+
+static __always_inline void lk_add(void *counters, __u32 idx, __u64 packets, __u64 bytes)
 {
 	struct lk_lane_counters *c = bpf_map_lookup_elem(counters, &idx);
 
 	if (c) {
-		c->packets += lk_segments(skb);
-		c->bytes += BPF_CORE_READ(skb, len);
+		c->packets += packets;
+		c->bytes += bytes;
 	}
+}
+
+/* Count skb at idx of counters (its lane's) and, when it is IPv4, at its DSCP's index of
+ * jobs: segments and bytes read once for both. */
+static __always_inline void lk_count(void *counters, void *jobs, __u32 idx, __u32 dscp,
+				     struct sk_buff *skb)
+{
+	__u64 segments = lk_segments(skb), len = BPF_CORE_READ(skb, len);
+
+	lk_add(counters, idx, segments, len);
+	if (dscp < LK_NR_DSCP)
+		lk_add(jobs, lk_job_index(idx, dscp), segments, len);
 }
 
 SEC("tp_btf/qdisc_enqueue")
@@ -153,10 +223,10 @@ int BPF_PROG(lk_qdisc_enqueue, struct Qdisc *q, const struct netdev_queue *txq, 
 
 	if (idx < 0)
 		return 0;
-	lk_count(&lk_enqueued, idx, skb);
 	in.t_ns = bpf_ktime_get_ns();
-	in.print = lk_fingerprint(skb);
+	in.print = lk_fingerprint(skb, &in.dscp);
 	in.idx = idx;
+	lk_count(&lk_enqueued, &lk_job_enqueued, idx, in.dscp, skb);
 	bpf_map_update_elem(&lk_inflight, &addr, &in, BPF_ANY);
 	return 0;
 }
@@ -168,12 +238,13 @@ static __always_inline void lk_dequeued(struct sk_buff *skb, __u64 now)
 	struct lk_inflight *in;
 	struct lk_stamp stamp;
 	__u64 addr = (__u64)skb;
+	__u64 sojourn;
 	void *l3;
 
 	in = bpf_map_lookup_elem(&lk_inflight, &addr);
 	if (!in)
 		return;
-	if (in->print != lk_fingerprint(skb)) {
+	if (in->print != lk_fingerprint(skb, NULL)) {
 		/* a stale entry: this packet's enqueue was not seen; count it, time nothing */
 		__u32 unpaired = LK_LOST_UNPAIRED;
 		__u64 *n = bpf_map_lookup_elem(&lk_lost, &unpaired);
@@ -183,10 +254,13 @@ static __always_inline void lk_dequeued(struct sk_buff *skb, __u64 now)
 		bpf_map_delete_elem(&lk_inflight, &addr);
 		return;
 	}
-	ev.value_ns = now - in->t_ns;
+	sojourn = now - in->t_ns;
+	ev.value_ns = sojourn;
 	ev.where = in->idx / LK_NR_LANES;
 	ev.lane = in->idx % LK_NR_LANES;
-	lk_hist_add(&lk_sojourn_hist, in->idx, now - in->t_ns);
+	lk_hist_add(&lk_sojourn_hist, in->idx, sojourn);
+	if (in->dscp < LK_NR_DSCP)
+		lk_hist_add(&lk_job_sojourn_hist, lk_job_index(in->idx, in->dscp), sojourn);
 	bpf_map_delete_elem(&lk_inflight, &addr);
 	ev.t_ns = now;
 	ev.len = BPF_CORE_READ(skb, len);
@@ -262,7 +336,7 @@ int BPF_PROG(lk_qdisc_drop, struct sk_buff *skb, void *location, enum skb_drop_r
 		return 0;
 	idx = lk_index(BPF_CORE_READ(skb, dev), skb);
 	if (idx >= 0)
-		lk_count(&lk_dropped, idx, skb);
+		lk_count(&lk_dropped, &lk_job_dropped, idx, lk_dscp(skb), skb);
 	return 0;
 }
 

@@ -66,6 +66,10 @@ struct lk_port_key {
 	__u32 ifindex;
 };
 
+/* The DSCPs (0..63) of IPv4 packets: the queue probe counts and times each apart per
+ * watched port (several training jobs, each marking its packets with a DSCP of its own). */
+#define LK_NR_DSCP 64
+
 /* Latency histograms: bucket b counts values in [2^b, 2^(b+1)) nanoseconds. */
 #define LK_HIST_BUCKETS 32
 struct lk_hist {

@@ -4,7 +4,9 @@
 * :class:`QueuePoller` — at a fixed rate (125 Hz) for each watched port: its
   HTB leaf classes over netlink, through a socket opened in the port's namespace
   (bytes and packets sent, drops, overlimits, backlog), and its per-lane
-  counters: offered (the classifier's), enqueued and dropped (the tracepoints').
+  counters: offered (the classifier's), enqueued and dropped (the tracepoints');
+  with several jobs, each job's enqueued and dropped too (the tracepoints', by
+  the DSCP the job marks its packets with).
 * :class:`CpuSampler` — machine-wide CPU busy fraction from ``/proc/stat``
   (10 Hz), so a run that was CPU-bound can say so.
 
@@ -15,15 +17,19 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 
 from labkit.kernel import sched, tc
 from labkit.kernel.netns import Netns
 from labkit.model.abi import LANES
-from labkit.model.tables import CpuRow, LaneRow, QueueRow
+from labkit.model.tables import CpuRow, JobLaneRow, LaneRow, QueueRow
 
 LaneReader = Callable[[], dict[str, tuple[int, int]]]
+# per DSCP: (enqueued packets, enqueued bytes, dropped packets, dropped bytes), tracepoints
+JobReader = Callable[[], dict[int, tuple[int, int, int, int]]]
+NO_JOBS: Mapping[int, str] = MappingProxyType({})
 
 
 @dataclass(frozen=True)
@@ -33,6 +39,7 @@ class WatchedPort:
     ifindex: int
     offered: LaneReader  # the classifier's per-lane counters for this port
     queued: Callable[[], tuple[dict, dict]]  # (enqueued, dropped) per lane, tracepoints
+    jobs: JobReader | None = None  # per job's DSCP (QueueProbe.job_reader); None: one job
 
     @property
     def label(self) -> str:
@@ -47,9 +54,13 @@ class QueuePoller:
     """Sample the tc classes of ``ports`` every ``period_s`` until :meth:`stop`."""
 
     def __init__(self, ports: list[WatchedPort], period_s: float = POLL_MS / 1e3,
-                 listener: Callable[[int, str, list, dict], None] | None = None):
+                 listener: Callable[[int, str, list, dict], None] | None = None,
+                 job_names: Mapping[int, str] = NO_JOBS):
         self.ports = ports
         self.listener = listener  # told of every sample: (t_ns, port, classes, offered)
+        # DSCP: job name. With any, each port's job counters (WatchedPort.jobs) are read
+        # with its lane counters; with none (one job), nothing more is read
+        self.jobs = tuple(job_names.items())
         self.period_ns = int(period_s * 1e9)
         # the lane counters cost two thirds of a sample (nine map reads, measured 33 of
         # 52 us): a controller gets them every sample, the run's record every fourth
@@ -59,6 +70,7 @@ class QueuePoller:
         # a plain tuple, the cheapest to make; :meth:`queue_rows` names class and lane
         self.queue_samples: list[tuple] = []
         self.lane_rows: list[LaneRow] = []
+        self.job_rows: list[JobLaneRow] = []
         self.errors: list[BaseException] = []
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -114,13 +126,18 @@ class QueuePoller:
         if not last and n % self.lanes_every:
             return
         # tracepoint counts first: a packet they count was offered before, so a row
-        # never shows more enqueued + dropped than offered
+        # never shows more enqueued + dropped than offered; the jobs' before the lanes'
+        # (the kernel counts a packet in its lane first): theirs never add up to more
+        jobs = p.jobs() if self.jobs and p.jobs else None
         (enqueued, dropped), offered = p.queued(), p.offered()
         if self.listener:
             self.listener(now, p.label, classes, offered)
         for lane in LANES:
             self.lane_rows.append(LaneRow(now, p.label, lane, *offered[lane], *enqueued[lane],
                                           *dropped[lane]))
+        if jobs is not None:
+            for dscp, name in self.jobs:
+                self.job_rows.append(JobLaneRow(now, p.label, name, *jobs[dscp]))
 
     def queue_rows(self, layout: str) -> list[QueueRow]:
         """The ``queue`` table's rows: each class by its name and its lane under the

@@ -184,6 +184,9 @@ class QueuesMaps(TelemetryH):
     lk_inflight = MapDecl(u64)  # the program's own: an skb's address, its enqueue
     lk_sojourn_hist = MapDecl(u32, Hist)  # per CPU, per slot and lane
     lk_port_clock = MapDecl(u32, PortClock)
+    lk_job_enqueued = MapDecl(u32, LaneCounters)  # per CPU, per slot and DSCP
+    lk_job_dropped = MapDecl(u32, LaneCounters)  # per CPU, per slot and DSCP
+    lk_job_sojourn_hist = MapDecl(u32, Hist)  # per CPU, per slot and DSCP
 
 
 class QueuesPrograms(Programs):

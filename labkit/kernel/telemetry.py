@@ -3,7 +3,9 @@
 * :class:`QueueProbe` — ``bpf/queues.bpf.c`` on the ``qdisc_enqueue``,
   ``qdisc_dequeue`` and ``kfree_skb`` tracepoints. Per watched port and lane:
   packets accepted and dropped, and each packet's time in the queue (sojourn),
-  as log2 histograms and sampled per-packet events.
+  as log2 histograms and sampled per-packet events. Per watched port and DSCP
+  (IPv4 packets: each job marks its own), the same counters and histograms, read
+  for the DSCPs a run's jobs use (:meth:`QueueProbe.job_reader`).
 * :class:`LatencyProbe` — ``bpf/latency.bpf.c`` at tc ingress of receiving
   hosts: the one-way delay of packets that carry a sender's stamp, per lane.
 * :class:`EventReader` — a thread consuming the ``lk_events`` ring buffer that
@@ -16,7 +18,7 @@ or apply the classifier's own ``lk_config`` rules (latency).
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 from labkit.kernel import bpf, sched, tc
@@ -24,7 +26,16 @@ from labkit.kernel.lanes import read_lane_counters
 from labkit.kernel.netns import Netns
 from labkit.kernel.skeletons import LATENCY, QUEUES
 from labkit.model import abi
-from labkit.model.abi import EVENT, HIST_BUCKETS, LANES, Hist, PortKey, TelemetryConfig
+from labkit.model.abi import (
+    EVENT,
+    HIST_BUCKETS,
+    LANE_COUNTERS,
+    LANES,
+    NR_DSCP,
+    Hist,
+    PortKey,
+    TelemetryConfig,
+)
 
 DEFAULT_SAMPLE_EVERY = 4
 SAMPLED_RANKS = 8  # a ring up to this size gets DEFAULT_SAMPLE_EVERY ...
@@ -43,6 +54,19 @@ def read_hist(hists: bpf.Map, key: int) -> list[int]:
     """A per-CPU ``struct lk_hist``, summed over CPUs."""
     per_cpu = [Hist.from_buffer_copy(v) for v in hists.per_cpu(key)]
     return [sum(h.buckets[b] for h in per_cpu) for b in range(HIST_BUCKETS)]
+
+
+def read_counters(counters: bpf.Map, key: int) -> tuple[int, int]:
+    """A per-CPU ``struct lk_lane_counters``, summed over CPUs: (packets, bytes)."""
+    packets = nbytes = 0
+    for p, b in LANE_COUNTERS.iter_unpack(counters.raw(key)):
+        packets += p
+        nbytes += b
+    return packets, nbytes
+
+
+# per DSCP: (enqueued packets, enqueued bytes, dropped packets, dropped bytes)
+JobCounters = dict[int, tuple[int, int, int, int]]
 
 
 class QueueProbe:
@@ -77,6 +101,35 @@ class QueueProbe:
         return lambda: (read_lane_counters(self.obj.maps.lk_enqueued, first),
                         read_lane_counters(self.obj.maps.lk_dropped, first))
 
+    def slot_of(self, port: str | int) -> int:
+        """A watched port's slot, given by its label (as :meth:`watch` was given it) or
+        its slot."""
+        if isinstance(port, int):
+            if not 0 <= port < len(self.labels):
+                raise ValueError(f"no watched port in slot {port} ({len(self.labels)} watched)")
+            return port
+        if port not in self.labels:
+            raise ValueError(f"{port!r} is not a watched port (watched: {self.labels})")
+        return self.labels.index(port)
+
+    def job_reader(self, port: str | int, dscps: Iterable[int]) -> Callable[[], JobCounters]:
+        """A reader of one watched port's (by label or slot) per-DSCP counters: for each
+        of ``dscps``, (enqueued packets, enqueued bytes, dropped packets, dropped bytes),
+        summed over CPUs. It reads those DSCPs' entries and no others (two map lookups
+        each, in the poller's time)."""
+        slot = self.slot_of(port)
+        wanted = sorted(set(dscps))
+        if bad := [d for d in wanted if not 0 <= d < NR_DSCP]:
+            raise ValueError(f"DSCPs are 0..{NR_DSCP - 1}, not {bad}")
+        keys = [(d, slot * NR_DSCP + d) for d in wanted]
+        enqueued, dropped = self.obj.maps.lk_job_enqueued, self.obj.maps.lk_job_dropped
+
+        def read() -> JobCounters:
+            return {d: (*read_counters(enqueued, k), *read_counters(dropped, k))
+                    for d, k in keys}
+
+        return read
+
     def histograms(self) -> list[tuple[str, str, int, int]]:
         """(port, lane, bucket, count) of every non-empty sojourn histogram bucket."""
         rows = []
@@ -84,6 +137,18 @@ class QueueProbe:
             for i, lane in enumerate(LANES):
                 counts = read_hist(self.obj.maps.lk_sojourn_hist, slot * len(LANES) + i)
                 rows += [(port, lane, b, n) for b, n in enumerate(counts) if n]
+        return rows
+
+    def job_histograms(self, jobs: Mapping[int, str]) -> list[tuple[str, str, int, int]]:
+        """(port, job, bucket, count) of every non-empty bucket of the per-DSCP sojourn
+        histograms of ``jobs`` (DSCP: the job's name), each port's in ``jobs``' order."""
+        if bad := [d for d in jobs if not 0 <= d < NR_DSCP]:
+            raise ValueError(f"DSCPs are 0..{NR_DSCP - 1}, not {bad}")
+        rows = []
+        for slot, port in enumerate(self.labels):
+            for dscp, job in jobs.items():
+                counts = read_hist(self.obj.maps.lk_job_sojourn_hist, slot * NR_DSCP + dscp)
+                rows += [(port, job, b, n) for b, n in enumerate(counts) if n]
         return rows
 
     def delivery(self) -> tuple[int, int, int]:

@@ -4,8 +4,9 @@ Each ``lk_*`` struct has one ctypes mirror here (:data:`MIRRORS`, checked agains
 built objects' BTF by tests/tier0/test_abi.py: same size, same field offsets). Flat
 structs also get a :class:`struct.Struct` packer derived from the mirror, for the hot
 paths that pack and unpack bytes (the agents, the event reader). Constants the C side
-defines (the lanes in their order, rule and bucket limits, the stamp magic, phases, event kinds) and
-the layout of a stamp's ``seq`` (sender rank above the PSN) live here too.
+defines (the lanes in their order, rule and bucket limits, the DSCP slots, the stamp magic,
+phases, event kinds) and the layout of a stamp's ``seq`` (sender rank above the PSN) live
+here too.
 
 Standard library only: traffic agents import it and must start fast.
 """
@@ -19,6 +20,7 @@ LANES = ("vip", "normal", "low")  # enum lk_lane, in its order: a lane's index i
 NR_LANES = len(LANES)  # LK_NR_LANES
 MAX_RULES = 32  # LK_MAX_RULES
 HIST_BUCKETS = 32  # LK_HIST_BUCKETS: bucket b counts values in [2^b, 2^(b+1)) ns
+NR_DSCP = 64  # LK_NR_DSCP: the queue probe's per-DSCP slots of each watched port
 STAMP_MAGIC = 0x53544B4C  # LK_STAMP_MAGIC, "LKTS" in memory
 EV_SOJOURN, EV_LATENCY, EV_GAP = 1, 2, 3  # enum lk_event_kind
 PAUSE_XOFF, PAUSE_XON = 1, 2  # enum lk_pause_kind

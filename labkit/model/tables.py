@@ -93,6 +93,19 @@ class LaneRow(NamedTuple):
     dropped_bytes: Int
 
 
+class JobLaneRow(NamedTuple):
+    """One job's running totals at a watched port at one sample (``job_lanes``): its
+    packets (by their DSCP) the port's qdisc accepted and dropped."""
+
+    t_ns: Int
+    port: Str
+    job: Str
+    enqueued_packets: Int
+    enqueued_bytes: Int
+    dropped_packets: Int
+    dropped_bytes: Int
+
+
 class SojournRow(NamedTuple):
     """A sampled packet's time in a watched port's queue (``sojourn``)."""
 
@@ -117,11 +130,12 @@ class LatencyRow(NamedTuple):
 
 
 class HistRow(NamedTuple):
-    """One non-empty log2 bucket of a sojourn or latency histogram (``histograms``)."""
+    """One non-empty log2 bucket of a sojourn or latency histogram (``histograms``); kind
+    ``job_sojourn``: one job's sojourn at a watched port, the job's name in ``lane``."""
 
-    kind: Str
+    kind: Str  # sojourn, latency or job_sojourn
     port: Str  # "" for latency
-    lane: Str
+    lane: Str  # the job's name for job_sojourn
     bucket: Int
     count: Int  # type: ignore[assignment]  # the column's name on disk; shadows tuple.count
 
@@ -242,10 +256,10 @@ class EventRow(NamedTuple):
 
 TABLES: dict[str, type[tuple]] = {  # every table by its name (its file's), in this order
     "collectives": CollectiveRow, "phases": PhaseRow, "transport": TransportRow,
-    "queue": QueueRow, "lanes": LaneRow, "sojourn": SojournRow, "latency": LatencyRow,
-    "histograms": HistRow, "gaps": GapRow, "flows": FlowRow, "ios": IoRow, "cpu": CpuRow,
-    "pauses": PauseRow, "controller": Decision, "program_ops": OpRow, "bursts": BurstRow,
-    "dctcp": DctcpRow, "events": EventRow,
+    "queue": QueueRow, "lanes": LaneRow, "job_lanes": JobLaneRow, "sojourn": SojournRow,
+    "latency": LatencyRow, "histograms": HistRow, "gaps": GapRow, "flows": FlowRow,
+    "ios": IoRow, "cpu": CpuRow, "pauses": PauseRow, "controller": Decision,
+    "program_ops": OpRow, "bursts": BurstRow, "dctcp": DctcpRow, "events": EventRow,
 }
 
 

@@ -19,6 +19,7 @@ from labkit.model.tables import (
     GapRow,
     HistRow,
     IoRow,
+    JobLaneRow,
     LaneRow,
     LatencyRow,
     OpRow,
@@ -49,6 +50,7 @@ class PolicyResult:
     storage_stopped_ns: int = 0
     cpu: list[CpuRow] = field(default_factory=list)
     lanes: list[LaneRow] = field(default_factory=list)  # per-lane counters of watched ports
+    job_lanes: list[JobLaneRow] = field(default_factory=list)  # per job, with several jobs
     sojourn: list[SojournRow] = field(default_factory=list)  # sampled packets
     latency: list[LatencyRow] = field(default_factory=list)  # sampled packets
     histograms: list[HistRow] = field(default_factory=list)

@@ -59,6 +59,7 @@ def test_constants_match_the_header():
         assert f"LK_LANE_{lane.upper()} = {i}" in header
         assert tc.LANE_CLASS[lane] & 0xFFFF == 0x10 * (i + 1)  # LK_LANE_MINOR
     for name, value in (("LK_MAX_RULES", abi.MAX_RULES), ("LK_HIST_BUCKETS", abi.HIST_BUCKETS),
+                        ("LK_NR_DSCP", abi.NR_DSCP),
                         ("LK_STAMP_MAGIC", f"{abi.STAMP_MAGIC:#x}"),
                         ("LK_KEY_SPORT_SHIFT", abi.KEY_SPORT),
                         ("LK_KEY_PROTO_SHIFT", abi.KEY_PROTO),
@@ -76,3 +77,18 @@ def test_constants_match_the_header():
     for name, bit in (("LK_KEY_L3", abi.KEY_L3), ("LK_KEY_PORTS", abi.KEY_PORTS),
                       ("LK_KEY_BTH", abi.KEY_BTH)):
         assert f"#define {name} (1ULL << {bit.bit_length() - 1})" in header, name
+
+
+def test_the_queue_probes_dscp_slots_are_nr_dscp_per_port():
+    """The built object's per-DSCP maps hold NR_DSCP entries per watched port (lk_ports'
+    size): what labkit.kernel.telemetry indexes them by."""
+    path = bpf.object_path("queues")
+    require(path.exists(), f"{path} is not built (make bpf)")
+    obj = bpf.open_file(path)
+    try:
+        sizes = {bpf.lib.bpf_map__name(m).decode(): bpf.lib.bpf_map__max_entries(m)
+                 for m in bpf.each(obj, "map")}
+    finally:
+        bpf.lib.bpf_object__close(obj)
+    for name in ("lk_job_enqueued", "lk_job_dropped", "lk_job_sojourn_hist"):
+        assert sizes[name] == sizes["lk_ports"] * abi.NR_DSCP, (name, sizes)

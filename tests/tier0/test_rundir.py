@@ -166,6 +166,9 @@ RECORDED = {  # every table's columns and dtypes as runs have recorded them (bef
     "lanes": {"policy": STR, "t_ns": I64, "port": STR, "lane": STR, "offered_packets": I64,
               "offered_bytes": I64, "enqueued_packets": I64, "enqueued_bytes": I64,
               "dropped_packets": I64, "dropped_bytes": I64},
+    "job_lanes": {"policy": STR, "t_ns": I64, "port": STR, "job": STR,
+                  "enqueued_packets": I64, "enqueued_bytes": I64, "dropped_packets": I64,
+                  "dropped_bytes": I64},
     "sojourn": {"policy": STR, "t_ns": I64, "port": STR, "lane": STR, "sojourn_ns": I64,
                 "bytes": I64, "stamp_ns": I64, "seq": I64},
     "latency": {"policy": STR, "t_ns": I64, "lane": STR, "latency_ns": I64, "bytes": I64,
@@ -215,6 +218,9 @@ def test_every_sample_run_loads_in_its_schemas(sample):
 
 ROUND_TRIP = ["checkpoint-burst", "lossless/lossless", "pytorch-ddp", "dctcp-paper/dctcp",
               "link-faults"]
+# tables no shipped sample holds rows of yet: job_lanes needs a scenario of several jobs
+# (issue 48), whose samples are not recorded yet
+NOT_RECORDED_YET = {"job_lanes"}
 
 
 @pytest.mark.parametrize("sample", ROUND_TRIP)
@@ -228,7 +234,7 @@ def test_every_table_goes_through_its_row_type_unchanged(sample):
     recorded = {name: frame.head(300) for name, frame in rundir.load_run(SAMPLES / sample)
                 .tables.items()}
     if sample == ROUND_TRIP[0]:
-        assert not [name for name in TABLES if all(
+        assert not [name for name in TABLES if name not in NOT_RECORDED_YET and all(
             rundir.load_run(SAMPLES / s)[name].is_empty() for s in ROUND_TRIP)]
     policies = {p: PolicyResult(p, "lanes") for frame in recorded.values()
                 for p in frame["policy"]}

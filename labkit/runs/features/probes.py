@@ -15,9 +15,9 @@ from labkit.runs.result import PolicyResult
 
 
 class Probes(Feature):
-    """The queue probe on the bottleneck ports (per-lane counters, sojourn, dequeue gaps)
-    and the latency probe at the receivers' NICs; their events read while the traffic
-    runs."""
+    """The queue probe on the bottleneck ports (per-lane counters, sojourn, dequeue gaps;
+    with several jobs, per job too, by each job's DSCP) and the latency probe at the
+    receivers' NICs; their events read while the traffic runs."""
 
     records_only = True
     queues: QueueProbe | None = None
@@ -27,10 +27,17 @@ class Probes(Feature):
     def __init__(self) -> None:
         self.watched: list[WatchedPort] = []
         self.events: list[tuple] = []
+        self.jobs: dict[int, str] = {}  # DSCP: job name, with several jobs
 
     @classmethod
     def wanted(cls, sc: Scenario, policy: Policy, telemetry: bool) -> bool:
         return telemetry
+
+    @classmethod
+    def job_names(cls, sc: Scenario) -> dict[int, str]:
+        """DSCP: job name, of a scenario with several jobs (each job's packets carry its
+        own DSCP); empty with one job, whose run reads nothing more."""
+        return {j.dscp: j.name for j in sc.jobs} if sc.several else {}
 
     def build(self, stack: Stack) -> None:
         lanes = stack.need(Lanes, "the probes")
@@ -42,11 +49,14 @@ class Probes(Feature):
         for host in stack.sc.ranks:
             nic = stack.fabric.nic(host)
             latency.attach(nic.ns, nic.ifname, nic.ifindex)
+        self.jobs = self.job_names(stack.sc)
         for port in watched_ports(stack.topo):
             h = stack.fabric.handle(port)
+            queued = queues.watch(h.ns, h.ifindex, h.ifname)
             self.watched.append(WatchedPort(
                 h.ns, h.ifname, h.ifindex, offered=partial(lanes.classifier.counters, h.key),
-                queued=queues.watch(h.ns, h.ifindex, h.ifname)))
+                queued=queued,
+                jobs=queues.job_reader(h.ifname, self.jobs) if self.jobs else None))
         queues.pin(pin_dir(stack))
 
     def start(self) -> None:
@@ -71,7 +81,9 @@ class Probes(Feature):
                                                  seq))
         result.histograms = ([HistRow("sojourn", *row) for row in self.queues.histograms()]
                              + [HistRow("latency", "", *row)
-                                for row in self.latency.histograms()])
+                                for row in self.latency.histograms()]
+                             + [HistRow("job_sojourn", *row)
+                                for row in self.queues.job_histograms(self.jobs)])
         result.events_lost, result.packets_sampled, result.unpaired = self.queues.delivery()
 
     def close(self) -> None:
