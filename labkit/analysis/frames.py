@@ -188,6 +188,38 @@ def summary_frame(summary: Summary, digits: int | None = None) -> pl.DataFrame:
         pl.col(pl.Float64).round(digits))
 
 
+JOBS_COLUMNS = {"policy": pl.Utf8, "job": pl.Utf8, "gpus": pl.Int64, "iterations": pl.Int64,
+                "p50_ms": pl.Float64, "p99_ms": pl.Float64, "slowdown_p50": pl.Float64,
+                "slowdown_p99": pl.Float64, "together_slowdown_p99": pl.Float64,
+                "gpu_utilization": pl.Float64, "gpu_utilization_all": pl.Float64,
+                "bottleneck_share": pl.Float64, "bottleneck_drops": pl.Int64,
+                "sojourn_p99_us": pl.Float64}
+
+
+def jobs_frame(summary: Summary, digits: int | None = None) -> pl.DataFrame:
+    """One row per policy and job of a run whose jobs shared the fabric (none otherwise):
+    the job's GPUs, iterations, their p50 and p99 and slowdowns against the job alone
+    (and p99's against the jobs together without storage), its GPUs' utilization and the
+    policy's over all jobs (weighted by GPUs), its share of the jobs' bytes at the
+    bottleneck, its packets dropped there and their p99 time in its queue."""
+    rows = []
+    for policy, p in summary.policies.items():
+        for name, j in (p.jobs.each.items() if p.jobs else ()):
+            b = j.bottleneck
+            rows.append({
+                "policy": policy, "job": name, "gpus": j.gpus, "iterations": j.iterations,
+                "p50_ms": j.iteration_p50_ms, "p99_ms": j.iteration_p99_ms,
+                "slowdown_p50": j.slowdown_p50, "slowdown_p99": j.slowdown_p99,
+                "together_slowdown_p99": j.together_slowdown_p99,
+                "gpu_utilization": j.gpu_utilization,
+                "gpu_utilization_all": p.jobs.gpu_utilization if p.jobs else None,
+                "bottleneck_share": b.share if b else None,
+                "bottleneck_drops": b.dropped_packets if b else None,
+                "sojourn_p99_us": b.sojourn_p99_us if b else None})
+    frame = pl.DataFrame(rows, schema=JOBS_COLUMNS)
+    return frame if digits is None else frame.with_columns(pl.col(pl.Float64).round(digits))
+
+
 FIDELITY_COLUMNS = {"policy": pl.Utf8, "cpu_busy": pl.Float64, "cpu_bound": pl.Boolean,
                     "generator_limited": pl.Boolean, "links_at_rate": pl.Boolean,
                     "port": pl.Utf8, "pairs": pl.Int64, "dev_p50": pl.Float64,

@@ -13,6 +13,7 @@ from typing import Any
 
 import polars as pl
 
+from labkit.analysis.jobs import jobs_report
 from labkit.analysis.ports import backlog_series
 from labkit.analysis.windows import counter_delta, num, quantile, quantile_us
 from labkit.analysis.workloads import program_notes
@@ -22,6 +23,7 @@ from labkit.model.summary import (
     Command,
     ControllerReport,
     DctcpFlow,
+    Jobs,
     LinkDelay,
     Lossless,
     PausedQueue,
@@ -278,9 +280,16 @@ def _delays(v: PolicyView) -> tuple[dict[str, LinkDelay] | None, list[str]]:
 
 
 # every section, in the order their notes are read
+def _jobs(v: PolicyView) -> tuple[Jobs | None, list[str]]:
+    if not v.meta.jobs:
+        return None, []
+    return jobs_report(v.meta, v.policy, v.of("collectives"), v.of("job_lanes"),
+                       v.of("histograms"), v.of("job_ranks"), v.bottleneck.port, v.start), []
+
+
 SECTIONS: tuple[Section, ...] = (
     Section("storage", _storage), Section("transport", _transport),
     Section("controller", _controller), Section("lossless", _lossless),
     Section(None, _program), Section("tcp", _tcp), Section("queues", _queues),
     Section("telemetry", _telemetry), Section("lossy_links", _lossy_links),
-    Section("commands", _commands), Section("delays", _delays))
+    Section("commands", _commands), Section("delays", _delays), Section("jobs", _jobs))

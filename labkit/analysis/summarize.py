@@ -11,6 +11,7 @@ from dataclasses import replace
 import polars as pl
 
 from labkit.analysis.fidelity import cpu_busy, fidelity
+from labkit.analysis.jobs import with_job_slowdowns
 from labkit.analysis.ports import bottleneck_lanes, busiest_port, utilizations
 from labkit.analysis.sections import SECTIONS, PolicyView
 from labkit.analysis.windows import event_pairs, op_times, windows
@@ -33,6 +34,11 @@ def policy_summary(tables: dict, meta: SummaryMeta, policy: str, ops: pl.DataFra
     def of(name: str) -> pl.DataFrame:
         return tables[name].filter(pl.col("policy") == policy)
 
+    def first_job(name: str) -> pl.DataFrame:  # several jobs: the workload is the first's
+        frame = of(name)
+        return frame.filter(pl.col("host").is_in(meta.jobs[0].hosts)) \
+            if meta.jobs and name == "collectives" else frame
+
     seconds = (end - start) / 1e9
     util = utilizations(of("queue"), meta, start, end)
     info = meta.ports[port]
@@ -43,7 +49,10 @@ def policy_summary(tables: dict, meta: SummaryMeta, policy: str, ops: pl.DataFra
                             utilization=util.get(port, 0.0), lanes=lanes)
     busy = cpu_busy(of("cpu"), start, end)
     fid = fidelity(tables, policy, meta, start, end, busy)
-    workload = _workload(meta, policy, ops, of, lanes.vip.mbps * 1e6 / 8 * seconds, port)
+    if meta.jobs:
+        ops = op_times(first_job("collectives"))
+    workload = _workload(meta, policy, ops, first_job, lanes.vip.mbps * 1e6 / 8 * seconds,
+                         port)
     view = PolicyView(policy, meta, of, start, end, workload, bottleneck)
     sections, notes = {}, list(fid.notes)
     for section in SECTIONS:
@@ -99,8 +108,8 @@ def summarize(tables: dict[str, pl.DataFrame], meta: SummaryMeta) -> Summary:
                                *spans[p], port)
                 for p in meta.policies if p in spans}
     base = policies["isolated"].workload if "isolated" in policies else None
-    policies = {p: replace(s, workload=with_slowdowns(s.workload, base))
-                for p, s in policies.items()}
+    policies = with_job_slowdowns({p: replace(s, workload=with_slowdowns(s.workload, base))
+                                   for p, s in policies.items()})
     faults = event_pairs(tables.get("events"), "isolated")
     if isinstance(base, AllReduce) and base.busbw_mbps < 0.8 * meta.ring_link_mbps \
             and not faults:  # faults on purpose, not the generator, slowed it then

@@ -398,13 +398,14 @@ class Scenario:
 
     @property
     def ranks(self) -> tuple[str, ...]:
-        """The GPU hosts of the collective workload."""
-        return self.workload.ranks
+        """The GPU hosts of the collective workload (of every job, in their order)."""
+        return tuple(dict.fromkeys(h for job in self.jobs for h in job.ranks))
 
     @property
     def iterations(self) -> int | None:
-        """Ops or iterations of the workload (None: a program that does not say)."""
-        return self.workload.iterations
+        """Ops or iterations of the workload, or of the first job (a run's progress
+        follows it); None: a program that does not say."""
+        return self.jobs[0].iterations
 
     def alone(self, job: JobEntry) -> Scenario:
         """This scenario with ``job`` as its only job: the job alone on the same fabric."""

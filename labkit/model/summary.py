@@ -432,6 +432,54 @@ class LinkDelay(Section):
 
 
 @dataclass(frozen=True, kw_only=True)
+class JobAtBottleneck(Section):
+    """One job's packets at the run's bottleneck port over the window, counted apart by
+    its DSCP in the kernel: enqueued and dropped, its share of the jobs' bytes there, and
+    its packets' time in the queue (µs, p99 of the kernel's histogram; null without)."""
+
+    packets: int
+    bytes: int
+    dropped_packets: int
+    share: float
+    sojourn_p99_us: float | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class SharedJob(Section):
+    """One of several jobs sharing the fabric under one policy, over the part of the
+    window every job was running in: its workload as a one-job run reports it, its
+    iterations (ms: an All-Reduce's op and its compute; a job's iteration), its GPUs'
+    utilization (the compute share of an iteration), its slowdowns against the job alone
+    (``isolated``) and against the jobs together without storage (``together``), and its
+    packets at the bottleneck."""
+
+    workload: Workload = one_of(WORKLOADS, "workload")
+    gpus: int
+    iterations: int
+    iteration_p50_ms: float
+    iteration_p99_ms: float
+    gpu_utilization: float
+    slowdown_p50: float | None = None
+    slowdown_p99: float | None = None
+    together_slowdown_p50: float | None = None
+    together_slowdown_p99: float | None = None
+    bottleneck: JobAtBottleneck | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Jobs(Section):
+    """Several jobs sharing the fabric: the GPUs' utilization summed over the jobs,
+    weighted by their GPUs (Crux's metric), and each job by its name. Under
+    ``job-priority``: how long after the jobs started it first ranked them (ms; every
+    figure is from then on) and how often its ranking changed a lane."""
+
+    gpu_utilization: float
+    each: dict[str, SharedJob]
+    ranked_after_ms: float | None = when_set()
+    rankings: int | None = when_set()
+
+
+@dataclass(frozen=True, kw_only=True)
 class PolicySummary(Section):
     """One policy of a run: its workload (under the key of its kind, first) and every
     section docs/data-model.md describes. ``transport``, ``telemetry`` and ``commands``
@@ -453,6 +501,7 @@ class PolicySummary(Section):
     lossy_links: dict[str, int]  # drops on purpose, per lossy link
     commands: tuple[Command, ...] | None = None
     delays: dict[str, LinkDelay] | None = when_set()  # by hop ("node->peer")
+    jobs: Jobs | None = when_set()  # several jobs sharing the fabric
 
 @dataclass(frozen=True, kw_only=True)
 class Summary(Section):

@@ -100,6 +100,21 @@ class LinkDelayRow:
     realtime: bool
 
 
+@dataclass(frozen=True)
+class JobMeta:
+    """One of several jobs sharing the fabric, as its summary needs it: its kind, hosts
+    (its rows are theirs: labkit's jobs do not share hosts), DSCP (its packets' at the
+    bottleneck), GPUs, and its workload's facts as a one-job run's meta holds them."""
+
+    name: str
+    kind: str  # allreduce or job
+    hosts: tuple[str, ...]
+    dscp: int
+    gpus: int
+    compute_ms: float  # an All-Reduce's compute between its ops (a job's are in its rows)
+    meta: SummaryMeta  # the job's workload facts (workload, size, job, bytes per hop)
+
+
 @dataclass(frozen=True, kw_only=True)
 class SummaryMeta:
     """A run's facts for its summary. ``size_bytes`` is an All-Reduce's, ``job`` a
@@ -129,3 +144,4 @@ class SummaryMeta:
     ecn_k_packets: int | None = None  # transport.ecn_k_packets: the bottleneck ports mark
     ecn_marks: dict[str, dict[str, dict[str, int]]] = field(default_factory=dict)  # per port
     delays: dict[str, tuple[LinkDelayRow, ...]] = field(default_factory=dict)  # delayed links
+    jobs: tuple[JobMeta, ...] = ()  # with several jobs, each of them

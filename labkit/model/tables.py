@@ -190,6 +190,18 @@ class PauseRow(NamedTuple):
     resume_ns: Int  # XON (or the end of the run) to resumed
 
 
+class JobRankRow(NamedTuple):
+    """One job in one of ``job-priority``'s rankings (``job_ranks``): its GPU intensity as
+    learned then (compute ns per byte it sent across the bottleneck, over its latest
+    iterations) and the lane the ranking gave it."""
+
+    t_ns: Int
+    job: Str
+    intensity_ns_per_byte: Float
+    iterations: Int  # the job's iterations the intensity was learned from
+    lane: Str
+
+
 class Decision(NamedTuple):
     """One change of a valve's lane, or a job phase relayed to it (``controller``)."""
 
@@ -260,6 +272,7 @@ TABLES: dict[str, type[tuple]] = {  # every table by its name (its file's), in t
     "latency": LatencyRow, "histograms": HistRow, "gaps": GapRow, "flows": FlowRow,
     "ios": IoRow, "cpu": CpuRow, "pauses": PauseRow, "controller": Decision,
     "program_ops": OpRow, "bursts": BurstRow, "dctcp": DctcpRow, "events": EventRow,
+    "job_ranks": JobRankRow,
 }
 
 

@@ -27,7 +27,7 @@ import resource
 import time
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import ExitStack
-from dataclasses import asdict
+from dataclasses import asdict, fields, replace
 from pathlib import Path
 
 from labkit.analysis import jobtiming, nccltests
@@ -41,9 +41,15 @@ from labkit.kernel.pcap import PacketCapture, PcapRequest
 from labkit.kernel.registry import Registry
 from labkit.kernel.telemetry import sample_every_for
 from labkit.model import lossless
-from labkit.model.scenario_spec import Policy, Scenario
+from labkit.model.scenario_spec import AllReduceSpec, JobEntry, JobSpec, Policy, Scenario
 from labkit.model.summary import Command, ProgramRank, Telemetry
-from labkit.model.summary_meta import LosslessMeta, PortMeta, ProgramReport, SummaryMeta
+from labkit.model.summary_meta import (
+    JobMeta,
+    LosslessMeta,
+    PortMeta,
+    ProgramReport,
+    SummaryMeta,
+)
 from labkit.model.tables import (
     CollectiveRow,
     FlowRow,
@@ -152,6 +158,11 @@ class PolicyFabric:
             if recording or not feature.records_only:
                 feature.start()
 
+    def op_done(self, job: str, op: int, compute_ns: int) -> None:
+        """A job's op or iteration has completed: every feature is told, in order."""
+        for feature in self.stack.built:
+            feature.op_done(job, op, compute_ns)
+
     def stop(self) -> None:
         """The traffic has ended: every feature, newest first (each one, whichever
         raised; the error after)."""
@@ -198,6 +209,11 @@ def run_policy(sc: Scenario, topo: Topology, policy: Policy, registry: Registry,
     ``classifier_object`` is the user's classifier (None: the built-in one).
     """
     workdir.mkdir(parents=True, exist_ok=True)
+    if policy.alone and sc.several:  # each job alone on a fabric of its own, in turn
+        return merged(policy.name, [
+            run_policy(sc.alone(job), topo, policy, registry, workdir / job.name, duration_s,
+                       progress if i == 0 else None, pcap, pcap_dir, telemetry, controllers,
+                       classifier_object) for i, job in enumerate(sc.jobs)])
     with PolicyFabric(sc, topo, policy, registry, telemetry, controllers,
                       classifier_object) as pf:
         return _run_traffic(pf, workdir, duration_s, progress, pcap, pcap_dir)
@@ -213,6 +229,7 @@ def _run_traffic(pf: PolicyFabric, workdir: Path, duration_s: float | None,
     phase_maps = control.session.phase_maps if control and control.session else None
     result = PolicyResult(pol.name, pol.port_layout)
     commands = programs = None
+    leads: dict[Agent, str] = {}  # each of labkit's jobs' first engine: its ops are told
     agents: list[Engine | Agent[StorageResult]] = []
     try:
         rng = random.Random(f"{sc.seed}/{pol.name}")
@@ -222,17 +239,22 @@ def _run_traffic(pf: PolicyFabric, workdir: Path, duration_s: float | None,
             assert marking, "a program's fabric marks its ranks' traffic"
             programs = Programs(sc.program, topo, fabric, marking.groups, workdir / "program",
                                 phase_maps).launch()
-        else:
-            work, gap_ms, ring_ops = workload(sc)
-            ring = start_collective(
-                fabric, topo, sc.ranks, work, iterations=ring_ops, compute_ms=gap_ms,
-                workdir=workdir, rng=rng, duration_s=duration_s, phase_maps=phase_maps,
-                dcqcn=sc.control.dcqcn,
-                # a capture shows packets as the fabric carries them: whole packets, so
-                # tshark reads each one (and checks its ICRC)
-                gso_packets=1 if pcap else sc.emulation.gso_packets,
-                lossless=lossless.carries_collectives(sc.fabric, pol.port_layout),
-                engines=sc.emulation.engines)
+        else:  # labkit's own jobs, started together; progress follows the first
+            ring, ring_ops = [], 0
+            for job in sc.jobs:
+                work, gap_ms, ops = job_workload(job, sc.fabric.gpus_per_host)
+                ring_ops = ring_ops or ops
+                first = len(ring)
+                ring += start_collective(
+                    fabric, topo, job.ranks, work, iterations=ops, compute_ms=gap_ms,
+                    workdir=workdir / job.name if sc.several else workdir, rng=rng,
+                    duration_s=duration_s, phase_maps=phase_maps, dcqcn=sc.control.dcqcn,
+                    # a capture shows packets as the fabric carries them: whole packets,
+                    # so tshark reads each one (and checks its ICRC)
+                    gso_packets=1 if pcap else sc.emulation.gso_packets,
+                    lossless=lossless.carries_collectives(sc.fabric, pol.port_layout),
+                    engines=sc.emulation.engines, dscp=job.dscp)
+                leads[ring[first]] = job.name
         storage = start_storage(sc, topo, fabric, workdir) if pol.storage else []
         agents = [*ring, *storage]
         if pol.storage and sc.commands:  # the user's programs compete as storage does
@@ -242,7 +264,7 @@ def _run_traffic(pf: PolicyFabric, workdir: Path, duration_s: float | None,
             else None
         try:
             _drive(result, pf, ring, storage, duration_s, ring_ops, progress, commands,
-                   programs)
+                   programs, leads)
         finally:
             if capture:
                 capture.stop()
@@ -264,7 +286,8 @@ def _run_traffic(pf: PolicyFabric, workdir: Path, duration_s: float | None,
 def _drive(result: PolicyResult, pf: PolicyFabric, ring: list[Engine],
            storage: list[Agent[StorageResult]], duration_s: float | None, ring_ops: int,
            progress: Callable[[int], None] | None, commands: Commands | None = None,
-           programs: Programs | None = None) -> None:
+           programs: Programs | None = None, leads: Mapping[Agent, str] | None = None
+           ) -> None:
     """Start storage (and the user's commands), let it warm up, run the collective
     workload to the end (labkit's ranks, ``ring_ops`` ops or iterations each, or the
     user's program), stop storage; record telemetry meanwhile, the policy's features
@@ -272,7 +295,8 @@ def _drive(result: PolicyResult, pf: PolicyFabric, ring: list[Engine],
     probes, control = pf.get(Probes), pf.get(Control)
     feed = control.session.feed if control and control.session else None
     poller = QueuePoller(probes.watched if probes else [],
-                         listener=feed.push if feed else None).start()
+                         listener=feed.push if feed else None,
+                         job_names=probes.jobs if probes else {}).start()
     cpu = CpuSampler().start()
     try:
         pf.start()  # its controller fed from the poller's first sample on
@@ -289,10 +313,16 @@ def _drive(result: PolicyResult, pf: PolicyFabric, ring: list[Engine],
             go(ring, t_ranks)
 
             def on_line(agent: Agent, line: str) -> None:
-                if progress and agent is ring[0] and line.startswith("OP "):
-                    progress(int(line.split()[1]) + 1)
+                if not line.startswith("OP "):
+                    return
+                _, op, *compute = line.split()
+                if progress and agent is ring[0]:
+                    progress(int(op) + 1)
+                if leads and agent in leads and compute:
+                    pf.op_done(leads[agent], int(op), int(compute[0]))
 
-            limit_s = duration_s + 30 if duration_s else max(120, 5 * ring_ops)
+            most = max(j.iterations or 0 for j in pf.stack.sc.jobs)
+            limit_s = duration_s + 30 if duration_s else max(120, 5 * most)
             finish_together(ring, limit_s, on_line)
         result.orchestrator_cpu_share = ((_own_cpu_s() - before[0])
                                          / max(time.monotonic() - before[1], 1e-3))
@@ -306,6 +336,7 @@ def _drive(result: PolicyResult, pf: PolicyFabric, ring: list[Engine],
         pf.stop()
         poller.stop()
         result.queue, result.lanes = poller.queue_rows(result.port_layout), poller.lane_rows
+        result.job_lanes = poller.job_rows
         result.cpu = cpu.stop()
 
 
@@ -423,15 +454,48 @@ def run_sweep(sc: Scenario, op: str, algo: str | Mapping[int, str], size_list: l
 
 
 def workload(sc: Scenario) -> tuple[dict, float, int]:
-    """The agents' workload for the scenario, the compute time between its ops and how
-    many ops or iterations they run."""
-    if sc.job:
-        return {"kind": "job", "job": sc.job.as_dict()}, 0.0, sc.job.iterations
-    ar = sc.allreduce
-    if ar is None:
-        raise ValueError(f"scenario {sc.name}: a user's program is not run by labkit's agents")
-    return (collective("all_reduce", ar.algo, ar.size_bytes, sc.fabric.gpus_per_host),
-            ar.compute_ms, ar.iterations)
+    """The agents' workload for the scenario's one job (:func:`job_workload`)."""
+    return job_workload(sc.workload, sc.fabric.gpus_per_host)
+
+
+def job_workload(job: JobEntry, gpus_per_host: int) -> tuple[dict, float, int]:
+    """The agents' workload for one of labkit's jobs, the compute time between its ops
+    and how many ops or iterations they run."""
+    if isinstance(job, JobSpec):
+        return {"kind": "job", "job": job.as_dict()}, 0.0, job.iterations
+    if not isinstance(job, AllReduceSpec):
+        raise ValueError(f"job {job.name}: a user's program is not run by labkit's agents")
+    return (collective("all_reduce", job.algo, job.size_bytes, gpus_per_host),
+            job.compute_ms, job.iterations)
+
+
+def merged(policy: str, results: Sequence[PolicyResult]) -> PolicyResult:
+    """One policy's result from runs of it one after another (``isolated`` with several
+    jobs: each job alone): every table's rows in turn, counts summed, shares the most,
+    notes and flags of each."""
+    out = PolicyResult(policy, results[0].port_layout)
+    for f in fields(PolicyResult):
+        if f.name in ("policy", "port_layout"):
+            continue
+        values = [getattr(r, f.name) for r in results]
+        if isinstance(values[0], list):
+            value: object = [row for v in values for row in v]
+        elif isinstance(values[0], bool):
+            value = any(values)
+        elif isinstance(values[0], int):
+            value = max(values) if f.name.endswith("_ns") else sum(values)
+        elif isinstance(values[0], float):
+            value = max(values)
+        elif isinstance(values[0], dict):  # per link or port: counts summed, else the last
+            counts: dict = {}
+            for v in values:
+                for k, x in v.items():
+                    counts[k] = counts[k] + x if k in counts and isinstance(x, int) else x
+            value = counts
+        else:  # a program's or controller's report: isolated runs neither
+            value = next((v for v in values if v is not None), None)
+        setattr(out, f.name, value)
+    return out
 
 
 def bytes_per_iteration(sc: Scenario, topo: Topology) -> tuple[dict[str, int], dict[str, set]]:
@@ -463,7 +527,16 @@ def tracepoint_unseen(lane_rows: list[LaneRow]) -> int:
 
 def summary_meta(sc: Scenario, topo: Topology, run_id: str, results: list[PolicyResult]
                  ) -> SummaryMeta:
-    """What :func:`labkit.analysis.summarize.summarize` needs besides the tables."""
+    """What :func:`labkit.analysis.summarize.summarize` needs besides the tables; with
+    several jobs, the first job's workload at the top (as in a one-job run) and each
+    job's in ``jobs``."""
+    if sc.several:
+        each = [(job, summary_meta(sc.alone(job), topo, run_id, results)) for job in sc.jobs]
+        return replace(each[0][1], jobs=tuple(
+            JobMeta(name=job.name, kind=job.kind, hosts=job.ranks, dscp=job.dscp,
+                    gpus=len(job.ranks),
+                    compute_ms=job.compute_ms if isinstance(job, AllReduceSpec) else 0.0,
+                    meta=meta) for job, meta in each))
     ranks = sc.ranks
     per_hop, senders = bytes_per_iteration(sc, topo)
     ports = {p.ifname: PortMeta(link=p.link.name, rate_mbps=p.link.rate_mbps, node=p.node,

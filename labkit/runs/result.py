@@ -20,6 +20,7 @@ from labkit.model.tables import (
     HistRow,
     IoRow,
     JobLaneRow,
+    JobRankRow,
     LaneRow,
     LatencyRow,
     OpRow,
@@ -51,6 +52,7 @@ class PolicyResult:
     cpu: list[CpuRow] = field(default_factory=list)
     lanes: list[LaneRow] = field(default_factory=list)  # per-lane counters of watched ports
     job_lanes: list[JobLaneRow] = field(default_factory=list)  # per job, with several jobs
+    job_ranks: list[JobRankRow] = field(default_factory=list)  # job-priority's rankings
     sojourn: list[SojournRow] = field(default_factory=list)  # sampled packets
     latency: list[LatencyRow] = field(default_factory=list)  # sampled packets
     histograms: list[HistRow] = field(default_factory=list)

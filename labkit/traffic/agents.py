@@ -172,7 +172,8 @@ def start_collective(fabric: Fabric, topo: Topology, ranks: tuple[str, ...], wor
                      *, iterations: int, compute_ms: float, workdir: Path, rng: random.Random,
                      duration_s: float | None = None, phase_maps: dict[str, int] | None = None,
                      dcqcn: bool = False, gso_packets: int = 1,
-                     lossless: bool = False, engines: str = "leaf") -> list[Engine]:
+                     lossless: bool = False, engines: str = "leaf", dscp: int = 0
+                     ) -> list[Engine]:
     """The ranks (``labkit.traffic.collective``) running ``workload`` (see
     :func:`collective`, or a training job: ``{"kind": "job", "job": {...}}``), in engines
     grouped as ``engines`` says (:func:`engine_groups`): each engine starts in its first
@@ -180,7 +181,8 @@ def start_collective(fabric: Fabric, topo: Topology, ranks: tuple[str, ...], wor
     ``phase_maps``: per host, the fd of the map its ranks publish their phase to;
     ``dcqcn``: senders mark their packets ECN-capable and react to CNPs; ``gso_packets``:
     packets per GSO run (scenario ``emulation.gso_packets``); ``lossless``: the fabric
-    never drops the ranks' packets, so their transport waits long before it resends."""
+    never drops the ranks' packets, so their transport waits long before it resends;
+    ``dscp``: what every packet of the ranks carries (their job's, with several jobs)."""
     phase_maps = phase_maps or {}
     n = len(ranks)
     workdir.mkdir(parents=True, exist_ok=True)
@@ -196,7 +198,7 @@ def start_collective(fabric: Fabric, topo: Topology, ranks: tuple[str, ...], wor
         templates=roce.data_templates(0, payload), ack_template=roce.ack_template(0),
         nak_template=roce.ack_template(0, wire.SYNDROME_NAK_PSN),
         cnp_template=roce.cnp_template(0), gso_segments=1 if lossy else gso_packets,
-        lossless=lossless)
+        lossless=lossless, dscp=dscp)
     out = []
     for group in engine_groups(topo, ranks, engines):
         home = ranks[group[0]]

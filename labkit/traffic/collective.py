@@ -16,11 +16,11 @@ ones and reports how many chunks were wrong (nccl-tests' ``#wrong``).
 Protocol with the controller: the engine reads a JSON config (path in argv; its ranks,
 :class:`labkit.model.traffic.configs.Engine`), binds its ranks' sockets, prints
 ``READY``, waits for ``GO <t0_ns>`` on stdin (a CLOCK_MONOTONIC instant shared by all
-namespaces), prints ``OP <k>`` as its first rank completes each op and ``FINISHED`` once
-all its ranks are done, keeps acknowledging until ``END`` on stdin (every rank of every
-engine has finished), writes its ranks' results JSON, prints ``DONE`` and exits. SIGTERM
-ends it early; the results written then cover the ops completed. Its CPU time is shared
-equally among its ranks' counters.
+namespaces), prints ``OP <k> <compute ns>`` as its first rank completes each op and
+``FINISHED`` once all its ranks are done, keeps acknowledging until ``END`` on stdin
+(every rank of every engine has finished), writes its ranks' results JSON, prints
+``DONE`` and exits. SIGTERM ends it early; the results written then cover the ops
+completed. Its CPU time is shared equally among its ranks' counters.
 
 Training jobs (:mod:`labkit.model.traffic.jobs`) run the same way, one plan per
 iteration, with their compute phases as timed waits; each iteration reports its
@@ -252,6 +252,10 @@ class Rank:
         rx.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, RCVBUF_BYTES)
         if dcqcn:  # see each packet's ECN field: CE asks for a CNP
             rx.setsockopt(socket.IPPROTO_IP, socket.IP_RECVTOS, 1)
+        # the job's DSCP on everything the rank sends: its ACKs (from rx) as its data
+        tos = cfg.dscp << 2 | (wire.ECT0 if dcqcn else 0)
+        if tos:
+            rx.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, cfg.dscp << 2)
         rx.setsockopt(SOL_UDP, UDP_GRO, 1)  # a peer's GSO run arrives as it was sent
         rx.bind(("0.0.0.0", wire.ROCEV2_PORT))
         self.receiver = hotpath.Rx(rx, cfg.ip)
@@ -261,8 +265,8 @@ class Rank:
         for p in partners:
             s = self.tx[p] = _udp_socket()
             s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SNDBUF_BYTES)
-            if dcqcn:  # ECN-capable: the fabric may mark it CE instead of queueing it long
-                s.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, wire.ECT0)
+            if tos:  # ECN-capable under DCQCN: the fabric may mark it CE, not queue it long
+                s.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, tos)
             s.bind(("0.0.0.0", cfg.sport_base + p))
             qpn = QPN_BASE + p
             out = hotpath.Tx(s, cfg.ip, cfg.sport_base + p, (cfg.peers[p], wire.ROCEV2_PORT),
@@ -416,7 +420,8 @@ def open_ranks(cfgs: list[configs.Collective]) -> list[Rank]:
 def run(ranks: list[Rank], stdin, stdout) -> list[CollectiveResult]:
     """Drive ``ranks`` (an engine's, all in this process) with one poll loop: each pass
     turns only the ranks that have a packet, room to send or a due timer. Prints
-    ``OP <k>`` as the first rank completes op k, ``FINISHED`` once all are done."""
+    ``OP <k> <compute ns>`` as the first rank completes op k (its compute in the op and
+    after it), ``FINISHED`` once all are done."""
     print("READY", file=stdout, flush=True)
     line = stdin.readline().split()
     if not line or line[0] != "GO":
@@ -446,8 +451,9 @@ def run(ranks: list[Rank], stdin, stdout) -> list[CollectiveResult]:
             else:
                 wake[r] = at
             r.watch(poller)
-        for k in range(told, len(ranks[0].ops)):
-            print(f"OP {k}", file=stdout, flush=True)
+        for k in range(told, len(ranks[0].ops)):  # and its compute: in the op, and after it
+            compute = ranks[0].ops[k].compute_ns + ranks[0].compute_ns
+            print(f"OP {k} {compute}", file=stdout, flush=True)
         told = len(ranks[0].ops)
         if not wake:
             break

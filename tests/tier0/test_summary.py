@@ -46,7 +46,8 @@ def test_the_samples_cover_every_workload_and_the_older_versions():
     old = Summary.from_json(json.loads((RECORDED / "bottleneck-20261130/summary.json")
                                        .read_text())).policies["fifo"]  # before transport
     assert old.transport is None and old.commands is None
-    assert old.unrecorded == {"transport", "queues", "tcp", "lossless", "commands", "delays"}
+    assert old.unrecorded == {"transport", "queues", "tcp", "lossless", "commands", "delays",
+                              "jobs"}
 
 
 @pytest.mark.parametrize("path", RUN_SUMMARIES, ids=lambda p: str(p.parent.relative_to(SAMPLE)))

@@ -39,6 +39,7 @@ class Collective(Record):
     gso_segments: int = 1  # packets of equal size sent as one UDP GSO run (traffic.hotpath)
     lossless: bool = False  # the fabric pauses instead of dropping: long transport timeouts
     netns_fd: int | None = None  # the rank's host's namespace, inherited (None: the engine's)
+    dscp: int = 0  # every packet the rank sends carries it: its job's, with several jobs
 
 
 @dataclass(frozen=True)

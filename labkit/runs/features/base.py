@@ -59,6 +59,10 @@ class Feature:
     def start(self) -> None:
         """The traffic is about to start."""
 
+    def op_done(self, job: str, op: int, compute_ns: int) -> None:
+        """A job's first rank has completed op (or iteration) ``op``, having computed
+        ``compute_ns`` for it (labkit's own jobs, as their engines report them)."""
+
     def stop(self) -> None:
         """The traffic has ended (also after a failure)."""
 

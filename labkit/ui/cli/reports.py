@@ -27,6 +27,8 @@ def print_summary(summary: Summary) -> None:
     t = Table(title=f"{summary.scenario} · run {summary.run_id}",
               caption=f"times in ms; rates in emulated Mbit/s (1 emulated Mbit/s stands for "
                       f"{summary.scale_factor:g} real Mbit/s); bneck: the bottleneck port"
+                      + (f"; {first_job}'s ops (every job's: the jobs table below)"
+                         if (first_job := _first_job(summary)) else "")
                       + ("; storage: the scenario's storage entries (its TCP flows: the "
                          "flows table below)" if flows else ""),
               caption_justify="left")
@@ -83,6 +85,7 @@ def print_summary(summary: Summary) -> None:
     _print_queues(summary)
     _print_flows(summary)
     _print_delays(summary)
+    _print_jobs(summary)
     paused = {k: (p.lossless, p.transport) for k, p in summary.policies.items() if p.lossless}
     if paused:
         lossless_lanes = ", ".join(next(iter(paused.values()))[0].lanes)
@@ -198,6 +201,40 @@ def _print_delays(summary: Summary) -> None:
             t.add_row(policy, hop, delay, str(d.frames), fmt(d.late_p50_us, ".0f"),
                       fmt(d.late_p99_us, ".0f"), f"{d.late_max_us:.0f}",
                       "[red]no[/]" if d.flagged else "yes")
+    console.print(t)
+
+
+def _first_job(summary: Summary) -> str | None:
+    """The first job's name, in a run of several (its ops are the main table's)."""
+    return next((next(iter(p.jobs.each)) for p in summary.policies.values() if p.jobs), None)
+
+
+def _print_jobs(summary: Summary) -> None:
+    """Several jobs sharing the fabric: one row per policy and job."""
+    from labkit.analysis import frames
+
+    jobs = frames.jobs_frame(summary)
+    if jobs.is_empty():
+        return
+    t = Table(title="the jobs sharing the fabric, each over the time all of them ran",
+              caption="iteration times in ms; slowdown: against the job alone (isolated), "
+                      "and the jobs together without storage (together); GPU util.: the "
+                      "compute share of an iteration, and the policy's over all jobs "
+                      "weighted by GPUs (Crux's metric); share: of the jobs' bytes at the "
+                      "bottleneck port", caption_justify="left")
+    for col in ("policy", "job", "GPUs", "iters", "p50", "p99", "slowdown\np50 / p99",
+                "vs together\np99", "GPU util.\njob / all", "bneck\nshare", "drops",
+                "sojourn\np99 µs"):
+        t.add_column(col, justify="left" if col in ("policy", "job") else "right",
+                     no_wrap=True)
+    for r in jobs.iter_rows(named=True):
+        t.add_row(r["policy"], r["job"], str(r["gpus"]), str(r["iterations"]),
+                  fmt(r["p50_ms"], ".0f"), fmt(r["p99_ms"], ".0f"),
+                  f"{fmt(r['slowdown_p50'])} / {fmt(r['slowdown_p99'])}",
+                  fmt(r["together_slowdown_p99"]),
+                  f"{fmt(r['gpu_utilization'], '.0%')} / {fmt(r['gpu_utilization_all'], '.0%')}",
+                  fmt(r["bottleneck_share"], ".0%"), fmt(r["bottleneck_drops"], "d"),
+                  fmt(r["sojourn_p99_us"], ".0f"))
     console.print(t)
 
 

@@ -1,0 +1,141 @@
+"""Several jobs sharing the fabric (docs/jobs.md): each job's part of a policy's summary
+and, across policies, its slowdowns against the job alone (``isolated``) and against the
+jobs together without storage (``together``).
+
+Every figure of a job is over the part of the policy's window in which all the jobs ran:
+from its start to the end of the job that finished first (``isolated`` runs them one
+after another: there each job's whole run). Under ``job-priority`` it starts at the first
+ranking (the jobs are fair until then, while it learns; how long that took is reported):
+the figures are the policy's, not its learning's. A job's rows are its hosts' (labkit's jobs
+do not share hosts); its packets at the bottleneck are those carrying its DSCP, which the
+kernel counted apart (``job_lanes``, and the ``job_sojourn`` histograms).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import polars as pl
+
+from labkit.analysis.windows import counter_delta, num, op_times, quantile
+from labkit.analysis.workloads import allreduce, job
+from labkit.model.abi import HIST_BUCKETS
+from labkit.model.summary import JobAtBottleneck, Jobs, PolicySummary, SharedJob, Workload
+from labkit.model.summary_meta import JobMeta, SummaryMeta
+
+INF = 2**63 - 1  # no end: every op
+BASES = ("isolated", "together")  # the job alone; the jobs together without storage
+
+
+def shared_end(collectives: pl.DataFrame, jobs: tuple[JobMeta, ...]) -> int:
+    """When the first job to finish ended its last op: each job ran until then."""
+    return min(int(num(collectives.filter(pl.col("host").is_in(j.hosts))["end_ns"].max()))
+               for j in jobs)
+
+
+def jobs_report(meta: SummaryMeta, policy: str, collectives: pl.DataFrame,
+                job_lanes: pl.DataFrame, histograms: pl.DataFrame, job_ranks: pl.DataFrame,
+                port: str, start: int) -> Jobs:
+    """Each job of ``meta.jobs`` under ``policy`` (its rows in ``collectives``; the
+    kernel's per-job counters at ``port``; ``job-priority``'s rankings), and the GPUs'
+    utilization over all of them."""
+    alone = policy == "isolated"
+    end = None if alone else shared_end(collectives, meta.jobs)
+    ranked = int(num(job_ranks["t_ns"].min())) if job_ranks.height else None
+    first = ranked or start
+    counted = _at_port(job_lanes, histograms, port, first, end)
+    each = {}
+    for j in meta.jobs:  # its ops that began (at their first rank) in [first, end)
+        rows = collectives.filter(pl.col("host").is_in(j.hosts))
+        ops = op_times(rows).filter((pl.col("start_ns") >= first)
+                                    & (pl.col("start_ns") < (end or INF)))
+        rows = rows.filter(pl.col("op").is_in(ops["op"].implode()))
+        each[j.name] = _shared(j, ops, rows, counted.get(j.name), port)
+    gpus = sum(j.gpus for j in meta.jobs)
+    util = sum(each[j.name].gpu_utilization * j.gpus for j in meta.jobs) / gpus
+    return Jobs(gpu_utilization=util, each=each,
+                ranked_after_ms=(ranked - start) / 1e6 if ranked else None,
+                rankings=job_ranks["t_ns"].n_unique() if ranked else None)
+
+
+def _shared(j: JobMeta, ops: pl.DataFrame, rows: pl.DataFrame,
+            counted: JobAtBottleneck | None, port: str) -> SharedJob:
+    """One job's figures from its ops (one row per op across ranks) and its ranks' rows."""
+    work: Workload
+    if j.kind == "job":
+        work = job(ops, rows, j.meta, port)
+        iteration = ops["ms"]
+        per_rank = rows.select(pl.col("compute_ns") / (pl.col("end_ns") - pl.col("start_ns")))
+        util = num(per_rank.to_series().mean())
+    else:
+        if j.meta.size_bytes is None:
+            raise ValueError(f"job {j.name}: an All-Reduce's summary needs its size")
+        work = allreduce(ops, j.meta.size_bytes, len(j.hosts))
+        iteration = ops["ms"] + j.compute_ms  # its compute, then its op
+        util = num((j.compute_ms / iteration).mean())
+    return SharedJob(workload=work, gpus=j.gpus, iterations=ops.height,
+                     iteration_p50_ms=quantile(iteration, 0.5),
+                     iteration_p99_ms=quantile(iteration, 0.99), gpu_utilization=util,
+                     bottleneck=counted)
+
+
+def _at_port(job_lanes: pl.DataFrame, histograms: pl.DataFrame, port: str, start: int,
+             end: int | None) -> dict[str, JobAtBottleneck]:
+    """Each job's packets at ``port`` over [start, end] (None: to its last sample)."""
+    mine = job_lanes.filter(pl.col("port") == port)
+    if mine.is_empty():
+        return {}
+    last = int(num(mine["t_ns"].max())) if end is None else end
+    grown = counter_delta(mine, ["job"], ["enqueued_packets", "enqueued_bytes",
+                                          "dropped_packets"], start, last)
+    total = num(grown["enqueued_bytes"].sum()) or 1.0
+    return {r["job"]: JobAtBottleneck(
+        packets=r["enqueued_packets"], bytes=r["enqueued_bytes"],
+        dropped_packets=r["dropped_packets"], share=r["enqueued_bytes"] / total,
+        sojourn_p99_us=hist_quantile_us(histograms.filter(
+            (pl.col("kind") == "job_sojourn") & (pl.col("port") == port)
+            & (pl.col("lane") == r["job"])), 0.99))
+        for r in grown.iter_rows(named=True)}
+
+
+def hist_quantile_us(buckets: pl.DataFrame, q: float) -> float | None:
+    """The ``q`` quantile (µs) of a log2 histogram's rows (``bucket`` b counts values in
+    [2^b, 2^(b+1)) ns), spread evenly over the bucket it falls in; None if empty."""
+    counts = [0] * HIST_BUCKETS
+    for r in buckets.iter_rows(named=True):
+        counts[r["bucket"]] += r["count"]
+    total, seen = sum(counts), 0
+    for b, n in enumerate(counts):
+        if total and n and seen + n >= q * total:
+            return 2 ** b * (1 + (q * total - seen) / n) / 1e3
+        seen += n
+    return None
+
+
+def with_job_slowdowns(policies: dict[str, PolicySummary]) -> dict[str, PolicySummary]:
+    """Each policy's jobs with their slowdowns (iteration p50 and p99) against the same
+    job under ``isolated`` and under ``together``, where the run has them."""
+    out = {}
+    for name, s in policies.items():
+        if s.jobs is None:
+            out[name] = s
+            continue
+        each = {}
+        for job_name, j in s.jobs.each.items():
+            alone, together = (_base(policies.get(base), job_name) for base in BASES)
+            each[job_name] = replace(
+                j, slowdown_p50=_ratio(j.iteration_p50_ms, alone, 50),
+                slowdown_p99=_ratio(j.iteration_p99_ms, alone, 99),
+                together_slowdown_p50=_ratio(j.iteration_p50_ms, together, 50),
+                together_slowdown_p99=_ratio(j.iteration_p99_ms, together, 99))
+        out[name] = replace(s, jobs=replace(s.jobs, each=each))
+    return out
+
+
+def _base(policy: PolicySummary | None, job: str) -> SharedJob | None:
+    return policy.jobs.each.get(job) if policy and policy.jobs else None
+
+
+def _ratio(mine: float, base: SharedJob | None, q: int) -> float | None:
+    theirs = (base.iteration_p50_ms if q == 50 else base.iteration_p99_ms) if base else None
+    return mine / theirs if theirs else None
