@@ -5,14 +5,17 @@ jobs together without storage (``together``).
 Every figure of a job is over the part of the policy's window in which all the jobs ran:
 from its start to the end of the job that finished first (``isolated`` runs them one
 after another: there each job's whole run). Under ``job-priority`` it starts at the first
-ranking (the jobs are fair until then, while it learns; how long that took is reported):
-the figures are the policy's, not its learning's. A job's rows are its hosts' (labkit's jobs
-do not share hosts); its packets at the bottleneck are those carrying its DSCP, which the
-kernel counted apart (``job_lanes``, and the ``job_sojourn`` histograms).
+ranking (the jobs are fair until then, while it learns; how long that took is reported),
+past each job's first op begun after it (its ranks began it as each ended the op before,
+slowed while it learned): the figures are the policy's, not its learning's. A job's rows
+are its hosts' (labkit's jobs do not share hosts); its packets at the bottleneck are
+those carrying its DSCP, which the kernel counted apart (``job_lanes``; the
+``job_sojourn`` histograms, over the policy's whole run).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 
 import polars as pl
@@ -33,24 +36,33 @@ def shared_end(collectives: pl.DataFrame, jobs: tuple[JobMeta, ...]) -> int:
                for j in jobs)
 
 
-def jobs_report(meta: SummaryMeta, policy: str, collectives: pl.DataFrame,
-                job_lanes: pl.DataFrame, histograms: pl.DataFrame, job_ranks: pl.DataFrame,
+def jobs_report(meta: SummaryMeta, policy: str, of: Callable[[str], pl.DataFrame],
                 port: str, start: int) -> Jobs:
-    """Each job of ``meta.jobs`` under ``policy`` (its rows in ``collectives``; the
-    kernel's per-job counters at ``port``; ``job-priority``'s rankings), and the GPUs'
-    utilization over all of them."""
+    """Each job of ``meta.jobs`` under ``policy`` (``of`` gives the policy's tables: each
+    job's rows in ``collectives``, the kernel's per-job counters at ``port``,
+    ``job-priority``'s rankings, ``interleave``'s shifts), and the GPUs' utilization over
+    all of them."""
+    collectives, job_ranks = of("collectives"), of("job_ranks")
     alone = policy == "isolated"
     end = None if alone else shared_end(collectives, meta.jobs)
     ranked = int(num(job_ranks["t_ns"].min())) if job_ranks.height else None
     first = ranked or start
-    counted = _at_port(job_lanes, histograms, port, first, end)
+    counted = _at_port(of("job_lanes"), of("histograms"), port, first, end)
+    transport, shifts = of("transport"), of("job_shifts")
     each = {}
     for j in meta.jobs:  # its ops that began (at their first rank) in [first, end)
         rows = collectives.filter(pl.col("host").is_in(j.hosts))
         ops = op_times(rows).filter((pl.col("start_ns") >= first)
                                     & (pl.col("start_ns") < (end or INF)))
+        if ranked:  # its ranks began the first op after it as they ended one before it
+            ops = ops.filter(pl.col("op") > pl.col("op").min())
         rows = rows.filter(pl.col("op").is_in(ops["op"].implode()))
-        each[j.name] = _shared(j, ops, rows, counted.get(j.name), port)
+        mine = transport.filter(pl.col("host").is_in(j.hosts))
+        shifted = shifts.filter(pl.col("job") == j.name)["shift_ns"].sum()
+        each[j.name] = replace(
+            _shared(j, ops, rows, counted.get(j.name), port),
+            retransmits=int(mine["retransmits"].sum()), timeouts=int(mine["timeouts"].sum()),
+            shifted_ms=num(shifted) / 1e6 if shifts.height else None)
     gpus = sum(j.gpus for j in meta.jobs)
     util = sum(each[j.name].gpu_utilization * j.gpus for j in meta.jobs) / gpus
     return Jobs(gpu_utilization=util, each=each,
@@ -76,7 +88,7 @@ def _shared(j: JobMeta, ops: pl.DataFrame, rows: pl.DataFrame,
     return SharedJob(workload=work, gpus=j.gpus, iterations=ops.height,
                      iteration_p50_ms=quantile(iteration, 0.5),
                      iteration_p99_ms=quantile(iteration, 0.99), gpu_utilization=util,
-                     bottleneck=counted)
+                     bottleneck=counted, retransmits=0, timeouts=0)
 
 
 def _at_port(job_lanes: pl.DataFrame, histograms: pl.DataFrame, port: str, start: int,

@@ -283,8 +283,7 @@ def _delays(v: PolicyView) -> tuple[dict[str, LinkDelay] | None, list[str]]:
 def _jobs(v: PolicyView) -> tuple[Jobs | None, list[str]]:
     if not v.meta.jobs:
         return None, []
-    return jobs_report(v.meta, v.policy, v.of("collectives"), v.of("job_lanes"),
-                       v.of("histograms"), v.of("job_ranks"), v.bottleneck.port, v.start), []
+    return jobs_report(v.meta, v.policy, v.of, v.bottleneck.port, v.start), []
 
 
 SECTIONS: tuple[Section, ...] = (

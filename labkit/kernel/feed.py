@@ -34,7 +34,8 @@ class FabricFeed:
 
     def __init__(self, rates_mbps: dict[str, float], port_layout: str, delay_ms: float):
         self.rates = rates_mbps  # port label -> Mbit/s
-        self.vip_class = tc.LANE_CLASS["vip"] if port_layout == "lanes" else None
+        self.vip_class = tc.LANE_CLASS["vip"] if port_layout in ("lanes", "weights") \
+            else None
         self.delay_ns = int(delay_ms * 1e6)
         self.pending: deque[tuple[str, PortView]] = deque()
         self.seen: dict[str, PortView] = {}

@@ -56,7 +56,7 @@ def read_lane_counters(stats: bpf.Map, first: int) -> dict[str, tuple[int, int]]
 
 def lane_priorities(layout: str) -> list[int]:
     """``skb->priority`` for each lane on a port of the given layout."""
-    if layout == "lanes":
+    if layout in ("lanes", "weights"):
         return [tc.LANE_CLASS[lane] for lane in LANES]
     return [FIFO_TAG | (tc.LANE_CLASS[lane] & 0xFFFF) for lane in LANES]
 

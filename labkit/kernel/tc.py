@@ -15,6 +15,11 @@ holding the port's buffer:
   (``ceil``): HTB serves a class within its rate before any borrower, so vip
   has strict priority and idle capacity still goes to the lower lanes.
   Unclassified packets land in normal (the HTB default).
+* ``weights`` ports (``job-weights``, several jobs): the lanes' classes, but vip and
+  normal at the same priority, each with half the link less low's token rate as its own
+  and the whole link as ceiling: two jobs, one in each, share a congested port by those
+  rates (HTB lends what one leaves idle to the other, in equal quanta), and neither
+  starves; low borrows what they leave.
 
 A port of a lossless fabric (:mod:`labkit.model.lossless`) holds each leaf's bfifo inside a
 TBF, so that the leaf can be paused and resumed on its own (:mod:`labkit.kernel.pauser`, with
@@ -108,16 +113,11 @@ def shape(ipr: IPRoute, port: PortShape) -> int:
     (index,) = ipr.link_lookup(ifname=port.ifname)
     ipr.link("set", index=index, mtu=port.mtu)
     rate = bytes_per_s(port.rate_mbps)
-    default = {"fifo": FIFO_CLASS, "lanes": LANE_CLASS["normal"], "held": HELD_CLASS}[
-        port.layout] & 0xFFFF
+    default = {"fifo": FIFO_CLASS, "lanes": LANE_CLASS["normal"], "held": HELD_CLASS,
+               "weights": LANE_CLASS["normal"]}[port.layout] & 0xFFFF
     ipr.tc("replace", "htb", index, ROOT, default=default)
     ipr.tc("add-class", "htb", index, PARENT, parent=ROOT, **_class_params(rate, rate, port.mtu))
-    token = _token(rate)
-    leaves = {"fifo": [(FIFO_CLASS, rate, 0)],
-              "lanes": [(LANE_CLASS["vip"], rate, 0), (LANE_CLASS["normal"], token, 1),
-                        (LANE_CLASS["low"], token, 2)],
-              "held": [(LANE_CLASS["vip"], rate, 0), (HELD_CLASS, token, 1)]}[port.layout]
-    for classid, lane_rate, prio in leaves:
+    for classid, lane_rate, prio in _leaves(port.layout, rate):
         ipr.tc("add-class", "htb", index, classid, parent=PARENT, prio=prio,
                **_class_params(lane_rate, rate, port.mtu))
         if port.pausable:
@@ -137,11 +137,22 @@ def set_rate(ipr: IPRoute, index: int, port: PortShape, rate_mbps: float) -> Non
     rate = bytes_per_s(rate_mbps)
     ipr.tc("change-class", "htb", index, PARENT, parent=ROOT,
            **_class_params(rate, rate, port.mtu))
-    token = _token(rate)
-    for prio, classid in enumerate(leaf_classes(port.layout)):
-        lane_rate = rate if prio == 0 else token
+    for classid, lane_rate, prio in _leaves(port.layout, rate):
         ipr.tc("change-class", "htb", index, classid, parent=PARENT, prio=prio,
                **_class_params(lane_rate, rate, port.mtu))
+
+
+def _leaves(layout: str, rate: int) -> list[tuple[int, int, int]]:
+    """A port's leaf classes of ``layout`` at ``rate`` bytes/s: (class, its own rate, its
+    HTB priority), in :func:`leaf_classes`' order."""
+    token = _token(rate)
+    half = (rate - token) // 2
+    return {"fifo": [(FIFO_CLASS, rate, 0)],
+            "lanes": [(LANE_CLASS["vip"], rate, 0), (LANE_CLASS["normal"], token, 1),
+                      (LANE_CLASS["low"], token, 2)],
+            "weights": [(LANE_CLASS["vip"], half, 0), (LANE_CLASS["normal"], half, 0),
+                        (LANE_CLASS["low"], token, 1)],
+            "held": [(LANE_CLASS["vip"], rate, 0), (HELD_CLASS, token, 1)]}[layout]
 
 
 def leaf_handle(classid: int) -> int:
@@ -152,6 +163,7 @@ def leaf_handle(classid: int) -> int:
 def leaf_classes(layout: str) -> tuple[int, ...]:
     """The leaf classes of a port of ``layout``."""
     return {"fifo": (FIFO_CLASS,), "lanes": tuple(LANE_CLASS.values()),
+            "weights": tuple(LANE_CLASS.values()),
             "held": (LANE_CLASS["vip"], HELD_CLASS)}[layout]
 
 

@@ -86,6 +86,7 @@ from labkit.model.scenario_spec import (
     PER_RANK_TEMPLATES,
     RANK_TEMPLATES,
     ROCEV2_PORT,
+    SHARED_LAYOUTS,
     TCP_CONTROLS,
     TIMINGS,
     AllReduceSpec,
@@ -209,7 +210,7 @@ def parse(doc: Any, file: str = "<scenario>") -> Scenario:
         c.fail("emulation.rate_factor", "a program's compute time is its own, which labkit "
                "cannot scale with the links: leave the rate factor at 1")
     if len(jobs) < 2 and (several := [p.name for p in policies
-                                      if p.layout in ("together", "job-priority")]):
+                                      if p.layout in SHARED_LAYOUTS]):
         c.fail("policies", f"{several[0]} shares the fabric between jobs, and this scenario "
                "has one: add another allreduce, job or program entry, or drop the policy")
     return Scenario(name, file, scale, seed, fabric, lanes, jobs, storage,

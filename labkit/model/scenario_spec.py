@@ -20,8 +20,11 @@ from labkit.model.fabric_spec import FabricSpec
 
 LAYOUTS = ("isolated", "fifo", "priority")  # what the router ports do (and whether storage runs)
 # with several jobs (docs/jobs.md): all of them without storage; every job's collectives
-# vip in one lane (priority's ports); the most GPU-intense job's alone, learned as they run
-JOB_LAYOUTS = ("together", "fair", "job-priority")
+# vip in one lane (priority's ports); the most GPU-intense job's alone, learned as they
+# run; each job a share of the port by its weight; fair's lane, their iterations shifted
+# in time so that their communication does not meet at the bottleneck
+JOB_LAYOUTS = ("together", "fair", "job-priority", "job-weights", "interleave")
+SHARED_LAYOUTS = ("together", "job-priority", "job-weights", "interleave")  # need 2+ jobs
 CONTROLLERS = ("reactive", "proactive", "state-aware")  # labkit.control
 POLICIES = LAYOUTS + JOB_LAYOUTS + CONTROLLERS  # plus "<layout>+<controller>": "priority+reactive"
 ROCEV2_PORT = 4791  # RoCEv2's UDP port: what a lane rule's `roce` matches
@@ -43,7 +46,10 @@ class Policy:
     @property
     def port_layout(self) -> str:
         """The queue layout of router ports (:mod:`labkit.kernel.tc`): ``lanes`` or ``fifo``."""
-        return "lanes" if self.layout in ("priority", "fair", "job-priority") else "fifo"
+        if self.layout == "job-weights":
+            return "weights"
+        return "lanes" if self.layout in ("priority", "fair", "job-priority", "interleave") \
+            else "fifo"
 
     @property
     def alone(self) -> bool:

@@ -450,8 +450,9 @@ class SharedJob(Section):
     window every job was running in: its workload as a one-job run reports it, its
     iterations (ms: an All-Reduce's op and its compute; a job's iteration), its GPUs'
     utilization (the compute share of an iteration), its slowdowns against the job alone
-    (``isolated``) and against the jobs together without storage (``together``), and its
-    packets at the bottleneck."""
+    (``isolated``) and against the jobs together without storage (``together``), its
+    packets at the bottleneck, its transport's resends and timeouts (over the policy's
+    whole run), and under ``interleave`` the shifts it was given."""
 
     workload: Workload = one_of(WORKLOADS, "workload")
     gpus: int
@@ -464,6 +465,9 @@ class SharedJob(Section):
     together_slowdown_p50: float | None = None
     together_slowdown_p99: float | None = None
     bottleneck: JobAtBottleneck | None = None
+    retransmits: int  # its ranks' go-back-N resends over the policy's run
+    timeouts: int  # ... and their retransmission timeouts
+    shifted_ms: float | None = when_set()  # interleave: how far its iterations were put off
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -202,6 +202,20 @@ class JobRankRow(NamedTuple):
     lane: Str
 
 
+class JobShiftRow(NamedTuple):
+    """One of ``interleave``'s shifts (``job_shifts``): a job's op put off so its
+    communication starts as the job before it in the order ends its own; the period and
+    the communication time it reckoned with (alone: its bytes at the bottleneck over the
+    port's rate)."""
+
+    t_ns: Int
+    job: Str
+    op: Int
+    shift_ns: Int
+    period_ns: Int
+    comm_ns: Int
+
+
 class Decision(NamedTuple):
     """One change of a valve's lane, or a job phase relayed to it (``controller``)."""
 
@@ -272,7 +286,7 @@ TABLES: dict[str, type[tuple]] = {  # every table by its name (its file's), in t
     "latency": LatencyRow, "histograms": HistRow, "gaps": GapRow, "flows": FlowRow,
     "ios": IoRow, "cpu": CpuRow, "pauses": PauseRow, "controller": Decision,
     "program_ops": OpRow, "bursts": BurstRow, "dctcp": DctcpRow, "events": EventRow,
-    "job_ranks": JobRankRow,
+    "job_ranks": JobRankRow, "job_shifts": JobShiftRow,
 }
 
 

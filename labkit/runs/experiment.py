@@ -158,6 +158,11 @@ class PolicyFabric:
             if recording or not feature.records_only:
                 feature.start()
 
+    def jobs_started(self, engines: Mapping[str, Sequence[Agent]]) -> None:
+        """labkit's jobs have started (each job's engines): every feature is told."""
+        for feature in self.stack.built:
+            feature.jobs_started(engines)
+
     def op_done(self, job: str, op: int, compute_ns: int) -> None:
         """A job's op or iteration has completed: every feature is told, in order."""
         for feature in self.stack.built:
@@ -229,7 +234,7 @@ def _run_traffic(pf: PolicyFabric, workdir: Path, duration_s: float | None,
     phase_maps = control.session.phase_maps if control and control.session else None
     result = PolicyResult(pol.name, pol.port_layout)
     commands = programs = None
-    leads: dict[Agent, str] = {}  # each of labkit's jobs' first engine: its ops are told
+    by_job: dict[str, list[Engine]] = {}  # labkit's jobs' engines
     agents: list[Engine | Agent[StorageResult]] = []
     try:
         rng = random.Random(f"{sc.seed}/{pol.name}")
@@ -254,7 +259,7 @@ def _run_traffic(pf: PolicyFabric, workdir: Path, duration_s: float | None,
                     gso_packets=1 if pcap else sc.emulation.gso_packets,
                     lossless=lossless.carries_collectives(sc.fabric, pol.port_layout),
                     engines=sc.emulation.engines, dscp=job.dscp)
-                leads[ring[first]] = job.name
+                by_job[job.name] = ring[first:]
         storage = start_storage(sc, topo, fabric, workdir) if pol.storage else []
         agents = [*ring, *storage]
         if pol.storage and sc.commands:  # the user's programs compete as storage does
@@ -264,7 +269,7 @@ def _run_traffic(pf: PolicyFabric, workdir: Path, duration_s: float | None,
             else None
         try:
             _drive(result, pf, ring, storage, duration_s, ring_ops, progress, commands,
-                   programs, leads)
+                   programs, by_job)
         finally:
             if capture:
                 capture.stop()
@@ -286,8 +291,8 @@ def _run_traffic(pf: PolicyFabric, workdir: Path, duration_s: float | None,
 def _drive(result: PolicyResult, pf: PolicyFabric, ring: list[Engine],
            storage: list[Agent[StorageResult]], duration_s: float | None, ring_ops: int,
            progress: Callable[[int], None] | None, commands: Commands | None = None,
-           programs: Programs | None = None, leads: Mapping[Agent, str] | None = None
-           ) -> None:
+           programs: Programs | None = None,
+           by_job: Mapping[str, Sequence[Engine]] | None = None) -> None:
     """Start storage (and the user's commands), let it warm up, run the collective
     workload to the end (labkit's ranks, ``ring_ops`` ops or iterations each, or the
     user's program), stop storage; record telemetry meanwhile, the policy's features
@@ -311,6 +316,8 @@ def _drive(result: PolicyResult, pf: PolicyFabric, ring: list[Engine],
             programs.wait(duration_s or programs.spec.duration_s, progress)
         else:
             go(ring, t_ranks)
+            pf.jobs_started(by_job or {})
+            leads = {engines[0]: job for job, engines in (by_job or {}).items()}
 
             def on_line(agent: Agent, line: str) -> None:
                 if not line.startswith("OP "):

@@ -21,6 +21,7 @@ from labkit.model.tables import (
     IoRow,
     JobLaneRow,
     JobRankRow,
+    JobShiftRow,
     LaneRow,
     LatencyRow,
     OpRow,
@@ -53,6 +54,7 @@ class PolicyResult:
     lanes: list[LaneRow] = field(default_factory=list)  # per-lane counters of watched ports
     job_lanes: list[JobLaneRow] = field(default_factory=list)  # per job, with several jobs
     job_ranks: list[JobRankRow] = field(default_factory=list)  # job-priority's rankings
+    job_shifts: list[JobShiftRow] = field(default_factory=list)  # interleave's shifts
     sojourn: list[SojournRow] = field(default_factory=list)  # sampled packets
     latency: list[LatencyRow] = field(default_factory=list)  # sampled packets
     histograms: list[HistRow] = field(default_factory=list)

@@ -17,7 +17,8 @@ Protocol with the controller: the engine reads a JSON config (path in argv; its 
 :class:`labkit.model.traffic.configs.Engine`), binds its ranks' sockets, prints
 ``READY``, waits for ``GO <t0_ns>`` on stdin (a CLOCK_MONOTONIC instant shared by all
 namespaces), prints ``OP <k> <compute ns>`` as its first rank completes each op and
-``FINISHED`` once all its ranks are done, keeps acknowledging until ``END`` on stdin
+``FINISHED`` once all its ranks are done (meanwhile ``SHIFT <op> <ns>`` on stdin puts off
+the start of op ``op`` at every rank by ns), keeps acknowledging until ``END`` on stdin
 (every rank of every engine has finished), writes its ranks' results JSON, prints
 ``DONE`` and exits. SIGTERM ends it early; the results written then cover the ops
 completed. Its CPU time is shared equally among its ranks' counters.
@@ -292,12 +293,23 @@ class Rank:
         self.board = PhaseBoard(cfg.phase_map_fd)
         self.finished = False
         self.next_op_at = 0
+        self.shifts: dict[int, int] = {}  # op: ns its start is put off by (SHIFT)
         self.stop_at: int | None = None  # the run's duration ends it then
 
     def start(self, t0: int) -> None:
         self.next_op_at = t0
         self.stop_at = t0 + int(self.cfg.duration_s * 1e9) if self.cfg.duration_s else None
         self.board.next_op_at(t0, self.op_bytes)
+
+    def shift(self, op: int, ns: int) -> None:
+        """Put off the start of op ``op`` by ``ns`` (the op after the current one if that
+        one has begun): its iterations move in time, its period stays (``interleave``)."""
+        if not self.op_state and not self.finished and op <= self.op_index:
+            self.next_op_at += ns  # waiting for the next op: it starts later
+            self.board.next_op_at(self.next_op_at, self.op_bytes)
+        else:
+            later = max(op, self.op_index + 1)
+            self.shifts[later] = self.shifts.get(later, 0) + ns
 
     def _deliver(self, peer: int, chunk: int, value: int, sent_ns: int) -> None:
         """A whole message from ``peer`` (rank)."""
@@ -348,7 +360,7 @@ class Rank:
             self.phases += [Span(self.op_index, *span) for span in op.spans]
             self.op_state.clear()
             self.op_index += 1
-            self.next_op_at = now + self.compute_ns
+            self.next_op_at = now + self.compute_ns + self.shifts.pop(self.op_index, 0)
             self.board.op_ended(now - op.start_ns)
             if self.op_index < self.cfg.iterations:
                 self.board.next_op_at(self.next_op_at, self.op_bytes)
@@ -442,6 +454,7 @@ def run(ranks: list[Rank], stdin, stdout) -> list[CollectiveResult]:
         time.sleep(min(0.001, wait_ns / 1e9))
 
     due = set(ranks)
+    poller.register(stdin, select.POLLIN)  # SHIFT <op> <ns>: every rank's op starts later
     while wake and not stopping:
         now = time.monotonic_ns()
         for r in due:
@@ -460,6 +473,10 @@ def run(ranks: list[Rank], stdin, stdout) -> list[CollectiveResult]:
         timeout_ms = max(0, min(wake.values()) - time.monotonic_ns()) / 1e6
         events = poller.poll(min(timeout_ms, IDLE_NS / 1e6))
         now = time.monotonic_ns()
+        if any(fd == stdin.fileno() for fd, _ in events):
+            _shift(ranks, stdin.readline().split(), stopping)
+            events = [e for e in events if e[0] != stdin.fileno()]
+            wake.update({r: now for r in wake})
         due = {owner[fd] for fd, _ in events} | {r for r, at in wake.items() if at <= now}
 
     for r in ranks:
@@ -482,6 +499,16 @@ def run(ranks: list[Rank], stdin, stdout) -> list[CollectiveResult]:
     share = 1 / len(ranks)  # the engine's CPU, shared equally among its ranks
     return [r.result(bool(stopping), usage.ru_utime * share, usage.ru_stime * share)
             for r in ranks]
+
+
+def _shift(ranks: list[Rank], words: list[str], stopping: list) -> None:
+    """A line from the launcher while the ops run: ``SHIFT <op> <ns>`` (every rank's op
+    starts ns later), or end of file (the launcher is gone: stop)."""
+    if not words:
+        stopping.append(1)
+    elif words[0] == "SHIFT" and len(words) == 3:
+        for r in ranks:
+            r.shift(int(words[1]), int(words[2]))
 
 
 def main() -> None:

@@ -137,8 +137,12 @@ def test_each_job_is_measured_while_both_ran_and_utilization_weighs_gpus():
                           "enqueued_bytes": [0, 0, 1000, 3000], "dropped_packets": [0, 0, 0, 2]})
     empty = pl.DataFrame(schema={"kind": pl.Utf8, "port": pl.Utf8, "lane": pl.Utf8,
                                  "bucket": pl.Int64, "count": pl.Int64})
-    report = jobs_report(_meta(jobs), "fair", collectives, lanes, empty,
-                         pl.DataFrame(schema={"t_ns": pl.Int64}), "p", 0)
+    transport = pl.DataFrame({"host": ["g1", "g3"], "retransmits": [0, 7],
+                              "timeouts": [0, 1]})
+    tables = {"collectives": collectives, "job_lanes": lanes, "histograms": empty,
+              "job_ranks": pl.DataFrame(schema={"t_ns": pl.Int64}), "transport": transport,
+              "job_shifts": pl.DataFrame(schema={"job": pl.Utf8, "shift_ns": pl.Int64})}
+    report = jobs_report(_meta(jobs), "fair", tables.__getitem__, "p", 0)
     b = report.each["b"]
     assert b.iterations == 8 and report.each["a"].iterations == 2  # b ended at 400 ms
     assert report.each["a"].gpu_utilization == pytest.approx(0.5)  # 100 ms of 200
@@ -146,3 +150,4 @@ def test_each_job_is_measured_while_both_ran_and_utilization_weighs_gpus():
     assert report.gpu_utilization == pytest.approx((0.5 * 2 + 0 * 4) / 6)
     assert b.bottleneck and b.bottleneck.share == pytest.approx(0.75)
     assert b.bottleneck.dropped_packets == 2
+    assert (b.retransmits, b.timeouts, b.shifted_ms) == (7, 1, None)

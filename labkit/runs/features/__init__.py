@@ -17,8 +17,10 @@ from labkit.runs.features.control import Control
 from labkit.runs.features.delays import Delays
 from labkit.runs.features.ecn import EcnMarking
 from labkit.runs.features.events import Events
+from labkit.runs.features.interleave import Interleave
 from labkit.runs.features.jobmark import JobMarking
 from labkit.runs.features.jobpriority import JobPriority
+from labkit.runs.features.jobweights import JobWeights
 from labkit.runs.features.lanes import Lanes
 from labkit.runs.features.loss import LossyLinks
 from labkit.runs.features.pausing import Pausing
@@ -28,9 +30,9 @@ from labkit.runs.features.tcp import TcpControl, dctcp_rows
 # the features a policy's stack may have, in the order they are built (each may use the
 # ones before it) and started; closed in the reverse order
 FEATURES: tuple[type[Feature], ...] = (LossyLinks, TcpControl, EcnMarking, Lanes, Probes,
-                                       JobPriority, Pausing, Control, JobMarking, Delays,
-                                       Events)
+                                       JobPriority, JobWeights, Interleave, Pausing, Control,
+                                       JobMarking, Delays, Events)
 
 __all__ = ["FEATURES", "Control", "Delays", "EcnMarking", "Events", "F", "Feature",
-           "JobMarking", "JobPriority", "Lanes", "LossyLinks", "Pausing", "Probes", "Stack",
-           "TcpControl", "dctcp_rows", "watched_ports"]
+           "Interleave", "JobMarking", "JobPriority", "JobWeights", "Lanes", "LossyLinks",
+           "Pausing", "Probes", "Stack", "TcpControl", "dctcp_rows", "watched_ports"]

@@ -3,7 +3,7 @@ feature is (:class:`Feature`); the helpers several features share."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar, TypeVar
@@ -15,6 +15,7 @@ from labkit.kernel.registry import Registry
 from labkit.model.scenario_spec import Policy, Scenario
 from labkit.model.topo import Port, Topology
 from labkit.runs.result import PolicyResult
+from labkit.traffic.agents import Agent
 
 
 @dataclass
@@ -58,6 +59,9 @@ class Feature:
 
     def start(self) -> None:
         """The traffic is about to start."""
+
+    def jobs_started(self, engines: Mapping[str, Sequence[Agent]]) -> None:
+        """labkit's jobs have started: each job's engines, which take lines on stdin."""
 
     def op_done(self, job: str, op: int, compute_ns: int) -> None:
         """A job's first rank has completed op (or iteration) ``op``, having computed
