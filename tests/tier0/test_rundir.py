@@ -221,10 +221,7 @@ def test_every_sample_run_loads_in_its_schemas(sample):
 
 
 ROUND_TRIP = ["checkpoint-burst", "lossless/lossless", "pytorch-ddp", "dctcp-paper/dctcp",
-              "link-faults"]
-# tables no shipped sample holds rows of yet: job_lanes needs a scenario of several jobs
-# (issue 48), whose samples are not recorded yet
-NOT_RECORDED_YET = {"job_lanes", "job_ranks", "job_shifts"}
+              "link-faults", "two-jobs"]
 
 
 @pytest.mark.parametrize("sample", ROUND_TRIP)
@@ -238,7 +235,7 @@ def test_every_table_goes_through_its_row_type_unchanged(sample):
     recorded = {name: frame.head(300) for name, frame in rundir.load_run(SAMPLES / sample)
                 .tables.items()}
     if sample == ROUND_TRIP[0]:
-        assert not [name for name in TABLES if name not in NOT_RECORDED_YET and all(
+        assert not [name for name in TABLES if all(
             rundir.load_run(SAMPLES / s)[name].is_empty() for s in ROUND_TRIP)]
     policies = {p: PolicyResult(p, "lanes") for frame in recorded.values()
                 for p in frame["policy"]}
