@@ -189,6 +189,7 @@ def summary_frame(summary: Summary, digits: int | None = None) -> pl.DataFrame:
 
 
 JOBS_COLUMNS = {"policy": pl.Utf8, "job": pl.Utf8, "gpus": pl.Int64, "iterations": pl.Int64,
+                "busbw_mbps": pl.Float64,
                 "p50_ms": pl.Float64, "p99_ms": pl.Float64, "slowdown_p50": pl.Float64,
                 "slowdown_p99": pl.Float64, "together_slowdown_p99": pl.Float64,
                 "gpu_utilization": pl.Float64, "gpu_utilization_all": pl.Float64,
@@ -198,8 +199,9 @@ JOBS_COLUMNS = {"policy": pl.Utf8, "job": pl.Utf8, "gpus": pl.Int64, "iterations
 
 def jobs_frame(summary: Summary, digits: int | None = None) -> pl.DataFrame:
     """One row per policy and job of a run whose jobs shared the fabric (none otherwise):
-    the job's GPUs, iterations, their p50 and p99 and slowdowns against the job alone
-    (and p99's against the jobs together without storage), its GPUs' utilization and the
+    the job's GPUs, iterations, bus bandwidth (an All-Reduce's), the iterations' p50 and
+    p99 and slowdowns against the job alone (and p99's against the jobs together without
+    storage), its GPUs' utilization and the
     policy's over all jobs (weighted by GPUs), its share of the jobs' bytes at the
     bottleneck, its packets dropped there and their p99 time in its queue."""
     rows = []
@@ -208,6 +210,8 @@ def jobs_frame(summary: Summary, digits: int | None = None) -> pl.DataFrame:
             b = j.bottleneck
             rows.append({
                 "policy": policy, "job": name, "gpus": j.gpus, "iterations": j.iterations,
+                "busbw_mbps": (j.workload.busbw_mbps if isinstance(j.workload, AllReduce)
+                               else None),
                 "p50_ms": j.iteration_p50_ms, "p99_ms": j.iteration_p99_ms,
                 "slowdown_p50": j.slowdown_p50, "slowdown_p99": j.slowdown_p99,
                 "together_slowdown_p99": j.together_slowdown_p99,
