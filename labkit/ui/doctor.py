@@ -50,7 +50,7 @@ def without_root(serving: Path | None) -> list[str]:
             ".venv/bin/labkit run ...`",
             "  · without root you can analyse recorded runs (`labkit report "
             "data/sample/bottleneck`, `labkit figures`, `labkit runs`), use the notebooks and "
-            "labs 1 and 4 (`make lab`), and check or draw a scenario (`labkit validate`, "
+            "labs 1, 4 and 5 (`make lab`), and check or draw a scenario (`labkit validate`, "
             "`labkit inspect`)"]
 
 

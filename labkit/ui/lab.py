@@ -57,7 +57,7 @@ def lab_command(port: int | None = None, browser: bool = True, root: Path = NOTE
         argv.append("--allow-root")
         notes.append("as root: live runs work from the notebooks (labs 2 and 3 need them)")
     else:
-        notes.append("not root: recorded runs, the sample notebooks and labs 1 and 4 work; "
+        notes.append("not root: recorded runs, the sample notebooks and labs 1, 4 and 5 work; "
                      "a live run (labs 2 and 3) needs JupyterLab started as root")
     notes.append(f"listening on {ip} only" if ip == LOOPBACK else
                  f"listening on {ip}: whoever reaches it with the token runs code as this "

@@ -20,13 +20,14 @@ from labkit.ui.labs import bottleneck as lab1
 from labkit.ui.labs import controller as lab3
 from labkit.ui.labs import lanes as lab2
 from labkit.ui.labs import parallelism as lab4
+from labkit.ui.labs import sharing as lab5
 from labkit.ui.labs.verdict import MIME, Wrong, check
 
 REPO = Path(__file__).resolve().parents[2]
 LABS = REPO / "notebooks/labs"
 NAMES = ["lab1-find-the-bottleneck", "lab2-protect-the-collective",
-         "lab3-write-a-controller", "lab4-pipeline-vs-tensor"]
-CHECKS = {NAMES[0]: 3, NAMES[1]: 2, NAMES[2]: 2, NAMES[3]: 3}  # check cells per lab
+         "lab3-write-a-controller", "lab4-pipeline-vs-tensor", "lab5-whose-allreduce-is-vip"]
+CHECKS = {NAMES[0]: 3, NAMES[1]: 2, NAMES[2]: 2, NAMES[3]: 3, NAMES[4]: 5}  # per lab
 NEED_A_RUN = {"The collective is protected", "Your controller against reactive"}
 SHARED = LABS / "shared-lane.yaml"
 SOLVED_LANES = {"vip": [{"roce": True}], "low": [{"tcp_port": 4420}]}
@@ -337,3 +338,108 @@ def test_lab4_a_blank_or_invalid_choice_runs_nothing(capsys):
     assert lab4.run_choice(..., IN_ORDER) is None
     assert lab4.run_choice(0, IN_ORDER) is None
     assert "whole number" in capsys.readouterr().out
+
+
+# --- lab 5: whose All-Reduce is vip -----------------------------------------------------
+
+
+def test_lab5_intensity_from_the_plans_is_the_ring_formula_and_what_job_priority_learned():
+    """2(n-1)/n x size each way per iteration, and the learned intensities in the
+    recording within a few percent of it (94.0 and 266.4 ns/B against 95.4 and 270.2)."""
+    jobs = lab5.jobs()
+    sent = lab5.bottleneck_bytes()
+    for job in jobs.iter_rows(named=True):
+        n = job["gpus"]
+        assert sent[job["job"]] == 2 * (n - 1) * job["size_bytes"] // n
+    want = lab5.intensity()
+    learned = {r["job"]: r["intensity_ns_per_byte"]
+               for r in lab5.rankings(lab5.SAMPLE).iter_rows(named=True)}
+    assert set(learned) == set(want)
+    for job, value in learned.items():
+        assert value == pytest.approx(want[job], rel=0.05)
+    assert lab5.favoured(lab5.SAMPLE) == max(want, key=want.__getitem__) == "light"
+
+
+@pytest.mark.parametrize(("best", "pays", "status", "words"), [
+    ("job-priority", "heavy", PASS, "recording agrees"),
+    (" Job-Priority ", "HEAVY", PASS, "heavy paid"),
+    ("job-priority", "light", FAIL, "not light that pays"),
+    ("fair", "heavy", FAIL, "fair is not"),
+    ("interleave", "light", FAIL, "interleave is not"),
+    ("priority", "heavy", FAIL, "is not one of"),
+    ("job-priority", "medium", FAIL, "is not one of"),
+    (..., "heavy", TODO, "BEST_POLICY"),
+    ("job-priority", ..., TODO, "WHO_PAYS"),
+])
+def test_lab5_prediction(best, pays, status, words):
+    v = lab5.check_prediction(best, pays)
+    assert v.status == status and words in v.message, v
+
+
+HEAVY, LIGHT = 300e6 / (1.5 * 2**21), 425e6 / (1.5 * 2**20)
+
+
+@pytest.mark.parametrize(("answer", "status", "words"), [
+    ({"heavy": HEAVY, "light": LIGHT}, PASS, "job-priority learned"),
+    ({"heavy": 100, "light": 283}, PASS, "ns/B"),  # ms per MiB: within the tolerance
+    ({"heavy": HEAVY * 1.5, "light": LIGHT}, FAIL, "2(n-1) chunks of size/n"),
+    ({"heavy": HEAVY * 2, "light": LIGHT}, FAIL, "not (n-1)/n"),
+    ({"heavy": HEAVY / 2, "light": LIGHT}, FAIL, "count it once"),
+    ({"heavy": HEAVY / 4, "light": LIGHT}, FAIL, "not 2(n-1) buffers"),
+    ({"heavy": HEAVY / 8, "light": LIGHT}, FAIL, "bytes or bits"),
+    ({"heavy": HEAVY * 1e-6, "light": LIGHT}, FAIL, "units"),
+    ({"heavy": 1 / HEAVY, "light": LIGHT}, FAIL, "not bytes per unit of compute"),
+    ({"heavy": HEAVY, "light": 999}, FAIL, "light: 999"),
+    ({"heavy": HEAVY, "light": "a lot"}, FAIL, "not a number"),
+    ({"heavy": HEAVY}, FAIL, "one number per job"),
+    ([HEAVY, LIGHT], FAIL, "one number per job"),
+    ({"heavy": ..., "light": ...}, TODO, "INTENSITY['heavy']"),
+    (..., TODO, "INTENSITY"),
+])
+def test_lab5_intensity(answer, status, words):
+    v = lab5.check_intensity(answer)
+    assert v.status == status and (words in v.message or words in v.hint), v
+
+
+@pytest.mark.parametrize(("answer", "status"), [("light", PASS), ("Light ", PASS),
+                                                ("heavy", FAIL), ("storage", FAIL),
+                                                (..., TODO)])
+def test_lab5_favoured(answer, status):
+    assert lab5.check_favoured(answer).status == status
+
+
+def test_lab5_measurements_against_the_recording():
+    run = load_run(lab5.SAMPLE)
+    jobs = {p: run.summary.policies[p].jobs for p in lab5.SHARING}
+    util = {p: j.gpu_utilization for p, j in jobs.items()}
+    assert max(util, key=util.__getitem__) == "job-priority"  # as the prediction says
+    rounded = {p: round(u, 2) for p, u in util.items()}
+    good = lab5.check_utilization(rounded, run)
+    assert good.status == PASS and f"{util['fair']:.1%}" in good.message
+    percent = lab5.check_utilization({p: 100 * u for p, u in util.items()}, run)
+    assert percent.status == FAIL and "not a percentage" in percent.hint
+    one_job = lab5.check_utilization({**util, "fair": jobs["fair"].each["heavy"]
+                                      .gpu_utilization}, run)
+    assert one_job.status == FAIL and "one job's" in one_job.hint
+    assert "has no interleave" in lab5.check_utilization(
+        {p: u for p, u in util.items() if p != "interleave"}, run).message
+    assert lab5.check_utilization({**util, "fair": ...}, run).status == TODO
+    each = jobs["job-priority"].each
+    p99 = each["light"].slowdown_p99
+    tail = lab5.check_favoured_slowdown(round(p99, 2), run)
+    assert tail.status == PASS and f"{p99:.2f}x" in tail.message
+    assert p99 <= lab5.CRUX_BAR and "(within" in tail.message
+    other = lab5.check_favoured_slowdown(each["heavy"].slowdown_p99, run)
+    assert other.status == FAIL and "the other job's" in other.hint
+    ms = lab5.check_favoured_slowdown(each["light"].iteration_p99_ms, run)
+    assert ms.status == FAIL and "not milliseconds" in ms.hint
+    assert lab5.check_favoured_slowdown(..., run).status == TODO
+    assert lab5.check_utilization(util, None).status == TODO
+
+
+def test_lab5_reads_the_recording_without_a_live_run_and_tabulates_it(capsys):
+    source = lab5.source(None)
+    assert source.path == lab5.SAMPLE and "no live run" in capsys.readouterr().out
+    table = lab5.table(source)
+    assert table["policy"].unique(maintain_order=True).to_list() == list(lab5.LIVE_POLICIES)
+    assert table.height == 2 * len(lab5.LIVE_POLICIES)

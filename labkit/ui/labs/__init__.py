@@ -6,6 +6,8 @@
 * :mod:`.lanes` — lab 2, protect the collective with lane rules (a real run);
 * :mod:`.controller` — lab 3, write a controller that beats ``reactive`` (a real run);
 * :mod:`.parallelism` — lab 4, pipeline vs tensor parallelism (labkit's own job plans);
+* :mod:`.sharing` — lab 5, whose All-Reduce is vip: two jobs share the uplink (recorded
+  data, or a real run);
 * :mod:`.notebook` — a lab with its instructor's answers filled in, run headless, and the
   verdicts its check cells gave (tests, and ``python -m labkit.ui.labs``);
 * :mod:`.handout` — the labs released without their solutions, and students' answers
