@@ -1,14 +1,18 @@
 """Frames for figures and notebooks (:mod:`labkit.ui.plots`, notebooks/): one run's, or
 several runs' summaries side by side, sweeps, tunings and lossless fabrics, each a polars
-frame with a fixed schema.
+frame with a fixed schema; the jobs of a run whose jobs shared the fabric (their frames:
+:mod:`labkit.analysis.jobframes`).
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple, Protocol
 
 import polars as pl
 
 from labkit.analysis.windows import cdf, counter_delta, event_pairs, op_times, windows
 from labkit.model.abi import LANES, RANK_SHIFT
+from labkit.model.manifest import RunManifest
 from labkit.model.scenario_spec import LAYOUTS
 from labkit.model.summary import (
     AllReduce,
@@ -222,6 +226,36 @@ def jobs_frame(summary: Summary, digits: int | None = None) -> pl.DataFrame:
                 "sojourn_p99_us": b.sojourn_p99_us if b else None})
     frame = pl.DataFrame(rows, schema=JOBS_COLUMNS)
     return frame if digits is None else frame.with_columns(pl.col(pl.Float64).round(digits))
+
+
+class RecordedRun(Protocol):
+    """What the frames of a recorded run read from it (:class:`labkit.runs.rundir.Run`,
+    from the layer above): its manifest, summary and tables by name."""
+
+    manifest: RunManifest
+    summary: Summary
+
+    def __getitem__(self, table: str) -> pl.DataFrame: ...
+
+
+class SharedJobEntry(NamedTuple):
+    """One of several jobs as its run recorded it: kind (allreduce, job or program), the
+    hosts its ranks ran on (its rows in ``collectives``: labkit's jobs do not share hosts)
+    and an All-Reduce's compute before each op (ms; 0 for the others)."""
+
+    name: str
+    kind: str
+    hosts: tuple[str, ...]
+    compute_ms: float
+
+
+def shared_jobs(scenario: dict) -> tuple[SharedJobEntry, ...]:
+    """The jobs of a run whose jobs shared the fabric, from its manifest's ``scenario``
+    (its ``jobs`` list, ranks resolved to hosts; a training job's entry has no ``kind``);
+    none for a run of one job."""
+    return tuple(SharedJobEntry(j["name"], kind := j.get("kind", "job"), tuple(j["ranks"]),
+                                float(j.get("compute_ms") or 0.0) if kind == "allreduce"
+                                else 0.0) for j in scenario.get("jobs") or ())
 
 
 FIDELITY_COLUMNS = {"policy": pl.Utf8, "cpu_busy": pl.Float64, "cpu_bound": pl.Boolean,

@@ -15,8 +15,8 @@ those carrying its DSCP, which the kernel counted apart (``job_lanes``; the
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import replace
+from collections.abc import Callable, Collection, Iterable
+from dataclasses import dataclass, replace
 
 import polars as pl
 
@@ -30,10 +30,51 @@ INF = 2**63 - 1  # no end: every op
 BASES = ("isolated", "together")  # the job alone; the jobs together without storage
 
 
-def shared_end(collectives: pl.DataFrame, jobs: tuple[JobMeta, ...]) -> int:
-    """When the first job to finish ended its last op: each job ran until then."""
-    return min(int(num(collectives.filter(pl.col("host").is_in(j.hosts))["end_ns"].max()))
-               for j in jobs)
+def shared_end(collectives: pl.DataFrame, hosts: Iterable[Collection[str]]) -> int:
+    """When the first job to finish ended its last op (each job's rows are its ``hosts``'):
+    each job ran until then."""
+    return min(int(num(collectives.filter(pl.col("host").is_in(list(h)))["end_ns"].max()))
+               for h in hosts)
+
+
+@dataclass(frozen=True)
+class SharedSpan:
+    """The part of a policy's window its jobs' figures are over: from ``first`` (the
+    policy's start, or ``ranked``, job-priority's first ranking) to ``end`` (when the
+    first job to finish ended; None under ``isolated``, where each job ran alone)."""
+
+    first: int
+    end: int | None
+    ranked: int | None
+
+
+def shared_span(collectives: pl.DataFrame, job_ranks: pl.DataFrame,
+                hosts: Iterable[Collection[str]], policy: str, start: int) -> SharedSpan:
+    """The :class:`SharedSpan` of ``policy`` (its own rows of ``collectives`` and
+    ``job_ranks``; each job's ``hosts``; ``start``: its window's start)."""
+    end = None if policy == "isolated" else shared_end(collectives, hosts)
+    ranked = int(num(job_ranks["t_ns"].min())) if job_ranks.height else None
+    return SharedSpan(first=ranked or start, end=end, ranked=ranked)
+
+
+def counted_ops(collectives: pl.DataFrame, hosts: Collection[str], span: SharedSpan
+                ) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """One job's ops that count (one row per op across its ranks, :func:`op_times`): those
+    that began (at their first rank) in the span, and after a ranking not the first of
+    them (its ranks began it as each ended the op before, slowed while it learned); and
+    its ranks' rows of those ops."""
+    rows = collectives.filter(pl.col("host").is_in(list(hosts)))
+    ops = op_times(rows).filter((pl.col("start_ns") >= span.first)
+                                & (pl.col("start_ns") < (span.end or INF)))
+    if span.ranked:
+        ops = ops.filter(pl.col("op") > pl.col("op").min())
+    return ops, rows.filter(pl.col("op").is_in(ops["op"].implode()))
+
+
+def iteration_ms(kind: str, ops: pl.DataFrame, compute_ms: float) -> pl.Series:
+    """A job's iterations (ms) from its ops (:func:`counted_ops`): a training job's op is
+    its iteration (``kind`` job); any other job computes ``compute_ms``, then its op."""
+    return ops["ms"] if kind == "job" else ops["ms"] + compute_ms
 
 
 def jobs_report(meta: SummaryMeta, policy: str, of: Callable[[str], pl.DataFrame],
@@ -43,20 +84,12 @@ def jobs_report(meta: SummaryMeta, policy: str, of: Callable[[str], pl.DataFrame
     ``job-priority``'s rankings, ``interleave``'s shifts), and the GPUs' utilization over
     all of them."""
     collectives, job_ranks = of("collectives"), of("job_ranks")
-    alone = policy == "isolated"
-    end = None if alone else shared_end(collectives, meta.jobs)
-    ranked = int(num(job_ranks["t_ns"].min())) if job_ranks.height else None
-    first = ranked or start
-    counted = _at_port(of("job_lanes"), of("histograms"), port, first, end)
+    span = shared_span(collectives, job_ranks, [j.hosts for j in meta.jobs], policy, start)
+    counted = _at_port(of("job_lanes"), of("histograms"), port, span.first, span.end)
     transport, shifts = of("transport"), of("job_shifts")
     each = {}
-    for j in meta.jobs:  # its ops that began (at their first rank) in [first, end)
-        rows = collectives.filter(pl.col("host").is_in(j.hosts))
-        ops = op_times(rows).filter((pl.col("start_ns") >= first)
-                                    & (pl.col("start_ns") < (end or INF)))
-        if ranked:  # its ranks began the first op after it as they ended one before it
-            ops = ops.filter(pl.col("op") > pl.col("op").min())
-        rows = rows.filter(pl.col("op").is_in(ops["op"].implode()))
+    for j in meta.jobs:
+        ops, rows = counted_ops(collectives, j.hosts, span)
         mine = transport.filter(pl.col("host").is_in(j.hosts))
         shifted = shifts.filter(pl.col("job") == j.name)["shift_ns"].sum()
         each[j.name] = replace(
@@ -65,6 +98,7 @@ def jobs_report(meta: SummaryMeta, policy: str, of: Callable[[str], pl.DataFrame
             shifted_ms=num(shifted) / 1e6 if shifts.height else None)
     gpus = sum(j.gpus for j in meta.jobs)
     util = sum(each[j.name].gpu_utilization * j.gpus for j in meta.jobs) / gpus
+    ranked = span.ranked
     return Jobs(gpu_utilization=util, each=each,
                 ranked_after_ms=(ranked - start) / 1e6 if ranked else None,
                 rankings=job_ranks["t_ns"].n_unique() if ranked else None)
@@ -74,16 +108,15 @@ def _shared(j: JobMeta, ops: pl.DataFrame, rows: pl.DataFrame,
             counted: JobAtBottleneck | None, port: str) -> SharedJob:
     """One job's figures from its ops (one row per op across ranks) and its ranks' rows."""
     work: Workload
+    iteration = iteration_ms(j.kind, ops, j.compute_ms)
     if j.kind == "job":
         work = job(ops, rows, j.meta, port)
-        iteration = ops["ms"]
         per_rank = rows.select(pl.col("compute_ns") / (pl.col("end_ns") - pl.col("start_ns")))
         util = num(per_rank.to_series().mean())
     else:
         if j.meta.size_bytes is None:
             raise ValueError(f"job {j.name}: an All-Reduce's summary needs its size")
         work = allreduce(ops, j.meta.size_bytes, len(j.hosts))
-        iteration = ops["ms"] + j.compute_ms  # its compute, then its op
         util = num((j.compute_ms / iteration).mean())
     return SharedJob(workload=work, gpus=j.gpus, iterations=ops.height,
                      iteration_p50_ms=quantile(iteration, 0.5),

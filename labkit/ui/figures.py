@@ -5,7 +5,9 @@ queue timeline, the completion-time CDFs and the per-lane sojourns; a run with `
 adds the funnel into its bottleneck port, and with ``fifo`` and a later stage (``priority``
 or a controller) the three stages side by side; a run with an adaptive policy adds each
 one's valve timeline; a training job adds where its iterations' time went and each
-rank's timeline, a user's program (``kind: program``) where its iterations' time went.
+rank's timeline, a user's program (``kind: program``) where its iterations' time went;
+a run whose jobs shared the fabric each job's bursts at the bottleneck (when the kernel
+counted them apart) and each job's iteration times.
 A sweep (``labkit sweep``) gets its busbw and time against message size, as nccl-tests'
 users plot them; a tuning (``labkit tune``) its cost model against the measured times,
 and every algorithm's busbw.
@@ -88,6 +90,10 @@ def _run_figures(run: Run) -> Iterator[tuple[str, Callable[[], go.Figure]]]:
         yield "parallelism", lambda: plots.parallelism(run)
     if any(isinstance(w, Job) for w in workloads):
         yield "job-timeline", lambda: plots.job_timeline(run)
+    if any(p.jobs for p in run.summary.policies.values()):  # several jobs shared the fabric
+        if not run["job_lanes"].is_empty():
+            yield "job-bursts", lambda: plots.job_bursts(run)
+        yield "job-iteration-cdf", lambda: plots.job_iteration_cdfs(run)
 
 
 def stable_svg(svg: bytes, name: str) -> bytes:

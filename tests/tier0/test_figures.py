@@ -285,7 +285,9 @@ def test_figure_set_adds_funnel_stages_and_timeline_where_the_run_has_the_data()
 
 
 @pytest.mark.parametrize("sample, name", [("checkpoint-burst", "three-stages"),
-                                          ("tensor-parallel", "job-timeline")])
+                                          ("tensor-parallel", "job-timeline"),
+                                          ("two-jobs", "job-bursts"),
+                                          ("two-jobs", "job-iteration-cdf")])
 def test_new_figures_give_byte_identical_svg(tmp_path, sample, name):
     # bottleneck's funnel and three-stages: test_same_run_gives_byte_identical_svg
     require(shutil.which("chromium") is not None, "needs Chromium for kaleido (make setup)")

@@ -12,7 +12,10 @@ from labkit.model.summary import Job, PolicySummary, Program
 from labkit.runs.rundir import Run, Sweep, Tuning
 
 POLICY_COLORS = {"isolated": "#009E73", "fifo": "#D55E00", "priority": "#0072B2",
-                 "reactive": "#56B4E9", "proactive": "#CC79A7", "state-aware": "#000000"}
+                 "reactive": "#56B4E9", "proactive": "#CC79A7", "state-aware": "#000000",
+                 # several jobs' policies (a run has these, rarely controllers too)
+                 "together": "#E69F00", "fair": "#56B4E9", "job-priority": "#0072B2",
+                 "job-weights": "#CC79A7", "interleave": "#000000"}
 LANE_COLORS = {"vip": "#0072B2", "normal": "#999999", "low": "#E69F00", "all": "#CC79A7"}
 LANE_DASH = {"vip": "solid", "normal": "dot", "low": "dash", "all": "dashdot"}
 PHASE_COLORS = {"compute": "#009E73", "sending": "#56B4E9", "wire_wait": "#0072B2",
