@@ -4,6 +4,8 @@
   and a percentile, and the linked figures and tables redraw (one :class:`Panel` per view);
 * :func:`sweep_explorer` — over collective sweeps: pick sweeps and a range of message sizes,
   and the busbw plot and its table redraw;
+* :func:`jobs_explorer` — over a run whose jobs shared the fabric: pick policies, and each
+  job's iteration CDFs and its bursts at the bottleneck redraw, each with its table;
 * :func:`live_panel` — sliders, a run button and a progress bar for a short real run.
 """
 
@@ -205,6 +207,54 @@ def sweep_explorer(sweeps: dict[str, list[dict]], sub: str) -> w.VBox:
     for control in (names, span):
         control.observe(lambda _: panel.show(*view()), names="value")
     box = w.VBox([w.HBox([names, span]), panel.box])
+    box.add_class("lk-explorer")
+    return box
+
+
+JOBS_PICKED = ("isolated", "fair", "job-priority", "interleave")  # jobs_explorer's start
+ITERATION_COLUMNS = ("policy", "job", "iterations", "p50_ms", "p99_ms", "slowdown_p50",
+                     "slowdown_p99", "gpu_utilization", "gpu_utilization_all")
+SHARE_COLUMNS = ("policy", "job", "bottleneck_share", "bottleneck_drops", "sojourn_p99_us")
+
+
+def jobs_views(run: Run, policies: list[str]) -> tuple[tuple[go.Figure, str, pl.DataFrame],
+                                                       tuple[go.Figure, str, pl.DataFrame]]:
+    """What :func:`jobs_explorer` shows for ``policies`` (in the run's order): each job's
+    iteration CDFs with its iterations' table, and each job's bursts at the bottleneck
+    (the policies whose jobs the kernel counted there) with their shares of it."""
+    rows = frames.jobs_frame(run.summary, digits=3).filter(pl.col("policy").is_in(policies))
+    counted = rows.filter(pl.col("bottleneck_share").is_not_null())
+    at_port = [p for p in policies if p in set(counted["policy"].to_list())]
+    return ((plots.job_iteration_cdfs(run, policies),
+             "each job's iterations (ms), slowdowns against the job alone, GPU utilization "
+             "(the job's; all: the policy's, weighted by GPUs)",
+             rows.select(ITERATION_COLUMNS)),
+            (plots.job_bursts(run, at_port),
+             "each job's share of the jobs' bytes at the bottleneck port, its packets "
+             "dropped there and their p99 time in its queue (µs)",
+             counted.select(SHARE_COLUMNS)))
+
+
+def jobs_explorer(run: Run, picked: tuple[str, ...] = JOBS_PICKED) -> w.VBox:
+    """A policy picker over a run whose jobs shared the fabric (docs/jobs.md), linked to
+    two panels (:class:`Panel`): each job's iteration-time CDFs per policy (``isolated``, the
+    job alone, dashed) with each job's iterations, slowdowns and GPU utilization; and the
+    jobs' bursts at the bottleneck, a panel per picked policy the kernel counted them
+    apart in, with each job's share of the port. ``picked``: the policies picked first
+    (those the run has)."""
+    with_jobs = tuple(p for p, s in run.summary.policies.items() if s.jobs is not None)
+    policies = w.SelectMultiple(options=with_jobs, description="policies",
+                                value=tuple(p for p in with_jobs if p in picked) or with_jobs)
+    first = jobs_views(run, list(policies.value))
+    panels = (Panel(*first[0], "lk-job-cdfs"), Panel(*first[1], "lk-job-bursts"))
+
+    def redraw(_) -> None:
+        views = jobs_views(run, [p for p in with_jobs if p in policies.value])
+        for panel, view in zip(panels, views, strict=True):
+            panel.show(*view)
+
+    policies.observe(redraw, names="value")
+    box = w.VBox([w.HBox([policies]), *(panel.box for panel in panels)])
     box.add_class("lk-explorer")
     return box
 

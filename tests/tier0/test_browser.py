@@ -86,6 +86,8 @@ MOVES = [
      lambda now, was: "pipeline-parallel" in now["title"]),
     ("05-fabric-stack", Pick("sweeps", ["ring", "ring-lossy"]), "lk-sweeps",
      lambda now, was: _names(now) == ["ring", "ring-lossy"]),
+    ("06-sharing-the-fabric", Pick("policies", ["fair", "interleave"]), "lk-job-cdfs",
+     lambda now, was: sorted(set(_names(now))) == ["fair", "interleave"]),
 ]
 
 

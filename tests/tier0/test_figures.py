@@ -235,6 +235,30 @@ def test_sweep_explorer_redraws_and_keeps_each_sweeps_colour():
     assert widgets.size_label(65536) == "64 KiB" and widgets.size_label(4 << 20) == "4 MiB"
 
 
+def test_jobs_explorer_redraws_both_panels_for_the_policies_picked():
+    from labkit.ui import widgets
+
+    run = rundir.load_run(REPO / "data/sample/two-jobs")
+    box = widgets.jobs_explorer(run)
+    (policies,) = box.children[0].children
+    cdfs, bursts = box.children[1], box.children[2]
+    assert policies.value == widgets.JOBS_PICKED  # the run has all four
+    assert {t.name for t in cdfs.children[0].data} == {
+        "isolated (alone)", "fair", "job-priority", "interleave"}
+    def cell(text: str) -> str:  # a string in a polars table's HTML
+        return f"<td>&quot;{text}&quot;</td>"
+
+    assert cell("isolated") not in bursts.children[1].value  # each alone: not counted
+    policies.value = ("interleave", "fair")  # drawn in the run's order
+    assert [t.name for t in cdfs.children[0].data] == ["fair", "interleave"] * 2
+    assert cdfs.children[1].value.count(cell("fair")) == 2
+    assert cell("job-priority") not in cdfs.children[1].value
+    assert {"heavy", "light"} <= {t.name for t in bursts.children[0].data}
+    policies.value = ("isolated",)  # the job alone has no bursts together
+    assert [t.name for t in cdfs.children[0].data] == ["isolated (alone)"] * 2
+    assert not bursts.children[0].data and "shape: (0, 5)" in bursts.children[1].value
+
+
 def test_lane_table_quantiles_follow_the_window():
     from labkit.ui import widgets
 

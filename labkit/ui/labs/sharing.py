@@ -21,6 +21,7 @@ from labkit.analysis.frames import jobs_frame
 from labkit.model import scenario
 from labkit.model.paths import REPO_ROOT
 from labkit.model.scenario import AllReduceSpec, Scenario
+from labkit.model.summary import Jobs
 from labkit.model.topo import Topology
 from labkit.runs.rundir import Run, load_run
 from labkit.ui.labs.verdict import Unanswered, Wrong, check, require
@@ -135,13 +136,19 @@ def run_live(duration: float | None = None, path: Path = SCENARIO) -> Run | None
                    document=scenario.read_yaml(path)[1])
 
 
-def _utilization(run: Run) -> dict[str, float]:
-    policies = run.summary.policies
-    missing = [p for p in SHARING if p not in policies or policies[p].jobs is None]
+def _shared(run: Run) -> dict[str, Jobs]:
+    """The jobs' figures of each policy of :data:`SHARING` in ``run``, or :class:`Wrong`."""
+    found = {p: s.jobs for p, s in run.summary.policies.items()
+             if p in SHARING and s.jobs is not None}
+    missing = [p for p in SHARING if p not in found]
     if missing:
         raise Wrong(f"this run has no figures for {', '.join(missing)}",
                     f"run it with policies {list(LIVE_POLICIES)}")
-    return {p: policies[p].jobs.gpu_utilization for p in SHARING}
+    return found
+
+
+def _utilization(run: Run) -> dict[str, float]:
+    return {p: jobs.gpu_utilization for p, jobs in _shared(run).items()}
 
 
 def _name(answer, choices, what: str) -> str:
@@ -164,12 +171,12 @@ def check_prediction(best_policy, who_pays, run_dir: Path = SAMPLE) -> str:
     highest in the recording and ``who_pays`` the job with the larger p99 slowdown
     under it."""
     run = _run(run_dir)
-    names = list(run.summary.policies[SHARING[0]].jobs.each)
+    names = list(_shared(run)[SHARING[0]].each)
     policy = _name(best_policy, SHARING, "BEST_POLICY")
     job = _name(who_pays, names, "WHO_PAYS")
     util = _utilization(run)
     best = max(util, key=util.__getitem__)
-    each = run.summary.policies[best].jobs.each
+    each = _shared(run)[best].each
     payer = max(each, key=lambda name: each[name].slowdown_p99 or 0.0)
     if policy != best:
         raise Wrong(f"{policy} is not the one that kept the most GPU time busy in the "
@@ -280,7 +287,7 @@ def check_utilization(answer, run=SAMPLE) -> str:
         value = _number(value, f"GPU_UTIL[{policy!r}]")
         if abs(value - right) <= UTILIZATION_TOLERANCE:
             continue
-        each = run.summary.policies[policy].jobs.each
+        each = _shared(run)[policy].each
         if abs(value / 100 - right) <= UTILIZATION_TOLERANCE:
             hint = "as a fraction (0.52), not a percentage"
         elif any(abs(value - j.gpu_utilization) <= UTILIZATION_TOLERANCE
@@ -308,7 +315,7 @@ def check_favoured_slowdown(answer, run=SAMPLE) -> str:
                     "it ranks them once every job has ended an iteration: was the run cut "
                     "short?")
     value = _number(value, "FAVOURED_P99")
-    each = run.summary.policies["job-priority"].jobs.each
+    each = _shared(run)["job-priority"].each
     mine = each[job]
     others = {name: j for name, j in each.items() if name != job}
     right = mine.slowdown_p99
