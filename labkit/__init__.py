@@ -17,7 +17,8 @@ The API, imported on first use (``import labkit`` stays light for notebooks with
   :class:`Batch`;
 * ``labkit.load_run(path)`` reads a recorded run back (``labkit.load_tuning(path)`` a
   :class:`Tuning`); ``labkit.load_runs(paths)`` reads
-  many runs (or a batch) as one polars frame, a row per run and policy;
+  many runs (or a batch) as one polars frame, a row per run and policy
+  (``labkit.load_jobs(paths)``: per run, policy and job, for runs of several jobs);
 * ``labkit.load_scenario(path)`` and ``labkit.load_grid(path)`` parse and check a
   scenario or a grid file;
 * ``labkit.sample(name)`` finds a shipped recorded run (``data/sample/<name>``; sweeps and
@@ -50,7 +51,7 @@ _API = {"run": _RUNNER, "sweep": _RUNNER, "shell": _RUNNER, "calibrate": _RUNNER
         "load_tuning": _RUNDIR, "Progress": _RUNNER, "Sweep": _RUNNER, "NotReady": _RUNNER,
         "RunFailed": _RUNNER, "Run": _RUNDIR, "load_run": _RUNDIR, "RunDataError": _RUNDIR,
         "ScenarioError": "labkit.model.scenario", "load_scenario": "labkit.model.scenario",
-        "run_batch": _BATCH, "load_runs": _BATCH, "Batch": _BATCH,
+        "run_batch": _BATCH, "load_runs": _BATCH, "load_jobs": _BATCH, "Batch": _BATCH,
         "load_grid": "labkit.model.grid", "GridError": "labkit.model.grid",
         "sample": "labkit.model.paths", "scenario_file": "labkit.model.paths",
         "SampleNotFound": "labkit.model.paths"}

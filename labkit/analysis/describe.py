@@ -127,13 +127,12 @@ def rule_text(rule: LaneRule) -> str:
 def _lanes(sc: Scenario) -> dict:
     """The rules in the classifier's order (the first that matches decides), who added each,
     and the lanes a lossless fabric pauses."""
-    mark = LaneRule("vip", dscp=sc.program.dscp) if sc.program else None
-    added = (f"{sc.program.key}: the DSCP program {sc.program.name}'s packets carry"
-             if sc.program else None)
+    added = {LaneRule("vip", dscp=p.dscp): f"{p.key}: the DSCP program {p.name}'s packets "
+             "carry" for p in sc.programs}
     return {
         "classifier": sc.classifier, "default": "normal", "order": list(LANES),
         "lossless": list(sc.fabric.lossless),
-        "rules": [{**asdict(r), "text": rule_text(r), "added_by": added if r == mark else None}
+        "rules": [{**asdict(r), "text": rule_text(r), "added_by": added.get(r)}
                   for r in sc.lanes],
     }
 

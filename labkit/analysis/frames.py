@@ -13,7 +13,7 @@ import polars as pl
 from labkit.analysis.windows import cdf, counter_delta, event_pairs, op_times, windows
 from labkit.model.abi import LANES, RANK_SHIFT
 from labkit.model.manifest import RunManifest
-from labkit.model.scenario_spec import LAYOUTS
+from labkit.model.scenario_spec import JOB_LAYOUTS, LAYOUTS
 from labkit.model.summary import (
     AllReduce,
     Job,
@@ -356,7 +356,10 @@ STAGES = {1: "the bottleneck", 2: "priority lanes", 3: "adaptive control"}
 def stage_of(policy: str, controlled: bool) -> int | None:
     """Which of the three stages (:data:`STAGES`) a policy of a summary stands for: ``fifo``
     the bottleneck, ``priority`` the lanes, any policy with a controller (``controlled``:
-    its summary has one) adaptive control; ``isolated`` (the baseline) none."""
+    its summary has one) adaptive control; ``isolated`` (the baseline) none; of the
+    policies for several jobs, ``fair`` (priority's lanes) the lanes, the others none."""
+    if policy in JOB_LAYOUTS:
+        return 2 if policy == "fair" and not controlled else (3 if controlled else None)
     if controlled or policy.rpartition("+")[2] not in LAYOUTS:
         return 3
     return {"fifo": 1, "priority": 2}.get(policy)

@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 import polars as pl
 
 from labkit.analysis.windows import counter_delta, num, op_times, quantile
-from labkit.analysis.workloads import allreduce, job
+from labkit.analysis.workloads import allreduce, job, program
 from labkit.model.abi import HIST_BUCKETS
 from labkit.model.summary import JobAtBottleneck, Jobs, PolicySummary, SharedJob, Workload
 from labkit.model.summary_meta import JobMeta, SummaryMeta
@@ -72,9 +72,15 @@ def counted_ops(collectives: pl.DataFrame, hosts: Collection[str], span: SharedS
 
 
 def iteration_ms(kind: str, ops: pl.DataFrame, compute_ms: float) -> pl.Series:
-    """A job's iterations (ms) from its ops (:func:`counted_ops`): a training job's op is
-    its iteration (``kind`` job); any other job computes ``compute_ms``, then its op."""
-    return ops["ms"] if kind == "job" else ops["ms"] + compute_ms
+    """A job's iterations (ms) from its ops (:func:`counted_ops`): a training job's or a
+    program's op is its iteration (``kind`` job or program); an All-Reduce's runs from
+    its op's start to the next one's (its op, its compute of ``compute_ms``, and whatever
+    put the next one off: an ``interleave`` shift), the last its op and compute."""
+    if kind in ("job", "program"):
+        return ops["ms"]
+    ordered = ops.sort("op")
+    period = (ordered["start_ns"].shift(-1) - ordered["start_ns"]) / 1e6
+    return period.fill_null(ordered["ms"].tail(1) + compute_ms).alias("ms")
 
 
 def jobs_report(meta: SummaryMeta, policy: str, of: Callable[[str], pl.DataFrame],
@@ -89,13 +95,18 @@ def jobs_report(meta: SummaryMeta, policy: str, of: Callable[[str], pl.DataFrame
     transport, shifts = of("transport"), of("job_shifts")
     each = {}
     for j in meta.jobs:
-        ops, rows = counted_ops(collectives, j.hosts, span)
+        ops, rows = counted_ops(collectives.filter(pl.col("op") >= j.meta.warmup), j.hosts,
+                                span)
         mine = transport.filter(pl.col("host").is_in(j.hosts))
+        own = of("program_ops").filter(
+            pl.col("host").is_in(j.hosts) & (pl.col("iteration").is_null()
+                                             | (pl.col("iteration") >= j.meta.warmup))) \
+            if j.kind == "program" else None
         shifted = shifts.filter(pl.col("job") == j.name)["shift_ns"].sum()
         each[j.name] = replace(
-            _shared(j, ops, rows, counted.get(j.name), port),
+            _shared(j, policy, ops, rows, own, counted.get(j.name), port),
             retransmits=int(mine["retransmits"].sum()), timeouts=int(mine["timeouts"].sum()),
-            shifted_ms=num(shifted) / 1e6 if shifts.height else None)
+            shifted_ms=num(shifted) / 1e6 if policy.partition("+")[0] == "interleave" else None)
     gpus = sum(j.gpus for j in meta.jobs)
     util = sum(each[j.name].gpu_utilization * j.gpus for j in meta.jobs) / gpus
     ranked = span.ranked
@@ -104,15 +115,23 @@ def jobs_report(meta: SummaryMeta, policy: str, of: Callable[[str], pl.DataFrame
                 rankings=job_ranks["t_ns"].n_unique() if ranked else None)
 
 
-def _shared(j: JobMeta, ops: pl.DataFrame, rows: pl.DataFrame,
-            counted: JobAtBottleneck | None, port: str) -> SharedJob:
-    """One job's figures from its ops (one row per op across ranks) and its ranks' rows."""
+def _shared(j: JobMeta, policy: str, ops: pl.DataFrame, rows: pl.DataFrame,
+            program_ops: pl.DataFrame | None, counted: JobAtBottleneck | None, port: str
+            ) -> SharedJob:
+    """One job's figures from its ops (one row per op across ranks) and its ranks' rows
+    (a program's: and its own ops)."""
     work: Workload
     iteration = iteration_ms(j.kind, ops, j.compute_ms)
-    if j.kind == "job":
-        work = job(ops, rows, j.meta, port)
+    if j.kind in ("job", "program"):
+        if j.kind == "job":
+            work = job(ops, rows, j.meta, port)
+        else:
+            if j.meta.program is None or program_ops is None:
+                raise ValueError(f"job {j.name}: a program's summary needs what it reported")
+            work = program(ops, rows, program_ops, j.meta.program[policy], len(j.hosts),
+                           counted.bytes if counted else 0)
         per_rank = rows.select(pl.col("compute_ns") / (pl.col("end_ns") - pl.col("start_ns")))
-        util = num(per_rank.to_series().mean())
+        util = num(per_rank.to_series().mean()) if rows.height else 0.0
     else:
         if j.meta.size_bytes is None:
             raise ValueError(f"job {j.name}: an All-Reduce's summary needs its size")

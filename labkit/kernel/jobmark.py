@@ -16,7 +16,7 @@ cooperation, and only where the job meets storage), once a burst across has carr
 from __future__ import annotations
 
 import socket
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from labkit.kernel import bpf, tc
 from labkit.kernel.cgroups import Cgroup
@@ -83,14 +83,17 @@ class JobMarks:
                           self.attachments, self.record)
         return mark
 
-    def traffic(self) -> tuple[dict[str, tuple[int, int]], list[BurstRow], int]:
-        """Per host (packets, bytes) of the job; every host's bursts; bursts lost."""
+    def traffic(self, hosts: Collection[str] | None = None
+                ) -> tuple[dict[str, tuple[int, int]], list[BurstRow], int]:
+        """Per host (packets, bytes) of the job; every host's bursts; bursts lost: of
+        ``hosts`` (None: every marked host)."""
         rows, lost = [], 0
-        for mark in self.marks.values():
+        marks = {h: m for h, m in self.marks.items() if hosts is None or h in hosts}
+        for mark in marks.values():
             found, missed = mark.bursts()
             rows += found
             lost += missed
-        return {h: m.counters() for h, m in self.marks.items()}, rows, lost
+        return {h: m.counters() for h, m in marks.items()}, rows, lost
 
     def close(self) -> None:
         bpf.detach_all(self.attachments)

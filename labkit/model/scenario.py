@@ -197,8 +197,7 @@ def parse(doc: Any, file: str = "<scenario>") -> Scenario:
                                                           dict(kinds))
     jobs = with_job_dscps(c, jobs, lanes)
     lanes = _with_job_rules(c, lanes, jobs)
-    program = next((j for j in jobs if isinstance(j, ProgramSpec)), None)
-    if program:
+    for program in (j for j in jobs if isinstance(j, ProgramSpec)):
         lanes = _with_program_rule(c, lanes, program)
     control = _control(c, top.get("control", {}), "control")
     emulation = _emulation(c, top.get("emulation", {}), "emulation")
@@ -206,9 +205,14 @@ def parse(doc: Any, file: str = "<scenario>") -> Scenario:
     policies = _policies(c, top.get("policies", list(LAYOUTS)), "policies",
                          [name for name, _ in control.controllers])
     events = _events(c, top.get("events", []), fabric)
-    if program and emulation.rate_factor != 1:
+    if any(isinstance(j, ProgramSpec) for j in jobs) and emulation.rate_factor != 1:
         c.fail("emulation.rate_factor", "a program's compute time is its own, which labkit "
                "cannot scale with the links: leave the rate factor at 1")
+    placing = [p.name for p in policies if p.layout in ("job-priority", "job-weights")]
+    if placing and len(lanes) + len(jobs) > MAX_LANE_RULES:
+        c.fail("lanes", f"{placing[0]} puts a rule per job before the scenario's {len(lanes)}, "
+               f"and at most {MAX_LANE_RULES} fit the classifier: drop "
+               f"{len(lanes) + len(jobs) - MAX_LANE_RULES} rule(s)")
     if len(jobs) < 2 and (several := [p.name for p in policies
                                       if p.layout in SHARED_LAYOUTS]):
         c.fail("policies", f"{several[0]} shares the fabric between jobs, and this scenario "

@@ -394,6 +394,11 @@ class Scenario:
         return self._only(ProgramSpec)
 
     @property
+    def programs(self) -> tuple[ProgramSpec, ...]:
+        """The user's programs among the jobs (alone, or beside others)."""
+        return tuple(j for j in self.jobs if isinstance(j, ProgramSpec))
+
+    @property
     def workload(self) -> JobEntry:
         """The collective workload: labkit's All-Reduce or job, or the user's program,
         when the scenario has one job (several: :attr:`jobs` and :meth:`alone`)."""

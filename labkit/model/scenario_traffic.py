@@ -119,14 +119,15 @@ def _job_entry(c: Checker, t: dict, key: str, fabric: FabricSpec,
         if other.name == job.name:
             c.fail(mine, f"job {other.name!r} is named twice (traffic entry {i} has it too): "
                          "give each job a name of its own (`name:`)")
-        if isinstance(job, ProgramSpec) and isinstance(other, ProgramSpec):
-            c.fail(key, f"a second program ({other.name!r} is one): one program per "
-                        "scenario for now, beside any number of labkit's own jobs")
         shared = [h for h in job.ranks if h in other.ranks]
         if shared and not isinstance(job, ProgramSpec) and not isinstance(other, ProgramSpec):
             c.fail(f"{key}.ranks", f"host {shared[0]!r} runs a rank of {other.name!r} too: "
                    "labkit's ranks receive on RoCEv2's UDP port 4791, one rank per host and "
                    "port; give each of labkit's jobs hosts of its own")
+        if shared:  # a program's packets are marked by host (its ranks' cgroups there)
+            c.fail(f"{key}.ranks", f"host {shared[0]!r} runs a rank of {other.name!r} too: "
+                   "a program's ranks have their hosts to themselves (labkit marks and "
+                   "counts a program's traffic at its hosts' NICs); give it hosts of its own")
         if "dscp" in t and job.dscp == other.dscp and other.dscp:
             c.fail(f"{key}.dscp", f"DSCP {job.dscp} is {other.name!r}'s too: each job's "
                                   "packets carry a DSCP of their own")
@@ -135,11 +136,12 @@ def _job_entry(c: Checker, t: dict, key: str, fabric: FabricSpec,
 
 def with_job_dscps(c: Checker, jobs: tuple[JobEntry, ...], lanes: tuple[LaneRule, ...]
                    ) -> tuple[JobEntry, ...]:
-    """With several jobs, each of labkit's own that names no DSCP given one of
-    :data:`JOB_DSCPS` no other job or lane rule uses (a program has its own, 26 by
-    default); one job keeps what it has (labkit's ranks send DSCP 0, as always)."""
+    """Each job that names no DSCP given one: with several jobs, one of :data:`JOB_DSCPS`
+    no other job or lane rule uses; one job keeps what it always had (labkit's ranks send
+    DSCP 0, a program's carry :data:`JOB_DSCP`)."""
     if len(jobs) < 2:
-        return jobs
+        return tuple(replace(j, dscp=JOB_DSCP) if isinstance(j, ProgramSpec) and not j.dscp
+                     else j for j in jobs)
     taken = {j.dscp for j in jobs if j.dscp} | {r.dscp for r in lanes if r.dscp is not None}
     free = (d for d in JOB_DSCPS if d not in taken)
     out = []
@@ -403,7 +405,7 @@ def _program_entry(c: Checker, t: dict, key: str, fabric: FabricSpec) -> Program
         python=python, iterations=iterations, warmup=warmup,
         env=tuple(sorted((k, str(v)) for k, v in env.items())),
         master_port=c.get(t, key, PROGRAM, "master_port", ProgramSpec.master_port),
-        dscp=c.get(t, key, PROGRAM, "dscp", JOB_DSCP),
+        dscp=c.get(t, key, PROGRAM, "dscp") if "dscp" in t else 0,  # 0: labkit's choice
         quiet_ms=quiet, duration_s=duration, imports=tuple(imports), launcher=launcher,
         timing=timing, key=key)
 

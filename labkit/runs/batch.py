@@ -31,14 +31,14 @@ with a DeprecationWarning.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from contextlib import nullcontext
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 import polars as pl
 
-from labkit.analysis.frames import SUMMARY_COLUMNS, summary_frame
+from labkit.analysis.frames import JOBS_COLUMNS, SUMMARY_COLUMNS, jobs_frame, summary_frame
 from labkit.kernel.registry import RunLock
 from labkit.model import grid as grid_mod
 from labkit.model import paths
@@ -52,6 +52,7 @@ from labkit.model.manifest import (
     ScenarioFile,
 )
 from labkit.model.scenario import ScenarioError
+from labkit.model.summary import Summary
 from labkit.runs import moved, rundir, runner, slurm
 from labkit.runs.points import ENDED, PointJob, PointOutcome, run_point
 from labkit.runs.provenance import git_revision
@@ -80,6 +81,9 @@ class Batch:
 
     def frame(self) -> pl.DataFrame:
         return load_runs(self.path)
+
+    def jobs(self) -> pl.DataFrame:
+        return load_jobs(self.path)
 
 
 # --- the batch ------------------------------------------------------------------------------
@@ -244,6 +248,21 @@ def load_runs(paths: str | Path | Iterable[str | Path]) -> pl.DataFrame:
     of runs (``data/runs``: every run and batch in it; sweeps and calibrations are left
     out), alone or in a list. Reads only manifests and summaries; RunDataError names a
     run that cannot be read."""
+    return _load(paths, summary_frame, SUMMARY_COLUMNS)
+
+
+def load_jobs(paths: str | Path | Iterable[str | Path]) -> pl.DataFrame:
+    """As :func:`load_runs`, a row per run, policy and job of runs whose jobs shared the
+    fabric (:func:`labkit.analysis.frames.jobs_frame`; none for a run of one job): an
+    ECMP study's per-seed bandwidth of each job, say."""
+    return _load(paths, jobs_frame, JOBS_COLUMNS)
+
+
+def _load(paths: str | Path | Iterable[str | Path],
+          per_run: Callable[[Summary], pl.DataFrame],
+          columns_of: Mapping[str, PolarsDataType]) -> pl.DataFrame:
+    """The runs in ``paths``, each one's ``per_run`` frame of its summary led by the
+    run's and its grid point's columns (see :func:`load_runs`)."""
     runs = []
     for d in _run_dirs([paths] if isinstance(paths, str | Path) else list(paths)):
         docs = rundir.read_documents(d)
@@ -254,11 +273,11 @@ def load_runs(paths: str | Path | Iterable[str | Path]) -> pl.DataFrame:
     for _, manifest, _ in runs:
         for k, v in (manifest.batch.parameters if manifest.batch else {}).items():
             keys.setdefault(k, []).append(v)
-    reserved = {*BASE_COLUMNS, *SUMMARY_COLUMNS, "path"}
+    reserved = {*BASE_COLUMNS, *columns_of, "path"}
     columns = {k: (f"grid:{k}" if k in reserved else k, _dtype(v)) for k, v in keys.items()}
     schema: dict[str, PolarsDataType] = {
         **BASE_COLUMNS, **{name: t for name, t in columns.values()},
-        **SUMMARY_COLUMNS, "path": pl.Utf8}
+        **columns_of, "path": pl.Utf8}
     frames = []
     for d, manifest, summary in runs:
         b = manifest.batch
@@ -269,7 +288,7 @@ def load_runs(paths: str | Path | Iterable[str | Path]) -> pl.DataFrame:
         lits = [x.alias(n) for x, n in zip(lits, BASE_COLUMNS, strict=True)]
         lits += [pl.lit(_cell(params.get(k), t), t).alias(name)
                  for k, (name, t) in columns.items()]
-        frames.append(summary_frame(summary).select(
+        frames.append(per_run(summary).select(
             *lits, pl.all(), pl.lit(str(d), pl.Utf8).alias("path")))
     if not frames:
         return pl.DataFrame(schema=schema)

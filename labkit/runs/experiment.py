@@ -41,7 +41,14 @@ from labkit.kernel.pcap import PacketCapture, PcapRequest
 from labkit.kernel.registry import Registry
 from labkit.kernel.telemetry import sample_every_for
 from labkit.model import lossless
-from labkit.model.scenario_spec import AllReduceSpec, JobEntry, JobSpec, Policy, Scenario
+from labkit.model.scenario_spec import (
+    AllReduceSpec,
+    JobEntry,
+    JobSpec,
+    Policy,
+    ProgramSpec,
+    Scenario,
+)
 from labkit.model.summary import Command, ProgramRank, Telemetry
 from labkit.model.summary_meta import (
     JobMeta,
@@ -233,33 +240,33 @@ def _run_traffic(pf: PolicyFabric, workdir: Path, duration_s: float | None,
     control, marking = pf.get(Control), pf.get(JobMarking)
     phase_maps = control.session.phase_maps if control and control.session else None
     result = PolicyResult(pol.name, pol.port_layout)
-    commands = programs = None
+    commands = None
+    programs: list[Programs] = []  # the user's programs among the jobs
     by_job: dict[str, list[Engine]] = {}  # labkit's jobs' engines
+    ring: list[Engine] = []  # ... all of them
+    ring_ops = 0
     agents: list[Engine | Agent[StorageResult]] = []
     try:
         rng = random.Random(f"{sc.seed}/{pol.name}")
-        if sc.program:  # the user's program is the collective workload: no labkit ranks
-            ring: list[Engine] = []
-            ring_ops = 0
-            assert marking, "a program's fabric marks its ranks' traffic"
-            programs = Programs(sc.program, topo, fabric, marking.groups, workdir / "program",
-                                phase_maps).launch()
-        else:  # labkit's own jobs, started together; progress follows the first
-            ring, ring_ops = [], 0
-            for job in sc.jobs:
-                work, gap_ms, ops = job_workload(job, sc.fabric.gpus_per_host)
-                ring_ops = ring_ops or ops
-                first = len(ring)
-                ring += start_collective(
-                    fabric, topo, job.ranks, work, iterations=ops, compute_ms=gap_ms,
-                    workdir=workdir / job.name if sc.several else workdir, rng=rng,
-                    duration_s=duration_s, phase_maps=phase_maps, dcqcn=sc.control.dcqcn,
-                    # a capture shows packets as the fabric carries them: whole packets,
-                    # so tshark reads each one (and checks its ICRC)
-                    gso_packets=1 if pcap else sc.emulation.gso_packets,
-                    lossless=lossless.carries_collectives(sc.fabric, pol.port_layout),
-                    engines=sc.emulation.engines, dscp=job.dscp)
-                by_job[job.name] = ring[first:]
+        for job in sc.jobs:  # all started held, released together; progress follows the first
+            if isinstance(job, ProgramSpec):
+                assert marking, "a program's fabric marks its ranks' traffic"
+                programs.append(Programs(
+                    job, topo, fabric, marking.groups,
+                    workdir / job.name if sc.several else workdir / "program",
+                    phase_maps).launch())
+                continue
+            work, gap_ms, ops = job_workload(job, sc.fabric.gpus_per_host)
+            ring_ops = ring_ops or ops
+            ring += by_job.setdefault(job.name, start_collective(
+                fabric, topo, job.ranks, work, iterations=ops, compute_ms=gap_ms,
+                workdir=workdir / job.name if sc.several else workdir, rng=rng,
+                duration_s=duration_s, phase_maps=phase_maps, dcqcn=sc.control.dcqcn,
+                # a capture shows packets as the fabric carries them: whole packets, so
+                # tshark reads each one (and checks its ICRC)
+                gso_packets=1 if pcap else sc.emulation.gso_packets,
+                lossless=lossless.carries_collectives(sc.fabric, pol.port_layout),
+                engines=sc.emulation.engines, dscp=job.dscp))
         storage = start_storage(sc, topo, fabric, workdir) if pol.storage else []
         agents = [*ring, *storage]
         if pol.storage and sc.commands:  # the user's programs compete as storage does
@@ -274,14 +281,14 @@ def _run_traffic(pf: PolicyFabric, workdir: Path, duration_s: float | None,
             if capture:
                 capture.stop()
         _collect(result, [rank for engine in ring for rank in engine.ranks()], storage)
-        if programs:
+        for program in programs:
             assert marking and marking.marks, "a program's fabric marks its ranks' traffic"
-            _collect_program(result, programs, marking.marks)
+            _collect_program(result, program, marking.marks)
         pf.collect(result)
         return result
     finally:
-        if programs:  # after a failure or an interrupt too: nothing of it outlives the run
-            programs.stop()
+        for program in programs:  # after a failure or an interrupt too: nothing outlives it
+            program.stop()
         if commands:  # still running after a failure: stop them too
             result.commands += commands.stop()
         for a in agents:
@@ -291,14 +298,15 @@ def _run_traffic(pf: PolicyFabric, workdir: Path, duration_s: float | None,
 def _drive(result: PolicyResult, pf: PolicyFabric, ring: list[Engine],
            storage: list[Agent[StorageResult]], duration_s: float | None, ring_ops: int,
            progress: Callable[[int], None] | None, commands: Commands | None = None,
-           programs: Programs | None = None,
+           programs: Sequence[Programs] = (),
            by_job: Mapping[str, Sequence[Engine]] | None = None) -> None:
-    """Start storage (and the user's commands), let it warm up, run the collective
-    workload to the end (labkit's ranks, ``ring_ops`` ops or iterations each, or the
-    user's program), stop storage; record telemetry meanwhile, the policy's features
-    started once the queue poller runs (a controller is fed from its first sample)."""
+    """Start storage (and the user's commands), let it warm up, run the jobs to the end
+    (labkit's ranks, ``ring_ops`` ops or iterations each for the first, and the user's
+    programs), stop storage; record telemetry meanwhile, the policy's features started
+    once the queue poller runs (a controller is fed from its first sample)."""
     probes, control = pf.get(Probes), pf.get(Control)
     feed = control.session.feed if control and control.session else None
+    programs_first = isinstance(pf.stack.sc.jobs[0], ProgramSpec)
     poller = QueuePoller(probes.watched if probes else [],
                          listener=feed.push if feed else None,
                          job_names=probes.jobs if probes else {}).start()
@@ -311,10 +319,9 @@ def _drive(result: PolicyResult, pf: PolicyFabric, ring: list[Engine],
         if commands:
             commands.start()
         t_ranks = t_go + (int(STORAGE_WARMUP_S * 1e9) if storage or commands else 0)
-        if programs:
-            programs.release(t_ranks)
-            programs.wait(duration_s or programs.spec.duration_s, progress)
-        else:
+        for program in programs:
+            program.release(t_ranks)
+        if ring:  # labkit's jobs: ring[0] is the first job's unless a program is first
             go(ring, t_ranks)
             pf.jobs_started(by_job or {})
             leads = {engines[0]: job for job, engines in (by_job or {}).items()}
@@ -323,7 +330,7 @@ def _drive(result: PolicyResult, pf: PolicyFabric, ring: list[Engine],
                 if not line.startswith("OP "):
                     return
                 _, op, *compute = line.split()
-                if progress and agent is ring[0]:
+                if progress and agent is ring[0] and not programs_first:
                     progress(int(op) + 1)
                 if leads and agent in leads and compute:
                     pf.op_done(leads[agent], int(op), int(compute[0]))
@@ -331,6 +338,9 @@ def _drive(result: PolicyResult, pf: PolicyFabric, ring: list[Engine],
             most = max(j.iterations or 0 for j in pf.stack.sc.jobs)
             limit_s = duration_s + 30 if duration_s else max(120, 5 * most)
             finish_together(ring, limit_s, on_line)
+        for program in programs:
+            program.wait(duration_s or program.spec.duration_s,
+                         progress if program is programs[0] and programs_first else None)
         result.orchestrator_cpu_share = ((_own_cpu_s() - before[0])
                                          / max(time.monotonic() - before[1], 1e-3))
         result.storage_stopped_ns = time.monotonic_ns()  # connections close from here on
@@ -378,35 +388,37 @@ def _collect(result: PolicyResult, ranks: list[tuple[str, CollectiveResult]],
 
 
 def _collect_program(result: PolicyResult, programs: Programs, marks: JobMarks) -> None:
-    """The program's iterations and ops, from the best source there is: as it printed
+    """One program's iterations and ops, from the best source there is: as it printed
     them (:mod:`labkit.model.traffic.lines`), as labkit's hook or MPI shim timed them
     (``timing: auto``), else as its traffic showed them, when that fits the model
-    (:mod:`labkit.analysis.jobtiming`: otherwise none, and why); its ranks and traffic."""
+    (:mod:`labkit.analysis.jobtiming`: otherwise none, and why); its ranks and traffic,
+    added to the result's (its hosts are its own)."""
     spec = programs.spec
     programs.stop()  # nothing is left running; the cgroups' CPU is read
-    per_host, result.bursts, lost = marks.traffic()
+    per_host, bursts, lost = marks.traffic(spec.ranks)
+    result.bursts += bursts
     source, unmeasured = "lines", None
     reported, ops, bad = programs.reported()
     if not (reported or ops) and spec.timing == "auto":
         source = "hook"
         reported, ops, bad = programs.reported(hooked=True)
-    result.program_ops = [OpRow(rank, host, o.i, o.op, o.bytes, o.start_ns, o.end_ns)
-                          for rank, host, o in ops]
+    program_ops = [OpRow(rank, host, o.i, o.op, o.bytes, o.start_ns, o.end_ns)
+                   for rank, host, o in ops]
     if not (reported or ops):
         source = "traffic"
-        seen = jobtiming.ops_from_traffic(result.bursts,
-                                          {h: r for r, h in enumerate(spec.ranks)},
+        seen = jobtiming.ops_from_traffic(bursts, {h: r for r, h in enumerate(spec.ranks)},
                                           spec.iterations)
-        result.program_ops, unmeasured = seen.ops, seen.unmeasured
+        program_ops, unmeasured = seen.ops, seen.unmeasured
     if not reported:
-        result.program_ops = jobtiming.numbered(result.program_ops)
-    iterations = reported or jobtiming.iterations_from_ops(result.program_ops)
-    result.collectives = [
+        program_ops = jobtiming.numbered(program_ops)
+    result.program_ops += program_ops
+    iterations = reported or jobtiming.iterations_from_ops(program_ops)
+    result.collectives += [
         CollectiveRow(op=it.i, rank=rank, host=host, start_ns=it.start_ns, end_ns=it.end_ns,
                       wrong=0, compute_ns=it.end_ns - it.start_ns - (it.exposed_ns or 0),
                       exposed_ns=it.exposed_ns or 0, bubble_ns=0)
         for rank, host, it in iterations]
-    result.program = ProgramReport(
+    result.programs[spec.name] = ProgramReport(
         name=spec.name, source=source, warmup=spec.warmup, bad_lines=bad, bursts_lost=lost,
         ranks=tuple(ProgramRank(rank=row.rank, host=row.host, argv=row.argv, exit=row.exit,
                                 stopped_by_labkit=row.stopped_by_labkit, lingered=row.lingered,
@@ -577,8 +589,8 @@ def summary_meta(sc: Scenario, topo: Topology, run_id: str, results: list[Policy
         commands={r.policy: tuple(Command(**asdict(c)) for c in r.commands)  # the same fields
                   for r in results if r.commands},
         storage_errors={r.policy: r.storage_errors for r in results},
-        program=({r.policy: r.program for r in results if r.program is not None}
-                 if sc.program else None),
+        program=({r.policy: r.programs[sc.program.name] for r in results
+                  if sc.program.name in r.programs} if sc.program else None),
         warmup=sc.program.warmup if sc.program else 0,
         control={r.policy: r.control for r in results if r.control},
         lossless=LosslessMeta(

@@ -234,12 +234,17 @@ def resolve_run(scenario: str | Path | Scenario, policies: str | Sequence[str] |
                             f"{MAX_SNAPLEN} bytes, got {pcap_snaplen}")
     commands.check_installed(sc)
     topology = Topology(sc.fabric)
-    if sc.program:
-        programs.check(sc.program, topology, source)
+    for program in sc.programs:
+        programs.check(program, topology, source)
     steered = [p.name for p in pols if p.controller]
     if not telemetry and steered:
         raise ScenarioError(source, "telemetry", f"policy {steered[0]} steers its valves from "
                             "telemetry; leave the policy out or keep telemetry on")
+    learning = [p.name for p in pols if p.layout in ("job-priority", "interleave")]
+    if not telemetry and learning:
+        raise ScenarioError(source, "telemetry", f"policy {learning[0]} learns each job's "
+                            "bytes at the bottleneck from the queue probe; leave the policy "
+                            "out or keep telemetry on")
     try:
         check_links(topology, links)
     except KeyError as exc:

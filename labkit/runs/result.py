@@ -73,7 +73,7 @@ class PolicyResult:
     pause_notes: list[str] = field(default_factory=list)  # what the pauser could not do
     program_ops: list[OpRow] = field(default_factory=list)  # a program's collectives
     bursts: list[BurstRow] = field(default_factory=list)  # a program's traffic, per host
-    program: ProgramReport | None = None  # a program's ranks as they ended, its traffic
+    programs: dict[str, ProgramReport] = field(default_factory=dict)  # each as it ended
     delays: list[LinkDelayRow] = field(default_factory=list)  # the delay line, per direction
     events: list[EventRow] = field(default_factory=list)  # the timeline's faults as they acted
     aborted: bool = False

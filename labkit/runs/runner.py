@@ -213,7 +213,7 @@ def run(scenario: str | Path | Scenario, policies: Sequence[str] | None = None, 
                               controllers=controllers, pcap=pcap, pcap_snaplen=pcap_snaplen,
                               telemetry=telemetry)
     sc, source, topology, users = req.scenario, req.source, req.topology, req.controllers
-    if problem := not_ready() or (cgroups.problem() if sc.program else None):
+    if problem := not_ready() or (cgroups.problem() if sc.programs else None):
         raise NotReady(problem)
     tell = on_progress or (lambda _: None)
     results = []
@@ -387,8 +387,8 @@ def calibrate(scenario: str | Path | Scenario, policies: Sequence[str] | None = 
 
     sc, source = resolve.loaded(scenario, source)
     sc = cal.as_written(sc)  # its own rate factor is what a calibration finds
-    if sc.program:
-        raise ScenarioError(source, sc.program.key, "a calibration scales compute times with "
+    if sc.programs:
+        raise ScenarioError(source, sc.programs[0].key, "a calibration scales compute times with "
                             "the links, and a program's compute is its own: calibrate a "
                             "scenario with labkit's All-Reduce or job on the same fabric")
     if seconds <= 0:

@@ -7,7 +7,8 @@ or a controller) the three stages side by side; a run with an adaptive policy ad
 one's valve timeline; a training job adds where its iterations' time went and each
 rank's timeline, a user's program (``kind: program``) where its iterations' time went;
 a run whose jobs shared the fabric each job's bursts at the bottleneck (when the kernel
-counted them apart) and each job's iteration times.
+counted them apart) and each job's iteration times, in place of the completion-time CDFs
+and a single workload's breakdown.
 A sweep (``labkit sweep``) gets its busbw and time against message size, as nccl-tests'
 users plot them; a tuning (``labkit tune``) its cost model against the measured times,
 and every algorithm's busbw.
@@ -74,8 +75,10 @@ def figure_set(rec: Recorded) -> Iterator[tuple[str, Callable[[], go.Figure]]]:
 
 
 def _run_figures(run: Run) -> Iterator[tuple[str, Callable[[], go.Figure]]]:
+    several = any(p.jobs for p in run.summary.policies.values())  # jobs shared the fabric
     yield "queue-timeline", lambda: plots.queue_timeline(run)
-    yield "completion-cdf", lambda: plots.op_time_cdf(run)
+    if not several:  # each job's: job-iteration-cdf below
+        yield "completion-cdf", lambda: plots.op_time_cdf(run)
     yield "lane-sojourn", lambda: plots.lane_sojourn(run)
     stages = set(frames.stage_frame(run.summary)["stage"])
     if 1 in stages:
@@ -85,12 +88,12 @@ def _run_figures(run: Run) -> Iterator[tuple[str, Callable[[], go.Figure]]]:
     for policy, p in run.summary.policies.items():
         if p.controller:
             yield f"valves-{policy.replace('+', '-')}", partial(plots.valve_timeline, run, policy)
-    workloads = [p.workload for p in run.summary.policies.values()]
+    workloads = [] if several else [p.workload for p in run.summary.policies.values()]
     if any(isinstance(w, Job | Program) for w in workloads):
         yield "parallelism", lambda: plots.parallelism(run)
     if any(isinstance(w, Job) for w in workloads):
         yield "job-timeline", lambda: plots.job_timeline(run)
-    if any(p.jobs for p in run.summary.policies.values()):  # several jobs shared the fabric
+    if several:
         if not run["job_lanes"].is_empty():
             yield "job-bursts", lambda: plots.job_bursts(run)
         yield "job-iteration-cdf", lambda: plots.job_iteration_cdfs(run)

@@ -86,10 +86,10 @@ def test_bad_program_entries_name_key_and_reason(doc, change, key, reason):
     assert err.key == key and reason in err.reason, err
 
 
-def test_one_program_per_scenario_beside_labkit_jobs(doc):
+def test_a_second_program_on_the_same_hosts_is_refused(doc):
     doc["traffic"].append({**doc["traffic"][0], "name": "second"})
     err = _error(doc)
-    assert err.key == "traffic[3]" and "one program per scenario" in err.reason
+    assert err.key == "traffic[3].ranks" and "hosts of its own" in err.reason
 
 
 def test_a_rule_that_puts_the_jobs_dscp_elsewhere_is_refused(doc):

@@ -151,3 +151,24 @@ def test_each_job_is_measured_while_both_ran_and_utilization_weighs_gpus():
     assert b.bottleneck and b.bottleneck.share == pytest.approx(0.75)
     assert b.bottleneck.dropped_packets == 2
     assert (b.retransmits, b.timeouts, b.shifted_ms) == (7, 1, None)
+
+
+def test_two_programs_each_get_a_dscp_and_a_vip_rule():
+    sc = scenario.load(scenario_file("two-ddp"))
+    wide, deep = sc.programs
+    assert {wide.dscp, deep.dscp} == {26, 10} and sc.several
+    vip = {r.dscp for r in sc.lanes if r.lane == "vip" and r.dscp is not None}
+    assert {wide.dscp, deep.dscp} <= vip
+
+
+def test_a_program_beside_another_job_on_one_host_is_refused():
+    _, doc = scenario.read_yaml(scenario_file("two-ddp"))
+    doc["traffic"][1]["ranks"] = ["g1", "g4", "g7", "g8"]
+    with pytest.raises(ScenarioError) as info:
+        scenario.parse(doc, "two-ddp.yaml")
+    assert info.value.key == "traffic[1].ranks" and "hosts of its own" in info.value.reason
+
+
+def test_one_program_alone_carries_dscp_26_as_always():
+    sc = scenario.load(scenario_file("pytorch-ddp"))
+    assert sc.program and sc.program.dscp == 26

@@ -1,4 +1,4 @@
-"""A user's program's cgroups and job markers as a feature of a policy's stack."""
+"""A user's programs' cgroups and job markers as a feature of a policy's stack."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from labkit.runs.features.control import Control
 
 
 class JobMarking(Feature):
-    """A cgroup per rank of the user's program, and on each rank host's NIC the job
-    marker that knows the cgroup (writing the host's valve's phase, under a
-    controller)."""
+    """A cgroup per rank of each of the user's programs, and on each rank host's NIC the
+    job marker that knows the cgroup and the program's DSCP (writing the host's valve's
+    phase, under a controller); a program's hosts are its own."""
 
     marks: JobMarks | None = None
 
@@ -21,15 +21,13 @@ class JobMarking(Feature):
 
     @classmethod
     def wanted(cls, sc: Scenario, policy: Policy, telemetry: bool) -> bool:
-        return sc.program is not None
+        return bool(sc.programs)
 
     def build(self, stack: Stack) -> None:
-        spec = stack.sc.program
-        assert spec is not None
         base = cgroups.fabric_dir(stack.registry.run_id, stack.policy.name)
         control = stack.get(Control)
         marks = self.marks = JobMarks(stack.registry.add)
-        for host in spec.ranks:
+        for spec, host in ((p, h) for p in stack.sc.programs for h in p.ranks):
             group = self.groups[host] = cgroups.make(base / host, stack.registry.add,
                                                      first=True)
             nic = stack.fabric.nic(host)

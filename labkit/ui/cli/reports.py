@@ -371,10 +371,27 @@ def print_batch(done) -> None:
                   fmt(r["busbw_mbps"], ".1f"), fmt(r["storage_mbps"], ".1f"),
                   "yes" if r["cpu_bound"] else "no")
     console.print(t)
+    _print_batch_jobs(done.jobs())
     for p in done.points:
         if p.status != "complete":
             console.print(f"[yellow]{p.name} {p.status}:[/] {escape(str(p.error))}",
                           highlight=False)
+
+
+def _print_batch_jobs(jobs) -> None:
+    """A batch of runs whose jobs shared the fabric: a row per point, policy and job."""
+    if jobs.is_empty():
+        return
+    t = Table(title="each job of each point", caption="times in ms; bus bandwidth in "
+              "emulated Mbit/s", caption_justify="left")
+    for col in ("point", "seed", "policy", "job", "busbw", "p50", "slowdown p50"):
+        t.add_column(col, justify="left" if col in ("point", "policy", "job") else "right",
+                     no_wrap=True)
+    for r in jobs.iter_rows(named=True):
+        t.add_row(f"p{r['point']:03d}", str(r["seed"]), r["policy"], r["job"],
+                  fmt(r["busbw_mbps"], ".1f"), fmt(r["p50_ms"], ".0f"),
+                  fmt(r["slowdown_p50"]))
+    console.print(t)
 
 
 def _summary_columns() -> set[str]:

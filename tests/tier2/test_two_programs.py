@@ -1,0 +1,86 @@
+"""Two unmodified PyTorch jobs sharing the fabric (issue 48, topologies/two-ddp.yaml):
+each measured from outside its code and its packets counted apart at the bottleneck by
+the DSCP its job marker gives it (bounded by what its hosts' markers counted leaving
+them); Ctrl-C, and kill -9 then `labkit clean`, with both running leave nothing behind."""
+
+from __future__ import annotations
+
+import copy
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import labkit
+from labkit.model import scenario
+from labkit.model.paths import scenario_file
+from tests.leaks import assert_no_leaks, labkit_objects
+
+REPO = Path(__file__).resolve().parents[2]
+TWO_DDP = scenario_file("two-ddp")
+
+
+def _short(iterations: int, policies: list[str]) -> scenario.Scenario:
+    """two-ddp.yaml with fewer iterations (parsed as its file: its paths hold)."""
+    _, doc = scenario.read_yaml(TWO_DDP)
+    doc = copy.deepcopy(doc)
+    for job in doc["traffic"][:2]:
+        job["iterations"] = iterations
+    doc["policies"] = policies
+    return scenario.parse(doc, str(TWO_DDP))
+
+
+def test_two_programs_are_each_measured_and_counted_apart(fabric_ready, tmp_path):
+    run = labkit.run(_short(12, ["isolated", "fair"]), out=tmp_path / "run")
+    fair = run.summary.policies["fair"].jobs
+    assert fair and set(fair.each) == {"wide", "deep"}
+    for name, job in fair.each.items():
+        alone = run.summary.policies["isolated"].jobs.each[name]
+        assert job.iterations >= 5 and alone.iterations >= 5, (name, job)
+        assert job.slowdown_p50 is not None and job.slowdown_p50 > 0.8, (name, job)
+        assert job.bottleneck and job.bottleneck.bytes > 0
+        # the job marker's count at its hosts' NICs (every packet the job sent) bounds
+        # what the bottleneck port took of the job (one direction of it)
+        assert job.bottleneck.bytes <= job.workload.traffic.bytes * 1.01, (name, job)
+    assert sum(j.bottleneck.share for j in fair.each.values()) == pytest.approx(1.0)
+    assert fair.each["wide"].bottleneck.share > fair.each["deep"].bottleneck.share
+    assert_no_leaks()
+
+
+def _start(path: Path, out: Path) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "labkit.ui.cli", "run", str(path),
+                             "--policy", "fifo", "--duration", "60", "--out", str(out)],
+                            cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True)
+
+
+def _both_running(proc: subprocess.Popen) -> None:
+    deadline = time.monotonic() + 120
+    while sum("ddp.py" in p for p in labkit_objects()["processes"]) < 8:
+        assert time.monotonic() < deadline and proc.poll() is None, \
+            f"the ranks never started: {proc.poll() is not None and proc.stderr.read()}"
+        time.sleep(0.2)
+    time.sleep(2)  # well into their collectives
+
+
+def test_ctrl_c_with_two_programs_leaves_nothing(fabric_ready, tmp_path):
+    proc = _start(TWO_DDP, tmp_path / "run")
+    _both_running(proc)
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=60) == 130, proc.stderr.read()
+    assert_no_leaks()
+
+
+def test_kill_9_then_clean_with_two_programs_leaves_nothing(fabric_ready, tmp_path):
+    proc = _start(TWO_DDP, tmp_path / "run")
+    _both_running(proc)
+    proc.kill()
+    proc.wait()
+    assert sum("ddp.py" in p for p in labkit_objects()["processes"]) == 8  # they outlived it
+    clean = subprocess.run([sys.executable, "-m", "labkit.ui.cli", "clean"], cwd=REPO,
+                           capture_output=True, text=True)
+    assert clean.returncode == 0, clean.stderr
+    assert_no_leaks()
