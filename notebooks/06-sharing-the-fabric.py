@@ -59,14 +59,14 @@ jobs_frame(run.summary, digits=2).select(
 
 # %% [markdown]
 # Under `fair` both jobs wait for each other's bursts in the vip lane, and the GPUs
-# compute 52 %<!-- two-jobs policies.fair.jobs.gpu_utilization *100 --> of the time.
+# compute 53 %<!-- two-jobs policies.fair.jobs.gpu_utilization *100 --> of the time.
 # `job-priority` gives light, the more GPU-intense job, the lane to itself: the score
 # rises to 65 %<!-- two-jobs policies.job-priority.jobs.gpu_utilization *100 -->, next to
-# the 66 %<!-- two-jobs policies.isolated.jobs.gpu_utilization *100 --> the jobs reach each
+# the 65 %<!-- two-jobs policies.isolated.jobs.gpu_utilization *100 --> the jobs reach each
 # alone. heavy pays, but little: its p99 slowdown is
-# 1.09<!-- two-jobs policies.job-priority.jobs.each.heavy.slowdown_p99 -->, because light's
+# 1.10<!-- two-jobs policies.job-priority.jobs.each.heavy.slowdown_p99 -->, because light's
 # All-Reduce is small and rare. `job-weights` lands in between; `interleave` comes second
-# with 62 %<!-- two-jobs policies.interleave.jobs.gpu_utilization *100 -->, the shifted
+# with 61 %<!-- two-jobs policies.interleave.jobs.gpu_utilization *100 -->, the shifted
 # job's tail paying for the turns.
 #
 # ## The bursts at the bottleneck
