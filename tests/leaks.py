@@ -135,3 +135,17 @@ def assert_no_leaks(timeout_s: float = 5.0) -> None:
             break
         time.sleep(0.2)
     assert not left, f"labkit left objects behind: {left}"
+
+
+def wait_for_ranks(proc: subprocess.Popen, script: str, ranks: int, seconds: float = 120
+                   ) -> None:
+    """Until ``ranks`` processes of the run ``proc`` (a user's program, ``script`` in their
+    command lines) are running, then 2 s more (well into their collectives); fails if the
+    run ends first or they never start."""
+    deadline = time.monotonic() + seconds
+    while sum(script in p for p in labkit_objects()["processes"]) < ranks:
+        ended = proc.poll() is not None
+        assert time.monotonic() < deadline and not ended, \
+            f"the ranks never started: {ended and proc.stderr and proc.stderr.read()}"
+        time.sleep(0.2)
+    time.sleep(2)

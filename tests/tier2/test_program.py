@@ -16,7 +16,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import polars as pl
@@ -26,6 +25,7 @@ import yaml
 import labkit
 from labkit.analysis import windows
 from labkit.kernel import sched
+from tests import leaks
 from tests.leaks import assert_no_leaks, labkit_objects
 
 REPO = Path(__file__).resolve().parents[2]
@@ -150,12 +150,7 @@ def cli_run(path: Path, out: Path) -> subprocess.Popen:
 
 
 def wait_for_ranks(proc: subprocess.Popen) -> None:
-    deadline = time.monotonic() + 90
-    while sum("allreduce.py" in p for p in labkit_objects()["processes"]) < 4:
-        assert time.monotonic() < deadline and proc.poll() is None, \
-            f"the ranks never started: {proc.poll() is not None and proc.stderr.read()}"
-        time.sleep(0.2)
-    time.sleep(2)  # well into their collectives
+    leaks.wait_for_ranks(proc, "allreduce.py", 4, 90)
 
 
 def test_ctrl_c_leaves_no_process_and_no_cgroup(fabric_ready, tmp_path):

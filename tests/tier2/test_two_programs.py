@@ -9,7 +9,6 @@ import copy
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -17,7 +16,7 @@ import pytest
 import labkit
 from labkit.model import scenario
 from labkit.model.paths import scenario_file
-from tests.leaks import assert_no_leaks, labkit_objects
+from tests.leaks import assert_no_leaks, labkit_objects, wait_for_ranks
 
 REPO = Path(__file__).resolve().parents[2]
 TWO_DDP = scenario_file("two-ddp")
@@ -58,12 +57,7 @@ def _start(path: Path, out: Path) -> subprocess.Popen:
 
 
 def _both_running(proc: subprocess.Popen) -> None:
-    deadline = time.monotonic() + 120
-    while sum("ddp.py" in p for p in labkit_objects()["processes"]) < 8:
-        assert time.monotonic() < deadline and proc.poll() is None, \
-            f"the ranks never started: {proc.poll() is not None and proc.stderr.read()}"
-        time.sleep(0.2)
-    time.sleep(2)  # well into their collectives
+    wait_for_ranks(proc, "ddp.py", 8)
 
 
 def test_ctrl_c_with_two_programs_leaves_nothing(fabric_ready, tmp_path):
