@@ -33,8 +33,8 @@ BASES = ("isolated", "together")  # the job alone; the jobs together without sto
 def shared_end(collectives: pl.DataFrame, hosts: Iterable[Collection[str]]) -> int:
     """When the first job to finish ended its last op (each job's rows are its ``hosts``'):
     each job ran until then."""
-    return min(int(num(collectives.filter(pl.col("host").is_in(list(h)))["end_ns"].max()))
-               for h in hosts)
+    ends = [collectives.filter(pl.col("host").is_in(list(h)))["end_ns"].max() for h in hosts]
+    return min((int(num(e)) for e in ends if e is not None), default=INF)
 
 
 @dataclass(frozen=True)
@@ -94,9 +94,11 @@ def jobs_report(meta: SummaryMeta, policy: str, of: Callable[[str], pl.DataFrame
     counted = _at_port(of("job_lanes"), of("histograms"), port, span.first, span.end)
     transport, shifts = of("transport"), of("job_shifts")
     each = {}
-    for j in meta.jobs:
+    for j in meta.jobs:  # a job with no op in the span is left out (sections: a note)
         ops, rows = counted_ops(collectives.filter(pl.col("op") >= j.meta.warmup), j.hosts,
                                 span)
+        if ops.is_empty():
+            continue
         mine = transport.filter(pl.col("host").is_in(j.hosts))
         own = of("program_ops").filter(
             pl.col("host").is_in(j.hosts) & (pl.col("iteration").is_null()
@@ -108,7 +110,7 @@ def jobs_report(meta: SummaryMeta, policy: str, of: Callable[[str], pl.DataFrame
             retransmits=int(mine["retransmits"].sum()), timeouts=int(mine["timeouts"].sum()),
             shifted_ms=num(shifted) / 1e6 if policy.partition("+")[0] == "interleave" else None)
     gpus = sum(j.gpus for j in meta.jobs)
-    util = sum(each[j.name].gpu_utilization * j.gpus for j in meta.jobs) / gpus
+    util = sum(each[j.name].gpu_utilization * j.gpus for j in meta.jobs if j.name in each) / gpus
     ranked = span.ranked
     return Jobs(gpu_utilization=util, each=each,
                 ranked_after_ms=(ranked - start) / 1e6 if ranked else None,

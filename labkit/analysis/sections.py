@@ -283,7 +283,10 @@ def _delays(v: PolicyView) -> tuple[dict[str, LinkDelay] | None, list[str]]:
 def _jobs(v: PolicyView) -> tuple[Jobs | None, list[str]]:
     if not v.meta.jobs:
         return None, []
-    return jobs_report(v.meta, v.policy, v.of, v.bottleneck.port, v.start), []
+    jobs = jobs_report(v.meta, v.policy, v.of, v.bottleneck.port, v.start)
+    missing = [j.name for j in v.meta.jobs if j.name not in jobs.each]
+    return jobs, [f"job {name} ended no iteration in the time all the jobs ran: it has no "
+                  "figures under this policy" for name in missing]
 
 
 SECTIONS: tuple[Section, ...] = (

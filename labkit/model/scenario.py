@@ -208,15 +208,7 @@ def parse(doc: Any, file: str = "<scenario>") -> Scenario:
     if any(isinstance(j, ProgramSpec) for j in jobs) and emulation.rate_factor != 1:
         c.fail("emulation.rate_factor", "a program's compute time is its own, which labkit "
                "cannot scale with the links: leave the rate factor at 1")
-    placing = [p.name for p in policies if p.layout in ("job-priority", "job-weights")]
-    if placing and len(lanes) + len(jobs) > MAX_LANE_RULES:
-        c.fail("lanes", f"{placing[0]} puts a rule per job before the scenario's {len(lanes)}, "
-               f"and at most {MAX_LANE_RULES} fit the classifier: drop "
-               f"{len(lanes) + len(jobs) - MAX_LANE_RULES} rule(s)")
-    if len(jobs) < 2 and (several := [p.name for p in policies
-                                      if p.layout in SHARED_LAYOUTS]):
-        c.fail("policies", f"{several[0]} shares the fabric between jobs, and this scenario "
-               "has one: add another allreduce, job or program entry, or drop the policy")
+    _job_policies(c, policies, "policies", jobs, lanes)
     return Scenario(name, file, scale, seed, fabric, lanes, jobs, storage,
                     tuple(p.name for p in policies), description, control=control,
                     commands=commands, kinds=kinds, kind_entries=kind_entries,
@@ -498,9 +490,35 @@ def parse_size(text: str, what: str) -> int:
     return Checker("command line").size(int(text) if text.isdigit() else text, what)
 
 
-def check_policies(names: list[str], file: str, controllers: Sequence[str] = ()
-                   ) -> tuple[Policy, ...]:
+def check_policies(names: list[str], file: str, controllers: Sequence[str] = (),
+                   sc: Scenario | None = None) -> tuple[Policy, ...]:
     """The policies ``names`` asks for beside a scenario file (``--policy``), each once,
-    where ``controllers`` names the controllers besides the built-in ones; ScenarioError
-    says what is wrong with one."""
-    return _policies(Checker(file), list(names), "policies", controllers)
+    where ``controllers`` names the controllers besides the built-in ones, and (with the
+    scenario ``sc``) each one its jobs can run; ScenarioError says what is wrong with one."""
+    c = Checker(file)
+    policies = _policies(c, list(names), "policies", controllers)
+    if sc is not None:
+        _job_policies(c, policies, "policies", sc.jobs, sc.lanes)
+    return policies
+
+
+def _job_policies(c: Checker, policies: Sequence[Policy], key: str,
+                  jobs: Sequence[JobEntry], lanes: Sequence[LaneRule]) -> None:
+    """The policies that share the fabric between jobs against the scenario's jobs: two
+    or more of them; ``job-priority`` and ``interleave`` learn from labkit's own engines
+    (not a program's); a rule per job must fit beside the scenario's."""
+    if len(jobs) < 2 and (several := [p.name for p in policies
+                                      if p.layout in SHARED_LAYOUTS]):
+        c.fail(key, f"{several[0]} shares the fabric between jobs, and this scenario has "
+               "one: add another allreduce, job or program entry, or drop the policy")
+    program = next((j for j in jobs if isinstance(j, ProgramSpec)), None)
+    learning = [p.name for p in policies if p.layout in ("job-priority", "interleave")]
+    if program and learning:
+        c.fail(key, f"{learning[0]} learns each job's iterations from labkit's own ranks as "
+               f"they run, and {program.key} ({program.name}) is a program of yours: use "
+               "fair or job-weights with programs")
+    placing = [p.name for p in policies if p.layout in ("job-priority", "job-weights")]
+    if placing and len(lanes) + len(jobs) > MAX_LANE_RULES:
+        c.fail("lanes", f"{placing[0]} puts a rule per job before the scenario's {len(lanes)}, "
+               f"and at most {MAX_LANE_RULES} fit the classifier: drop "
+               f"{len(lanes) + len(jobs) - MAX_LANE_RULES} rule(s)")

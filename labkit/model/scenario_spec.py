@@ -45,7 +45,7 @@ class Policy:
 
     @property
     def port_layout(self) -> str:
-        """The queue layout of router ports (:mod:`labkit.kernel.tc`): ``lanes`` or ``fifo``."""
+        """The router ports' queue layout (:mod:`labkit.kernel.tc`): lanes, weights or fifo."""
         if self.layout == "job-weights":
             return "weights"
         return "lanes" if self.layout in ("priority", "fair", "job-priority", "interleave") \
@@ -271,7 +271,7 @@ class ProgramSpec:
     warmup: int = 1  # first iterations left out of the statistics (connections, buckets)
     env: tuple[tuple[str, str], ...] = ()  # added to (and over) the ranks' environment
     master_port: int = 29500
-    dscp: int = JOB_DSCP
+    dscp: int = JOB_DSCP  # the parser gives 0 when the file names none: labkit's choice
     quiet_ms: float = 10.0
     duration_s: float | None = None  # stop the ranks after this long (None: when they exit)
     imports: tuple[str, ...] = ()  # modules the interpreter must import (checked first)
@@ -353,19 +353,28 @@ class Scenario:
         jobs = doc.pop("jobs")
         if self.several:
             doc["jobs"] = jobs
-        else:  # each of the three keys where it always was, the one job's filled in
+        else:  # each of the three keys where it always was, the one job's filled in, and
+            # the keys several jobs brought only where they say something
+            one = jobs[0]
+            if not isinstance(self.jobs[0], ProgramSpec):
+                for key, default in (("name", type(self.jobs[0]).name), ("dscp", 0)):
+                    if one[key] == default:
+                        del one[key]
+            for rule in doc["lanes"]:
+                if rule["job"] is None:
+                    del rule["job"]
             recorded: dict[str, Any] = {}
             for key, value in doc.items():
                 for job_key, before in _ONE_JOB_KEYS.items():
                     if key == before:
-                        recorded[job_key] = jobs[0] if self.jobs[0].kind == job_key else None
+                        recorded[job_key] = one if self.jobs[0].kind == job_key else None
                 recorded[key] = value
             doc = recorded
         for key in ("kind_entries", "events"):
             if not doc[key]:
                 del doc[key]
-        unset = asdict(TransportSpec())  # recorded only as far as a scenario sets it
-        doc["transport"] = {k: v for k, v in doc["transport"].items() if v != unset[k]}
+        defaults = asdict(TransportSpec())  # recorded only as far as a scenario sets it
+        doc["transport"] = {k: v for k, v in doc["transport"].items() if v != defaults[k]}
         if not doc["transport"]:
             del doc["transport"]
         return doc

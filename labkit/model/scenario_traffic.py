@@ -65,7 +65,7 @@ MAX_COMMANDS = 16
 
 
 MAX_JOBS = 8  # jobs per scenario: each needs a DSCP of its own (JOB_DSCPS)
-# the DSCPs labkit gives jobs that name none, in order (AF classes, then CS), skipping one
+# the DSCPs labkit gives jobs that name none, in order (AF classes), skipping one
 # a job or a lane rule of the scenario already uses
 JOB_DSCPS = (JOB_DSCP, 10, 18, 34, 12, 20, 28, 36, 14, 22, 30, 38)
 
@@ -115,6 +115,10 @@ def _job_entry(c: Checker, t: dict, key: str, fabric: FabricSpec,
     else:
         job = _allreduce(c, t, key, fabric)
     mine = f"{key}.name" if "name" in t else key
+    if before and (auto := next((j for j in (*before, job) if isinstance(j, AllReduceSpec)
+                                 and j.algo == AUTO), None)):
+        c.fail(key, f"job {auto.name!r} says algo: auto, which labkit chooses for a "
+                    "scenario's only All-Reduce: name the algorithm with several jobs")
     for i, other in enumerate(before):
         if other.name == job.name:
             c.fail(mine, f"job {other.name!r} is named twice (traffic entry {i} has it too): "
@@ -142,6 +146,13 @@ def with_job_dscps(c: Checker, jobs: tuple[JobEntry, ...], lanes: tuple[LaneRule
     if len(jobs) < 2:
         return tuple(replace(j, dscp=JOB_DSCP) if isinstance(j, ProgramSpec) and not j.dscp
                      else j for j in jobs)
+    ruled = {r.dscp: r.lane for r in lanes if r.dscp is not None and r.job is None}
+    for j in jobs:
+        if j.dscp in ruled and not isinstance(j, ProgramSpec):  # a program's: its vip rule
+            c.fail("traffic", f"job {j.name!r} carries DSCP {j.dscp}, which a rule of "
+                   f"lanes.{ruled[j.dscp]} matches: every packet of the job would go there; "
+                   "give the job another dscp, or name it in a rule (job: "
+                   f"{j.name})")
     taken = {j.dscp for j in jobs if j.dscp} | {r.dscp for r in lanes if r.dscp is not None}
     free = (d for d in JOB_DSCPS if d not in taken)
     out = []
@@ -152,12 +163,6 @@ def with_job_dscps(c: Checker, jobs: tuple[JobEntry, ...], lanes: tuple[LaneRule
                 c.fail("traffic", "no DSCP left for a job: give each job a `dscp`")
             j = replace(j, dscp=d)
         out.append(j)
-    for i, j in enumerate(out):
-        for k in out[:i]:
-            if k.dscp == j.dscp:
-                c.fail(f"{j.key or 'traffic'}.dscp" if isinstance(j, ProgramSpec)
-                       else "traffic", f"jobs {k.name!r} and {j.name!r} both carry DSCP "
-                       f"{j.dscp}: give one a `dscp` of its own")
     return tuple(out)
 
 

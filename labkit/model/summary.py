@@ -448,7 +448,8 @@ class JobAtBottleneck(Section):
 class SharedJob(Section):
     """One of several jobs sharing the fabric under one policy, over the part of the
     window every job was running in: its workload as a one-job run reports it, its
-    iterations (ms: an All-Reduce's op and its compute; a job's iteration), its GPUs'
+    iterations (ms: an All-Reduce's from one op's start to the next one's; a training
+    job's or a program's iteration), its GPUs'
     utilization (the compute share of an iteration), its slowdowns against the job alone
     (``isolated``) and against the jobs together without storage (``together``), its
     packets at the bottleneck, its transport's resends and timeouts (over the policy's

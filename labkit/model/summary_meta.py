@@ -107,7 +107,7 @@ class JobMeta:
     bottleneck), GPUs, and its workload's facts as a one-job run's meta holds them."""
 
     name: str
-    kind: str  # allreduce or job
+    kind: str  # allreduce, job or program
     hosts: tuple[str, ...]
     dscp: int
     gpus: int

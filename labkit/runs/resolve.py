@@ -199,7 +199,7 @@ def policies_of(sc: Scenario, source: str, policies: str | Sequence[str] | None,
     """The policies asked for (default: the scenario's own), checked; ``controllers``
     names the users' controllers a policy may name."""
     names = [policies] if isinstance(policies, str) else list(policies or sc.policies)
-    return scenario_mod.check_policies(names, source, list(controllers))
+    return scenario_mod.check_policies(names, source, list(controllers), sc)
 
 
 def resolve_run(scenario: str | Path | Scenario, policies: str | Sequence[str] | None = None,

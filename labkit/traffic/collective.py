@@ -37,6 +37,7 @@ Standard library only (plus ``wire``, ``hotpath``, ``rc``, ``schedules``, ``jobs
 from __future__ import annotations
 
 import json
+import os
 import resource
 import select
 import signal
@@ -454,6 +455,7 @@ def run(ranks: list[Rank], stdin, stdout) -> list[CollectiveResult]:
         time.sleep(min(0.001, wait_ns / 1e9))
 
     due = set(ranks)
+    launcher = LauncherLines(stdin.fileno())
     poller.register(stdin, select.POLLIN)  # SHIFT <op> <ns>: every rank's op starts later
     while wake and not stopping:
         now = time.monotonic_ns()
@@ -474,7 +476,7 @@ def run(ranks: list[Rank], stdin, stdout) -> list[CollectiveResult]:
         events = poller.poll(min(timeout_ms, IDLE_NS / 1e6))
         now = time.monotonic_ns()
         if any(fd == stdin.fileno() for fd, _ in events):
-            _shift(ranks, stdin.readline().split(), stopping)
+            _shift(ranks, launcher.read(), stopping)
             events = [e for e in events if e[0] != stdin.fileno()]
             wake.update({r: now for r in wake})
         due = {owner[fd] for fd, _ in events} | {r for r, at in wake.items() if at <= now}
@@ -491,8 +493,10 @@ def run(ranks: list[Rank], stdin, stdout) -> list[CollectiveResult]:
     while not stopping:
         events = poller.poll(IDLE_NS // 1_000_000)
         if any(fd == stdin.fileno() for fd, _ in events):
-            stdin.readline()  # END, or "" when the controller is gone
-            break
+            lines = launcher.read()  # END, or None when the controller is gone; a late
+            if lines is None or "END" in lines:  # SHIFT changes nothing now
+                break
+            continue
         for fd, _ in events:
             owner[fd].drain()
     usage = resource.getrusage(resource.RUSAGE_SELF)
@@ -501,14 +505,32 @@ def run(ranks: list[Rank], stdin, stdout) -> list[CollectiveResult]:
             for r in ranks]
 
 
-def _shift(ranks: list[Rank], words: list[str], stopping: list) -> None:
-    """A line from the launcher while the ops run: ``SHIFT <op> <ns>`` (every rank's op
-    starts ns later), or end of file (the launcher is gone: stop)."""
-    if not words:
+class LauncherLines:
+    """Whole lines from the launcher's pipe as they come, read with ``os.read``: a
+    buffered reader would keep a second line out of ``poll``'s sight."""
+
+    def __init__(self, fd: int):
+        self.fd, self.pending = fd, b""
+
+    def read(self) -> list[str] | None:
+        """The lines complete so far (None: end of file, the launcher is gone)."""
+        chunk = os.read(self.fd, 4096)
+        if not chunk:
+            return None
+        *lines, self.pending = (self.pending + chunk).split(b"\n")
+        return [line.decode().strip() for line in lines]
+
+
+def _shift(ranks: list[Rank], lines: list[str] | None, stopping: list) -> None:
+    """Lines from the launcher while the ops run: ``SHIFT <op> <ns>`` (every rank's op
+    starts ns later), or end of file (None: the launcher is gone, stop)."""
+    if lines is None:
         stopping.append(1)
-    elif words[0] == "SHIFT" and len(words) == 3:
-        for r in ranks:
-            r.shift(int(words[1]), int(words[2]))
+        return
+    for words in (line.split() for line in lines):
+        if len(words) == 3 and words[0] == "SHIFT":
+            for r in ranks:
+                r.shift(int(words[1]), int(words[2]))
 
 
 def main() -> None:

@@ -82,7 +82,7 @@ def user_code(sc) -> str | None:
     """What in scenario ``sc`` would run code of the requester's (None: nothing)."""
     for what, there in (("commands", sc.commands), ("its own traffic kinds", sc.kinds),
                         ("a classifier of its own (lanes.program)", sc.classifier),
-                        ("a program as its workload", sc.program),
+                        ("programs of its own among its jobs", sc.programs),
                         ("controllers of its own", sc.control.controllers)):
         if there:
             return what
@@ -139,7 +139,7 @@ def check(doc: dict, peer: Peer) -> tuple[object, list[str] | None, float | None
     if policies is not None:
         if not (isinstance(policies, list) and all(isinstance(p, str) for p in policies)):
             raise Refused("policies: a list of policy names")
-        scenario.check_policies(policies, name)
+        scenario.check_policies(policies, name, sc=sc)
     duration = doc.get("duration")
     if duration is not None:
         if not isinstance(duration, int | float) or isinstance(duration, bool):

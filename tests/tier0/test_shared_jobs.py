@@ -57,7 +57,9 @@ def test_a_one_job_scenario_is_recorded_as_before():
     sc = scenario.load(scenario_file("bottleneck"))
     doc = sc.to_dict()
     assert "jobs" not in doc and doc["job"] is None and doc["program"] is None
-    assert list(doc)[6:8] == ["allreduce", "storage"] and doc["allreduce"]["dscp"] == 0
+    assert list(doc)[6:8] == ["allreduce", "storage"]
+    assert "dscp" not in doc["allreduce"] and "name" not in doc["allreduce"]  # as before
+    assert all("job" not in rule for rule in doc["lanes"])
     assert sc.jobs[0].dscp == 0  # labkit's ranks send unmarked, as always
 
 
@@ -172,3 +174,43 @@ def test_a_program_beside_another_job_on_one_host_is_refused():
 def test_one_program_alone_carries_dscp_26_as_always():
     sc = scenario.load(scenario_file("pytorch-ddp"))
     assert sc.program and sc.program.dscp == 26
+
+
+def test_policies_asked_for_beside_the_file_are_checked_against_its_jobs():
+    one = scenario.load(scenario_file("bottleneck"))
+    with pytest.raises(ScenarioError, match="shares the fabric between jobs"):
+        scenario.check_policies(["job-priority"], "bottleneck.yaml", sc=one)
+    ddp = scenario.load(scenario_file("two-ddp"))
+    with pytest.raises(ScenarioError, match="program of yours"):
+        scenario.check_policies(["interleave"], "two-ddp.yaml", sc=ddp)
+    assert scenario.check_policies(["job-weights"], "two-ddp.yaml", sc=ddp)
+
+
+def test_labkit_serve_refuses_several_programs():
+    from labkit.ui.serve import user_code
+
+    assert user_code(scenario.load(scenario_file("two-ddp"))) is not None
+
+
+def test_auto_with_several_jobs_and_a_dscp_a_rule_owns_are_refused():
+    err = _refused(traffic=_traffic({**A, "algo": "auto"}, B))
+    assert err.key == "traffic[1]" and "algo: auto" in err.reason
+    err = _refused(traffic=_traffic({**A, "dscp": 12}, B),
+                   lanes={"vip": [{"roce": True}], "low": [{"dscp": 12}]})
+    assert "lanes.low" in err.reason
+
+
+def test_the_launchers_lines_are_read_whole_however_they_arrive():
+    import os
+
+    from labkit.traffic.collective import LauncherLines
+
+    r, w = os.pipe()
+    lines = LauncherLines(r)
+    os.write(w, b"SHIFT 3 100\nEN")
+    assert lines.read() == ["SHIFT 3 100"]
+    os.write(w, b"D\n")
+    assert lines.read() == ["END"]
+    os.close(w)
+    assert lines.read() is None
+    os.close(r)

@@ -51,6 +51,7 @@ class Interleave(Feature):
     def build(self, stack: Stack) -> None:
         self.watch = JobWatch(stack, "interleave")
         self.order = [job.name for job in stack.sc.jobs]
+        self.iterations = {job.name: job.iterations or 0 for job in stack.sc.jobs}
         self.rate_bytes_per_ns = min(p.link.rate_mbps for p in watched_ports(stack.topo)) / 8e3
 
     def jobs_started(self, engines: Mapping[str, Sequence[Agent]]) -> None:
@@ -97,6 +98,8 @@ class Interleave(Feature):
             if min(shift, period - shift) < max(MIN_SHIFT * period, gap / 2):
                 continue
             op = mine.op + AHEAD
+            if op >= self.iterations[job]:  # it ends before then: nothing to shift
+                continue
             for engine in self.engines.get(job, ()):
                 engine.send(f"SHIFT {op} {shift}")
             self.rows.append(JobShiftRow(now, job, op, shift, period, comm[job]))

@@ -36,7 +36,9 @@ class JobWatch:
         self.dscps = {job.name: job.dscp for job in stack.sc.jobs}
         self.seen: dict[str, deque[Iteration]] = {j: deque(maxlen=KEEP) for j in self.dscps}
         self.sent: dict[str, list[int]] = {j: [] for j in self.dscps}  # per watched port
-        self.lock = threading.Lock()  # engines' lines may come from more than one thread
+        # await_lines calls op_done in the launcher's thread; the lock keeps a feature
+        # safe should the lines ever be read elsewhere
+        self.lock = threading.Lock()
 
     def ended(self, job: str, op: int, compute_ns: int) -> Iteration | None:
         """Record the end of ``job``'s op (None: not a job this watch knows)."""
@@ -61,5 +63,7 @@ def set_job_lanes(stack: Stack, lanes: dict[str, str]) -> None:
     feature = stack.need(Lanes, "a job's lane")
     assert feature.classifier, "built"
     dscps = {job.name: job.dscp for job in stack.sc.jobs}
+    if not all(dscps[job] for job in lanes):  # DSCP 0 would match every unmarked packet
+        raise ValueError(f"jobs {', '.join(lanes)} need DSCPs of their own: several jobs")
     rules = [LaneRule(lane, dscp=dscps[job]) for job, lane in lanes.items()]
     feature.classifier.configure([*rules, *stack.sc.lanes], stack.policy.port_layout)
