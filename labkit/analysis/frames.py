@@ -241,12 +241,14 @@ class RecordedRun(Protocol):
 class SharedJobEntry(NamedTuple):
     """One of several jobs as its run recorded it: kind (allreduce, job or program), the
     hosts its ranks ran on (its rows in ``collectives``: labkit's jobs do not share hosts)
-    and an All-Reduce's compute before each op (ms; 0 for the others)."""
+    an All-Reduce's compute before each op (ms; 0 for the others) and a program's first
+    iterations left out of every figure (``warmup``)."""
 
     name: str
     kind: str
     hosts: tuple[str, ...]
     compute_ms: float
+    warmup: int = 0
 
 
 def shared_jobs(scenario: dict) -> tuple[SharedJobEntry, ...]:
@@ -255,7 +257,8 @@ def shared_jobs(scenario: dict) -> tuple[SharedJobEntry, ...]:
     none for a run of one job."""
     return tuple(SharedJobEntry(j["name"], kind := j.get("kind", "job"), tuple(j["ranks"]),
                                 float(j.get("compute_ms") or 0.0) if kind == "allreduce"
-                                else 0.0) for j in scenario.get("jobs") or ())
+                                else 0.0, int(j.get("warmup") or 0) if kind == "program"
+                                else 0) for j in scenario.get("jobs") or ())
 
 
 FIDELITY_COLUMNS = {"policy": pl.Utf8, "cpu_busy": pl.Float64, "cpu_bound": pl.Boolean,

@@ -89,7 +89,7 @@ def job_iterations(run: RecordedRun) -> pl.DataFrame:
         span = shared_span(mine, run["job_ranks"].filter(pl.col("policy") == policy),
                            [j.hosts for j in jobs], policy, spans[policy][0])
         for j in jobs:
-            ops, _ = counted_ops(mine, j.hosts, span)
+            ops, _ = counted_ops(mine, j.hosts, span, j.warmup)
             parts.append(ops.select(pl.lit(policy).alias("policy"), pl.lit(j.name).alias("job"),
                                     "op").with_columns(
                 iteration_ms(j.kind, ops, j.compute_ms).alias("iteration_ms")))

@@ -57,13 +57,13 @@ def shared_span(collectives: pl.DataFrame, job_ranks: pl.DataFrame,
     return SharedSpan(first=ranked or start, end=end, ranked=ranked)
 
 
-def counted_ops(collectives: pl.DataFrame, hosts: Collection[str], span: SharedSpan
-                ) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """One job's ops that count (one row per op across its ranks, :func:`op_times`): those
-    that began (at their first rank) in the span, and after a ranking not the first of
-    them (its ranks began it as each ended the op before, slowed while it learned); and
-    its ranks' rows of those ops."""
-    rows = collectives.filter(pl.col("host").is_in(list(hosts)))
+def counted_ops(collectives: pl.DataFrame, hosts: Collection[str], span: SharedSpan,
+                warmup: int = 0) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """One job's ops that count (one row per op across its ranks, :func:`op_times`): past a
+    program's ``warmup`` iterations, those that began (at their first rank) in the span,
+    and after a ranking not the first of them (its ranks began it as each ended the op
+    before, slowed while it learned); and its ranks' rows of those ops."""
+    rows = collectives.filter(pl.col("host").is_in(list(hosts)) & (pl.col("op") >= warmup))
     ops = op_times(rows).filter((pl.col("start_ns") >= span.first)
                                 & (pl.col("start_ns") < (span.end or INF)))
     if span.ranked:
@@ -95,8 +95,7 @@ def jobs_report(meta: SummaryMeta, policy: str, of: Callable[[str], pl.DataFrame
     transport, shifts = of("transport"), of("job_shifts")
     each = {}
     for j in meta.jobs:  # a job with no op in the span is left out (sections: a note)
-        ops, rows = counted_ops(collectives.filter(pl.col("op") >= j.meta.warmup), j.hosts,
-                                span)
+        ops, rows = counted_ops(collectives, j.hosts, span, j.meta.warmup)
         if ops.is_empty():
             continue
         mine = transport.filter(pl.col("host").is_in(j.hosts))

@@ -224,7 +224,8 @@ def run_policy(sc: Scenario, topo: Topology, policy: Policy, registry: Registry,
     if policy.alone and sc.several:  # each job alone on a fabric of its own, in turn
         return merged(policy.name, [
             run_policy(sc.alone(job), topo, policy, registry, workdir / job.name, duration_s,
-                       progress if i == 0 else None, pcap, pcap_dir, telemetry, controllers,
+                       progress if i == 0 else None, pcap,
+                       (pcap_dir or workdir) / job.name, telemetry, controllers,
                        classifier_object) for i, job in enumerate(sc.jobs)])
     with PolicyFabric(sc, topo, policy, registry, telemetry, controllers,
                       classifier_object) as pf:
@@ -488,6 +489,20 @@ def job_workload(job: JobEntry, gpus_per_host: int) -> tuple[dict, float, int]:
             job.compute_ms, job.iterations)
 
 
+def _summed(dicts: Sequence[dict]) -> dict:
+    """Dicts of counts (or of dicts of counts) added key by key; any other value: the last."""
+    out: dict = {}
+    for d in dicts:
+        for k, x in d.items():
+            if k in out and isinstance(x, int):
+                out[k] += x
+            elif k in out and isinstance(x, dict):
+                out[k] = _summed([out[k], x])
+            else:
+                out[k] = x
+    return out
+
+
 def merged(policy: str, results: Sequence[PolicyResult]) -> PolicyResult:
     """One policy's result from runs of it one after another (``isolated`` with several
     jobs: each job alone): every table's rows in turn, counts summed, shares the most,
@@ -506,11 +521,7 @@ def merged(policy: str, results: Sequence[PolicyResult]) -> PolicyResult:
         elif isinstance(values[0], float):
             value = max(values)
         elif isinstance(values[0], dict):  # per link or port: counts summed, else the last
-            counts: dict = {}
-            for v in values:
-                for k, x in v.items():
-                    counts[k] = counts[k] + x if k in counts and isinstance(x, int) else x
-            value = counts
+            value = _summed(values)
         else:  # a program's or controller's report: isolated runs neither
             value = next((v for v in values if v is not None), None)
         setattr(out, f.name, value)

@@ -104,9 +104,11 @@ def test_isolated_runs_of_each_job_merge_into_one_policy():
     one.events_lost, two.events_lost = 2, 3
     one.loss_drops, two.loss_drops = {"x": 1}, {"x": 2, "y": 1}
     one.aborted, two.orchestrator_cpu_share = True, 0.5
+    one.ecn_marks, two.ecn_marks = {"p": {"marked": 1}}, {"p": {"marked": 2, "ect": 4}}
     both = merged("isolated", [one, two])
     assert (both.events_lost, both.loss_drops, both.aborted,
             both.orchestrator_cpu_share) == (5, {"x": 3, "y": 1}, True, 0.5)
+    assert both.ecn_marks == {"p": {"marked": 3, "ect": 4}}
 
 
 def test_a_log2_histogram_quantile_falls_inside_its_bucket():
