@@ -41,14 +41,15 @@ def test_lk_dctcp_runs_the_flows_of_the_hosts_chosen_and_meets_marks(fabric_read
 
 
 def test_the_papers_queue(fabric_ready, tmp_path):
-    """The shipped scenario (4 s of it: CS244's setup, 0.25 ms links, a 120-packet buffer),
+    """The shipped scenario (10 s of it: CS244's setup, 0.25 ms links, a 120-packet buffer;
+    over 4 s two flows' share was still settling in 2 of 4 runs: Jain's index 0.84),
     as it is and with the paper's TCP: under lk_dctcp with marking at K the queue's median
     is within [17, 22] packets (the paper: about 21) and the two flows share the port
     (Jain's index of their goodputs at least 0.9); under Reno at a drop-tail port it saws
     up to the buffer (p99 within 10 % of its 120 packets); the link is full in both. Each
     lk_dctcp sender cuts its window after marked windows, and only then."""
     sc = scenario.load(REPO / "topologies/dctcp-paper.yaml")
-    run = labkit.run(sc, ["fifo"], duration=4, out=tmp_path / "dctcp")
+    run = labkit.run(sc, ["fifo"], duration=10, out=tmp_path / "dctcp")
     dctcp = run.summary.policies["fifo"]
     reno = labkit.run(replace(sc, transport=scenario.TransportSpec(tcp="reno")), ["fifo"],
                       duration=4, out=tmp_path / "reno").summary.policies["fifo"]
