@@ -256,7 +256,7 @@ class Rank:
             rx.setsockopt(socket.IPPROTO_IP, socket.IP_RECVTOS, 1)
         # the job's DSCP on everything the rank sends: its ACKs (from rx) as its data
         tos = cfg.dscp << 2 | (wire.ECT0 if dcqcn else 0)
-        if tos:
+        if cfg.dscp:
             rx.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, cfg.dscp << 2)
         rx.setsockopt(SOL_UDP, UDP_GRO, 1)  # a peer's GSO run arrives as it was sent
         rx.bind(("0.0.0.0", wire.ROCEV2_PORT))

@@ -39,6 +39,8 @@ class Interleave(Feature):
 
     def __init__(self) -> None:
         self.watch: JobWatch | None = None
+        self.order: list[str] = []  # the jobs, in the scenario's order
+        self.iterations: dict[str, int] = {}
         self.engines: Mapping[str, Sequence[Agent]] = {}
         self.rate_bytes_per_ns = 0.0
         self.next_layout = LEARN - 1  # the first job's op after which to lay out again
@@ -59,13 +61,11 @@ class Interleave(Feature):
 
     def op_done(self, job: str, op: int, compute_ns: int) -> None:
         assert self.watch, "built"
-        with self.watch.lock:
-            if not self.watch.ended(job, op, compute_ns):
-                return
-            if job == self.order[0] and op >= self.next_layout and \
-                    self.watch.every_job_has(LEARN):
-                self.next_layout = op + EVERY
-                self._lay_out()
+        if not self.watch.ended(job, op, compute_ns):
+            return
+        if job == self.order[0] and op >= self.next_layout and self.watch.every_job_has(LEARN):
+            self.next_layout = op + EVERY
+            self._lay_out()
 
     def comm_ns(self, job: str) -> int:
         """The job's communication time alone: its bytes per iteration at the busiest

@@ -47,9 +47,8 @@ class JobPriority(Feature):
 
     def op_done(self, job: str, op: int, compute_ns: int) -> None:
         assert self.watch, "built"
-        with self.watch.lock:
-            if self.watch.ended(job, op, compute_ns) and self.watch.every_job_has(WARMUP):
-                self._rank()
+        if self.watch.ended(job, op, compute_ns) and self.watch.every_job_has(WARMUP):
+            self._rank()
 
     def intensity(self, job: str) -> float:
         """Compute ns per byte across the bottleneck over the job's latest iterations."""

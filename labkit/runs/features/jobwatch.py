@@ -6,7 +6,6 @@ bottleneck since its previous one), and the jobs' lanes written into the classif
 
 from __future__ import annotations
 
-import threading
 import time
 from collections import deque
 from typing import NamedTuple
@@ -36,9 +35,6 @@ class JobWatch:
         self.dscps = {job.name: job.dscp for job in stack.sc.jobs}
         self.seen: dict[str, deque[Iteration]] = {j: deque(maxlen=KEEP) for j in self.dscps}
         self.sent: dict[str, list[int]] = {j: [] for j in self.dscps}  # per watched port
-        # await_lines calls op_done in the launcher's thread; the lock keeps a feature
-        # safe should the lines ever be read elsewhere
-        self.lock = threading.Lock()
 
     def ended(self, job: str, op: int, compute_ns: int) -> Iteration | None:
         """Record the end of ``job``'s op (None: not a job this watch knows)."""
