@@ -159,3 +159,20 @@ def iterations_from_ops(ops: list[OpRow]) -> list[tuple[int, str, lines.Iteratio
                         lines.Iteration(k, start, last, min(busy, last - start))))
             previous_end = last
     return out
+
+
+def compute_ns(it: lines.Iteration) -> int:
+    """An iteration's compute: its time less its exposed communication."""
+    return it.end_ns - it.start_ns - (it.exposed_ns or 0)
+
+
+def ended_so_far(iterations: list[lines.Iteration], ops: list[lines.Op]
+                 ) -> list[tuple[int, int]]:
+    """One rank's iterations that have ended, as (iteration, compute ns), from what it
+    reported so far while it runs: its iterations, else those its ops make
+    (:func:`iterations_from_ops`) but the last, to which its next op may still belong."""
+    if iterations:
+        return [(it.i, compute_ns(it)) for it in iterations]
+    made = iterations_from_ops([OpRow(0, "", o.i, o.op, o.bytes, o.start_ns, o.end_ns)
+                                for o in ops])
+    return [(it.i, compute_ns(it)) for _, _, it in made[:-1]]

@@ -505,18 +505,25 @@ def check_policies(names: list[str], file: str, controllers: Sequence[str] = (),
 def _job_policies(c: Checker, policies: Sequence[Policy], key: str,
                   jobs: Sequence[JobEntry], lanes: Sequence[LaneRule]) -> None:
     """The policies that share the fabric between jobs against the scenario's jobs: two
-    or more of them; ``job-priority`` and ``interleave`` learn from labkit's own engines
-    (not a program's); a rule per job must fit beside the scenario's."""
+    or more of them; ``interleave`` shifts labkit's own ranks (not a program's);
+    ``job-priority`` learns from labkit's engines or from programs' reported iterations,
+    one kind at a time; a rule per job must fit beside the scenario's."""
     if len(jobs) < 2 and (several := [p.name for p in policies
                                       if p.layout in SHARED_LAYOUTS]):
         c.fail(key, f"{several[0]} shares the fabric between jobs, and this scenario has "
                "one: add another allreduce, job or program entry, or drop the policy")
     program = next((j for j in jobs if isinstance(j, ProgramSpec)), None)
-    learning = [p.name for p in policies if p.layout in ("job-priority", "interleave")]
-    if program and learning:
-        c.fail(key, f"{learning[0]} learns each job's iterations from labkit's own ranks as "
-               f"they run, and {program.key} ({program.name}) is a program of yours: use "
-               "fair or job-weights with programs")
+    shifting = [p.name for p in policies if p.layout == "interleave"]
+    if program and shifting:
+        c.fail(key, f"{shifting[0]} shifts labkit's own ranks' iterations, and "
+               f"{program.key} ({program.name}) is a program of yours: use fair, "
+               "job-weights or job-priority with programs")
+    ranking = [p.name for p in policies if p.layout == "job-priority"]
+    ours = next((j for j in jobs if not isinstance(j, ProgramSpec)), None)
+    if program and ours and ranking:
+        c.fail(key, f"{ranking[0]} learns either labkit's jobs or programs, not both at once "
+               f"yet: {ours.name} is labkit's and {program.name} a program of yours; make "
+               "them all of one kind, or use fair or job-weights")
     placing = [p.name for p in policies if p.layout in ("job-priority", "job-weights")]
     if placing and len(lanes) + len(jobs) > MAX_LANE_RULES:
         c.fail("lanes", f"{placing[0]} puts a rule per job before the scenario's {len(lanes)}, "

@@ -100,7 +100,7 @@ from labkit.traffic.agents import (
 )
 from labkit.traffic.collective import plan_for
 from labkit.traffic.commands import Commands
-from labkit.traffic.programs import Programs
+from labkit.traffic.programs import Programs, wait_all
 
 STORAGE_WARMUP_S = 1.0
 SWEEP = Policy("sweep", "isolated")  # a sweep's fabric: FIFO ports, no storage
@@ -339,9 +339,8 @@ def _drive(result: PolicyResult, pf: PolicyFabric, ring: list[Engine],
             most = max(j.iterations or 0 for j in pf.stack.sc.jobs)
             limit_s = duration_s + 30 if duration_s else max(120, 5 * most)
             finish_together(ring, limit_s, on_line)
-        for program in programs:
-            program.wait(duration_s or program.spec.duration_s,
-                         progress if program is programs[0] and programs_first else None)
+        if programs:
+            programs_wait(pf, programs, duration_s, progress if programs_first else None)
         result.orchestrator_cpu_share = ((_own_cpu_s() - before[0])
                                          / max(time.monotonic() - before[1], 1e-3))
         result.storage_stopped_ns = time.monotonic_ns()  # connections close from here on
@@ -356,6 +355,23 @@ def _drive(result: PolicyResult, pf: PolicyFabric, ring: list[Engine],
         result.queue, result.lanes = poller.queue_rows(result.port_layout), poller.lane_rows
         result.job_lanes = poller.job_rows
         result.cpu = cpu.stop()
+
+
+def programs_wait(pf: PolicyFabric, programs: Sequence[Programs], duration_s: float | None,
+                  progress: Callable[[int], None] | None) -> None:
+    """Until every program has ended (the first's progress shown), the features told of
+    each one's iterations as its first rank reports them (with several jobs)."""
+    told = dict.fromkeys((p.spec.name for p in programs), 0)
+
+    def look() -> None:
+        for p in programs:
+            ended = jobtiming.ended_so_far(*p.heard)
+            for k, compute in ended[told[p.spec.name]:]:
+                pf.op_done(p.spec.name, k, compute)
+            told[p.spec.name] = len(ended)
+
+    wait_all([(p, duration_s or p.spec.duration_s) for p in programs], progress,
+             look if pf.stack.sc.several else None)
 
 
 def _own_cpu_s() -> float:
@@ -416,7 +432,7 @@ def _collect_program(result: PolicyResult, programs: Programs, marks: JobMarks) 
     iterations = reported or jobtiming.iterations_from_ops(program_ops)
     result.collectives += [
         CollectiveRow(op=it.i, rank=rank, host=host, start_ns=it.start_ns, end_ns=it.end_ns,
-                      wrong=0, compute_ns=it.end_ns - it.start_ns - (it.exposed_ns or 0),
+                      wrong=0, compute_ns=jobtiming.compute_ns(it),
                       exposed_ns=it.exposed_ns or 0, bubble_ns=0)
         for rank, host, it in iterations]
     result.programs[spec.name] = ProgramReport(

@@ -44,8 +44,8 @@ import shutil
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from labkit.kernel import cgroups, sched
@@ -78,6 +78,7 @@ TAIL_LINES = 12
 LIMIT_S = 1800.0  # a program that never ends is stopped, and the run fails, after this
 EXIT_GRACE_S = 15.0  # ranks still there this long after rank 0 reported its last iteration
 IMPORT_CHECK_S = 120.0
+_ENDED = object()  # what next() gives for a program's wait that has ended
 MPI_AGENT = Path(__file__).with_name("mpi_agent.sh")
 STARTUP = Path(__file__).with_name("startup")  # sitecustomize: labkit.traffic.torchhook
 MPITIME = Path(__file__).with_name("_mpitime.so")  # mpitime.c, built by make setup
@@ -255,6 +256,20 @@ def tail(path: Path) -> str:
 
 
 @dataclass
+class Heard:
+    """What a rank wrote to one file so far: its iterations and ops, parsed as they come."""
+
+    tail: Tail
+    iterations: list[lines.Iteration] = field(default_factory=list)
+    ops: list[lines.Op] = field(default_factory=list)
+
+    def look(self) -> None:
+        its, ops, _ = lines.parse(self.tail.new_lines())
+        self.iterations += its
+        self.ops += ops
+
+
+@dataclass
 class Rank:
     """One rank, as started and as it ended: ``proc`` is its own process, or mpirun's."""
 
@@ -287,8 +302,9 @@ class Programs:
         self.phase_fds = phase_fds or {}
         self.ranks: list[Rank] = []
         self.released_ns = 0
-        self._following: Tail | None = None  # rank 0's stdout (or its timed ops), for progress
-        self._done = 0
+        self._following: list[Heard] = []  # rank 0's stdout and its timed ops (progress)
+        # rank 0's iterations and ops heard so far, from its best source (progress)
+        self.heard: tuple[list[lines.Iteration], list[lines.Op]] = ([], [])
         self.follower: Follower | None = None  # an MPI job's phase, from the shim's ops
 
     def launch(self) -> Programs:
@@ -399,19 +415,18 @@ class Programs:
                 pass  # it is gone already: wait() reports it
 
     def progress(self) -> int:
-        """Iterations (or, without iteration lines, ops) rank 0 reported so far, or that
-        labkit's hook timed of it."""
-        out, hooked = self.ranks[0].out, ops_file(self.workdir, self.ranks[0].rank)
-        path = self._following.path if self._following else out
-        if path == out and not self._done and hooked.exists():  # it prints none: the hook's
-            path = hooked
-        if self._following is None or path != self._following.path:
-            if self._following:
-                self._following.close()
-            self._following, self._done = Tail(path), 0
-        its, ops, _ = lines.parse(self._following.new_lines())
-        self._done += len(its) or len(ops)
-        return self._done
+        """Iterations (or, without iteration lines, ops) rank 0 reported so far: as it
+        printed them, else as labkit's hook or shim timed them (the sources a run's
+        summary takes, in that order); :attr:`heard` holds them."""
+        if not self._following:
+            first = self.ranks[0]
+            self._following = [Heard(Tail(first.out)),
+                               Heard(Tail(ops_file(self.workdir, first.rank)))]
+        for source in self._following:
+            source.look()
+        own = next((s for s in self._following if s.iterations or s.ops), self._following[0])
+        self.heard = own.iterations, own.ops
+        return len(own.iterations) or len(own.ops)
 
     def wait(self, duration_s: float | None, on_progress: Callable[[int], None] | None = None
              ) -> None:
@@ -419,6 +434,12 @@ class Programs:
         :data:`EXIT_GRACE_S` after rank 0 reported the entry's ``iterations`` (then the
         ranks left are stopped: a job hung on its way out is done). ProgramError when a
         rank fails or the program outlives :data:`LIMIT_S`."""
+        wait_all([(self, duration_s)], on_progress)
+
+    def waiting(self, duration_s: float | None,
+                on_progress: Callable[[int], None] | None = None) -> Iterator[None]:
+        """:meth:`wait`, one look at a time: each ``next`` looks once (every
+        :data:`POLL_S`); it is exhausted when the program has ended."""
         stop_at = self.released_ns + int((duration_s or LIMIT_S) * 1e9)
         shown, all_done_ns = -1, None
         while True:
@@ -449,7 +470,7 @@ class Programs:
                                        f"{LIMIT_S:.0f} s: stopped (give it duration_s, or "
                                        "the run a --duration)")
                 return
-            time.sleep(POLL_S)
+            yield
 
     def stop(self) -> list[ProgramRankEnd]:
         """End every rank still running (SIGTERM, then the cgroup's kill after
@@ -458,9 +479,9 @@ class Programs:
         if self.follower:
             self.follower.stop()
             self.follower = None
-        if self._following:
-            self._following.close()
-            self._following = None
+        for source in self._following:
+            source.tail.close()
+        self._following = []
         running = [p for p in self._processes() if p.poll() is None]
         for rank in self.ranks:
             rank.stopped_by_labkit |= rank.proc in running
@@ -505,3 +526,19 @@ class Programs:
             ops += [(rank.rank, rank.host, op) for op in found]
             bad += wrong
         return iterations, ops, bad
+
+
+def wait_all(programs: Sequence[tuple[Programs, float | None]],
+             on_progress: Callable[[int], None] | None = None,
+             on_look: Callable[[], None] | None = None) -> None:
+    """Wait for several programs at once (each with its ``duration_s``, as
+    :meth:`Programs.wait`), looking at each every :data:`POLL_S`; ``on_progress`` follows
+    the first one's, ``on_look`` is called after each look at them all."""
+    looks = [p.waiting(d, on_progress if k == 0 else None)
+             for k, (p, d) in enumerate(programs)]
+    while looks:
+        looks = [look for look in looks if next(look, _ENDED) is not _ENDED]
+        if on_look:
+            on_look()
+        if looks:
+            time.sleep(POLL_S)

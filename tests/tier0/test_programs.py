@@ -406,6 +406,55 @@ def test_ops_without_iterations_are_cut_by_the_jobs_rhythm():
         (0, 50), (50, 250), (250, 450), (450, 650), (650, 850)]
 
 
+def test_a_running_programs_iterations_are_told_as_they_end():
+    its = [lines.Iteration(0, 0, 100, 30), lines.Iteration(1, 100, 250, None)]
+    assert jobtiming.ended_so_far(its, []) == [(0, 70), (1, 150)]
+    ops = [lines.Op(None, "all_reduce", 8, s, s + 20) for s in (100, 300, 500)]
+    # the ops make three iterations; the last may still gain an op, so it is not told
+    assert jobtiming.ended_so_far([], ops) == [(0, 0), (1, 180)]
+
+
+def test_progress_follows_what_rank_0_printed_else_what_the_hook_timed(tmp_path):
+    job = programs.Programs(SimpleNamespace(), None, None, {}, tmp_path)
+    out = tmp_path / "rank0.out"
+    job.ranks = [programs.Rank(0, "g1", [], SimpleNamespace(), None, out, tmp_path / "e")]
+    hooked = tmp_path / "rank0.ops"
+    hooked.write_text("")  # the hook's file exists before anything is timed
+    out.write_text("starting\n")
+    assert job.progress() == 0
+    out.write_text("starting\n" + lines.op_line("all_reduce", 1, 5, 8, 0) + "\n"
+                   + lines.iteration_line(0, 1, 9, 4) + "\n")
+    hooked.write_text(lines.op_line("all_reduce", 1, 5, 8) + "\n")
+    assert job.progress() == 1 and job.heard[0] == [lines.Iteration(0, 1, 9, 4)]
+    quiet = programs.Programs(SimpleNamespace(), None, None, {}, tmp_path / "q")
+    (tmp_path / "q").mkdir()
+    quiet.ranks = [programs.Rank(0, "g1", [], SimpleNamespace(), None, tmp_path / "q" / "o",
+                                 tmp_path / "e")]
+    (tmp_path / "q" / "rank0.ops").write_text(
+        "".join(lines.op_line("all_reduce", s, s + 2, 8) + "\n" for s in (1, 5, 9)))
+    assert quiet.progress() == 3 and len(quiet.heard[1]) == 3
+
+
+def test_several_programs_are_waited_for_at_once():
+    looked: list[str] = []
+
+    def waiting(name, looks):
+        def gen(duration_s, on_progress):
+            for k in range(looks):
+                looked.append(f"{name}{k}")
+                if on_progress:
+                    on_progress(k)
+                yield
+            looked.append(f"{name}-end")
+        return SimpleNamespace(waiting=gen)
+
+    shown, rounds = [], []
+    programs.wait_all([(waiting("a", 1), None), (waiting("b", 3), 5.0)], shown.append,
+                      lambda: rounds.append(len(looked)))
+    assert looked == ["a0", "b0", "a-end", "b1", "b2", "b-end"]
+    assert shown == [0] and rounds == [2, 4, 5, 6]
+
+
 def test_a_rhythm_is_followed_online():
     for seq, cuts in (("AAAAA", ".||||"), ("ABABABAB", "...|.|.|"),
                       ("AABAABAABAAB", ".|..||..|..|")):

@@ -6,6 +6,7 @@ the summary's per-job figures from tables made by hand."""
 from __future__ import annotations
 
 import copy
+from dataclasses import replace
 
 import polars as pl
 import pytest
@@ -185,7 +186,10 @@ def test_policies_asked_for_beside_the_file_are_checked_against_its_jobs():
     ddp = scenario.load(scenario_file("two-ddp"))
     with pytest.raises(ScenarioError, match="program of yours"):
         scenario.check_policies(["interleave"], "two-ddp.yaml", sc=ddp)
-    assert scenario.check_policies(["job-weights"], "two-ddp.yaml", sc=ddp)
+    assert scenario.check_policies(["job-weights", "job-priority"], "two-ddp.yaml", sc=ddp)
+    mixed = replace(ddp, jobs=(ddp.jobs[0], one.jobs[0]))
+    with pytest.raises(ScenarioError, match="not both at once"):
+        scenario.check_policies(["job-priority"], "two-ddp.yaml", sc=mixed)
 
 
 def test_labkit_serve_refuses_several_programs():
