@@ -7,11 +7,16 @@ count, type, redop, root, time (mean op time, µs), algbw = size / time, busbw =
 algbw × the op's factor, and #wrong (chunks whose values did not add up). Rates
 are in Mbit/s of the emulated links; with the scale factor (``--units real``) time and
 rates are those of the fabric the scenario says they stand for, in nccl-tests' own
-columns, and the emulated rates follow. ``count`` is nccl-tests' per-rank
-element count (``paramcount``: the whole message for all_reduce and broadcast, one
-rank's part, 4-element aligned, for all_gather, reduce_scatter and all_to_all). Only
-nccl-tests' out-of-place half is printed: labkit has no separate in-place run, so it
-prints no in-place columns rather than repeat these.
+columns, and the emulated rates follow. ``size`` is nccl-tests' too, the larger of a
+rank's send and receive buffers (:mod:`labkit.model.traffic.schedules` says per op), and
+``count`` is nccl-tests' per-rank element count (``paramcount``: the whole message for
+all_reduce, broadcast, reduce and sendrecv, one rank's part, 4-element aligned, for
+all_gather, reduce_scatter, all_to_all, gather and scatter). ``redop`` and ``root`` are
+what nccl-tests prints: ``sum`` for the reductions and for sendrecv (whose test prints
+the ``-o`` it was given), ``none`` for the others; the root (0) for broadcast, reduce,
+gather and scatter, -1 for the others. Only nccl-tests' out-of-place half is printed:
+labkit has no separate in-place run, so it prints no in-place columns rather than repeat
+these.
 """
 
 from __future__ import annotations
@@ -28,7 +33,8 @@ UNITS = {"emulated": _UNITS_HEAD + " (Mbit/s) (Mbit/s)", "real": _UNITS_HEAD + "
 EMULATED_AFTER = ("    algbw    busbw", "  (Mbit/s) (Mbit/s)")  # labkit's own, after #wrong
 WORD_BYTES = 4  # float
 ALIGN = 4  # nccl-tests aligns a rank's part to 4 elements
-PER_RANK_OPS = ("all_gather", "reduce_scatter", "all_to_all")
+PER_RANK_OPS = ("all_gather", "reduce_scatter", "all_to_all", "gather", "scatter")
+SUM_OPS = ("all_reduce", "reduce_scatter", "reduce", "sendrecv")  # redop "sum", as nccl-tests
 
 
 def real_gbps(mbps: float, scale: float) -> float:
@@ -117,8 +123,7 @@ def measure(op: str, n: int, size: int, ops: list[OpResult], link_mbps: float,
         spans[o.op] = (min(lo, o.start_ns), max(hi, o.end_ns), wrong + o.wrong)
     time_us = sum(hi - lo for lo, hi, _ in spans.values()) / len(spans) / 1e3
     algbw = size * 8 / time_us  # bits per microsecond = Mbit/s
-    return Row(size, param_count(op, size, n), "float",
-               "sum" if "reduce" in op else "none",
-               0 if op == "broadcast" else -1, time_us, algbw,
+    return Row(size, param_count(op, size, n), "float", "sum" if op in SUM_OPS else "none",
+               schedules.ROOT if op in schedules.ROOTED else -1, time_us, algbw,
                algbw * schedules.busbw_factor(op, n), sum(w for *_, w in spans.values()),
                link_mbps, retransmits, algo)

@@ -112,6 +112,22 @@ def test_sweep_takes_nccl_tests_flags_where_they_carry_over(recorded_sweep):
     assert "#       size" in out and "# Avg bus bandwidth" in out and not err
 
 
+@pytest.mark.parametrize("op, algo", [("reduce", "ring"), ("gather", "direct"),
+                                      ("scatter", "direct"), ("sendrecv", "ring"),
+                                      ("all_to_all", "pairwise")])
+def test_sweep_takes_nccl_tests_ops_each_by_its_first_algorithm(recorded_sweep, op, algo):
+    code, out, err = run_cli("sweep", LEAF_SPINE, "--op", op, "-b", "64K", "-e", "64K")
+    assert code == 0 and recorded_sweep == [(op, algo, [65536], 10)]
+    assert f"# labkit sweep: {op} ({algo}) over" in out and not err
+
+
+def test_sweep_refuses_an_algorithm_its_op_has_not_in_one_line(recorded_sweep):
+    code, out, err = run_cli("sweep", LEAF_SPINE, "--op", "gather", "--algo", "ring")
+    assert code == 2 and not out and not recorded_sweep
+    assert err == ("error: scenario leaf-spine: algo: no algorithm 'ring' for gather "
+                   "(known: direct)\n")
+
+
 def test_sweep_json_is_the_recorded_sweep_and_its_lines_go_to_stderr(recorded_sweep):
     code, out, err = run_cli("sweep", LEAF_SPINE, "-c", "0", "--json")
     doc = json.loads(out)

@@ -6,6 +6,7 @@ import pytest
 
 from labkit.model.traffic import jobs, schedules
 from labkit.model.traffic.schedules import ALGOS, busbw_factor, expected, schedule
+from tests import spans
 
 CASES = [(op, algo, n) for op, algos in ALGOS.items() for algo in algos
          for n in (2, 4, 8, 6) if not (algo == "halving_doubling" and n == 6)]
@@ -66,6 +67,16 @@ def test_schedule_delivers_the_right_data(op, algo, n):
         assert {c: values[r].get(c) for c in want} == want, f"rank {r}"
 
 
+@pytest.mark.parametrize("op, algo, n", CASES, ids=lambda x: str(x))
+def test_the_engines_own_op_counts_no_wrong_chunk(op, algo, n):
+    """The collective engine's op (:class:`labkit.traffic.collective.Op`, what ``#wrong``
+    is counted by) runs every rank's plan to its end in virtual time (``tests/spans.py``)
+    and finds every chunk that matters right."""
+    plans = [schedules.collective_plan(op, algo, n, r, 1 << 20) for r in range(n)]
+    _, rows = spans.run_op(plans, transfer_ns=1000)
+    assert [row.wrong for row in rows] == [0] * n
+
+
 @pytest.mark.parametrize("op, n", [("all_reduce", 8), ("all_gather", 8), ("reduce_scatter", 8)])
 def test_ring_moves_what_busbw_assumes(op, n):
     """busbw = algbw x factor holds because each rank sends factor x size over its link."""
@@ -74,11 +85,52 @@ def test_ring_moves_what_busbw_assumes(op, n):
     assert all(b == pytest.approx(busbw_factor(op, n) * size, rel=1e-3) for b in sent.values())
 
 
+@pytest.mark.parametrize("op, algo", [(op, algo) for op in ("reduce", "gather", "scatter",
+                                                            "sendrecv") for algo in ALGOS[op]])
+@pytest.mark.parametrize("n", [2, 5, 8])
+def test_rooted_and_point_to_point_ops_end_as_nccl_tests_checks(op, algo, n):
+    """What nccl-tests checks after each op, said here apart from :func:`expected`:
+    Reduce leaves the sum at the root, Gather every rank's block at the root, Scatter each
+    rank's block of the root's buffer at that rank, SendRecv each rank with its
+    predecessor's buffer."""
+    c, root = schedules.contribution, schedules.ROOT
+    values, chunks, _ = simulate(op, algo, n, 1 << 20)
+    if op == "reduce":
+        assert chunks == (1 << 20) // schedules.PIPELINE_CHUNK_BYTES
+        assert all(values[root][k] == sum(c(r, k) for r in range(n)) for k in range(chunks))
+    elif op == "gather":
+        assert [values[root][r] for r in range(n)] == [c(r, r) for r in range(n)]
+    elif op == "scatter":
+        assert [values[r].get(r) for r in range(n)] == [c(root, r) for r in range(n)]
+    else:
+        assert [values[r].get((r - 1) % n) for r in range(n)] == [c((r - 1) % n, (r - 1) % n)
+                                                                  for r in range(n)]
+    # and :func:`expected`, which the agents count #wrong by, asks for the same
+    assert all(expected(op, r, n, chunks) for r in range(n) if op in ("scatter", "sendrecv")
+               or r == root)
+
+
+@pytest.mark.parametrize("op, algo", [("reduce", "ring"), ("gather", "direct"),
+                                      ("scatter", "direct"), ("sendrecv", "ring")])
+def test_rooted_and_point_to_point_ops_move_what_busbw_assumes(op, algo):
+    """busbw = algbw x factor holds because the busiest rank's link carries factor x size
+    one way: into the root for Reduce (each rank of the chain sends the whole buffer once)
+    and Gather, out of it for Scatter, out of every rank for SendRecv."""
+    n, size = 8, 8 * 1024 * 1024
+    plans = {r: schedules.collective_plan(op, algo, n, r, size) for r in range(n)}
+    out = [sum(m.nbytes for st in p.steps for m in st.send) for p in plans.values()]
+    into = [sum(m.nbytes for st in p.steps for m in st.recv) for p in plans.values()]
+    assert max(out + into) == pytest.approx(busbw_factor(op, n) * size, rel=1e-3)
+    assert sum(out) == sum(into)
+
+
 def test_unknown_algorithm_and_odd_halving_doubling():
     with pytest.raises(ValueError, match="no algorithm 'tree' for all_gather"):
         schedule("all_gather", "tree", 4, 0, 1024)
     with pytest.raises(ValueError, match="power-of-two"):
         schedule("all_reduce", "halving_doubling", 6, 0, 1024)
+    with pytest.raises(ValueError, match=r"no algorithm 'ring' for gather \(known: direct\)"):
+        schedule("gather", "ring", 4, 0, 1024)
 
 
 def test_pipelined_chunks_are_bounded():

@@ -47,9 +47,26 @@ def render(rows, scale=None) -> str:
 @pytest.mark.parametrize("op, size, ranks, count", [
     ("all_reduce", 1 << 20, 8, 262144), ("broadcast", 1 << 20, 8, 262144),
     ("all_gather", 1 << 20, 8, 32768), ("reduce_scatter", 1 << 20, 8, 32768),
-    ("all_to_all", 1 << 20, 8, 32768), ("all_gather", 1000, 3, 80)])
+    ("all_to_all", 1 << 20, 8, 32768), ("all_gather", 1000, 3, 80),
+    ("reduce", 1 << 20, 8, 262144), ("sendrecv", 1 << 20, 8, 262144),
+    ("gather", 1 << 20, 8, 32768), ("scatter", 1 << 20, 8, 32768), ("scatter", 1000, 3, 80)])
 def test_count_is_nccl_tests_per_rank_element_count(op, size, ranks, count):
     assert nccltests.param_count(op, size, ranks) == count
+
+
+@pytest.mark.parametrize("op, redop, root, factor", [
+    ("all_reduce", "sum", -1, 2 * 7 / 8), ("all_gather", "none", -1, 7 / 8),
+    ("reduce_scatter", "sum", -1, 7 / 8), ("all_to_all", "none", -1, 7 / 8),
+    ("broadcast", "none", 0, 1), ("reduce", "sum", 0, 1), ("gather", "none", 0, 7 / 8),
+    ("scatter", "none", 0, 7 / 8), ("sendrecv", "sum", -1, 1)])
+def test_every_op_prints_nccl_tests_redop_root_and_bus_bandwidth(op, redop, root, factor):
+    """As nccl-tests' <op>_perf prints them with its defaults (-o sum, -r 0), 8 ranks:
+    algbw = size / time, busbw = algbw x the factor of its doc/PERFORMANCE.md and GetBw."""
+    size = 1 << 20
+    row = nccltests.measure(op, 8, size, ops(8, 1000.0), 100.0)
+    assert (row.redop, row.root) == (redop, root)
+    assert row.algbw_mbps == pytest.approx(size * 8 / 1000.0)
+    assert row.busbw_mbps == pytest.approx(row.algbw_mbps * factor)
 
 
 def test_a_nccl_tests_parser_reads_a_sweep():

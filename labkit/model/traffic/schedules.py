@@ -21,9 +21,19 @@ the shards, a ring across the servers all-reduces each shard among the ranks tha
 (one rail per local rank), and a ring inside each server all-gathers them. Only
 ``size / group`` of the buffer crosses between servers per rank, twice.
 
-Sizes follow nccl-tests: ``size`` is what nccl-tests prints (the whole buffer for
-All-Reduce, Reduce-Scatter, All-to-All and Broadcast; the gathered output for
-All-Gather), and bus bandwidth factors are nccl-tests'.
+Rooted ops (Broadcast, Reduce, Gather, Scatter) have their root at rank :data:`ROOT`,
+nccl-tests' default. Reduce: ``ring`` reduces pipelined chunks along the chain n-1 -> ... ->
+1 -> 0 (Broadcast's ring run backwards; NCCL's ring Reduce also ends at the root), ``tree``
+up a binary tree. Gather and Scatter are ``direct``, as nccl-tests runs them (grouped sends
+and receives): every rank sends its block straight to the root, or the root sends each
+rank its block. SendRecv (``ring``) is nccl-tests' too: every rank sends its buffer to
+rank + 1 and receives rank - 1's.
+
+Sizes follow nccl-tests: ``size`` is what nccl-tests prints, the larger of a rank's send and
+receive buffers (the whole buffer for All-Reduce, Reduce-Scatter, All-to-All, Broadcast and
+Reduce; the gathered output for All-Gather and Gather; the root's whole send buffer for
+Scatter; the buffer each rank sends for SendRecv), and bus bandwidth factors are
+nccl-tests' (its doc/PERFORMANCE.md and each test's ``GetBw``).
 
 Standard library only: agents import it.
 """
@@ -32,11 +42,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast")
+OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce",
+       "gather", "scatter", "sendrecv")
 ALGOS = {"all_reduce": ("ring", "tree", "halving_doubling", "hierarchical"),
          "all_gather": ("ring",), "reduce_scatter": ("ring",), "all_to_all": ("pairwise",),
-         "broadcast": ("ring", "tree")}
-PIPELINE_CHUNK_BYTES = 256 * 1024  # pipelined algorithms (tree, broadcast) move chunks this big
+         "broadcast": ("ring", "tree"), "reduce": ("ring", "tree"), "gather": ("direct",),
+         "scatter": ("direct",), "sendrecv": ("ring",)}  # an op's first: its default
+ROOT = 0  # the root of the rooted ops (nccl-tests' default -r 0)
+ROOTED = ("broadcast", "reduce", "gather", "scatter")
+PIPELINE_CHUNK_BYTES = 256 * 1024  # pipelined ones (tree, broadcast, reduce): chunks this big
 
 
 @dataclass(frozen=True)
@@ -98,11 +112,12 @@ def compute(ns: int) -> Plan:
 
 
 def busbw_factor(op: str, n: int) -> float:
+    """nccl-tests' bus bandwidth factor: busbw = algbw x this."""
     if op == "all_reduce":
         return 2 * (n - 1) / n
-    if op in ("all_gather", "reduce_scatter", "all_to_all"):
+    if op in ("all_gather", "reduce_scatter", "all_to_all", "gather", "scatter"):
         return (n - 1) / n
-    return 1.0
+    return 1.0  # broadcast, reduce, sendrecv
 
 
 def contribution(rank: int, chunk: int) -> int:
@@ -151,12 +166,16 @@ def schedule(op: str, algo: str, n: int, rank: int, size: int,
                     recv=[Msg((rank - k) % n, ((rank - k) % n) * n + rank, block)
                           for k in range(1, n)])
         return [step], n * n
-    chunks = max(1, -(-size // PIPELINE_CHUNK_BYTES))
-    nbytes = _split(size, chunks)
-    if op == "broadcast" and algo == "ring":
-        return _pipeline_down(_chain(n), rank, chunks, nbytes), chunks
-    if op == "broadcast":
-        return _pipeline_down(_binary_tree(n, 0), rank, chunks, nbytes), chunks
+    if op in ("gather", "scatter"):
+        return [_direct(op, n, rank, _split(size, n))], n
+    if op == "sendrecv":  # chunk r is rank r's buffer
+        left = (rank - 1) % n
+        return [Step([Msg((rank + 1) % n, rank, size)], [Msg(left, left, size)])], n
+    if op in ("broadcast", "reduce"):  # pipelined down from the root, or up to it
+        chunks = max(1, -(-size // PIPELINE_CHUNK_BYTES))
+        tree = _chain(n) if algo == "ring" else _binary_tree(n, ROOT)
+        flow = _pipeline_down if op == "broadcast" else _pipeline_up
+        return flow(tree, rank, chunks, _split(size, chunks)), chunks
     per_tree = max(1, -(-size // 2 // PIPELINE_CHUNK_BYTES))
     return _double_binary_tree(n, rank, size, per_tree), 2 * per_tree
 
@@ -178,6 +197,17 @@ def _ring(n: int, rank: int, chunk: int, reduce_steps: int, gather_steps: int) -
         send = (rank + start - s) % n
         steps.append(Step([Msg(right, send, chunk)], [Msg(left, (send - 1) % n, chunk)]))
     return steps
+
+
+def _direct(op: str, n: int, rank: int, block: int) -> Step:
+    """Gather: every rank sends its block (chunk ``rank``) to the root; Scatter: the root
+    sends each rank its block. One step: the root's messages all leave (or are awaited)
+    at once, as nccl-tests' grouped sends and receives."""
+    if rank != ROOT:
+        msg = Msg(ROOT, rank, block)
+        return Step(send=[msg]) if op == "gather" else Step(recv=[msg])
+    others = [Msg(p, p, block) for p in range(n) if p != ROOT]
+    return Step(recv=others) if op == "gather" else Step(send=others)
 
 
 def _shard_ring(members: list[int], me: int, shards: list[list[int]], nbytes: int,
@@ -235,7 +265,7 @@ def _halving_doubling(n: int, rank: int, size: int) -> list[Step]:
 
 
 def _chain(n: int) -> dict[int, int | None]:
-    """parent of each rank in the chain 0 -> 1 -> ... -> n-1."""
+    """parent of each rank in the chain 0 -> 1 -> ... -> n-1 (the root, 0, first)."""
     return {r: (r - 1 if r else None) for r in range(n)}
 
 
@@ -314,26 +344,34 @@ def _double_binary_tree(n: int, rank: int, size: int, chunks: int) -> list[Step]
     return merged
 
 
-def initial(op: str, rank: int, n: int, chunks: int, root: int = 0) -> dict[int, int]:
+def initial(op: str, rank: int, n: int, chunks: int, root: int = ROOT) -> dict[int, int]:
     """Each rank's chunk values before the op."""
-    if op == "broadcast":
+    if op in ("broadcast", "scatter"):
         return {c: contribution(root, c) for c in range(chunks)} if rank == root else {}
     if op == "all_to_all":
         return {rank * n + p: contribution(rank, rank * n + p) for p in range(n)}
-    if op == "all_gather":
+    if op in ("all_gather", "gather", "sendrecv"):
         return {rank: contribution(rank, rank)}
     return {c: contribution(rank, c) for c in range(chunks)}
 
 
-def expected(op: str, rank: int, n: int, chunks: int, root: int = 0) -> dict[int, int]:
-    """The chunk values a rank must hold after the op (only the chunks that matter)."""
-    if op == "all_reduce":
+def expected(op: str, rank: int, n: int, chunks: int, root: int = ROOT) -> dict[int, int]:
+    """The chunk values a rank must hold after the op (only the chunks that matter: at the
+    root alone for Reduce and Gather, as nccl-tests checks them)."""
+    if op == "all_reduce" or (op == "reduce" and rank == root):
         return {c: sum(contribution(r, c) for r in range(n)) for c in range(chunks)}
     if op == "reduce_scatter":
         mine = (rank + 1) % n  # where the ring's reduce-scatter leaves each chunk
         return {mine: sum(contribution(r, mine) for r in range(n))}
-    if op == "all_gather":
+    if op == "all_gather" or (op == "gather" and rank == root):
         return {c: contribution(c, c) for c in range(n)}
     if op == "all_to_all":
         return {p * n + rank: contribution(p, p * n + rank) for p in range(n)}
+    if op == "scatter":
+        return {rank: contribution(root, rank)}
+    if op == "sendrecv":
+        left = (rank - 1) % n
+        return {left: contribution(left, left)}
+    if op in ("reduce", "gather"):
+        return {}
     return {c: contribution(root, c) for c in range(chunks)}

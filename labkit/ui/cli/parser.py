@@ -7,6 +7,7 @@ import argparse
 from pathlib import Path
 
 from labkit.analysis.calibration import TRIAL_SECONDS
+from labkit.model.traffic import schedules
 
 DESCRIPTION = """labkit: emulate, measure and relieve the network bottleneck of AI training.
 
@@ -160,16 +161,17 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("scenario", type=Path,
                        help="a scenario file whose fabric and ranks to use, e.g. "
                             "topologies/leaf-spine.yaml")
-    sweep.add_argument("--op", default="all_reduce", choices=("all_reduce", "all_gather",
-                                                              "reduce_scatter", "all_to_all",
-                                                              "broadcast"),
-                       help="the collective, e.g. --op all_gather (default all_reduce; "
-                            "nccl-tests' reduce, gather, scatter and sendrecv are not here "
-                            "yet)")
-    sweep.add_argument("--algo", default="ring",
-                       help="ring, tree, halving_doubling, hierarchical, pairwise (by op), or "
-                            "auto (All-Reduce: the algorithm `labkit tune`'s model of this "
-                            "fabric chooses at each size), e.g. --algo tree")
+    sweep.add_argument("--op", default="all_reduce", choices=schedules.OPS,
+                       metavar="COLLECTIVE",
+                       help=f"{', '.join(schedules.OPS)}: as nccl-tests' <name>_perf "
+                            "(all_to_all: alltoall_perf); default all_reduce, e.g. --op "
+                            "gather")
+    sweep.add_argument("--algo",
+                       help="by op: " + "; ".join(f"{op} {', '.join(algos)}"
+                                                  for op, algos in schedules.ALGOS.items())
+                            + "; or auto (All-Reduce: the algorithm `labkit tune`'s model "
+                              "of this fabric chooses at each size). Default: the op's "
+                              "first, e.g. --algo tree")
     _size_arguments(sweep, "8M", 2, 10, "timed iterations per size")
     _nccl_arguments(sweep)
     sweep.add_argument("--units", choices=("emulated", "real"), default="emulated",

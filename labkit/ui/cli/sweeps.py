@@ -30,8 +30,10 @@ def _sizes(args) -> list[int] | None:
 
 def cmd_sweep(args) -> int:
     from labkit.analysis import nccltests
+    from labkit.model.traffic import schedules
     from labkit.runs import resolve, runner
 
+    args.algo = args.algo or schedules.ALGOS[args.op][0]  # the op's first: ring, direct, ...
     if problem := nccl_refusal(args):
         return refused(ValueError(problem))
     if not args.check:
