@@ -8,9 +8,9 @@
 #       format_version: '1.3'
 #       jupytext_version: 1.19.6
 #   kernelspec:
-#     display_name: Python 3
+#     display_name: labkit (Python)
 #     language: python
-#     name: python3
+#     name: labkit
 # ---
 
 # %% [markdown]
@@ -49,6 +49,12 @@ summary_frame(run.summary, digits=2).select(
 # %%
 plots.op_time_cdf(run)
 
+# %% [markdown] tags=["static-figure"]
+# ![Completion-time CDFs of the All-Reduce ops of data/sample/bottleneck under isolated, fifo and priority](../docs/figures/completion-cdf-bottleneck.svg)
+#
+# *A static copy from `docs/figures/`, drawn from the same sample by `make samples`: what
+# shows where this notebook is read without a kernel.*
+
 # %% [markdown]
 # The queue itself, sampled from the kernel's HTB counters at the bottleneck port: under
 # `fifo` it sits near the buffer's size; under `priority` the backlog is storage's, in its
@@ -56,6 +62,12 @@ plots.op_time_cdf(run)
 
 # %%
 plots.queue_timeline(run)
+
+# %% [markdown] tags=["static-figure"]
+# ![The backlog at the bottleneck port of data/sample/bottleneck over time, per policy](../docs/figures/queue-timeline-bottleneck.svg)
+#
+# *A static copy from `docs/figures/`, drawn from the same sample by `make samples`: what
+# shows where this notebook is read without a kernel.*
 
 # %% [markdown]
 # Explore the recorded run, no root needed: pick policies and lanes, narrow the time window
@@ -66,6 +78,14 @@ plots.queue_timeline(run)
 
 # %%
 widgets.explorer(run)
+
+# %% [markdown] tags=["static-figure"]
+# ![Per-lane time in the bottleneck queue of data/sample/bottleneck, a CDF per policy and lane](../docs/figures/lane-sojourn-bottleneck.svg)
+#
+# ![The backlog at the bottleneck port of data/sample/bottleneck over time, per policy](../docs/figures/queue-timeline-bottleneck.svg)
+#
+# *The explorer as it opens, as static copies from `docs/figures/` (drawn from the same
+# sample by `make samples`), for reading without a kernel.*
 
 # %% [markdown]
 # ## Can you trust these numbers?

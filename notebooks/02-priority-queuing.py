@@ -8,9 +8,9 @@
 #       format_version: '1.3'
 #       jupytext_version: 1.19.6
 #   kernelspec:
-#     display_name: Python 3
+#     display_name: labkit (Python)
 #     language: python
-#     name: python3
+#     name: labkit
 # ---
 
 # %% [markdown]
@@ -41,6 +41,14 @@ run = load_run(labkit.sample("bottleneck"))
 widgets.explorer({name: load_run(labkit.sample(name))
                   for name in ("bottleneck", "checkpoint-burst")})
 
+# %% [markdown] tags=["static-figure"]
+# ![Per-lane time in the bottleneck queue of data/sample/bottleneck, a CDF per policy and lane](../docs/figures/lane-sojourn-bottleneck.svg)
+#
+# ![The backlog at the bottleneck port of data/sample/bottleneck over time, per policy](../docs/figures/queue-timeline-bottleneck.svg)
+#
+# *The explorer as it opens, as static copies from `docs/figures/` (drawn from the same
+# sample by `make samples`), for reading without a kernel.*
+
 # %% [markdown]
 # What the lanes cost storage: its goodput and the bottleneck's use under each policy.
 # Strict priority does not starve storage here: it takes what the collectives leave.
@@ -54,6 +62,12 @@ summary_frame(run.summary, digits=2).select("policy", "storage_mbps", "bottlenec
 
 # %%
 plots.op_time_cdf(run)
+
+# %% [markdown] tags=["static-figure"]
+# ![Completion-time CDFs of the All-Reduce ops of data/sample/bottleneck under isolated, fifo and priority](../docs/figures/completion-cdf-bottleneck.svg)
+#
+# *A static copy from `docs/figures/`, drawn from the same sample by `make samples`: what
+# shows where this notebook is read without a kernel.*
 
 # %% [markdown]
 # Every queue on the way, end to end: the one-way latency of the collective's packets, from

@@ -8,9 +8,9 @@
 #       format_version: '1.3'
 #       jupytext_version: 1.19.6
 #   kernelspec:
-#     display_name: Python 3
+#     display_name: labkit (Python)
 #     language: python
-#     name: python3
+#     name: labkit
 # ---
 
 # %% [markdown]
@@ -46,17 +46,41 @@ summary_frame(run.summary, digits=2).select(
 # %%
 plots.valve_timeline(run, "reactive")
 
+# %% [markdown] tags=["static-figure"]
+# ![What the reactive controller let storage send in data/sample/checkpoint-burst, over the ops and the queue](../docs/figures/valves-reactive-checkpoint-burst.svg)
+#
+# *A static copy from `docs/figures/`, drawn from the same sample by `make samples`: what
+# shows where this notebook is read without a kernel.*
+
 # %%
 plots.valve_timeline(run, "proactive")
 
+# %% [markdown] tags=["static-figure"]
+# ![What the proactive controller let storage send in data/sample/checkpoint-burst, over the ops and the queue](../docs/figures/valves-proactive-checkpoint-burst.svg)
+#
+# *A static copy from `docs/figures/`, drawn from the same sample by `make samples`: what
+# shows where this notebook is read without a kernel.*
+
 # %%
 plots.valve_timeline(run, "state-aware")
+
+# %% [markdown] tags=["static-figure"]
+# ![What the state-aware gates let storage send in data/sample/checkpoint-burst, over the ops and the queue](../docs/figures/valves-state-aware-checkpoint-burst.svg)
+#
+# *A static copy from `docs/figures/`, drawn from the same sample by `make samples`: what
+# shows where this notebook is read without a kernel.*
 
 # %% [markdown]
 # The result, op by op.
 
 # %%
 plots.op_time_cdf(run)
+
+# %% [markdown] tags=["static-figure"]
+# ![Completion-time CDFs of the All-Reduce ops of data/sample/checkpoint-burst, per policy](../docs/figures/completion-cdf-checkpoint-burst.svg)
+#
+# *A static copy from `docs/figures/`, drawn from the same sample by `make samples`: what
+# shows where this notebook is read without a kernel.*
 
 # %% [markdown]
 # Explore the recorded run, no root needed. The ports here are one FIFO each: the lanes only
@@ -66,6 +90,14 @@ plots.op_time_cdf(run)
 
 # %%
 widgets.explorer(run)
+
+# %% [markdown] tags=["static-figure"]
+# ![Per-lane time in the bottleneck queue of data/sample/checkpoint-burst, a CDF per policy and lane](../docs/figures/lane-sojourn-checkpoint-burst.svg)
+#
+# ![The backlog at the bottleneck port of data/sample/checkpoint-burst over time, per policy](../docs/figures/queue-timeline-checkpoint-burst.svg)
+#
+# *The explorer as it opens, as static copies from `docs/figures/` (drawn from the same
+# sample by `make samples`), for reading without a kernel.*
 
 # %% [markdown]
 # ## DCQCN beside storage TCP
@@ -98,6 +130,12 @@ pl.concat([by_policy(run, "off"), by_policy(dcqcn, "on")]).sort(
 
 # %%
 plots.op_time_cdf(dcqcn)
+
+# %% [markdown] tags=["static-figure"]
+# ![Completion-time CDFs of the All-Reduce ops of data/sample/checkpoint-burst-dcqcn, per policy](../docs/figures/completion-cdf-checkpoint-burst-dcqcn.svg)
+#
+# *A static copy from `docs/figures/`, drawn from the same sample by `make samples`: what
+# shows where this notebook is read without a kernel.*
 
 # %% [markdown]
 # ## DCTCP vs TCP

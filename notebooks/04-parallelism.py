@@ -8,9 +8,9 @@
 #       format_version: '1.3'
 #       jupytext_version: 1.19.6
 #   kernelspec:
-#     display_name: Python 3
+#     display_name: labkit (Python)
 #     language: python
-#     name: python3
+#     name: labkit
 # ---
 
 # %% [markdown]
@@ -52,8 +52,20 @@ plots.parallelism_comparison(runs)
 # %%
 plots.parallelism(runs["tensor"])
 
+# %% [markdown] tags=["static-figure"]
+# ![Where the tensor-parallel job's iteration time goes, per policy](../docs/figures/parallelism-tensor-parallel.svg)
+#
+# *A static copy from `docs/figures/`, drawn from the same sample by `make samples`: what
+# shows where this notebook is read without a kernel.*
+
 # %%
 plots.parallelism(runs["pipeline"])
+
+# %% [markdown] tags=["static-figure"]
+# ![Where the pipeline-parallel job's iteration time goes, per policy](../docs/figures/parallelism-pipeline-parallel.svg)
+#
+# *A static copy from `docs/figures/`, drawn from the same sample by `make samples`: what
+# shows where this notebook is read without a kernel.*
 
 # %% [markdown]
 # Explore either recorded run, no root needed: the time the job's packets spent in the
@@ -62,6 +74,14 @@ plots.parallelism(runs["pipeline"])
 
 # %%
 widgets.explorer({f"{kind} parallel": run for kind, run in runs.items()})
+
+# %% [markdown] tags=["static-figure"]
+# ![Per-lane time in the bottleneck queue of data/sample/tensor-parallel, a CDF per policy and lane](../docs/figures/lane-sojourn-tensor-parallel.svg)
+#
+# ![The backlog at the bottleneck port of data/sample/tensor-parallel over time, per policy](../docs/figures/queue-timeline-tensor-parallel.svg)
+#
+# *The explorer as it opens, as static copies from `docs/figures/` (drawn from the same
+# sample by `make samples`), for reading without a kernel.*
 
 # %% [markdown]
 # ## Data and expert parallelism
@@ -111,12 +131,24 @@ summary_frame(ddp.summary, digits=2).select(
 # %%
 plots.op_time_cdf(ddp)
 
+# %% [markdown] tags=["static-figure"]
+# ![Iteration-time CDFs of the PyTorch DDP job of data/sample/pytorch-ddp, per policy](../docs/figures/completion-cdf-pytorch-ddp.svg)
+#
+# *A static copy from `docs/figures/`, drawn from the same sample by `make samples`: what
+# shows where this notebook is read without a kernel.*
+
 # %% [markdown]
 # Where its iterations' time goes (compute includes the emulated GPU time, a sleep), and
 # its gradient all-reduces as the comm hook timed them: two buckets a step, side by side.
 
 # %%
 plots.parallelism(ddp)
+
+# %% [markdown] tags=["static-figure"]
+# ![Where the PyTorch DDP job's iteration time goes, per policy](../docs/figures/parallelism-pytorch-ddp.svg)
+#
+# *A static copy from `docs/figures/`, drawn from the same sample by `make samples`: what
+# shows where this notebook is read without a kernel.*
 
 # %%
 program_ops_frame(ddp.summary, digits=1)

@@ -8,9 +8,9 @@
 #       format_version: '1.3'
 #       jupytext_version: 1.19.6
 #   kernelspec:
-#     display_name: Python 3
+#     display_name: labkit (Python)
 #     language: python
-#     name: python3
+#     name: labkit
 # ---
 
 # %% [markdown]
@@ -138,6 +138,12 @@ placement_frame(placement)
 # %%
 tuned = {name: load_tuning(labkit.sample(f"tune/{name}")) for name in ("leaf-spine", "nvlink")}
 plots.sweep_busbw(tuned["nvlink"].sweeps, "nvlink · 2 servers of 4 GPUs, 4 rails")
+
+# %% [markdown] tags=["static-figure"]
+# ![Bus bandwidth against message size of every All-Reduce algorithm labkit tune measured on nvlink.yaml](../docs/figures/busbw-tune-nvlink.svg)
+#
+# *A static copy from `docs/figures/` (with the tuning's own subtitle), drawn from the same
+# sample by `make samples`: what shows where this notebook is read without a kernel.*
 
 # %% [markdown]
 # ## The collective library chooses: `algo: auto`

@@ -8,9 +8,9 @@
 #       format_version: '1.3'
 #       jupytext_version: 1.19.6
 #   kernelspec:
-#     display_name: Python 3
+#     display_name: labkit (Python)
 #     language: python
-#     name: python3
+#     name: labkit
 # ---
 
 # %% [markdown]
@@ -79,6 +79,13 @@ jobs_frame(run.summary, digits=2).select(
 # %%
 plots.job_bursts(run, ["fair", "interleave"])
 
+# %% [markdown] tags=["static-figure"]
+# ![Each job's rate into the bottleneck port of data/sample/two-jobs, stacked, a panel per policy](../docs/figures/job-bursts-two-jobs.svg)
+#
+# *A static copy from `docs/figures/` (with every policy under which the kernel counted the
+# jobs apart), drawn from the same sample by `make samples`: what shows where this notebook
+# is read without a kernel.*
+
 # %% [markdown]
 # ## Each job's iterations
 #
@@ -89,12 +96,26 @@ plots.job_bursts(run, ["fair", "interleave"])
 # %%
 plots.job_iteration_cdfs(run)
 
+# %% [markdown] tags=["static-figure"]
+# ![Each job's iteration-time CDFs in data/sample/two-jobs, a panel per job, a curve per policy](../docs/figures/job-iteration-cdf-two-jobs.svg)
+#
+# *A static copy from `docs/figures/`, drawn from the same sample by `make samples`: what
+# shows where this notebook is read without a kernel.*
+
 # %% [markdown]
 # Explore the recorded run, no root needed: pick policies, and both figures and their
 # tables follow (the bursts only for the policies under which both jobs ran together).
 
 # %%
 widgets.jobs_explorer(run)
+
+# %% [markdown] tags=["static-figure"]
+# ![Each job's iteration-time CDFs in data/sample/two-jobs, a panel per job, a curve per policy](../docs/figures/job-iteration-cdf-two-jobs.svg)
+#
+# ![Each job's rate into the bottleneck port of data/sample/two-jobs, stacked, a panel per policy](../docs/figures/job-bursts-two-jobs.svg)
+#
+# *The explorer as it opens, as static copies from `docs/figures/` (drawn from the same
+# sample by `make samples`), for reading without a kernel.*
 
 # %% [markdown]
 # ## Try it

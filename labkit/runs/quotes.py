@@ -117,10 +117,19 @@ def requote(text: str, where: str, root: Path | None = None) -> tuple[str, list[
     return text, changed
 
 
+def paired(path: Path) -> Path | None:
+    """The ``.ipynb`` a notebook's percent script (``notebooks/*.py``) is paired with by
+    jupytext, if there is one: it holds the same marked numbers, in JSON."""
+    notebook = path.with_suffix(".ipynb")
+    return notebook if path.suffix == ".py" and notebook.exists() else None
+
+
 def requote_documents(repo: Path | None = None, root: Path | None = None) -> list[Quote]:
     """Write every document's marked numbers (of the checkout ``repo``) from the samples
     under ``root`` (defaults: :func:`labkit.model.paths.current`'s); the quotes that
-    changed (those with no such number are left, and returned too)."""
+    changed (those with no such number are left, and returned too). A notebook's ``.ipynb``
+    gets its script's numbers too, so the pair stays in step (a number's digits need no
+    escaping in JSON)."""
     repo = paths.current().repo if repo is None else repo
     changed = []
     for path in documents(repo):
@@ -128,5 +137,9 @@ def requote_documents(repo: Path | None = None, root: Path | None = None) -> lis
         new, mine = requote(text, str(path.relative_to(repo)), root)
         if new != text:
             path.write_text(new)
+        if (notebook := paired(path)) is not None:
+            raw = notebook.read_text()
+            if (again := requote(raw, str(notebook.relative_to(repo)), root)[0]) != raw:
+                notebook.write_text(again)
         changed += mine
     return changed

@@ -5,10 +5,12 @@
 #     text_representation:
 #       extension: .py
 #       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
 #   kernelspec:
-#     display_name: Python 3
+#     display_name: labkit (Python)
 #     language: python
-#     name: python3
+#     name: labkit
 # ---
 
 # %% [markdown]
@@ -91,6 +93,12 @@ lab.port_traffic()
 # %%
 run = load_run(lab.SAMPLE)
 plots.queue_timeline(run)
+
+# %% [markdown] tags=["static-figure"]
+# ![The backlog at the bottleneck port of data/sample/bottleneck over time, per policy](../../docs/figures/queue-timeline-bottleneck.svg)
+#
+# *A static copy from `docs/figures/`, drawn from the same sample by `make samples`: what
+# shows where this notebook is read without a kernel.*
 
 # %% [markdown]
 # ## 4. How long does a full queue hold a packet?

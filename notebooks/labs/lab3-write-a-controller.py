@@ -5,10 +5,12 @@
 #     text_representation:
 #       extension: .py
 #       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
 #   kernelspec:
-#     display_name: Python 3
+#     display_name: labkit (Python)
 #     language: python
-#     name: python3
+#     name: labkit
 # ---
 
 # %% [markdown]
@@ -56,6 +58,12 @@ summary_frame(recorded.summary, digits=2).select(
 
 # %%
 plots.valve_timeline(recorded, "reactive", seconds=3)
+
+# %% [markdown] tags=["static-figure"]
+# ![What the reactive controller let storage send in data/sample/checkpoint-burst, over the ops and the queue](../../docs/figures/valves-reactive-checkpoint-burst.svg)
+#
+# *A static copy from `docs/figures/` (its first 5 s rather than 3), drawn from the same
+# sample by `make samples`: what shows where this notebook is read without a kernel.*
 
 # %% [markdown]
 # ## 2. What a controller sees and does

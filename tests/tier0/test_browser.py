@@ -102,10 +102,13 @@ def voila(tmp_path_factory):
     port = free_port()
     log_path = tmp_path_factory.mktemp("voila") / "voila.log"
     log = open(log_path, "w")
+    renderer = "tests.tier0.voila_images.LinkImagesOutsideRoot"  # the static figures' images
     server = subprocess.Popen(
         [sys.executable, "-m", "voila", "--no-browser", f"--port={port}",
-         "--Voila.ip=127.0.0.1"],
-        cwd=REPO / "notebooks", stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+         "--Voila.ip=127.0.0.1", f"--VoilaExporter.markdown_renderer_class={renderer}"],
+        cwd=REPO / "notebooks", stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(
+            filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))})
     try:
         # the port it says it listens on: another process (the other test worker's kernels)
         # may have taken the free one first, and Voilà moves on to the next

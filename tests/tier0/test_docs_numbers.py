@@ -72,10 +72,13 @@ def test_requoting_writes_the_samples_numbers_with_the_digits_quoted(tmp_path):
     assert wrong_numbers(new, "t.md", tmp_path) == [changed[-1].describe()]
 
 
-def _readme_block(title: str) -> list[list[str]]:
-    """The rows (split on blanks) of the README's table block whose header starts with
-    ``title``, up to the block's blank line or end."""
-    lines = (REPO / "README.md").read_text().splitlines()
+DEMO_PAGE = REPO / "docs/students.md"  # "What `make demo` shows": the demo's printed tables
+
+
+def _demo_block(title: str) -> list[list[str]]:
+    """The rows (split on blanks) of the table block of :data:`DEMO_PAGE` whose header
+    starts with ``title``, up to the block's blank line or end."""
+    lines = DEMO_PAGE.read_text().splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith(title))
     rows = []
     for line in lines[start + 1:]:
@@ -92,11 +95,12 @@ def _close(quoted: str, value: float | None, scale: float = 1.0) -> bool:
     return abs(value * scale - float(quoted.rstrip("%"))) <= 0.5 * 10 ** -digits + 1e-9
 
 
-def test_the_readmes_tables_are_the_bottleneck_samples():
-    """The tour's two tables (a code block: no markers) are data/sample/bottleneck's."""
+def test_the_demos_tables_are_the_bottleneck_samples():
+    """The two tables `make demo` prints, as the students' page shows them (a code block:
+    no markers), are data/sample/bottleneck's."""
     policies = json.loads((REPO / "data/sample/bottleneck/summary.json").read_text())["policies"]
-    first = _readme_block("policy    ops")
-    second = _readme_block("policy    port")
+    first = _demo_block("policy    ops")
+    second = _demo_block("policy    port")
     assert [r[0] for r in first] == [r[0] for r in second] == list(policies)
     for row in first:
         p = policies[row[0]]
@@ -105,8 +109,8 @@ def test_the_readmes_tables_are_the_bottleneck_samples():
                     ar["slowdown_p99"], ar["busbw_mbps"], p["storage"]["goodput_mbps"],
                     p["bottleneck"]["utilization"] * 100, lanes["vip"]["drops"],
                     lanes["low"]["drops"]]
-        assert all(map(_close, row[1:], expected)), f"README's {row[0]} row: {row[1:]} " \
-            f"against {[round(e, 2) for e in expected]}"
+        assert all(map(_close, row[1:], expected)), \
+            f"{DEMO_PAGE.name}'s {row[0]} row: {row[1:]} against {[round(e, 2) for e in expected]}"
     for row in second:
         p = policies[row[0]]["bottleneck"]
         lanes = p["lanes"]
@@ -114,8 +118,8 @@ def test_the_readmes_tables_are_the_bottleneck_samples():
         expected = [lanes["vip"]["sojourn_p99_us"], lanes["low"]["sojourn_p99_us"],
                     lanes["vip"]["latency_p99_us"],
                     max(la["max_backlog_bytes"] for la in lanes.values()) / 1024]
-        assert all(map(_close, row[2:], expected)), f"README's {row[0]} row: {row[2:]} " \
-            f"against {[e and round(e) for e in expected]}"
+        assert all(map(_close, row[2:], expected)), f"{DEMO_PAGE.name}'s {row[0]} row: " \
+            f"{row[2:]} against {[e and round(e) for e in expected]}"
 
 
 def test_requoting_the_documents_rewrites_only_what_moved(tmp_path):
@@ -131,6 +135,28 @@ def test_requoting_the_documents_rewrites_only_what_moved(tmp_path):
     assert (moved.where, moved.line, moved.value) == ("README.md", 1, "2.5")
     assert (tmp_path / "README.md").read_text() == "slows 2.5x<!-- s a -->\n"
     assert (tmp_path / "docs/x.md").stat().st_mtime_ns == before
+
+
+def test_requoting_a_notebooks_script_requotes_its_paired_notebook(tmp_path):
+    """jupytext pairs notebooks/<name>.py with <name>.ipynb: both get the new numbers, so
+    the pair still agrees (test_notebooks)."""
+    import nbformat
+
+    from labkit.runs.quotes import requote_documents
+
+    (tmp_path / "notebooks").mkdir()
+    (tmp_path / "s").mkdir()
+    (tmp_path / "s/summary.json").write_text(json.dumps({"a": 2.5}))
+    (tmp_path / "README.md").write_text("")
+    cell = "It slows 2.1x<!-- s a --> under fifo."
+    (tmp_path / "notebooks/n.py").write_text(f"# %% [markdown]\n# {cell}\n")
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell(cell)]),
+                   tmp_path / "notebooks/n.ipynb")
+    (moved,) = requote_documents(tmp_path, tmp_path)
+    assert (moved.where, moved.value) == ("notebooks/n.py", "2.5")
+    assert "2.5x<!-- s a -->" in (tmp_path / "notebooks/n.py").read_text()
+    (again,) = nbformat.read(tmp_path / "notebooks/n.ipynb", as_version=4).cells
+    assert again.source == cell.replace("2.1x", "2.5x")
 
 
 def test_labkit_samples_quotes_prints_what_moved_and_what_names_nothing(
