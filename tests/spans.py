@@ -20,12 +20,14 @@ from labkit.traffic.collective import Op
 
 
 def run_op(plans: list[schedules.Plan], transfer_ns: int, start_ns: int = 0,
-           index: int = 0) -> tuple[list[Op], list[OpResult]]:
+           index: int = 0, slow: dict[int, float] | None = None
+           ) -> tuple[list[Op], list[OpResult]]:
     """Every rank's op ``index`` (rank r runs ``plans[r]``), all started at ``start_ns``
     and looked at as the agent's loop does (:meth:`Op.step`) at every event: a compute's
     end or a message's arrival, ``transfer_ns`` (> 0) after it left. Each op finishes
-    when it has received everything. Returns the ops and their ``collectives`` rows."""
-    ops = [Op(p, start_ns) for p in plans]
+    when it has received everything (``slow``: ranks that compute this many times as
+    long). Returns the ops and their ``collectives`` rows."""
+    ops = [Op(p, start_ns, (slow or {}).get(r, 1.0)) for r, p in enumerate(plans)]
     rows: dict[int, OpResult] = {}
     wire: list[tuple] = []  # (arrival_ns, order, dst, src, chunk, value, sent_ns)
     order = itertools.count()

@@ -10,7 +10,7 @@ from typing import NamedTuple, Protocol
 
 import polars as pl
 
-from labkit.analysis.windows import cdf, counter_delta, event_pairs, op_times, windows
+from labkit.analysis.windows import cdf, counter_delta, event_pairs, num, op_times, windows
 from labkit.model.abi import LANES, RANK_SHIFT
 from labkit.model.manifest import RunManifest
 from labkit.model.scenario_spec import JOB_LAYOUTS, LAYOUTS
@@ -54,7 +54,8 @@ def propagation_rtt_ms(links: list[dict], a: str, b: str) -> float:
 
 
 EVENT_TEXT = {"down": "{link} down", "rate_mbps": "{link} at {value:g} Mbit/s",
-              "loss_percent": "{link} losing {value:g}%", "delay_ms": "{link} {value:g} ms long"}
+              "loss_percent": "{link} losing {value:g}%", "delay_ms": "{link} {value:g} ms long",
+              "slow": "{link} computing {value:g}x"}  # a host's event: its name as the link
 
 
 def event_spans(events: pl.DataFrame, policy: str, t0: int, start: int, end: int
@@ -65,6 +66,21 @@ def event_spans(events: pl.DataFrame, policy: str, t0: int, start: int, end: int
     return [((b["t_ns"] - t0) / 1e9, (min(e, end) - t0) / 1e9, b["change"],
              EVENT_TEXT[b["change"]].format(link=b["link"], value=b["value"]))
             for b, e in event_pairs(events, policy) if b["t_ns"] < end and e > start]
+
+
+def straggled_ops(run: RecordedRun) -> tuple[int, int]:
+    """The two iterations a job's timeline shows: around the first straggler's start (the
+    last iteration the first policy began before it, and the next, slowed), else the
+    first two."""
+    slowed = run["events"].filter((pl.col("change") == "slow") & (pl.col("state") == "start"))
+    if slowed.is_empty():
+        return 0, 1
+    first = slowed.sort("t_ns").row(0, named=True)
+    began = (run["collectives"].filter(pl.col("policy") == first["policy"])
+             .group_by("op").agg(pl.col("start_ns").min())
+             .filter(pl.col("start_ns") < first["t_ns"]))
+    last = int(num(began["op"].max())) if began.height else 0
+    return last, last + 1
 
 
 def lane_sojourns(sojourn: pl.DataFrame, summary: Summary, spans: dict) -> pl.DataFrame:

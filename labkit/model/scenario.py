@@ -27,7 +27,7 @@ from typing import Any
 from labkit.model import inputs
 from labkit.model.abi import LANES  # the lanes a scenario names: the kernel's, in its order
 from labkit.model.checker import Checker, ScenarioError, as_text, join
-from labkit.model.fabric_spec import FabricSpec
+from labkit.model.fabric_spec import FabricSpec, LinkSpec
 
 # the declaration's names, all re-exported
 from labkit.model.scenario_doc import (
@@ -78,6 +78,7 @@ from labkit.model.scenario_spec import (
     DEFAULT_PYTHON,
     ENGINES,
     EVENT_CHANGES,
+    HOST_CHANGES,
     HOST_REF,
     JOB_DSCP,
     JOB_LAYOUTS,
@@ -204,7 +205,7 @@ def parse(doc: Any, file: str = "<scenario>") -> Scenario:
     transport = _transport(c, top.get("transport", {}), "transport", fabric)
     policies = _policies(c, top.get("policies", list(LAYOUTS)), "policies",
                          [name for name, _ in control.controllers])
-    events = _events(c, top.get("events", []), fabric)
+    events = _events(c, top.get("events", []), fabric, jobs)
     if any(isinstance(j, ProgramSpec) for j in jobs) and emulation.rate_factor != 1:
         c.fail("emulation.rate_factor", "a program's compute time is its own, which labkit "
                "cannot scale with the links: leave the rate factor at 1")
@@ -285,45 +286,68 @@ def _with_program_rule(c: Checker, lanes: tuple[LaneRule, ...], program: Program
     return out
 
 
-def _events(c: Checker, doc, fabric: FabricSpec) -> tuple[EventSpec, ...]:
-    """``events``: each a link of the fabric's, one change, and a timing that holds."""
+def _events(c: Checker, doc, fabric: FabricSpec, jobs: Sequence[JobEntry]
+            ) -> tuple[EventSpec, ...]:
+    """``events``: each a link of the fabric's and one change to it, or a host of one of
+    labkit's jobs that computes longer, and a timing that holds."""
     links = {frozenset((link.a, link.b)): link for link in fabric.links}
+    ours = {h for j in jobs if not isinstance(j, ProgramSpec) for h in j.ranks}
     out = []
     for i, entry in enumerate(c.seq(doc, "events")):
         key = f"events[{i}]"
         c.keys(entry, key, EVENT)
-        ends = entry["link"]
-        if not (isinstance(ends, list) and len(ends) == 2 and all(isinstance(e, str)
-                                                                   for e in ends)):
-            c.fail(f"{key}.link", f"must be a pair of node names like [leaf1, spine1], got "
-                   f"{ends!r}")
-        link = links.get(frozenset(ends))
-        if link is None:
-            c.fail(f"{key}.link", f"no link between {ends[0]!r} and {ends[1]!r} in the fabric "
-                   "(an event changes one of its links: name both ends)")
-        changes = [k for k in EVENT_CHANGES if k in entry]
-        if len(changes) != 1:
-            c.fail(key, f"must say one change ({', '.join(EVENT_CHANGES)}), got "
-                   f"{', '.join(changes) or 'none'}")
-        change = changes[0]
-        value = 100.0 if change == "down" else float(c.get(entry, key, EVENT, change))
-        if change == "down":
-            c.check(FLAG, entry["down"], f"{key}.down")
-            if entry["down"] is not True:
-                c.fail(f"{key}.down", "must be true (the link is down for for_s)")
-        if change == "delay_ms" and value < link.jitter_ms:
-            c.fail(f"{key}.delay_ms", f"{value:g} ms is less than the link's jitter_ms "
-                   f"({link.jitter_ms:g}): each frame's delay is drawn from delay ± jitter")
+        if ("link" in entry) == ("host" in entry):
+            c.fail(key, "must name a `link: [a, b]` (down, rate_mbps, loss_percent, delay_ms) "
+                   "or a `host` (slow), one of the two")
+        host, link, change, value = _event_target(c, entry, key, links, ours)
         at = float(c.get(entry, key, EVENT, "at_s"))
         for_s = c.get(entry, key, EVENT, "for_s") if "for_s" in entry else None
         every = c.get(entry, key, EVENT, "every_s") if "every_s" in entry else None
         if every is not None and (for_s is None or for_s >= every):
             c.fail(f"{key}.every_s", "a repeated event needs a for_s shorter than every_s "
                    "(down for for_s, up for the rest of every_s)")
-        out.append(EventSpec(at, link.name, change, value,
+        out.append(EventSpec(at, link.name if link else "", change, value,
                              None if for_s is None else float(for_s),
-                             None if every is None else float(every)))
+                             None if every is None else float(every), host))
     return tuple(out)
+
+
+def _event_target(c: Checker, entry, key: str, links, ours: set[str]
+                  ) -> tuple[str | None, LinkSpec | None, str, float]:
+    """An event's host or link, its change and the value it changes to."""
+    if "host" in entry:
+        host = entry["host"]
+        changes = [k for k in HOST_CHANGES if k in entry]
+        if changes != ["slow"] or any(k in entry for k in EVENT_CHANGES):
+            c.fail(key, "a host's event is `slow: <factor>` (its ranks compute that many "
+                   "times as long); a dead NIC is its link's `down: true`")
+        if host not in ours:
+            c.fail(f"{key}.host", f"{host!r} runs none of labkit's ranks (a program's rank "
+                   "cannot be slowed yet); name a host of an allreduce or job entry")
+        return host, None, "slow", float(c.get(entry, key, EVENT, "slow"))
+    ends = entry["link"]
+    if not (isinstance(ends, list) and len(ends) == 2 and all(isinstance(e, str)
+                                                               for e in ends)):
+        c.fail(f"{key}.link", f"must be a pair of node names like [leaf1, spine1], got "
+               f"{ends!r}")
+    link = links.get(frozenset(ends))
+    if link is None:
+        c.fail(f"{key}.link", f"no link between {ends[0]!r} and {ends[1]!r} in the fabric "
+               "(an event changes one of its links: name both ends)")
+    changes = [k for k in EVENT_CHANGES if k in entry]
+    if len(changes) != 1 or "slow" in entry:
+        c.fail(key, f"must say one change ({', '.join(EVENT_CHANGES)}), got "
+               f"{', '.join(changes + ['slow'] * ('slow' in entry)) or 'none'}")
+    change = changes[0]
+    value = 100.0 if change == "down" else float(c.get(entry, key, EVENT, change))
+    if change == "down":
+        c.check(FLAG, entry["down"], f"{key}.down")
+        if entry["down"] is not True:
+            c.fail(f"{key}.down", "must be true (the link is down for for_s)")
+    if change == "delay_ms" and value < link.jitter_ms:
+        c.fail(f"{key}.delay_ms", f"{value:g} ms is less than the link's jitter_ms "
+               f"({link.jitter_ms:g}): each frame's delay is drawn from delay ± jitter")
+    return None, link, change, value
 
 
 def _emulation(c: Checker, doc, key: str) -> EmulationSpec:

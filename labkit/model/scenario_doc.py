@@ -78,6 +78,7 @@ LIMITS = {
     "delay_ms": Limit(0, 100, why="ms each way, after the link's shaper"),
     "at_s": Limit(0, 3600, why="seconds after a policy's traffic starts"),
     "for_s": Limit(0.001, 3600),
+    "slow": Limit(1, 100, why="times its compute: a straggler computes longer"),
     "every_s": Limit(0.01, 3600, why="seconds; a link changes at most every 10 ms"),
     "jitter_ms": Limit(0, 100),
     "gpus_per_host": Limit(1, 8, integer=True),
@@ -246,10 +247,10 @@ _LAYOUTS = "|".join(x for x in (*LAYOUTS, *JOB_LAYOUTS)  # <layout>+<controller>
 POLICY = AnyOf((Choice(POLICIES), Pattern(rf"(?:(?:{_LAYOUTS})\+)?{LABEL_RE.pattern}")))
 
 # a fault on the timeline: when, which link, what (down, rate_mbps, loss_percent, delay_ms)
-EVENT = Keys({"at_s": num("at_s"), "link": PAIR, "down": Const(True),
+EVENT = Keys({"at_s": num("at_s"), "link": PAIR, "host": NAME, "down": Const(True),
               "rate_mbps": num("rate_mbps"), "loss_percent": num("loss_percent"),
-              "delay_ms": num("delay_ms"),
-              "for_s": num("for_s"), "every_s": num("every_s")}, {"at_s", "link"})
+              "delay_ms": num("delay_ms"), "slow": num("slow"),
+              "for_s": num("for_s"), "every_s": num("every_s")}, {"at_s"})
 
 SCENARIO = Keys({
     "name": Pattern(SCENARIO_NAME_RE),

@@ -291,7 +291,8 @@ class KindEntry:
     entry: dict  # its keys besides ``kind``: the class's to check
 
 
-EVENT_CHANGES = ("down", "rate_mbps", "loss_percent", "delay_ms")  # what an event does
+EVENT_CHANGES = ("down", "rate_mbps", "loss_percent", "delay_ms")  # what a link's event does
+HOST_CHANGES = ("slow",)  # what a host's event does: its ranks compute this many times longer
 
 
 @dataclass(frozen=True)
@@ -299,7 +300,8 @@ class EventSpec:
     """A fault on the scenario's timeline (``events``): ``at_s`` seconds after a policy's
     traffic starts, its ``link`` (the link's name, "a-b") goes down, runs at another rate,
     loses packets or takes another propagation delay (``change``, one of
-    :data:`EVENT_CHANGES`, to ``value``: 100 for down),
+    :data:`EVENT_CHANGES`, to ``value``: 100 for down), or its ``host``'s ranks compute
+    ``value`` times as long (``change`` "slow": a straggler; ``link`` is then empty),
     for ``for_s`` seconds (None: until the run ends), again every ``every_s`` (None:
     once)."""
 
@@ -309,6 +311,12 @@ class EventSpec:
     value: float
     for_s: float | None = None
     every_s: float | None = None
+    host: str | None = None
+
+    @property
+    def target(self) -> str:
+        """What it changes: the link's name, or the host's."""
+        return self.host or self.link
 
 
 JobEntry = AllReduceSpec | JobSpec | ProgramSpec  # a collective workload: one job of the scenario
@@ -370,6 +378,9 @@ class Scenario:
                         recorded[job_key] = one if self.jobs[0].kind == job_key else None
                 recorded[key] = value
             doc = recorded
+        for event in doc["events"]:  # a link's event recorded as before hosts had any
+            if event["host"] is None:
+                del event["host"]
         for key in ("kind_entries", "events"):
             if not doc[key]:
                 del doc[key]

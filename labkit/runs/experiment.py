@@ -165,7 +165,7 @@ class PolicyFabric:
             if recording or not feature.records_only:
                 feature.start()
 
-    def jobs_started(self, engines: Mapping[str, Sequence[Agent]]) -> None:
+    def jobs_started(self, engines: Mapping[str, Sequence[Engine]]) -> None:
         """labkit's jobs have started (each job's engines): every feature is told."""
         for feature in self.stack.built:
             feature.jobs_started(engines)

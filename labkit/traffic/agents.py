@@ -17,6 +17,7 @@ import random
 import selectors
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, replace
@@ -71,6 +72,7 @@ class Agent(Generic[R]):
                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.err,
                                  text=True, bufsize=1, pass_fds=pass_fds)
         self.unread = b""  # stdout read past the last whole line
+        self._sending = threading.Lock()  # features' threads send lines too (SLOW, SHIFT)
 
     def read_lines(self) -> list[str] | None:
         """The whole lines the agent has printed since the last call (None: it exited).
@@ -83,11 +85,13 @@ class Agent(Generic[R]):
         return [line.decode().strip() for line in lines]
 
     def send(self, line: str) -> None:
-        try:
-            self.proc.stdin.write(line + "\n")
-            self.proc.stdin.flush()
-        except (BrokenPipeError, OSError):
-            pass
+        """One whole line to the agent's stdin (nothing if it has gone)."""
+        with self._sending:
+            try:
+                self.proc.stdin.write(line + "\n")
+                self.proc.stdin.flush()
+            except (BrokenPipeError, OSError):
+                pass
 
     def failure(self) -> str:
         self.err.flush()

@@ -18,7 +18,9 @@ Protocol with the controller: the engine reads a JSON config (path in argv; its 
 ``READY``, waits for ``GO <t0_ns>`` on stdin (a CLOCK_MONOTONIC instant shared by all
 namespaces), prints ``OP <k> <compute ns>`` as its first rank completes each op and
 ``FINISHED`` once all its ranks are done (meanwhile ``SHIFT <op> <ns>`` on stdin puts off
-the start of op ``op`` at every rank by ns), keeps acknowledging until ``END`` on stdin
+the start of op ``op`` at every rank by ns, and ``SLOW <rank> <factor>`` makes every
+compute phase of that rank that starts from then on take factor times as long: a
+straggler), keeps acknowledging until ``END`` on stdin
 (every rank of every engine has finished), writes its ranks' results JSON, prints
 ``DONE`` and exits. SIGTERM ends it early; the results written then cover the ops
 completed. Its CPU time is shared equally among its ranks' counters.
@@ -78,8 +80,9 @@ class Op:
     one wait (a bubble, then a wire wait) ends before the next step starts or the op
     ends: at most three spans per step of the plan, as bounded as the plan itself."""
 
-    def __init__(self, plan: schedules.Plan, now: int):
+    def __init__(self, plan: schedules.Plan, now: int, slow: float = 1.0):
         self.plan = plan
+        self.slow = slow  # each compute phase takes this many times its planned time
         self.values = dict(plan.initial)
         self.pending = [list(step.recv) for step in plan.steps]
         self.received = 0  # leading steps whose receives have all arrived
@@ -142,7 +145,7 @@ class Op:
             step = steps[self.started]
             if step.compute_ns:
                 if self.busy_until is None:
-                    self.busy_until = now + step.compute_ns
+                    self.busy_until = now + int(step.compute_ns * self.slow)
                     self.spans.append((COMPUTE, now, self.busy_until))
                 if now < self.busy_until:
                     break
@@ -295,12 +298,23 @@ class Rank:
         self.finished = False
         self.next_op_at = 0
         self.shifts: dict[int, int] = {}  # op: ns its start is put off by (SHIFT)
+        self.slow = 1.0  # its compute takes this many times as long (SLOW: a straggler)
         self.stop_at: int | None = None  # the run's duration ends it then
 
     def start(self, t0: int) -> None:
         self.next_op_at = t0
         self.stop_at = t0 + int(self.cfg.duration_s * 1e9) if self.cfg.duration_s else None
         self.board.next_op_at(t0, self.op_bytes)
+
+    def compute_after(self) -> int:
+        """The compute (ns) after an op, before the next: an All-Reduce job's, slowed."""
+        return int(self.compute_ns * self.slow)
+
+    def slow_down(self, factor: float) -> None:
+        """Every compute phase that starts from now on takes ``factor`` times as long."""
+        self.slow = factor
+        for op in self.op_state:
+            op.slow = factor
 
     def shift(self, op: int, ns: int) -> None:
         """Put off the start of op ``op`` by ``ns`` (the op after the current one if that
@@ -343,7 +357,7 @@ class Rank:
             return None
         senders = self.senders
         if not self.op_state and now >= self.next_op_at:  # the next op starts
-            self.op_state.append(Op(self.plan, now))
+            self.op_state.append(Op(self.plan, now, self.slow))
             self.board.op_started(now, self.op_bytes)
             waiting, self.early = self.early, []
             for message in waiting:
@@ -361,7 +375,7 @@ class Rank:
             self.phases += [Span(self.op_index, *span) for span in op.spans]
             self.op_state.clear()
             self.op_index += 1
-            self.next_op_at = now + self.compute_ns + self.shifts.pop(self.op_index, 0)
+            self.next_op_at = now + self.compute_after() + self.shifts.pop(self.op_index, 0)
             self.board.op_ended(now - op.start_ns)
             if self.op_index < self.cfg.iterations:
                 self.board.next_op_at(self.next_op_at, self.op_bytes)
@@ -456,7 +470,7 @@ def run(ranks: list[Rank], stdin, stdout) -> list[CollectiveResult]:
 
     due = set(ranks)
     launcher = LauncherLines(stdin.fileno())
-    poller.register(stdin, select.POLLIN)  # SHIFT <op> <ns>: every rank's op starts later
+    poller.register(stdin, select.POLLIN)  # SHIFT, SLOW: the launcher's lines
     while wake and not stopping:
         now = time.monotonic_ns()
         for r in due:
@@ -467,7 +481,7 @@ def run(ranks: list[Rank], stdin, stdout) -> list[CollectiveResult]:
                 wake[r] = at
             r.watch(poller)
         for k in range(told, len(ranks[0].ops)):  # and its compute: in the op, and after it
-            compute = ranks[0].ops[k].compute_ns + ranks[0].compute_ns
+            compute = ranks[0].ops[k].compute_ns + ranks[0].compute_after()
             print(f"OP {k} {compute}", file=stdout, flush=True)
         told = len(ranks[0].ops)
         if not wake:
@@ -476,7 +490,7 @@ def run(ranks: list[Rank], stdin, stdout) -> list[CollectiveResult]:
         events = poller.poll(min(timeout_ms, IDLE_NS / 1e6))
         now = time.monotonic_ns()
         if any(fd == stdin.fileno() for fd, _ in events):
-            _shift(ranks, launcher.read(), stopping)
+            _obey(ranks, launcher.read(), stopping)
             events = [e for e in events if e[0] != stdin.fileno()]
             wake.update({r: now for r in wake})
         due = {owner[fd] for fd, _ in events} | {r for r, at in wake.items() if at <= now}
@@ -494,7 +508,7 @@ def run(ranks: list[Rank], stdin, stdout) -> list[CollectiveResult]:
         events = poller.poll(IDLE_NS // 1_000_000)
         if any(fd == stdin.fileno() for fd, _ in events):
             lines = launcher.read()  # END, or None when the controller is gone; a late
-            if lines is None or "END" in lines:  # SHIFT changes nothing now
+            if lines is None or "END" in lines:  # SHIFT or SLOW changes nothing now
                 break
             continue
         for fd, _ in events:
@@ -521,9 +535,10 @@ class LauncherLines:
         return [line.decode().strip() for line in lines]
 
 
-def _shift(ranks: list[Rank], lines: list[str] | None, stopping: list) -> None:
+def _obey(ranks: list[Rank], lines: list[str] | None, stopping: list) -> None:
     """Lines from the launcher while the ops run: ``SHIFT <op> <ns>`` (every rank's op
-    starts ns later), or end of file (None: the launcher is gone, stop)."""
+    starts ns later), ``SLOW <rank> <factor>`` (that rank computes factor times as long
+    from now on), or end of file (None: the launcher is gone, stop)."""
     if lines is None:
         stopping.append(1)
         return
@@ -531,6 +546,10 @@ def _shift(ranks: list[Rank], lines: list[str] | None, stopping: list) -> None:
         if len(words) == 3 and words[0] == "SHIFT":
             for r in ranks:
                 r.shift(int(words[1]), int(words[2]))
+        elif len(words) == 3 and words[0] == "SLOW":
+            for r in ranks:
+                if r.cfg.rank == int(words[1]):
+                    r.slow_down(float(words[2]))
 
 
 def main() -> None:

@@ -92,7 +92,7 @@ def _run_figures(run: Run) -> Iterator[tuple[str, Callable[[], go.Figure]]]:
     if any(isinstance(w, Job | Program) for w in workloads):
         yield "parallelism", lambda: plots.parallelism(run)
     if any(isinstance(w, Job) for w in workloads):
-        yield "job-timeline", lambda: plots.job_timeline(run)
+        yield "job-timeline", lambda: plots.job_timeline(run, frames.straggled_ops(run))
     if several:
         if not run["job_lanes"].is_empty():
             yield "job-bursts", lambda: plots.job_bursts(run)

@@ -102,3 +102,29 @@ def test_events_are_planned_lazily_in_time_order():
                                "for_s": 0.001, "every_s": 0.001}]}
     with pytest.raises(scenario.ScenarioError, match=r"events\[0\]\.every_s"):
         scenario.parse(doc, "t.yaml")
+
+
+def test_a_straggler_is_a_host_of_labkits_that_computes_longer():
+    doc = {**BASE, "events": [{"at_s": 1, "host": "g2", "slow": 2, "for_s": 3}]}
+    (event,) = scenario.parse(doc, "t.yaml").events
+    assert (event.host, event.change, event.value, event.target) == ("g2", "slow", 2.0, "g2")
+    recorded = scenario.parse(doc, "t.yaml").to_dict()["events"]
+    assert recorded[0]["host"] == "g2"
+    link = {**BASE, "events": [{"at_s": 1, "link": ["r1", "r2"], "down": True}]}
+    assert "host" not in scenario.parse(link, "t.yaml").to_dict()["events"][0]
+
+
+@pytest.mark.parametrize("event, key, words", [
+    ({"host": "g2", "slow": 0.5}, "events[0].slow", "between 1 and 100"),
+    ({"host": "g2", "down": True}, "events[0]", "a dead NIC is its link's"),
+    ({"host": "g2"}, "events[0]", "slow: <factor>"),
+    ({"link": ["r1", "r2"], "slow": 2}, "events[0]", "must say one change"),
+    ({"link": ["r1", "r2"], "host": "g2", "slow": 2}, "events[0]", "one of the two"),
+    ({"slow": 2}, "events[0]", "one of the two"),
+    ({"host": "r1", "slow": 2}, "events[0].host", "runs none of labkit's ranks"),
+])
+def test_a_bad_straggler_is_one_line_naming_its_key(event, key, words):
+    doc = {**BASE, "events": [{"at_s": 1, **event}]}
+    with pytest.raises(scenario.ScenarioError) as info:
+        scenario.parse(doc, "t.yaml")
+    assert info.value.key == key and words in info.value.reason, info.value

@@ -37,6 +37,22 @@ def test_a_wait_is_a_bubble_until_the_message_left_then_a_wire_wait():
         assert early.spans[0] == (WIRE_WAIT, 50, 90)
 
 
+def test_a_straggler_makes_every_rank_wait_for_it():
+    """A data-parallel step on 4 ranks, rank 2 computing twice as long (SLOW 2): every
+    rank's step ends about a whole compute later, and the others spend it in a bubble, waiting
+    for rank 2's first message."""
+    job = {"parallelism": "data", "gradient_bytes": 1 << 16, "buckets": 1, "compute_ms": 1}
+    plans = [jobs.plan(job, 4, r) for r in range(4)]
+    _, even = run_op(plans, MS // 10)
+    ops, rows = run_op(plans, MS // 10, slow={2: 2.0})
+    compute = 3 * MS  # the data-parallel step's forward and backward
+    assert rows[2].compute_ns == 2 * compute and rows[0].compute_ns == compute
+    for r in range(4):
+        assert compute * 0.9 <= rows[r].end_ns - even[r].end_ns <= compute, r
+        if r != 2:
+            assert rows[r].bubble_ns - even[r].bubble_ns >= compute * 0.9, r
+
+
 def test_an_open_wait_ends_with_the_op():
     op = Op(Plan([Step(send=[Msg(1, 0, 100)], recv=[Msg(1, 0, 100)])], 1, {}, {}), 0)
     assert [m.peer for m, _ in op.step(0)] == [1]  # every step started: waiting

@@ -96,10 +96,15 @@ def _two_jobs() -> dict:
     return doc
 
 
+def _straggler(doc: dict) -> dict:
+    """``doc`` with one of its labkit ranks' hosts slowed (a host's event)."""
+    return {**doc, "events": [*doc["events"], {"at_s": 5, "host": "g1", "slow": 2}]}
+
+
 DOCS = {
     "two-jobs": _two_jobs(),
-    "allreduce": _base({"kind": "allreduce", "algo": "ring", "ranks": "gpu",
-                        "size_bytes": "1MiB", "iterations": 10, "compute_ms": 1}),
+    "allreduce": _straggler(_base({"kind": "allreduce", "algo": "ring", "ranks": "gpu",
+                                   "size_bytes": "1MiB", "iterations": 10, "compute_ms": 1})),
     "program": _base(PROGRAM),
     **{f"job-{p}": _base({"kind": "job", "name": p, "dscp": 12, "parallelism": p,
                           "ranks": ["g1", "g2", "g3", "g4"], "iterations": 5, **params})

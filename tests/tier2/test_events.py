@@ -9,6 +9,7 @@ import pytest
 
 import labkit
 from labkit.model import scenario
+from labkit.model.paths import scenario_file
 from tests import ping
 from tests.leaks import assert_no_leaks
 
@@ -56,6 +57,38 @@ def test_a_link_goes_down_then_runs_at_half_rate_on_time(fabric_ready, tmp_path)
                                                 pl.col("end_ns").max())
     # no op of the ring ended while its link was down
     assert ops.filter(pl.col("end_ns").is_between(t[0] + 20_000_000, t[1])).is_empty()
+    assert_no_leaks()
+
+
+def test_a_straggler_makes_every_rank_wait_and_the_port_sees_the_gaps(fabric_ready, tmp_path):
+    """topologies/straggler.yaml: g3's rank computes twice as long (150 ms more a step)
+    from 2 s for 3 s. Every iteration then takes a compute phase longer, by the ranks'
+    clocks, and the other ranks spend it waiting in bubbles; the bottleneck port's own
+    byte counters see the job's rate fall by as much (the same bytes a longer step)."""
+    run = labkit.run(scenario.load(scenario_file("straggler")), out=tmp_path / "run")
+    ev = run["events"].sort("t_ns")
+    assert ev.select("link", "change", "state").rows() == [("g3", "slow", "start"),
+                                                          ("g3", "slow", "end")]
+    t0, t1 = ev["t_ns"].to_list()
+    ops = run["collectives"].group_by("op").agg(
+        pl.col("start_ns").min(), pl.col("end_ns").max(),
+        pl.col("compute_ns").filter(pl.col("host") == "g3").first().alias("g3"),
+        pl.col("bubble_ns").filter(pl.col("host") != "g3").mean().alias("bubble"))
+    ops = ops.with_columns(((pl.col("end_ns") - pl.col("start_ns")) / 1e6).alias("ms"))
+    slowed = ops.filter(pl.col("start_ns").is_between(t0, t1 - 450_000_000))
+    even = ops.filter((pl.col("end_ns") < t0) | (pl.col("start_ns") > t1))
+    compute_ms = 3 * 50  # the job's forward and backward
+    assert slowed.height >= 4 and even.height >= 8, (slowed, even)
+    assert (slowed["g3"] == 2 * compute_ms * 1_000_000).all()
+    grown = slowed["ms"].median() - even["ms"].median()
+    assert compute_ms * 0.85 <= grown <= compute_ms * 1.15, (grown, slowed, even)
+    assert slowed["bubble"].min() >= compute_ms * 0.8 * 1e6, slowed
+    port = run.summary.policies["isolated"].bottleneck.port
+    queue = run["queue"]
+    normal = sent_mbps(queue, port, int(even["start_ns"].min()), t0 - 50_000_000)
+    slow = sent_mbps(queue, port, int(slowed["start_ns"].min()), int(slowed["end_ns"].max()))
+    expected = even["ms"].median() / slowed["ms"].median()
+    assert slow / normal == pytest.approx(expected, rel=0.15), (slow, normal, expected)
     assert_no_leaks()
 
 

@@ -15,7 +15,7 @@ from labkit.kernel.registry import Registry
 from labkit.model.scenario_spec import Policy, Scenario
 from labkit.model.topo import Port, Topology
 from labkit.runs.result import PolicyResult
-from labkit.traffic.agents import Agent
+from labkit.traffic.agents import Engine
 
 
 @dataclass
@@ -60,7 +60,7 @@ class Feature:
     def start(self) -> None:
         """The traffic is about to start."""
 
-    def jobs_started(self, engines: Mapping[str, Sequence[Agent]]) -> None:
+    def jobs_started(self, engines: Mapping[str, Sequence[Engine]]) -> None:
         """labkit's jobs have started: each job's engines, which take lines on stdin."""
 
     def op_done(self, job: str, op: int, compute_ns: int) -> None:

@@ -8,7 +8,10 @@ A link down is every packet dropped, both ways, by the lossy links' dropper
 gets one that drops nothing until then): a dead optic as the hosts and routers see it,
 its routes left in place as a static fabric's are. A rate is both ports' HTB classes
 moved (:meth:`labkit.kernel.fabric.Fabric.set_rate`); a delay is the delay line's, which
-the fabric splices into a link whose delay an event changes (``Fabric(spliced=...)``).
+the fabric splices into a link whose delay an event changes (``Fabric(spliced=...)``). A
+straggler (a host's ``slow``) is its rank's engine told ``SLOW <rank> <factor>``: each of
+the rank's compute phases that starts from then on takes that many times as long (``SLOW
+<rank> 1`` ends it); the other ranks wait for it as they would for a slow GPU.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from __future__ import annotations
 import heapq
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 
 from labkit.kernel import loss
 from labkit.model.scenario_spec import EventSpec, Policy, Scenario
@@ -25,6 +28,7 @@ from labkit.model.topo import Port
 from labkit.runs.features.base import Feature, Stack
 from labkit.runs.features.loss import LossyLinks
 from labkit.runs.result import PolicyResult
+from labkit.traffic.agents import Engine
 
 
 def occurrences(i: int, event: EventSpec) -> Iterator[tuple[float, int, str]]:
@@ -55,11 +59,15 @@ class Events(Feature):
         self.stack, self.events = stack, stack.sc.events
         self.ports: dict[str, tuple[Port, Port]] = {pa.link.name: (pa, pb)
                                                     for pa, pb in stack.topo.links}
+        self.ranks: dict[str, tuple[Engine, int]] = {}  # each host's rank and its engine
+        self.slow: dict[str, float] = {}  # each straggler's factor now
         # the lossy links' droppers (LossyLinks closes them and counts their drops)
         droppers = stack.need(LossyLinks, "a link's events").links
         assert droppers is not None, "built before the events"
         self.droppers: loss.LossyLinks = droppers
         for event in self.events:
+            if event.host:
+                continue
             pa, pb = self.ports[event.link]
             if event.change in ("down", "loss_percent") and \
                     event.link not in self.droppers.objects:
@@ -67,6 +75,12 @@ class Events(Feature):
                                                     map(stack.fabric.handle, (pa, pb))])
         self.rows: list[EventRow] = []
         self._stop = threading.Event()
+
+    def jobs_started(self, engines: Mapping[str, Sequence[Engine]]) -> None:
+        self.ranks = {host: (engine, rank) for job in engines.values() for engine in job
+                      for rank, host in engine.hosts.items()}
+        for host in self.slow:  # slowed before its ranks started
+            self._tell(host)
 
     def start(self) -> None:
         plan = heapq.merge(*(occurrences(i, e) for i, e in enumerate(self.events)))
@@ -80,10 +94,14 @@ class Events(Feature):
                 return
             event = self.events[i]
             self._apply(event, state == "start")
-            self.rows.append(EventRow(time.monotonic_ns(), i, event.link, event.change,
+            self.rows.append(EventRow(time.monotonic_ns(), i, event.target, event.change,
                                       event.value, state))
 
     def _apply(self, event: EventSpec, starting: bool) -> None:
+        if event.host:  # one of labkit's hosts (the scenario's check): its engine is told
+            self.slow[event.host] = event.value if starting else 1.0
+            self._tell(event.host)
+            return
         pa, pb = self.ports[event.link]
         link = pa.link
         fabric = self.stack.fabric
@@ -96,6 +114,12 @@ class Events(Feature):
                              link.jitter_ms)
         else:
             self.droppers.set(event.link, event.value if starting else link.loss_percent)
+
+    def _tell(self, host: str) -> None:
+        """The host's rank's engine, of its compute factor now (once its ranks run)."""
+        if host in self.ranks:
+            engine, rank = self.ranks[host]
+            engine.send(f"SLOW {rank} {self.slow[host]}")
 
     def stop(self) -> None:
         if self._thread:

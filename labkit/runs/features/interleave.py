@@ -26,7 +26,7 @@ from labkit.model.tables import JobShiftRow
 from labkit.runs.features.base import Feature, Stack, watched_ports
 from labkit.runs.features.jobwatch import JobWatch
 from labkit.runs.result import PolicyResult
-from labkit.traffic.agents import Agent
+from labkit.traffic.agents import Engine
 
 LEARN = 3  # iterations every job ends before the first layout
 EVERY = 4  # iterations of the first job between layouts
@@ -41,7 +41,7 @@ class Interleave(Feature):
         self.watch: JobWatch | None = None
         self.order: list[str] = []  # the jobs, in the scenario's order
         self.iterations: dict[str, int] = {}
-        self.engines: Mapping[str, Sequence[Agent]] = {}
+        self.engines: Mapping[str, Sequence[Engine]] = {}
         self.rate_bytes_per_ns = 0.0
         self.next_layout = LEARN - 1  # the first job's op after which to lay out again
         self.rows: list[JobShiftRow] = []
@@ -56,7 +56,7 @@ class Interleave(Feature):
         self.iterations = {job.name: job.iterations or 0 for job in stack.sc.jobs}
         self.rate_bytes_per_ns = min(p.link.rate_mbps for p in watched_ports(stack.topo)) / 8e3
 
-    def jobs_started(self, engines: Mapping[str, Sequence[Agent]]) -> None:
+    def jobs_started(self, engines: Mapping[str, Sequence[Engine]]) -> None:
         self.engines = engines
 
     def op_done(self, job: str, op: int, compute_ns: int) -> None:
