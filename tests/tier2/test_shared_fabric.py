@@ -75,6 +75,26 @@ def test_two_identical_jobs_each_get_half_the_bottleneck_and_are_counted_apart(
     assert_no_leaks()
 
 
+def test_a_controller_holds_storage_while_either_jobs_window_is_open(fabric_ready, tmp_path):
+    """state-aware with two jobs: storage is held while any job's collective runs, so
+    neither job loses a packet at the bottleneck (the kernel's per-job drop counters),
+    where FIFO drops thousands of each, and both jobs' iterations are shorter by their
+    ranks' own clocks."""
+    doc = _doc(policies=["fifo", "state-aware"])
+    for job in doc["traffic"][:2]:
+        job["iterations"] = 10
+    run = labkit.run(scenario.parse(doc, str(TWO_JOBS)), out=tmp_path / "run")
+    fifo, held = (run.summary.policies[p] for p in ("fifo", "state-aware"))
+    assert held.controller and held.controller.decisions > 0
+    assert fifo.jobs and held.jobs and set(held.jobs.each) == {"heavy", "light"}
+    for name, job in held.jobs.each.items():
+        before = fifo.jobs.each[name]
+        assert before.bottleneck and before.bottleneck.dropped_packets > 100, before
+        assert job.bottleneck and job.bottleneck.dropped_packets == 0, job
+        assert job.iteration_p50_ms < 0.8 * before.iteration_p50_ms, (job, before)
+    assert_no_leaks()
+
+
 def test_job_priority_puts_the_intense_job_alone_in_vip(fabric_ready, tmp_path):
     run = labkit.run(
         scenario.parse(_doc(policies=["isolated", "fair", "job-priority"]), str(TWO_JOBS)),
