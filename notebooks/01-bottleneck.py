@@ -107,8 +107,9 @@ widgets.explorer(run)
 #
 # `labkit calibrate topologies/bottleneck.yaml` runs the scenario at its rates times 1, 2,
 # 4, ... and reports the fastest that holds. Here are two recordings of this fabric for
-# 10 seconds each: at its own rates, and at 8 times them (800 Mbit/s), which this 2-core
-# machine cannot hold.
+# 10 seconds each: at its own rates, and at 8 times them (800 Mbit/s), more than the
+# machine that recorded them could hold: there the All-Reduce alone reached
+# 266 Mbit/s<!-- fidelity/x8 policies.isolated.allreduce.busbw_mbps --> of busbw (`data/sample/fidelity/x8`).
 
 # %%
 at_rate = {"x1 (100 Mbit/s)": load_run(labkit.sample("fidelity/x1")),

@@ -23,9 +23,9 @@
 # The **collective library** picks an algorithm whose traffic pattern suits the topology.
 #
 # labkit's fabrics are lossy unless a scenario says `fabric.lossless: true`
-# (`docs/lossless.md`). Everything below was recorded on a 2-core VM and ships in
-# `data/sample/`: sweeps (`labkit sweep`, like nccl-tests) and two runs of
-# `topologies/lossless.yaml`.
+# (`docs/lossless.md`). Everything below ships in `data/sample/` (`make samples` records
+# it again, each sample by the command `data/sample/samples.yaml` gives): sweeps
+# (`labkit sweep`, like nccl-tests) and two runs of `topologies/lossless.yaml`.
 
 # %%
 import labkit

@@ -281,16 +281,23 @@ def shell(scenario: str | Path | Scenario, policy: str = "fifo",
                 pf.stop()
 
 
-def sweep(scenario: str | Path | Scenario, op: str = "all_reduce", algo: str = "ring",
+def sweep(scenario: str | Path | Scenario, op: str = "all_reduce", algo: str | None = None,
           sizes: Sequence[int] = (), iters: int = 10, *, out: str | Path | None = None,
           on_row: Callable | None = None, argv: Sequence[str] | None = None) -> Sweep:
-    """Measure ``op`` (``algo``) at every message size in ``sizes`` over the scenario's
-    ranks and fabric, ``iters`` timed ops per size (nccl-tests' figures, one
+    """Measure ``op`` (``algo``; left out: the op's first, as ``labkit sweep`` without
+    ``--algo``: ring, direct, pairwise) at every message size in ``sizes`` over the
+    scenario's ranks and fabric, ``iters`` timed ops per size (nccl-tests' figures, one
     :class:`labkit.analysis.nccltests.Row` per size, each passed to ``on_row`` as it is done), and
     record the sweep in ``out`` (default data/runs/<run-id>)."""
+    from labkit.model.traffic import schedules
     from labkit.runs import experiment
 
     sc, source, rates = resolve.rated(scenario)
+    if algo is None:
+        if op not in schedules.ALGOS:
+            raise ScenarioError(f"scenario {sc.name}", "op",
+                                f"no op {op!r} (known: {', '.join(schedules.OPS)})")
+        algo = schedules.ALGOS[op][0]
     check_sweep(sc, op, algo, sizes, iters)
     ranks = sc.ranks
     algos: str | dict[int, str] = algo

@@ -5,6 +5,10 @@ The kernel spec is written into this environment (``sys.prefix``), where its own
 finds it, or, with ``--user``, into the user's Jupyter directory for a JupyterLab or
 JupyterHub installed elsewhere (ipykernel's own installer either way). A live run needs
 root; as root, Jupyter has to be told that it may run (``--allow-root``), and is.
+
+JupyterLab serves the whole checkout and opens on ``notebooks/``: the notebooks' static
+figures are images in ``docs/figures/`` (``../docs/figures/...`` from a notebook), and a
+server rooted at ``notebooks/`` could not fetch them.
 """
 
 from __future__ import annotations
@@ -39,20 +43,25 @@ class LabCommand:
     notes: list[str]
 
 
-def lab_command(port: int | None = None, browser: bool = True, root: Path = NOTEBOOKS,
-                euid: int | None = None, ip: str = LOOPBACK) -> LabCommand:
-    """JupyterLab from this environment, on ``root``, as the user running labkit, listening
-    on ``ip`` (a container's: 0.0.0.0, published on the host's loopback)."""
+def lab_command(port: int | None = None, browser: bool = True, root: Path = REPO_ROOT,
+                opened: Path = NOTEBOOKS, euid: int | None = None,
+                ip: str = LOOPBACK) -> LabCommand:
+    """JupyterLab from this environment, serving ``root`` and opened on ``opened`` (a folder
+    inside it), as the user running labkit, listening on ``ip`` (a container's: 0.0.0.0,
+    published on the host's loopback)."""
     jupyter = Path(sys.executable).with_name("jupyter")
     if not jupyter.exists():
         raise FileNotFoundError(f"{jupyter} is not installed: run `make setup` (JupyterLab is "
                                 "in labkit's notebooks extra)")
-    argv = [str(jupyter), "lab", f"--ServerApp.root_dir={root}", f"--ip={ip}"]
+    opened_api = opened.resolve().relative_to(root.resolve()).as_posix()
+    argv = [str(jupyter), "lab", f"--ServerApp.root_dir={root}",
+            f"--FileContentsManager.preferred_dir={opened_api}", f"--ip={ip}"]
     if port is not None:
         argv.append(f"--port={port}")
     if not browser:
         argv.append("--no-browser")
-    notes = [f"the notebooks and labs in {root}; kernel `{KERNEL}` ({sys.executable})"]
+    notes = [f"the notebooks and labs in {opened} (JupyterLab serves {root}, so the "
+             f"notebooks' static figures show); kernel `{KERNEL}` ({sys.executable})"]
     if (os.geteuid() if euid is None else euid) == 0:
         argv.append("--allow-root")
         notes.append("as root: live runs work from the notebooks (labs 2 and 3 need them)")

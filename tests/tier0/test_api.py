@@ -71,6 +71,30 @@ def test_a_bad_sweep_names_what_is_wrong():
         runner.check_sweep(sc, "all_reduce", "nonsense", [65536], 1)
 
 
+def test_a_sweep_left_without_algo_runs_the_ops_first_as_the_cli_does(tmp_path, monkeypatch):
+    """labkit.sweep(sc, "gather") is checked and would run gather's direct, as `labkit sweep`
+    without --algo does; checked before anything is built (not_ready stands in: no root
+    needed, nothing created)."""
+    from labkit.model.traffic import schedules
+
+    sc = labkit.load_scenario(BOTTLENECK)
+    checked = []
+    monkeypatch.setattr(runner, "check_sweep", lambda sc, op, algo, *rest: (
+        checked.append((op, algo)), resolve.check_sweep(sc, op, algo, *rest)))
+    monkeypatch.setattr(runner, "not_ready", lambda: "stand-in: stop before building")
+    for op in schedules.OPS:
+        with pytest.raises(runner.NotReady, match="stand-in"):
+            labkit.sweep(sc, op, sizes=[65536], out=tmp_path / "sweep")
+    assert checked == [(op, schedules.ALGOS[op][0]) for op in schedules.OPS]
+    assert ("gather", "direct") in checked and ("all_reduce", "ring") in checked
+    with pytest.raises(labkit.ScenarioError, match="no algorithm 'ring' for gather"):
+        labkit.sweep(sc, "gather", "ring", sizes=[65536], out=tmp_path / "sweep")
+    with pytest.raises(labkit.ScenarioError) as caught:
+        labkit.sweep(sc, "allreduce", sizes=[65536], out=tmp_path / "sweep")
+    assert caught.value.key == "op" and "all_reduce" in str(caught.value)
+    assert not list(tmp_path.iterdir())
+
+
 def test_without_root_the_reason_and_the_fix_are_given():
     reason = runner.not_ready(euid=1000)
     assert "needs root" in reason and "labkit report" in reason

@@ -1,13 +1,15 @@
 """A newcomer's first hour: the README leads with the two commands, then a short tour, then
 one page per audience (student, instructor, blog author, contributor) with how long each
-takes; `make samples` is the contributor's, not the user's; the README is short and names
-no machine or commit as the source of a number; every link of the README and the docs
-leads to a file (and a heading) that is there; the Binder badge opens notebooks that exist
-in the environment `.binder/` describes. (The notebooks' kernel and static figures:
-test_notebooks; the README's command block: test_cli_flags.)"""
+takes; `make samples` is the contributor's, not the user's; the README is short; no page
+of the docs and no notebook's markdown names a machine or a commit as the source of a
+number (a sample, a set of runs or `make bench` is one anyone can regenerate); every link
+of the README and the docs leads to a file (and a heading) that is there; the Binder badge
+opens notebooks that exist in the environment `.binder/` describes. (The notebooks'
+kernel and static figures: test_notebooks; the README's command block: test_cli_flags.)"""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -23,7 +25,10 @@ LINK = re.compile(r"!?\[(?:[^\]\[]|\[[^\]]*\])*\]\(([^)\s]+)\)")
 BINDER = re.compile(r"\[!\[Binder\]\(https://mybinder\.org/badge_logo\.svg\)\]"
                     r"\(https://mybinder\.org/v2/gh/([\w.-]+)/([\w.-]+)/([\w.-]+)"
                     r"\?urlpath=lab/tree/([\w./-]+)\)")
-NOT_A_SOURCE = re.compile(r"\d-core VM|this VM|`[0-9a-f]{7,40}`|\bat [0-9a-f]{7,40}\b")
+NOT_A_SOURCE = re.compile(  # a machine or a commit named where a number's source belongs
+    r"\b\d+-core (?:VM|machine)s?\b|\bthis (?:\d+-core )?VM\b"  # "on this 2-core VM"
+    r"|`[0-9a-f]{7,40}`|\bat [0-9a-f]{7,40}\b"  # "at `3f63fa9`", "at 724e662"
+    r"|\b(?=[0-9a-f]*[a-f])(?=[0-9a-f]*\d)[0-9a-f]{7,40}\b")  # "and 3f63fa9": letters and digits
 
 
 def _sections(text: str) -> list[tuple[str, str]]:
@@ -71,10 +76,47 @@ def test_the_readme_is_short_and_make_samples_is_the_contributors():
     assert "make samples" in (REPO / AUDIENCES["contributor"]).read_text()
 
 
-@pytest.mark.parametrize("page", ["README.md", *AUDIENCES.values()])
+def _markdown(page: Path) -> str:
+    """A page's text, or a notebook's markdown cells (each a paragraph of its own)."""
+    if page.suffix != ".ipynb":
+        return page.read_text()
+    cells = json.loads(page.read_text())["cells"]
+    return "\n\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
+
+
+def _sources_named(page: Path) -> list[str]:
+    return [m[0] for m in NOT_A_SOURCE.finditer(_markdown(page))]
+
+
+WRITTEN = [README, *sorted((REPO / "docs").glob("*.md")), REPO / "notebooks/labs/README.md",
+           *sorted((REPO / "notebooks").glob("*.ipynb")),
+           *sorted((REPO / "notebooks/labs").glob("*.ipynb"))]
+
+
+@pytest.mark.parametrize("page", WRITTEN, ids=lambda p: str(p.relative_to(REPO)))
 def test_no_machine_or_commit_stands_as_the_source_of_a_number(page):
-    found = NOT_A_SOURCE.findall((REPO / page).read_text())
-    assert not found, f"{page}: {found} (name a sample, a set of runs or a benchmark)"
+    found = _sources_named(page)
+    assert not found, (f"{page.relative_to(REPO)}: {found} (quote a sample with a marker, "
+                       "name the set of runs or `make bench`, or drop the number)")
+
+
+def test_the_source_check_catches_a_machine_or_a_commit(tmp_path):
+    assert any(p.suffix == ".ipynb" for p in WRITTEN) and REPO / "docs/programs.md" in WRITTEN
+    page, notebook = tmp_path / "p.md", tmp_path / "n.ipynb"
+    named = ["Measured on this 2-core VM: 3.1x.", "on a 4-core machine, 12 ms",
+             "five runs at `4334101`", "Two recordings (at 724e662 and 3f63fa9)", "this VM"]
+    page.write_text("\n".join(named))
+    assert _sources_named(page) == ["this 2-core VM", "4-core machine", "`4334101`",
+                                    "at 724e662", "3f63fa9", "this VM"]
+    notebook.write_text(json.dumps({"cells": [
+        {"cell_type": "code", "source": ["# at 724e662\n"]},
+        {"cell_type": "markdown", "source": ["Recorded on a ", "2-core VM."]}]}))
+    assert _sources_named(notebook) == ["2-core VM"]
+    fine = ("`make bench` on two cores: 16 ranks. Three sets of five runs. `labkit doctor` "
+            "says whether this machine can run labkit; `0x81104110`, 0x40882089, run "
+            "20261129-171831-bottleneck, sha256 of a scenario, one machine or VM per student.")
+    page.write_text(fine)
+    assert _sources_named(page) == []
 
 
 def _slug(heading: str) -> str:

@@ -2,6 +2,8 @@
 
 import csv
 import json
+import re
+from pathlib import Path
 
 import nbformat
 import pytest
@@ -16,6 +18,24 @@ def answers(nb) -> list[str]:
     return [c.source for c in notebook.tagged(nb, notebook.ANSWER)]
 
 
+def static_figures(nb) -> list:
+    return [c for c in nb.cells if notebook.STATIC_FIGURE in c.get("metadata", {}).get("tags", [])]
+
+
+def images(nb) -> list[str]:
+    """Every markdown image a notebook shows (markdown's ![...](src) and HTML's <img src>)."""
+    found = [re.findall(r"!\[[^\]]*\]\(\s*<?([^)\s>]+)|<img[^>]*\ssrc=[\"']([^\"']+)", c.source)
+             for c in nb.cells if c.cell_type == "markdown"]
+    return [src for matches in found for pair in matches for src in pair if src]
+
+
+def broken_images(nb, folder: Path) -> list[str]:
+    """The images of a notebook in ``folder`` that are not files beside it in ``folder``."""
+    return [src for src in images(nb) if "://" not in src and not src.startswith("data:")
+            and not ((folder / src).resolve().is_relative_to(folder.resolve())
+                     and (folder / src).is_file())]
+
+
 def test_a_release_is_the_labs_blank_without_solutions(tmp_path):
     out = tmp_path / "handout"
     assert cli.main(["labs", "release", str(out)]) == 0
@@ -27,6 +47,24 @@ def test_a_release_is_the_labs_blank_without_solutions(tmp_path):
         assert answers(given) != answers(notebook.read(notebook.solution_for(lab)))
         assert given.metadata.kernelspec.name == "labkit" and "jupytext" not in given.metadata
         assert all(not c.get("outputs") for c in given.cells if c.cell_type == "code")
+
+
+def test_a_release_ships_no_image_it_does_not_hold(tmp_path):
+    """The static copies of labs 1 and 3 (docs/figures/, outside the release) are left out,
+    and with them every image the release would show broken; nothing else goes."""
+    out = tmp_path / "handout"
+    handout.release(out)
+    shipped_static = 0
+    for lab in SHIPPED:
+        shipped, given = notebook.read(lab), nbformat.read(out / lab.name, as_version=4)
+        shipped_static += len(static_figures(shipped))
+        assert not static_figures(given) and broken_images(given, out) == [], lab.name
+        kept = [c.source for c in shipped.cells if c not in static_figures(shipped)]
+        assert [c.source for c in given.cells] == kept
+    assert shipped_static >= 2  # labs 1 and 3 hold them in the checkout
+    # the check can fail: a lab as shipped, written into the release, shows broken images
+    lab = next(lab for lab in SHIPPED if static_figures(notebook.read(lab)))
+    assert broken_images(notebook.read(lab), out)
 
 
 def test_a_release_never_writes_into_a_folder_with_something_in_it(tmp_path, capsys):
@@ -92,6 +130,9 @@ def test_each_student_gets_their_graded_notebook_back(graded):
     verdicts = notebook.verdicts(shown)
     assert verdicts and all(v["status"] == "pass" for v in verdicts)
     assert json.dumps(shown.metadata)  # a notebook Jupyter opens
+    for lab in SHIPPED:  # no static copy whose image stays behind in docs/figures/
+        back = nbformat.read(out / "feedback" / "ben" / lab.name, as_version=4)
+        assert not static_figures(back) and broken_images(back, out / "feedback" / "ben") == []
 
 
 def test_grading_an_empty_folder_says_what_it_expects(tmp_path, capsys):

@@ -1,4 +1,5 @@
-"""`labkit lab`: the labkit kernel, and JupyterLab's command line as root and not."""
+"""`labkit lab`: the labkit kernel, and JupyterLab's command line as root and not (the
+checkout served, so the notebooks' static figures in docs/figures/ load; notebooks/ opened)."""
 
 import json
 import sys
@@ -6,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from labkit.model.paths import REPO_ROOT
 from labkit.ui import cli, lab
 from labkit.ui.cli import classroom
 
@@ -23,11 +25,35 @@ def test_the_kernel_is_this_interpreter_under_labkits_name(tmp_path):
 def test_jupyterlab_opens_on_the_notebooks_and_says_what_works(euid, allowed, note):
     command = lab.lab_command(port=8899, browser=False, euid=euid)
     assert Path(command.argv[0]).name == "jupyter" and command.argv[1] == "lab"
-    assert f"--ServerApp.root_dir={lab.NOTEBOOKS}" in command.argv
+    assert f"--ServerApp.root_dir={REPO_ROOT}" in command.argv
+    assert "--FileContentsManager.preferred_dir=notebooks" in command.argv
     assert {"--port=8899", "--no-browser", "--ip=127.0.0.1"} <= set(command.argv)
     assert ("--allow-root" in command.argv) == allowed
     assert any(note in n for n in command.notes)
     assert "listening on 127.0.0.1 only" in command.notes
+
+
+def test_the_static_figures_are_inside_what_jupyterlab_serves():
+    """Each notebook's ../docs/figures/ image resolves inside the served root (JupyterLab
+    fetches it through /files/, which refuses a path outside the root)."""
+    import re
+
+    command = lab.lab_command(browser=False, euid=1000)
+    served = Path(next(a for a in command.argv if a.startswith("--ServerApp.root_dir="))
+                  .split("=", 1)[1]).resolve()
+    opened = next(a for a in command.argv if a.startswith("--FileContentsManager.preferred_dir="))
+    assert (served / opened.split("=", 1)[1]) == lab.NOTEBOOKS.resolve()
+    notebooks = [nb for nb in sorted(lab.NOTEBOOKS.rglob("*.ipynb"))
+                 if not any(part.startswith(".") for part in nb.relative_to(lab.NOTEBOOKS).parts)]
+    images = [(nb, src) for nb in notebooks
+              for src in re.findall(r"!\[[^\]]*\]\(([^)\s]+)", nb.read_text())]
+    assert any("docs/figures/" in src for _, src in images)
+    for nb, src in images:
+        if "://" in src:
+            continue
+        image = (nb.parent / src).resolve()
+        assert image.is_file() and image.is_relative_to(served), (nb.name, src)
+    assert any(str(lab.NOTEBOOKS) in note for note in command.notes)
 
 
 def test_a_container_listens_on_every_address_and_is_told_what_that_means():

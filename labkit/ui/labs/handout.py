@@ -1,7 +1,9 @@
 """Handing labs out and grading what comes back (``labkit labs release`` and ``grade``).
 
 A release is the lab notebooks as students start them: answer cells blank, no outputs,
-the files they read beside them (``*.yaml``), and no ``solutions/``. Grading never runs a
+the files they read beside them (``*.yaml``), and no ``solutions/``; the cells holding a
+figure's static copy (tagged ``static-figure``) are left out, here and in the graded
+notebooks, since their images stay in the checkout's ``docs/figures/``. Grading never runs a
 student's copy of the lab: it takes the lab as labkit ships it, puts the student's answer
 cells (tagged ``answer``, in order) in place of the blanks, runs it headless and counts the
 checks that passed. A check the instructor's own answers cannot pass in the same
@@ -48,7 +50,7 @@ def release(out: Path, folder: Path = LABS) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     written = []
     for lab in labs(folder):
-        nb = notebook.read(lab)
+        nb = notebook.without_static_figures(notebook.read(lab))
         for cell in nb.cells:
             if cell.cell_type == "code":
                 cell.outputs, cell.execution_count = [], None
@@ -124,7 +126,8 @@ def grade(folder: Path, out: Path, live: bool = False, labs_folder: Path = LABS,
     for done, (student, path) in enumerate(todo, len(stems) + 1):
         lab = shipped[path.stem]
         try:
-            nb = _run(notebook.fill(notebook.read(lab), path), lab, live)
+            nb = _run(notebook.fill(notebook.without_static_figures(notebook.read(lab)), path),
+                      lab, live)
         except Exception as exc:  # the student's notebook or code: a row, not a crash
             rows += [Graded(student, lab.stem, "the lab ran", "fail",
                             f"{type(exc).__name__}: {exc}")]

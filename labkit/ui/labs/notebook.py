@@ -20,6 +20,7 @@ from labkit.model import inputs
 from labkit.ui.labs.verdict import MIME, PASS, TODO
 
 ANSWER, LIVE = "answer", "live"
+STATIC_FIGURE = "static-figure"  # a markdown cell: a figure's static copy from docs/figures/
 LIVE_STUB = "run = None  # the live cell, left out"
 
 
@@ -43,6 +44,14 @@ def tagged(nb, tag: str) -> list:
     """The code cells of ``nb`` that carry ``tag``."""
     return [c for c in nb.cells
             if c.cell_type == "code" and tag in c.get("metadata", {}).get("tags", [])]
+
+
+def without_static_figures(nb):
+    """``nb`` without its cells tagged :data:`STATIC_FIGURE`: their images are in the
+    checkout's ``docs/figures/`` (``../../docs/figures/...`` from a lab), which a notebook
+    handed out or back does not travel with; the interactive figure above each stays."""
+    nb.cells = [c for c in nb.cells if STATIC_FIGURE not in c.get("metadata", {}).get("tags", [])]
+    return nb
 
 
 def solution_for(lab: Path) -> Path:
