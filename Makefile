@@ -31,7 +31,7 @@ TORCH_PACKAGES := python3-torch
 MPI_PACKAGES := openmpi-bin python3-mpi4py
 
 .PHONY: setup dev system tools torch mpi mounts bpf hotpath mpitime delayline bpf-flags demo lab test bench \
-	soak samples lint lock clean-build
+	soak localise samples lint lock clean-build
 
 # Under sudo, what make and labkit wrote in a user's checkout goes back to the user (the
 # venv, bpf/build, Python's caches, runs): in their checkout, root owns only what sudo made.
@@ -161,6 +161,10 @@ bench: setup
 
 soak: setup
 	$(PY) -m tests.soak
+
+# 20 runs, each with one fault chosen by its seed: the summary must name its culprit in 18.
+localise: setup
+	$(PY) -m tests.localise
 
 # Every shipped sample (data/sample/samples.yaml) recorded again at this revision, the
 # figures in docs/figures/ drawn from them and the numbers the docs quote written from them:

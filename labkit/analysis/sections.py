@@ -1,7 +1,8 @@
 """The sections a policy's summary has when its stack has the feature behind them
 (:mod:`labkit.runs.features`): storage, the collective's transport, a lossless fabric's
 pauses, the controller's report, TCP's congestion control and the marked queues, the
-notes of a scenario's commands, and how the delay line kept delayed links' time.
+notes of a scenario's commands, how the delay line kept delayed links' time, several
+jobs' figures, and the job's slow phases with their culprits.
 :data:`SECTIONS` lists them for :func:`labkit.analysis.summarize.policy_summary`.
 """
 
@@ -13,6 +14,7 @@ from typing import Any
 
 import polars as pl
 
+from labkit.analysis.culprits import culprits
 from labkit.analysis.jobs import jobs_report
 from labkit.analysis.ports import backlog_series
 from labkit.analysis.windows import counter_delta, num, quantile, quantile_us
@@ -22,6 +24,7 @@ from labkit.model.summary import (
     Bottleneck,
     Command,
     ControllerReport,
+    Culprit,
     DctcpFlow,
     Jobs,
     LinkDelay,
@@ -289,9 +292,19 @@ def _jobs(v: PolicyView) -> tuple[Jobs | None, list[str]]:
                   "figures under this policy" for name in missing]
 
 
+def _culprits(v: PolicyView) -> tuple[tuple[Culprit, ...] | None, list[str]]:
+    """The job's slow phases, each blamed (labkit's own jobs: a program's ranks report
+    no compute of theirs; one job: several share the blame)."""
+    if v.meta.jobs or isinstance(v.workload, Program):
+        return None, []
+    found = culprits(v.of("collectives"), v.of("queue"), v.bottleneck.port, v.bottleneck.link)
+    return found or None, []
+
+
 SECTIONS: tuple[Section, ...] = (
     Section("storage", _storage), Section("transport", _transport),
     Section("controller", _controller), Section("lossless", _lossless),
     Section(None, _program), Section("tcp", _tcp), Section("queues", _queues),
     Section("telemetry", _telemetry), Section("lossy_links", _lossy_links),
-    Section("commands", _commands), Section("delays", _delays), Section("jobs", _jobs))
+    Section("commands", _commands), Section("delays", _delays), Section("jobs", _jobs),
+    Section("culprits", _culprits))

@@ -485,6 +485,24 @@ class Jobs(Section):
 
 
 @dataclass(frozen=True, kw_only=True)
+class Culprit(Section):
+    """One slow phase of a policy's job (its iterations ``from_op`` to ``to_op``, each
+    ``slowdown`` times the job's usual iteration at the median) and what labkit's own
+    telemetry blames for it (never the scenario's events): a straggler ``rank`` (its
+    host: it computed longer and the others waited for it in bubbles), a host's ``link``
+    (the data into its rank and the next one waited on the wire) or the ``bottleneck``
+    (its port dropped or queued the job's packets); ``evidence`` says what was seen."""
+
+    from_op: int
+    to_op: int
+    slowdown: float
+    lost_ms: float  # its ops' time beyond the usual op's, summed
+    kind: str  # rank, link or bottleneck
+    name: str  # the rank's host, the host whose link it is, or the bottleneck link
+    evidence: str
+
+
+@dataclass(frozen=True, kw_only=True)
 class PolicySummary(Section):
     """One policy of a run: its workload (under the key of its kind, first) and every
     section docs/data-model.md describes. ``transport``, ``telemetry`` and ``commands``
@@ -507,6 +525,7 @@ class PolicySummary(Section):
     commands: tuple[Command, ...] | None = None
     delays: dict[str, LinkDelay] | None = when_set()  # by hop ("node->peer")
     jobs: Jobs | None = when_set()  # several jobs sharing the fabric
+    culprits: tuple[Culprit, ...] | None = when_set()  # the job's slow phases, blamed
 
 @dataclass(frozen=True, kw_only=True)
 class Summary(Section):

@@ -128,7 +128,9 @@ def test_a_summary_is_written_as_it_reads_back(tables):
     doc = s.to_json()
     assert list(doc["policies"]["fifo"]) == [
         "allreduce", "storage", "bottleneck", "controller", "cpu_busy", "cpu_bound", "fidelity",
-        "window_s", "transport", "telemetry", "lossy_links", "commands"]  # no lossless
+        "window_s", "transport", "telemetry", "lossy_links", "commands", "culprits"]
+    # no lossless; culprits: fifo's one slow op (400 ms against 200), blamed
+    assert [(c.from_op, c.to_op) for c in s.policies["fifo"].culprits or ()] == [(3, 3)]
     text = json.dumps(doc, indent=2, default=str)
     again = Summary.from_json(json.loads(text))
     assert again == s and json.dumps(again.to_json(), indent=2, default=str) == text

@@ -86,6 +86,7 @@ def print_summary(summary: Summary) -> None:
     _print_flows(summary)
     _print_delays(summary)
     _print_jobs(summary)
+    _print_culprits(summary)
     paused = {k: (p.lossless, p.transport) for k, p in summary.policies.items() if p.lossless}
     if paused:
         lossless_lanes = ", ".join(next(iter(paused.values()))[0].lanes)
@@ -235,6 +236,32 @@ def _print_jobs(summary: Summary) -> None:
                   f"{fmt(r['gpu_utilization'], '.0%')} / {fmt(r['gpu_utilization_all'], '.0%')}",
                   fmt(r["bottleneck_share"], ".0%"), fmt(r["bottleneck_drops"], "d"),
                   fmt(r["sojourn_p99_us"], ".0f"))
+    console.print(t)
+
+
+SHOWN_CULPRITS = 3  # a policy's slow phases printed: those that lost the most time
+
+
+def _print_culprits(summary: Summary) -> None:
+    """Each policy's slow phases that lost the most time, and what they are blamed on."""
+    found = {k: p.culprits for k, p in summary.policies.items() if p.culprits}
+    if not found:
+        return
+    t = Table(title="slow phases of the job, and what labkit's telemetry blames for each",
+              caption="ops: the phase's; slowdown: its median op against the job's usual "
+                      "(lower quartile); lost: its ops' time beyond the usual; evidence: "
+                      "what the ranks and the bottleneck port recorded (never the "
+                      "scenario's events)", caption_justify="left")
+    for col in ("policy", "ops", "slowdown", "lost ms", "culprit", "evidence"):
+        t.add_column(col, justify="right" if col in ("slowdown", "lost ms") else "left",
+                     no_wrap=col != "evidence")
+    for policy, phases in found.items():
+        worst = sorted(phases, key=lambda c: c.lost_ms, reverse=True)[:SHOWN_CULPRITS]
+        for c in sorted(worst, key=lambda c: c.from_op):
+            what = {"rank": f"rank on {c.name}", "link": f"{c.name}'s link"}.get(
+                c.kind, f"bottleneck {c.name}")
+            t.add_row(policy, f"{c.from_op}–{c.to_op}", f"{c.slowdown:.2f}x",
+                      f"{c.lost_ms:.0f}", what, c.evidence)
     console.print(t)
 
 
