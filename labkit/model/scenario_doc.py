@@ -102,6 +102,7 @@ LIMITS = {
     "master_port": Limit(1024, 65535, integer=True),
     "quiet_ms": Limit(0.1, 1000),
     "duration_s": Limit(0, 3600, above=True),
+    "stall_s": Limit(1, 3600, why="seconds without a report from rank 0 before it is stuck"),
     "target_us": Limit(0, 1_000_000, above=True),
     "interval_ms": Limit(1, 10_000, why="a controller's thread wakes this often"),
     "telemetry_delay_ms": Limit(0, 10_000),
@@ -226,7 +227,7 @@ PROGRAM = Keys({
     "master_port": num("master_port"), "dscp": num("program.dscp"),
     "quiet_ms": num("quiet_ms"), "duration_s": AnyOf((num("duration_s"), NULL)),
     "imports": list_of(Pattern(MODULE_RE)), "launcher": Choice(LAUNCHERS),
-    "timing": Choice(TIMINGS),
+    "timing": Choice(TIMINGS), "stall_s": num("stall_s"),
 }, {"ranks", "run"})
 # a traffic entry: a built-in kind's keys, or any keys for the scenario's own kinds
 ENTRY = Tagged("kind", {"allreduce": ALLREDUCE, "job": AnyOf(tuple(JOBS.values()), one=True),

@@ -277,6 +277,8 @@ class ProgramSpec:
     imports: tuple[str, ...] = ()  # modules the interpreter must import (checked first)
     launcher: str = "labkit"  # or "mpirun" (:data:`LAUNCHERS`)
     timing: str = "auto"  # or "traffic" (:data:`TIMINGS`): what times an unmodified job
+    # stuck when rank 0 reports nothing for this long (None: labkit's default, STALL_S)
+    stall_s: float | None = None
     kind: str = "program"
     key: str = field(default="", compare=False)  # where in the file: "traffic[0]"
 
@@ -381,6 +383,10 @@ class Scenario:
         for event in doc["events"]:  # a link's event recorded as before hosts had any
             if event["host"] is None:
                 del event["host"]
+        for job in (doc.get("program"), *doc.get("jobs", ())):  # and a program as before
+            if isinstance(job, dict) and job.get("kind") == "program" and \
+                    job["stall_s"] is None:
+                del job["stall_s"]
         for key in ("kind_entries", "events"):
             if not doc[key]:
                 del doc[key]

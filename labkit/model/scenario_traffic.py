@@ -405,6 +405,7 @@ def _program_entry(c: Checker, t: dict, key: str, fabric: FabricSpec) -> Program
         c.fail(f"{key}.warmup", f"leaves no iteration to measure: must be below iterations "
                                 f"({iterations}), got {warmup}")
     quiet = c.get(t, key, PROGRAM, "quiet_ms", ProgramSpec.quiet_ms)
+    stall = c.get(t, key, PROGRAM, "stall_s") if "stall_s" in t else None
     return ProgramSpec(
         name=name, ranks=ranks, run=run, cwd=str(Path(c.file).parent.resolve()),
         python=python, iterations=iterations, warmup=warmup,
@@ -412,7 +413,7 @@ def _program_entry(c: Checker, t: dict, key: str, fabric: FabricSpec) -> Program
         master_port=c.get(t, key, PROGRAM, "master_port", ProgramSpec.master_port),
         dscp=c.get(t, key, PROGRAM, "dscp") if "dscp" in t else 0,  # 0: labkit's choice
         quiet_ms=quiet, duration_s=duration, imports=tuple(imports), launcher=launcher,
-        timing=timing, key=key)
+        timing=timing, stall_s=None if stall is None else float(stall), key=key)
 
 
 def _one_host(c: Checker, value, key: str, fabric: FabricSpec) -> str:

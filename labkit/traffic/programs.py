@@ -289,6 +289,31 @@ class Rank:
         return tail(self.err)
 
 
+STALL_S = 60.0  # rank 0 silent this long (or 10 of its longest gaps) since its last report
+
+
+class Stall:
+    """When a running job is stuck: rank 0 has reported an op or iteration, and then
+    nothing for ``least_s`` or ten times the longest wait between its reports so far,
+    whichever is longer (a slow job's own rhythm is not a stall)."""
+
+    def __init__(self, least_s: float):
+        self.least_ns = int(least_s * 1e9)
+        self.count, self.at_ns, self.longest_ns = 0, 0, 0
+
+    def silent_s(self, now: int) -> float:
+        return (now - self.at_ns) / 1e9
+
+    def stuck(self, count: int, now: int) -> bool:
+        """``count`` ops or iterations reported by ``now`` (CLOCK_MONOTONIC ns)."""
+        if count != self.count:
+            if self.count:
+                self.longest_ns = max(self.longest_ns, now - self.at_ns)
+            self.count, self.at_ns = count, now
+            return False
+        return bool(count) and now - self.at_ns > max(self.least_ns, 10 * self.longest_ns)
+
+
 class Programs:
     """The ranks of a program entry in one policy's run: started held, released together,
     waited for, stopped; their lines read back."""
@@ -433,7 +458,8 @@ class Programs:
         """Until every rank has exited, or ``duration_s`` after the release, or
         :data:`EXIT_GRACE_S` after rank 0 reported the entry's ``iterations`` (then the
         ranks left are stopped: a job hung on its way out is done). ProgramError when a
-        rank fails or the program outlives :data:`LIMIT_S`."""
+        rank fails, the program is stuck (:class:`Stall`: the entry's ``stall_s``) or it
+        outlives :data:`LIMIT_S`."""
         wait_all([(self, duration_s)], on_progress)
 
     def waiting(self, duration_s: float | None,
@@ -442,6 +468,7 @@ class Programs:
         :data:`POLL_S`); it is exhausted when the program has ended."""
         stop_at = self.released_ns + int((duration_s or LIMIT_S) * 1e9)
         shown, all_done_ns = -1, None
+        stall = Stall(self.spec.stall_s or STALL_S)
         while True:
             for rank in self.ranks:
                 if rank.exit is None and (code := rank.proc.poll()) is not None:
@@ -456,6 +483,13 @@ class Programs:
             if all(r.exit is not None for r in self.ranks):
                 return
             now = time.monotonic_ns()
+            if stall.stuck(done, now) and all_done_ns is None:
+                self.stop()
+                raise ProgramError(
+                    f"{self.spec.name} is stuck: rank 0 reported nothing for "
+                    f"{stall.silent_s(now):.0f} s after its op or iteration {done} (a rank "
+                    "gone, or a link down that a rank needs?); its ranks were stopped. A job "
+                    "that is this slow on purpose: give its entry a longer stall_s")
             if self.spec.iterations and done >= self.spec.iterations and all_done_ns is None:
                 all_done_ns = now
             if all_done_ns and now - all_done_ns > EXIT_GRACE_S * 1e9:

@@ -678,3 +678,16 @@ def test_a_missing_mpirun_is_found_before_the_run(mpi_doc, monkeypatch):
     with pytest.raises(ScenarioError) as info:
         programs.check(sc.program, topo.Topology(sc.fabric), "s.yaml")
     assert info.value.key == "traffic[0].launcher" and "make mpi" in info.value.reason
+
+
+def test_a_job_is_stuck_only_when_rank_0_falls_silent_well_past_its_rhythm():
+    s = programs.Stall(least_s=5)
+    assert not s.stuck(0, 0) and not s.stuck(0, 100 * 10**9)  # set-up: never stuck
+    assert not s.stuck(1, 101 * 10**9)  # its first report
+    assert not s.stuck(1, 105 * 10**9)  # 4 s of silence: under 5 s
+    assert s.stuck(1, 106.5 * 10**9)  # 5.5 s
+    slow = programs.Stall(least_s=5)
+    slow.stuck(1, 0)
+    slow.stuck(2, 3 * 10**9)  # its ops 3 s apart: stuck only past 30 s of silence
+    assert not slow.stuck(2, 30 * 10**9) and slow.stuck(2, 34 * 10**9)
+    assert slow.silent_s(34 * 10**9) == 31

@@ -77,7 +77,7 @@ PROGRAM = {"kind": "program", "name": "ddp", "ranks": "gpu", "run": "{python} tr
            "python": "/usr/bin/python3", "iterations": 10, "warmup": 2,
            "env": {"OMP_NUM_THREADS": 1, "X": "y"}, "master_port": 29500, "dscp": 26,
            "quiet_ms": 10, "duration_s": 60, "imports": ["json", "os.path"],
-           "launcher": "labkit", "timing": "auto"}
+           "launcher": "labkit", "timing": "auto", "stall_s": 30}
 JOBS = {"data": {"gradient_bytes": "1MiB", "buckets": 2, "compute_ms": 5},
         "tensor": {"layers": 2, "activation_bytes": "256K", "layer_compute_ms": 1},
         "pipeline": {"microbatches": 4, "activation_bytes": "64K", "stage_compute_ms": 1,

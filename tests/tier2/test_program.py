@@ -16,6 +16,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import polars as pl
@@ -141,6 +142,22 @@ def test_a_failing_rank_ends_the_run_with_its_error(fabric_ready, tmp_path):
     assert "rank 1 of program (on g2) exited with 1" in message
     assert "failing at step 2, as asked" in message
     assert_no_leaks()  # processes, programs, pins and cgroups
+
+
+def test_a_job_whose_peer_vanishes_ends_the_run_as_stuck(fabric_ready, tmp_path):
+    """g4's NIC goes down for good 10 s in: gloo would wait for it for 30 minutes; labkit
+    sees rank 0 fall silent past the entry's stall_s and ends the run, naming it."""
+    path = scenario(tmp_path)
+    doc = yaml.safe_load(path.read_text())
+    doc["traffic"][0].update(iterations=200, stall_s=4)
+    doc["events"] = [{"at_s": 10, "link": ["g4", "leaf2"], "down": True}]
+    path.write_text(yaml.safe_dump(doc))
+    t0 = time.monotonic()
+    with pytest.raises(labkit.RunFailed) as info:
+        labkit.run(path, out=tmp_path / "run")
+    assert "is stuck: rank 0 reported nothing for" in str(info.value), info.value
+    assert time.monotonic() - t0 < 90  # not gloo's 30 minutes
+    assert_no_leaks()
 
 
 def cli_run(path: Path, out: Path) -> subprocess.Popen:
