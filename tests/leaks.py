@@ -12,7 +12,7 @@ from collections import defaultdict
 from contextlib import suppress
 from pathlib import Path
 
-from labkit.kernel import bpf, cgroups, registry
+from labkit.kernel import bpf, cgroups, cpuquota, registry
 from labkit.kernel.netns import setns
 from labkit.kernel.registry import marked
 
@@ -96,6 +96,10 @@ def labkit_objects() -> dict[str, list[str]]:
     groups = [str(p) for p in top.rglob("*") if p.is_dir()] if top and top.exists() else []
     if top and top.exists():
         groups.append(str(top))
+    v1 = cpuquota.v1_cpu_root()  # a program's straggler's CPU quota, on a hybrid machine
+    if v1 and (v1 / cgroups.TOP).exists():
+        groups += [str(p) for p in (v1 / cgroups.TOP).rglob("*") if p.is_dir()]
+        groups.append(str(v1 / cgroups.TOP))
     namespaces = [f"net:[{inode}] at {path}, with {', '.join(ports)}"
                   for inode, path in net_namespaces().items() if inode not in MACHINE_NAMESPACES
                   and (ports := _fabric_ports(path))]

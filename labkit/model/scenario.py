@@ -289,9 +289,9 @@ def _with_program_rule(c: Checker, lanes: tuple[LaneRule, ...], program: Program
 def _events(c: Checker, doc, fabric: FabricSpec, jobs: Sequence[JobEntry]
             ) -> tuple[EventSpec, ...]:
     """``events``: each a link of the fabric's and one change to it, or a host of one of
-    labkit's jobs that computes longer, and a timing that holds."""
+    the jobs whose rank computes longer, and a timing that holds."""
     links = {frozenset((link.a, link.b)): link for link in fabric.links}
-    ours = {h for j in jobs if not isinstance(j, ProgramSpec) for h in j.ranks}
+    ours = {h for j in jobs for h in j.ranks}
     out = []
     for i, entry in enumerate(c.seq(doc, "events")):
         key = f"events[{i}]"
@@ -322,8 +322,8 @@ def _event_target(c: Checker, entry, key: str, links, ours: set[str]
             c.fail(key, "a host's event is `slow: <factor>` (its ranks compute that many "
                    "times as long); a dead NIC is its link's `down: true`")
         if host not in ours:
-            c.fail(f"{key}.host", f"{host!r} runs none of labkit's ranks (a program's rank "
-                   "cannot be slowed yet); name a host of an allreduce or job entry")
+            c.fail(f"{key}.host", f"{host!r} runs no job's rank: name a host of an "
+                   "allreduce, job or program entry")
         return host, None, "slow", float(c.get(entry, key, EVENT, "slow"))
     ends = entry["link"]
     if not (isinstance(ends, list) and len(ends) == 2 and all(isinstance(e, str)

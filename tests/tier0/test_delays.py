@@ -121,10 +121,22 @@ def test_a_straggler_is_a_host_of_labkits_that_computes_longer():
     ({"link": ["r1", "r2"], "slow": 2}, "events[0]", "must say one change"),
     ({"link": ["r1", "r2"], "host": "g2", "slow": 2}, "events[0]", "one of the two"),
     ({"slow": 2}, "events[0]", "one of the two"),
-    ({"host": "r1", "slow": 2}, "events[0].host", "runs none of labkit's ranks"),
+    ({"host": "r1", "slow": 2}, "events[0].host", "runs no job's rank"),
 ])
 def test_a_bad_straggler_is_one_line_naming_its_key(event, key, words):
     doc = {**BASE, "events": [{"at_s": 1, **event}]}
     with pytest.raises(scenario.ScenarioError) as info:
         scenario.parse(doc, "t.yaml")
     assert info.value.key == key and words in info.value.reason, info.value
+
+
+def test_the_cpu_quota_is_found_where_the_machine_mounts_it():
+    from labkit.kernel import cpuquota
+
+    hybrid = ("32 31 0:29 / /sys/fs/cgroup/cpu rw,relatime - cgroup cgroup rw,cpu\n"
+              "33 31 0:30 / /sys/fs/cgroup/cpuacct rw,relatime - cgroup cgroup rw,cpuacct\n")
+    assert str(cpuquota.v1_cpu_root(hybrid)) == "/sys/fs/cgroup/cpu"
+    both = "40 31 0:31 / /sys/fs/cgroup/cpu,cpuacct rw - cgroup cgroup rw,cpu,cpuacct\n"
+    assert str(cpuquota.v1_cpu_root(both)) == "/sys/fs/cgroup/cpu,cpuacct"
+    pure = "35 24 0:30 / /sys/fs/cgroup rw,nosuid - cgroup2 cgroup2 rw,nsdelegate\n"
+    assert cpuquota.v1_cpu_root(pure) is None

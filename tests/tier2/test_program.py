@@ -144,6 +144,29 @@ def test_a_failing_rank_ends_the_run_with_its_error(fabric_ready, tmp_path):
     assert_no_leaks()  # processes, programs, pins and cgroups
 
 
+def test_a_programs_straggler_is_its_cpu_quota_and_every_rank_waits(fabric_ready, tmp_path):
+    """allreduce.py computing on the CPU (--busy, 50 ms a step), g2's rank held to half a
+    CPU for 3 s: by the job's own clock its steps grow by about one compute (g2 computes
+    twice as long, the others wait at the all_reduce), and nothing is left behind."""
+    path = scenario(tmp_path, "--busy")
+    doc = yaml.safe_load(path.read_text())
+    doc["traffic"][0]["iterations"] = 60
+    doc["events"] = [{"at_s": 4, "host": "g2", "slow": 2, "for_s": 3}]
+    path.write_text(yaml.safe_dump(doc))
+    run = labkit.run(path, out=tmp_path / "run")
+    ev = run["events"].sort("t_ns")
+    t0, t1 = ev["t_ns"].to_list()
+    its = run["collectives"].group_by("op").agg(pl.col("start_ns").min(),
+                                                pl.col("end_ns").max())
+    its = its.with_columns(((pl.col("end_ns") - pl.col("start_ns")) / 1e6).alias("ms"))
+    slowed = its.filter(pl.col("start_ns").is_between(t0 + 200_000_000, t1 - 300_000_000))
+    even = its.filter((pl.col("end_ns") < t0) | (pl.col("start_ns") > t1 + 300_000_000))
+    grown = slowed["ms"].median() - even["ms"].median()
+    assert slowed.height >= 5 and even.height >= 10, (slowed, even)
+    assert 50 * 0.7 <= grown <= 50 * 1.5, (grown, slowed["ms"].to_list(), even["ms"].median())
+    assert_no_leaks()
+
+
 def test_a_job_whose_peer_vanishes_ends_the_run_as_stuck(fabric_ready, tmp_path):
     """g4's NIC goes down for good 10 s in: gloo would wait for it for 30 minutes; labkit
     sees rank 0 fall silent past the entry's stall_s and ends the run, naming it."""

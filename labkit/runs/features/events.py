@@ -9,9 +9,11 @@ gets one that drops nothing until then): a dead optic as the hosts and routers s
 its routes left in place as a static fabric's are. A rate is both ports' HTB classes
 moved (:meth:`labkit.kernel.fabric.Fabric.set_rate`); a delay is the delay line's, which
 the fabric splices into a link whose delay an event changes (``Fabric(spliced=...)``). A
-straggler (a host's ``slow``) is its rank's engine told ``SLOW <rank> <factor>``: each of
-the rank's compute phases that starts from then on takes that many times as long (``SLOW
-<rank> 1`` ends it); the other ranks wait for it as they would for a slow GPU.
+straggler (a host's ``slow``) is, for labkit's own rank, its engine told ``SLOW <rank>
+<factor>``: each of the rank's compute phases that starts from then on takes that many
+times as long (``SLOW <rank> 1`` ends it); for a program's rank, its cgroup's CPU quota
+(:mod:`labkit.kernel.cpuquota`: 1 / factor of one CPU). The other ranks wait for it as
+they would for a slow GPU.
 """
 
 from __future__ import annotations
@@ -21,11 +23,13 @@ import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 
-from labkit.kernel import loss
+from labkit.kernel import cpuquota, loss
+from labkit.kernel.cgroups import CgroupError
 from labkit.model.scenario_spec import EventSpec, Policy, Scenario
 from labkit.model.tables import EventRow
 from labkit.model.topo import Port
 from labkit.runs.features.base import Feature, Stack
+from labkit.runs.features.jobmark import JobMarking
 from labkit.runs.features.loss import LossyLinks
 from labkit.runs.result import PolicyResult
 from labkit.traffic.agents import Engine
@@ -61,6 +65,10 @@ class Events(Feature):
                                                     for pa, pb in stack.topo.links}
         self.ranks: dict[str, tuple[Engine, int]] = {}  # each host's rank and its engine
         self.slow: dict[str, float] = {}  # each straggler's factor now
+        marking = stack.get(JobMarking)
+        self.groups = marking.groups if marking else {}  # a program's ranks' cgroups
+        if any(e.host in self.groups for e in self.events) and (why := cpuquota.problem()):
+            raise CgroupError(f"a straggler on a program's host: {why}")
         # the lossy links' droppers (LossyLinks closes them and counts their drops)
         droppers = stack.need(LossyLinks, "a link's events").links
         assert droppers is not None, "built before the events"
@@ -116,8 +124,12 @@ class Events(Feature):
             self.droppers.set(event.link, event.value if starting else link.loss_percent)
 
     def _tell(self, host: str) -> None:
-        """The host's rank's engine, of its compute factor now (once its ranks run)."""
-        if host in self.ranks:
+        """The host's rank's engine, of its compute factor now (once its ranks run), or
+        a program's rank's CPU quota."""
+        if host in self.groups:
+            label = f"{self.stack.registry.run_id}/{self.stack.policy.name}/{host}"
+            cpuquota.quota(self.groups[host], self.slow[host], label, self.stack.registry.add)
+        elif host in self.ranks:
             engine, rank = self.ranks[host]
             engine.send(f"SLOW {rank} {self.slow[host]}")
 
