@@ -20,12 +20,15 @@ look at first.
   for it, in bubbles;
 * **a host's link**, otherwise: in a ring, rank r receives from rank r-1, so a slow or
   lossy link at host h delays the data into h's rank (over the link's downward half)
-  and into the next rank (over its upward half). The host whose rank and next rank
-  waited the longest on the wire, together, is named.
+  and into the next rank (over its upward half). Of the rank whose input waited longest
+  on the wire and its neighbour before or after it whose input waited at least
+  :data:`ONE_WAY` as long, the first one's host is named;
+* **a path** instead, when neither neighbour's input waited that long: only what the
+  rank before sent it was late, on a link past either's own, as a leaf's link to a spine
+  (``name`` is ``before->rank``).
 
-What it cannot tell apart: a fabric link's fault (between leaves and spines) is named
-after the host whose data crossed it first, and a job whose ranks do not form a ring
-gets the host whose own waits grew most.
+What it cannot tell: which link on such a path (labkit's ring does not see the fabric's
+routes), and a job whose ranks do not form a ring gets the pair whose waits grew most.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ SLOW = 1.2  # an op this many times the job's usual (lower quartile) op is slow
 STRAGGLER = 0.5  # a rank whose own delay is this share of the phase's growth is to blame
 BACKLOG = 2.0  # the bottleneck held this many times its usual backlog: it was to blame
 MIN_BACKLOG_BYTES = 64 * 1024  # ... and at least this much
+ONE_WAY = 0.3  # a neighbour whose input waited this share of the latest's shares its link
 
 
 def culprits(collectives: pl.DataFrame, queue: pl.DataFrame, port: str,
@@ -105,12 +109,22 @@ def _blame(phase: pl.DataFrame, usual: pl.DataFrame, queue: pl.DataFrame, port: 
                 f"an op than in the others; the other ranks waited {num(waited):.0f} ms "
                 "more in bubbles")
     ranks = per_rank.sort("rank")
-    wire = ranks["wire_ms"].to_list()
+    wire, hosts = ranks["wire_ms"].to_list(), ranks["host"].to_list()
     n = len(wire)
-    pair = max(range(n), key=lambda r: wire[r] + wire[(r + 1) % n])
-    host, after = ranks["host"][pair], ranks["host"][(pair + 1) % n]
-    return ("link", host, f"the data into {host} and {after} waited {wire[pair]:.0f} and "
-            f"{wire[(pair + 1) % n]:.0f} ms more on the wire an op than in the others")
+    k = max(range(n), key=lambda r: wire[r])  # the rank whose input was latest
+    before, after = (k - 1) % n, (k + 1) % n
+    if wire[after] >= ONE_WAY * wire[k]:  # into k and into the next: k's link
+        host, into, onward, nxt = hosts[k], wire[k], wire[after], hosts[after]
+    elif wire[before] >= ONE_WAY * wire[k]:  # into the one before and into k: its link
+        host, into, onward, nxt = hosts[before], wire[before], wire[k], hosts[k]
+    else:  # only what the one before sent k was late: a link past its own
+        return ("path", f"{hosts[before]}->{hosts[k]}",
+                f"the data from {hosts[before]} into {hosts[k]} waited {wire[k]:.0f} ms more "
+                f"on the wire an op than in the others, {hosts[before]}'s own input "
+                f"{wire[before]:.0f} ms and {hosts[after]}'s {wire[after]:.0f} ms: a link on "
+                f"the path from {hosts[before]} to {hosts[k]}, not either's own")
+    return ("link", host, f"the data into {host} and {nxt} waited {into:.0f} and "
+            f"{onward:.0f} ms more on the wire an op than in the others")
 
 
 def _backlog(rows: pl.DataFrame) -> float:

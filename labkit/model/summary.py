@@ -490,15 +490,17 @@ class Culprit(Section):
     ``slowdown`` times the job's usual iteration at the median) and what labkit's own
     telemetry blames for it (never the scenario's events): a straggler ``rank`` (its
     host: it computed longer and the others waited for it in bubbles), a host's ``link``
-    (the data into its rank and the next one waited on the wire) or the ``bottleneck``
-    (its port dropped or queued the job's packets); ``evidence`` says what was seen."""
+    (the data into its rank and the next one waited on the wire), a ``path`` between two
+    ranks' hosts ("g4->g5": only the data from one into the other was late) or the
+    ``bottleneck`` (its port dropped or queued the job's packets); ``evidence`` says what
+    was seen."""
 
     from_op: int
     to_op: int
     slowdown: float
     lost_ms: float  # its ops' time beyond the usual op's, summed
-    kind: str  # rank, link or bottleneck
-    name: str  # the rank's host, the host whose link it is, or the bottleneck link
+    kind: str  # rank, link, path or bottleneck
+    name: str  # the rank's host, the host whose link it is, "a->b", or the bottleneck link
     evidence: str
 
 

@@ -85,3 +85,11 @@ def test_nothing_is_blamed_when_no_op_was_slow_or_every_op_was():
     every = {op: {0: {"compute": 300}} for op in range(12)}
     assert culprits(_rows(every), _queue(), "leaf1-eth4", "leaf1-spine1") == ()
     assert culprits(_rows({}).clear(), _queue(), "leaf1-eth4", "leaf1-spine1") == ()
+
+
+def test_a_link_past_the_hosts_own_is_named_as_the_path_between_two_ranks():
+    """Only the data from g2 into g3 was late (a spine link on its way): not g2's link."""
+    slow = {op: {2: {"wire": 120}, 0: {"bubble": 90}, 3: {"bubble": 90}} for op in (4, 5)}
+    (c,) = culprits(_rows(slow), _queue(), "leaf1-eth4", "leaf1-spine1")
+    assert (c.kind, c.name) == ("path", "g2->g3")
+    assert "not either's own" in c.evidence

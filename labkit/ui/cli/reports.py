@@ -258,8 +258,8 @@ def _print_culprits(summary: Summary) -> None:
     for policy, phases in found.items():
         worst = sorted(phases, key=lambda c: c.lost_ms, reverse=True)[:SHOWN_CULPRITS]
         for c in sorted(worst, key=lambda c: c.from_op):
-            what = {"rank": f"rank on {c.name}", "link": f"{c.name}'s link"}.get(
-                c.kind, f"bottleneck {c.name}")
+            what = {"rank": f"rank on {c.name}", "link": f"{c.name}'s link",
+                    "path": f"path {c.name}"}.get(c.kind, f"bottleneck {c.name}")
             t.add_row(policy, f"{c.from_op}–{c.to_op}", f"{c.slowdown:.2f}x",
                       f"{c.lost_ms:.0f}", what, c.evidence)
     console.print(t)
