@@ -146,7 +146,7 @@ demo: setup
 # once), then the kernel tiers one test at a time: they share the machine's kernel.
 # (pytest exits 0 when all passed, 1 when some failed; 2 and more: interrupted or broken.)
 test: dev torch mpi
-	$(VENV)/bin/pytest -q -n 2 --dist loadfile tests/tier0; status=$$?; \
+	$(VENV)/bin/pytest -q -n 2 --dist loadfile --no-loadscope-reorder tests/tier0; status=$$?; \
 	if [ $$status -le 1 ]; then $(VENV)/bin/pytest -q tests/tier1 tests/tier2; \
 	  tiers12=$$?; [ $$status = 0 ] && status=$$tiers12; fi; $(HANDBACK); exit $$status
 
