@@ -6,7 +6,9 @@ most GPU-intense job alone in the vip lane (checked against the classifier's own
 counters), so that it runs as fast as alone while the other pays what it must;
 ``interleave`` (after CASSINI) shifting one job so that their bursts take turns (checked
 against the kernel's per-job counters); ``job-weights`` sharing the port so that neither
-starves."""
+starves; a controller holding storage while either job's window is open. The shipped
+two-jobs.yaml runs once, under every policy these tests look at (one isolated baseline,
+one fair, shared by them)."""
 
 from __future__ import annotations
 
@@ -29,6 +31,15 @@ def _doc(**changes) -> dict:
     doc = copy.deepcopy(DOC)
     doc.update(changes)
     return doc
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory) -> labkit.Run:
+    """two-jobs.yaml under isolated and every policy the tests below compare."""
+    policies = ["isolated", "fifo", "fair", "job-priority", "job-weights", "interleave",
+                "state-aware"]
+    return labkit.run(scenario.parse(_doc(policies=policies), str(TWO_JOBS)),
+                      out=tmp_path_factory.mktemp("shared") / "run")
 
 
 def test_two_identical_jobs_each_get_half_the_bottleneck_and_are_counted_apart(
@@ -75,16 +86,12 @@ def test_two_identical_jobs_each_get_half_the_bottleneck_and_are_counted_apart(
     assert_no_leaks()
 
 
-def test_a_controller_holds_storage_while_either_jobs_window_is_open(fabric_ready, tmp_path):
+def test_a_controller_holds_storage_while_either_jobs_window_is_open(fabric_ready, shared):
     """state-aware with two jobs: storage is held while any job's collective runs, so
     neither job loses a packet at the bottleneck (the kernel's per-job drop counters),
     where FIFO drops thousands of each, and both jobs' iterations are shorter by their
     ranks' own clocks."""
-    doc = _doc(policies=["fifo", "state-aware"])
-    for job in doc["traffic"][:2]:
-        job["iterations"] = 10
-    run = labkit.run(scenario.parse(doc, str(TWO_JOBS)), out=tmp_path / "run")
-    fifo, held = (run.summary.policies[p] for p in ("fifo", "state-aware"))
+    fifo, held = (shared.summary.policies[p] for p in ("fifo", "state-aware"))
     assert held.controller and held.controller.decisions > 0
     assert fifo.jobs and held.jobs and set(held.jobs.each) == {"heavy", "light"}
     for name, job in held.jobs.each.items():
@@ -95,11 +102,8 @@ def test_a_controller_holds_storage_while_either_jobs_window_is_open(fabric_read
     assert_no_leaks()
 
 
-def test_job_priority_puts_the_intense_job_alone_in_vip(fabric_ready, tmp_path):
-    run = labkit.run(
-        scenario.parse(_doc(policies=["isolated", "fair", "job-priority"]), str(TWO_JOBS)),
-        out=tmp_path / "run",
-    )
+def test_job_priority_puts_the_intense_job_alone_in_vip(fabric_ready, shared):
+    run = shared
     fair, crux = (run.summary.policies[p] for p in ("fair", "job-priority"))
     assert fair.jobs and crux.jobs and crux.jobs.rankings
     ranks = run["job_ranks"].filter(pl.col("policy") == "job-priority")
@@ -140,11 +144,8 @@ def _busy(lanes: pl.DataFrame, policy: str, port: str) -> pl.DataFrame:
     )
 
 
-def test_interleave_shifts_one_job_so_the_bursts_take_turns(fabric_ready, tmp_path):
-    run = labkit.run(
-        scenario.parse(_doc(policies=["isolated", "fair", "interleave"]), str(TWO_JOBS)),
-        out=tmp_path / "run",
-    )
+def test_interleave_shifts_one_job_so_the_bursts_take_turns(fabric_ready, shared):
+    run = shared
     fair, shifted = (run.summary.policies[p] for p in ("fair", "interleave"))
     assert fair.jobs and shifted.jobs
     assert shifted.jobs.each["light"].shifted_ms and not shifted.jobs.each["heavy"].shifted_ms
@@ -167,11 +168,8 @@ def test_interleave_shifts_one_job_so_the_bursts_take_turns(fabric_ready, tmp_pa
     assert_no_leaks()
 
 
-def test_job_weights_share_the_port_and_neither_job_starves(fabric_ready, tmp_path):
-    run = labkit.run(
-        scenario.parse(_doc(policies=["isolated", "job-weights"]), str(TWO_JOBS)),
-        out=tmp_path / "run",
-    )
+def test_job_weights_share_the_port_and_neither_job_starves(fabric_ready, shared):
+    run = shared
     weighted = run.summary.policies["job-weights"]
     assert weighted.jobs
     for job in weighted.jobs.each.values():
