@@ -8,8 +8,10 @@ import polars as pl
 from plotly.subplots import make_subplots
 
 from labkit.analysis import frames
+from labkit.analysis.windows import num
 from labkit.model.summary import Job
 from labkit.runs.rundir import Run
+from labkit.ui.plots.runs import event_bands
 from labkit.ui.plots.theme import (
     PHASE_COLORS,
     PHASE_LABELS,
@@ -82,11 +84,17 @@ def job_timeline(run: Run, ops: tuple[int, ...] = (0, 1),
                                         + " and ".join(str(o) for o in ops)
                                         for p in policies])
     titled(fig, run, f"Per-rank timeline of the {workload_of(run)}", "", "")
+    named: set[str] = set()
     for row, policy in enumerate(policies, start=1):
         iterations = frames.iteration_phases(run["collectives"], policy, list(ops))
         spans = (frames.phase_spans(run["collectives"], run["phases"], policy, list(ops))
                  if recorded else frames.summed_spans(iterations))
         _timeline_panel(fig, row, iterations, spans)
+        shown = run["collectives"].filter((pl.col("policy") == policy)
+                                          & pl.col("op").is_in(list(ops)))
+        t0, t1 = int(num(shown["start_ns"].min())), int(num(shown["end_ns"].max()))
+        event_bands(fig, run["events"], policy, t0, t0, t1, named, per_s=1e3, row=row,
+                    layer="below")  # between the ranks' bars
     fig.update_xaxes(title_text="time since the first rank started (ms)", row=len(policies),
                      col=1)
     top_margin(fig, 100).update_layout(barmode="overlay", bargap=0.25, margin_b=90)

@@ -58,6 +58,7 @@ def queue_timeline(run: Run, ports: list[str] | None = None, policies: list[str]
     first = windows(op_times(run["collectives"]))
     spans = frames.part_of_windows(run["collectives"], window)
     fig = go.Figure()
+    named: set[str] = set()  # each fault's band, named once in the legend
     for policy in list(run.summary.policies) if policies is None else policies:
         here = ports if ports is not None else [run.summary.policies[policy].bottleneck.port]
         start, end = spans[policy]
@@ -68,20 +69,30 @@ def queue_timeline(run: Run, ports: list[str] | None = None, policies: list[str]
                             name=policy if len(here) == 1 else f"{policy} · {port}",
                             line={"color": policy_color(policy), "width": 1.5,
                                   "dash": PORT_DASH[i % len(PORT_DASH)]})
-        named: set[str] = set()  # each fault's band, named once in the legend
-        for x0, x1, change, label in frames.event_spans(run["events"], policy,
-                                                        first[policy][0], start, end):
-            color = EVENT_COLORS.get(change, "#E69F00")
-            fig.add_vrect(x0=x0, x1=x1, line_width=0, opacity=0.15, fillcolor=color)
-            if label not in named:
-                named.add(label)
-                fig.add_scatter(x=[None], y=[None], mode="markers", name=label,
-                                marker={"symbol": "square", "size": 12, "color": color,
-                                        "opacity": 0.4})
+        event_bands(fig, run["events"], policy, first[policy][0], start, end, named)
     where = "the bottleneck port" if ports is None else ", ".join(ports) or "no port"
     fig.update_yaxes(rangemode="tozero")
     return titled(fig, run, f"Queue at {where}", "time since the first op (s)",
                   "backlog (KiB)")
+
+
+def event_bands(fig: go.Figure, events: pl.DataFrame, policy: str, t0: int, start: int,
+                end: int, named: set[str], per_s: float = 1.0, row: int | None = None,
+                layer: str = "above") -> None:
+    """The faults of ``policy``'s timeline (its ``events`` rows) over [start, end] as
+    bands on ``fig`` (x: seconds since ``t0`` times ``per_s``; ``row``: a subplot's;
+    ``layer``: over the traces or under them), each named once in the legend (``named``:
+    the labels named so far)."""
+    where = {"row": row, "col": 1} if row else {}
+    for x0, x1, change, label in frames.event_spans(events, policy, t0, start, end):
+        color = EVENT_COLORS.get(change, "#E69F00")
+        fig.add_vrect(x0=x0 * per_s, x1=x1 * per_s, line_width=0, fillcolor=color,
+                      opacity=0.15 if layer == "above" else 0.35, layer=layer, **where)
+        if label not in named:
+            named.add(label)
+            fig.add_scatter(x=[None], y=[None], mode="markers", name=label,
+                            marker={"symbol": "square", "size": 12, "color": color,
+                                    "opacity": 0.4}, **where)
 
 
 def lane_sojourn(run: Run, policies: list[str] | None = None, lanes: list[str] | None = None,
