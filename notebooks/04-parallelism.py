@@ -27,9 +27,10 @@
 import polars as pl
 
 import labkit
-from labkit.analysis.frames import program_ops_frame, summary_frame
+from labkit.analysis.frames import program_ops_frame, straggled_ops, summary_frame
 from labkit.runs.rundir import load_run
 from labkit.ui import plots, widgets
+from labkit.ui.labs import straggler as straggler_lab
 
 runs = {kind: load_run(labkit.sample(f"{kind}-parallel")) for kind in ("tensor", "pipeline")}
 
@@ -102,6 +103,62 @@ pl.concat([summary_frame(run.summary, digits=3).select(
 
 # %%
 plots.parallelism_comparison({**runs, **more})
+
+# %% [markdown]
+# ## When one rank or one link is slow
+#
+# A ring All-Reduce moves at the pace of its slowest member, and a data-parallel job's
+# iteration cannot end before its All-Reduce has. Two faults on the fabric above, each put
+# on the run's timeline by the scenario's `events` (docs/scenarios.md), with no storage:
+#
+# **A straggler.** `data/sample/straggler` (`topologies/straggler.yaml`) is the
+# data-parallel job with g3 computing twice as long for three seconds, as a GPU throttled
+# by its heat. No rank can finish the step's All-Reduce before g3 has sent its part, so
+# every other rank waits for it in a bubble and each iteration grows by g3's extra
+# compute, once: the job's median iteration is 329 ms<!-- straggler policies.isolated.job.p50_ms -->,
+# its p99 469 ms<!-- straggler policies.isolated.job.p99_ms -->. The last iteration
+# before g3 slowed, and the first it slowed:
+
+# %%
+straggler = load_run(labkit.sample("straggler"))
+plots.job_timeline(straggler, straggled_ops(straggler))
+
+# %% [markdown] tags=["static-figure"]
+# ![g3 computes twice as long; every other rank waits in a bubble](../docs/figures/job-timeline-straggler.svg)
+#
+# *A static copy from `docs/figures/`, drawn from the same sample by `make samples`: what
+# shows where this notebook is read without a kernel.*
+
+# %% [markdown]
+# labkit's summary names a culprit for each slow phase of the job (`culprits`,
+# docs/data-model.md; `labkit report` prints them) from the ranks' own records and the
+# bottleneck port's counters, never from the events: here the rank on g3, whose compute
+# grew while the others' bubbles did. Lab 6, *Find the straggler*, asks students to find
+# it themselves from the same tables before they look.
+
+# %%
+straggler_lab.culprits(straggler)
+
+# %% [markdown]
+# **A slow link.** `data/sample/link-faults` (`topologies/link-faults.yaml`) is the ring
+# All-Reduce of notebook 01 without its storage, its shared uplink down for half a second,
+# later at half its rate for two seconds, and g3's link losing packets in short bursts. Every hop of a ring
+# carries the same bytes, so the ring runs at its slowest link's pace: while the uplink
+# is down no op ends, and at half rate every op takes about twice as long (the
+# alpha-beta model: tests/tier2/test_slow_link.py). Its median op is
+# 304 ms<!-- link-faults policies.isolated.allreduce.p50_ms -->, its p99
+# 920 ms<!-- link-faults policies.isolated.allreduce.p99_ms -->. The queue at the
+# bottleneck, with each event drawn as a band:
+
+# %%
+faults = load_run(labkit.sample("link-faults"))
+plots.queue_timeline(faults)
+
+# %% [markdown] tags=["static-figure"]
+# ![The backlog at the bottleneck port of data/sample/link-faults over time, its events drawn as bands](../docs/figures/queue-timeline-link-faults.svg)
+#
+# *A static copy from `docs/figures/`, drawn from the same sample by `make samples`: what
+# shows where this notebook is read without a kernel.*
 
 # %% [markdown]
 # ## Your own training job

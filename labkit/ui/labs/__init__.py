@@ -8,6 +8,8 @@
 * :mod:`.parallelism` — lab 4, pipeline vs tensor parallelism (labkit's own job plans);
 * :mod:`.sharing` — lab 5, whose All-Reduce is vip: two jobs share the uplink (recorded
   data, or a real run);
+* :mod:`.straggler` — lab 6, find the straggler: a recorded run with a fault the student
+  is not told of, graded against the run's events (recorded data);
 * :mod:`.notebook` — a lab with its instructor's answers filled in, run headless, and the
   verdicts its check cells gave (tests, and ``python -m labkit.ui.labs``);
 * :mod:`.handout` — the labs released without their solutions, and students' answers
