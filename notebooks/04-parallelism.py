@@ -27,10 +27,14 @@
 import polars as pl
 
 import labkit
-from labkit.analysis.frames import program_ops_frame, straggled_ops, summary_frame
+from labkit.analysis.frames import (
+    culprits_frame,
+    program_ops_frame,
+    straggled_ops,
+    summary_frame,
+)
 from labkit.runs.rundir import load_run
 from labkit.ui import plots, widgets
-from labkit.ui.labs import straggler as straggler_lab
 
 runs = {kind: load_run(labkit.sample(f"{kind}-parallel")) for kind in ("tensor", "pipeline")}
 
@@ -137,7 +141,7 @@ plots.job_timeline(straggler, straggled_ops(straggler))
 # it themselves from the same tables before they look.
 
 # %%
-straggler_lab.culprits(straggler)
+culprits_frame(straggler.summary)
 
 # %% [markdown]
 # **A slow link.** `data/sample/link-faults` (`topologies/link-faults.yaml`) is the ring

@@ -217,6 +217,22 @@ JOBS_COLUMNS = {"policy": pl.Utf8, "job": pl.Utf8, "gpus": pl.Int64, "iterations
                 "sojourn_p99_us": pl.Float64}
 
 
+CULPRITS_SCHEMA = {"policy": pl.Utf8, "from_op": pl.Int64, "to_op": pl.Int64,
+                   "slowdown": pl.Float64, "lost_ms": pl.Float64, "kind": pl.Utf8,
+                   "name": pl.Utf8, "evidence": pl.Utf8}
+
+
+def culprits_frame(summary: Summary) -> pl.DataFrame:
+    """One row per policy and slow phase of the job, with what labkit's summary blames for
+    it (``culprits``: from the ranks' records and the bottleneck's counters, never the
+    scenario's events)."""
+    return pl.DataFrame([{"policy": policy, "from_op": c.from_op, "to_op": c.to_op,
+                          "slowdown": c.slowdown, "lost_ms": c.lost_ms, "kind": c.kind,
+                          "name": c.name, "evidence": c.evidence}
+                         for policy, p in summary.policies.items() for c in p.culprits or ()],
+                        schema=CULPRITS_SCHEMA)
+
+
 def jobs_frame(summary: Summary, digits: int | None = None) -> pl.DataFrame:
     """One row per policy and job of a run whose jobs shared the fabric (none otherwise):
     the job's GPUs, iterations, bus bandwidth (an All-Reduce's), the iterations' p50 and

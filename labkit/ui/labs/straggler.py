@@ -25,6 +25,7 @@ from pathlib import Path
 
 import polars as pl
 
+from labkit.analysis import frames
 from labkit.analysis.frames import EVENT_TEXT, iteration_phases
 from labkit.analysis.windows import num
 from labkit.model import scenario
@@ -130,14 +131,9 @@ def bottleneck(run=SAMPLE) -> pl.DataFrame:
 def culprits(run=SAMPLE) -> pl.DataFrame:
     """What labkit's summary blames for each slow phase of the job (``culprits``): from the
     ranks' records and the bottleneck's counters, never from the events."""
-    found = _run(run).summary.policies[POLICY].culprits or ()
-    return pl.DataFrame([{"from_op": c.from_op, "to_op": c.to_op,
-                          "slowdown": round(c.slowdown, 2), "lost_ms": round(c.lost_ms, 1),
-                          "kind": c.kind, "name": c.name, "evidence": c.evidence}
-                         for c in found],
-                        schema={"from_op": pl.Int64, "to_op": pl.Int64, "slowdown": pl.Float64,
-                                "lost_ms": pl.Float64, "kind": pl.Utf8, "name": pl.Utf8,
-                                "evidence": pl.Utf8})
+    found = frames.culprits_frame(_run(run).summary).filter(pl.col("policy") == POLICY)
+    return found.drop("policy").with_columns(pl.col("slowdown").round(2),
+                                             pl.col("lost_ms").round(1))
 
 
 def events(run=SAMPLE) -> pl.DataFrame:

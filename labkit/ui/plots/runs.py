@@ -139,7 +139,8 @@ def collective_latency(run: Run) -> go.Figure:
 
 def valve_timeline(run: Run, policy: str, seconds: float = 5.0) -> go.Figure:
     """What the valves let storage send over the first seconds of ``policy``'s ops, with
-    the ops shaded and the bottleneck queue beside it: what the controller did, and when."""
+    the ops shaded, the bottleneck queue beside it and the faults of the scenario's
+    ``events`` as bands: what the controller did, and when."""
     ops = op_times(run["collectives"]).filter(pl.col("policy") == policy).sort("start_ns")
     start = ops["start_ns"].min()
     if not isinstance(start, int):
@@ -160,6 +161,7 @@ def valve_timeline(run: Run, policy: str, seconds: float = 5.0) -> go.Figure:
                     y=(q["backlog_bytes"] / 1024).to_list(),
                     mode="lines", name=f"backlog at {bneck.port} (KiB)", yaxis="y2",
                     line={"color": LANE_COLORS["low"], "width": 1})
+    event_bands(fig, run["events"], policy, start, start, end, set())
     fig.update_layout(xaxis_range=[0, seconds], yaxis_rangemode="tozero",
                       yaxis2={"title": "backlog (KiB)", "overlaying": "y", "side": "right",
                               "showgrid": False, "rangemode": "tozero"},
