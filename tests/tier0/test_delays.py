@@ -140,3 +140,24 @@ def test_the_cpu_quota_is_found_where_the_machine_mounts_it():
     assert str(cpuquota.v1_cpu_root(both)) == "/sys/fs/cgroup/cpu,cpuacct"
     pure = "35 24 0:30 / /sys/fs/cgroup rw,nosuid - cgroup2 cgroup2 rw,nsdelegate\n"
     assert cpuquota.v1_cpu_root(pure) is None
+
+
+def test_an_event_that_cannot_be_applied_fails_the_run_naming_it():
+    import threading
+
+    from labkit.model.scenario_spec import EventSpec
+    from labkit.runs.features.events import Events
+
+    events = Events()
+    events.events = (EventSpec(0.0, "", "slow", 2.0, host="g2"),)
+    events.rows, events._stop = [], threading.Event()
+
+    def refuse(event, starting):
+        raise OSError("no cpu controller here")
+
+    events._apply = refuse
+    events.start()
+    events._thread.join(timeout=5)
+    with pytest.raises(RuntimeError, match=r"events\[0\] could not be applied.*no cpu"):
+        events.stop()
+    events.stop()  # said once

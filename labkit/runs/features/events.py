@@ -54,6 +54,7 @@ class Events(Feature):
     """The scenario's events, applied on time by a thread of their own."""
 
     _thread: threading.Thread | None = None
+    failed: tuple[int, Exception] | None = None  # the event that could not be applied
 
     @classmethod
     def wanted(cls, sc: Scenario, policy: Policy, telemetry: bool) -> bool:
@@ -101,7 +102,11 @@ class Events(Feature):
             if self._stop.wait(max(0.0, (t0 + at_s * 1e9 - time.monotonic_ns()) / 1e9)):
                 return
             event = self.events[i]
-            self._apply(event, state == "start")
+            try:
+                self._apply(event, state == "start")
+            except Exception as exc:  # noqa: BLE001 (raised again by stop(), in the run)
+                self.failed = (i, exc)
+                return
             self.rows.append(EventRow(time.monotonic_ns(), i, event.target, event.change,
                                       event.value, state))
 
@@ -134,9 +139,14 @@ class Events(Feature):
             engine.send(f"SLOW {rank} {self.slow[host]}")
 
     def stop(self) -> None:
+        """No more changes; one that could not be made fails the run here, naming it."""
         if self._thread:
             self._stop.set()
             self._thread.join(timeout=5)
+        if self.failed:
+            (i, exc), self.failed = self.failed, None
+            raise RuntimeError(f"events[{i}] could not be applied, so the run does not show "
+                               f"it: {exc}") from exc
 
     def collect(self, result: PolicyResult) -> None:
         result.events = self.rows
