@@ -145,13 +145,15 @@ def test_a_failing_rank_ends_the_run_with_its_error(fabric_ready, tmp_path):
 
 
 def test_a_programs_straggler_is_its_cpu_quota_and_every_rank_waits(fabric_ready, tmp_path):
-    """allreduce.py computing on the CPU (--busy, 50 ms a step), g2's rank held to half a
-    CPU for 3 s: by the job's own clock its steps grow by about one compute (g2 computes
-    twice as long, the others wait at the all_reduce), and nothing is left behind."""
+    """allreduce.py computing on the CPU (--busy, 50 ms a step), g2's rank held to a
+    quarter of a CPU for 3 s: g2's compute takes at least 200 ms, where four busy ranks on
+    this machine's CPUs take 50 to 100 ms each (a CPU quota slows what the CPUs' sharing
+    has not already: half a CPU was within that noise), so by the job's own clock its steps
+    grow by at least a compute phase, and nothing is left behind."""
     path = scenario(tmp_path, "--busy")
     doc = yaml.safe_load(path.read_text())
     doc["traffic"][0]["iterations"] = 60
-    doc["events"] = [{"at_s": 4, "host": "g2", "slow": 2, "for_s": 3}]
+    doc["events"] = [{"at_s": 4, "host": "g2", "slow": 4, "for_s": 3}]
     path.write_text(yaml.safe_dump(doc))
     run = labkit.run(path, out=tmp_path / "run")
     ev = run["events"].sort("t_ns")
@@ -162,8 +164,8 @@ def test_a_programs_straggler_is_its_cpu_quota_and_every_rank_waits(fabric_ready
     slowed = its.filter(pl.col("start_ns").is_between(t0 + 200_000_000, t1 - 300_000_000))
     even = its.filter((pl.col("end_ns") < t0) | (pl.col("start_ns") > t1 + 300_000_000))
     grown = slowed["ms"].median() - even["ms"].median()
-    assert slowed.height >= 5 and even.height >= 10, (slowed, even)
-    assert 50 * 0.7 <= grown <= 50 * 1.5, (grown, slowed["ms"].to_list(), even["ms"].median())
+    assert slowed.height >= 4 and even.height >= 10, (slowed, even)
+    assert 50 <= grown <= 4 * 50 + 50, (grown, slowed["ms"].to_list(), even["ms"].median())
     assert_no_leaks()
 
 
