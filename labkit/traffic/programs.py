@@ -483,7 +483,7 @@ class Programs:
             if all(r.exit is not None for r in self.ranks):
                 return
             now = time.monotonic_ns()
-            if stall.stuck(done, now) and all_done_ns is None:
+            if stall.stuck(done, now) and all_done_ns is None and self.ranks[0].exit is None:
                 self.stop()
                 raise ProgramError(
                     f"{self.spec.name} is stuck: rank 0 reported nothing for "
