@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from labkit.analysis.windows import counter_delta, num
+from labkit.analysis.windows import counter_delta, num, op_times
 from labkit.model.summary import Culprit
 
 SLOW = 1.2  # an op this many times the job's usual (lower quartile) op is slow
@@ -54,19 +54,17 @@ def culprits(collectives: pl.DataFrame, queue: pl.DataFrame, port: str,
         return ()
     rows = collectives.with_columns(
         (pl.col("start_ns") - pl.col("start_ns").min().over("op")).alias("late_ns"))
-    ops = (rows.group_by("op").agg(pl.col("start_ns").min(), pl.col("end_ns").max())
-           .with_columns(((pl.col("end_ns") - pl.col("start_ns")) / 1e6).alias("ms"))
-           .sort("op"))
+    ops = op_times(rows)
     usual_ms = num(ops["ms"].quantile(0.25))
     slow = ops.filter(pl.col("ms") >= SLOW * usual_ms)
     if slow.is_empty() or slow.height == ops.height:
         return ()
-    usual = rows.filter(~pl.col("op").is_in(slow["op"].implode()))
+    not_slow = ~pl.col("op").is_in(slow["op"].implode())
+    usual, median_ms = rows.filter(not_slow), num(ops.filter(not_slow)["ms"].median())
     out = []
     for phase in _phases(slow["op"].to_list()):
         mine = ops.filter(pl.col("op").is_in(phase))
-        grown_ms = num(mine["ms"].median()) - num(
-            ops.filter(~pl.col("op").is_in(slow["op"].implode()))["ms"].median())
+        grown_ms = num(mine["ms"].median()) - median_ms
         kind, name, evidence = _blame(rows.filter(pl.col("op").is_in(phase)), usual, queue,
                                       port, link, int(num(mine["start_ns"].min())),
                                       int(num(mine["end_ns"].max())), grown_ms)

@@ -46,17 +46,24 @@ class CgroupError(RuntimeError):
     """A cgroup could not be made, entered or removed; the message says what to do."""
 
 
-def cgroup2_root(mountinfo: str | None = None) -> Path | None:
-    """Where the cgroup v2 hierarchy is mounted (the first such mount), or None."""
+def mounted(fstype: str, option: str | None = None, mountinfo: str | None = None
+            ) -> Path | None:
+    """Where the first mount of ``fstype`` (with ``option`` among its super options, a
+    cgroup v1 hierarchy's controller) is, from ``/proc/self/mountinfo``, or None."""
     text = MOUNTINFO.read_text() if mountinfo is None else mountinfo
     for line in text.splitlines():
-        fields = line.split()
-        if " - " not in line:
+        described = line.split(" - ", 1)[1].split() if " - " in line else []
+        if len(described) < 3:
             continue
-        fstype = line.split(" - ", 1)[1].split()[0]
-        if fstype == "cgroup2":
-            return Path(fields[4].replace("\\040", " "))
+        kind, _source, options = described[:3]
+        if kind == fstype and (option is None or option in options.split(",")):
+            return Path(line.split()[4].replace("\\040", " "))
     return None
+
+
+def cgroup2_root(mountinfo: str | None = None) -> Path | None:
+    """Where the cgroup v2 hierarchy is mounted (the first such mount), or None."""
+    return mounted("cgroup2", mountinfo=mountinfo)
 
 
 def problem() -> str | None:

@@ -16,7 +16,8 @@ times as long. Where the CPU quota is, depends on the machine:
   stays theirs: the hierarchies are apart), and its ``cpu.cfs_quota_us`` written (-1
   when the straggler ends). What the rank starts later stays in it.
 
-Where neither is there, :func:`problem` says so and the scenario's check refuses it.
+Where neither is there, :func:`problem` says so, and a run with such a straggler is
+refused as its events are built, before the traffic starts.
 """
 
 from __future__ import annotations
@@ -24,23 +25,15 @@ from __future__ import annotations
 from pathlib import Path
 
 from labkit.kernel import bpf
-from labkit.kernel.cgroups import TOP, Cgroup, CgroupError, cgroup2_root
+from labkit.kernel.cgroups import TOP, Cgroup, CgroupError, cgroup2_root, mounted
 
-MOUNTINFO = Path("/proc/self/mountinfo")
 PERIOD_US = 5_000  # the quota's period: short, so that a burst of compute longer than it is
 # stretched by the factor (a period's quota is not saved up while the rank waits)
 
 
 def v1_cpu_root(mountinfo: str | None = None) -> Path | None:
     """Where a cgroup v1 hierarchy with the ``cpu`` controller is mounted, or None."""
-    text = MOUNTINFO.read_text() if mountinfo is None else mountinfo
-    for line in text.splitlines():
-        if " - " not in line:
-            continue
-        fields, (fstype, _source, options, *_) = line.split(), line.split(" - ", 1)[1].split()
-        if fstype == "cgroup" and "cpu" in options.split(","):
-            return Path(fields[4].replace("\\040", " "))
-    return None
+    return mounted("cgroup", "cpu", mountinfo)
 
 
 def v2_offers_cpu() -> bool:

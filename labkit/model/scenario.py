@@ -291,7 +291,7 @@ def _events(c: Checker, doc, fabric: FabricSpec, jobs: Sequence[JobEntry]
     """``events``: each a link of the fabric's and one change to it, or a host of one of
     the jobs whose rank computes longer, and a timing that holds."""
     links = {frozenset((link.a, link.b)): link for link in fabric.links}
-    ours = {h for j in jobs for h in j.ranks}
+    ranked = {h for j in jobs for h in j.ranks}  # the hosts a job's rank runs on
     out = []
     for i, entry in enumerate(c.seq(doc, "events")):
         key = f"events[{i}]"
@@ -299,7 +299,7 @@ def _events(c: Checker, doc, fabric: FabricSpec, jobs: Sequence[JobEntry]
         if ("link" in entry) == ("host" in entry):
             c.fail(key, "must name a `link: [a, b]` (down, rate_mbps, loss_percent, delay_ms) "
                    "or a `host` (slow), one of the two")
-        host, link, change, value = _event_target(c, entry, key, links, ours)
+        host, link, change, value = _event_target(c, entry, key, links, ranked)
         at = float(c.get(entry, key, EVENT, "at_s"))
         for_s = c.get(entry, key, EVENT, "for_s") if "for_s" in entry else None
         every = c.get(entry, key, EVENT, "every_s") if "every_s" in entry else None
@@ -312,7 +312,7 @@ def _events(c: Checker, doc, fabric: FabricSpec, jobs: Sequence[JobEntry]
     return tuple(out)
 
 
-def _event_target(c: Checker, entry, key: str, links, ours: set[str]
+def _event_target(c: Checker, entry, key: str, links, ranked: set[str]
                   ) -> tuple[str | None, LinkSpec | None, str, float]:
     """An event's host or link, its change and the value it changes to."""
     if "host" in entry:
@@ -321,7 +321,7 @@ def _event_target(c: Checker, entry, key: str, links, ours: set[str]
         if changes != ["slow"] or any(k in entry for k in EVENT_CHANGES):
             c.fail(key, "a host's event is `slow: <factor>` (its ranks compute that many "
                    "times as long); a dead NIC is its link's `down: true`")
-        if host not in ours:
+        if host not in ranked:
             c.fail(f"{key}.host", f"{host!r} runs no job's rank: name a host of an "
                    "allreduce, job or program entry")
         return host, None, "slow", float(c.get(entry, key, EVENT, "slow"))

@@ -362,9 +362,14 @@ def programs_wait(pf: PolicyFabric, programs: Sequence[Programs], duration_s: fl
     """Until every program has ended (the first's progress shown), the features told of
     each one's iterations as its first rank reports them (with several jobs)."""
     told = dict.fromkeys((p.spec.name for p in programs), 0)
+    heard = dict.fromkeys((p.spec.name for p in programs), 0)  # lines, at the last look
 
     def look() -> None:
         for p in programs:
+            lines = len(p.heard[0]) + len(p.heard[1])
+            if lines == heard[p.spec.name]:
+                continue  # nothing new: its iterations are as they were
+            heard[p.spec.name] = lines
             ended = jobtiming.ended_so_far(*p.heard)
             for k, compute in ended[told[p.spec.name]:]:
                 pf.op_done(p.spec.name, k, compute)

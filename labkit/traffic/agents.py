@@ -12,7 +12,6 @@ the packet templates built here with scapy; agents only patch them.
 from __future__ import annotations
 
 import json
-import os
 import random
 import selectors
 import subprocess
@@ -34,6 +33,7 @@ from labkit.model.traffic.results import (
     OpResult,
     StorageResult,
 )
+from labkit.traffic.opsteps import PipeLines
 
 ROCE_MTUS = (4096, 2048, 1024, 512, 256)
 HEADERS = 20 + 8 + wire.BTH_LEN + wire.RETH_LEN + wire.ICRC_LEN  # IPv4 + UDP + RoCE
@@ -71,18 +71,12 @@ class Agent(Generic[R]):
         self.proc = fabric.popen(node, [sys.executable, "-m", module, str(self.cfg_path)], what,
                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.err,
                                  text=True, bufsize=1, pass_fds=pass_fds)
-        self.unread = b""  # stdout read past the last whole line
+        self._lines = PipeLines(self.proc.stdout.fileno())  # what it prints, line by line
         self._sending = threading.Lock()  # features' threads send lines too (SLOW, SHIFT)
 
     def read_lines(self) -> list[str] | None:
-        """The whole lines the agent has printed since the last call (None: it exited).
-        Reads the pipe itself: a buffered readline would hide a second line already read
-        from the pipe from the next ``select``."""
-        chunk = os.read(self.proc.stdout.fileno(), 65536)
-        if not chunk:
-            return None
-        *lines, self.unread = (self.unread + chunk).split(b"\n")
-        return [line.decode().strip() for line in lines]
+        """The whole lines the agent has printed since the last call (None: it exited)."""
+        return self._lines.read()
 
     def send(self, line: str) -> None:
         """One whole line to the agent's stdin (nothing if it has gone)."""

@@ -39,7 +39,6 @@ Standard library only (plus ``wire``, ``hotpath``, ``rc``, ``schedules``, ``jobs
 from __future__ import annotations
 
 import json
-import os
 import resource
 import select
 import signal
@@ -59,6 +58,7 @@ from labkit.model.traffic.results import (
     Span,
 )
 from labkit.traffic import hotpath, rc
+from labkit.traffic.opsteps import PipeLines
 
 SO_RCVBUFFORCE = 33
 SOL_UDP, UDP_GRO = 17, 104  # <linux/udp.h>
@@ -469,7 +469,7 @@ def run(ranks: list[Rank], stdin, stdout) -> list[CollectiveResult]:
         time.sleep(min(0.001, wait_ns / 1e9))
 
     due = set(ranks)
-    launcher = LauncherLines(stdin.fileno())
+    launcher = PipeLines(stdin.fileno())
     poller.register(stdin, select.POLLIN)  # SHIFT, SLOW: the launcher's lines
     while wake and not stopping:
         now = time.monotonic_ns()
@@ -517,22 +517,6 @@ def run(ranks: list[Rank], stdin, stdout) -> list[CollectiveResult]:
     share = 1 / len(ranks)  # the engine's CPU, shared equally among its ranks
     return [r.result(bool(stopping), usage.ru_utime * share, usage.ru_stime * share)
             for r in ranks]
-
-
-class LauncherLines:
-    """Whole lines from the launcher's pipe as they come, read with ``os.read``: a
-    buffered reader would keep a second line out of ``poll``'s sight."""
-
-    def __init__(self, fd: int):
-        self.fd, self.pending = fd, b""
-
-    def read(self) -> list[str] | None:
-        """The lines complete so far (None: end of file, the launcher is gone)."""
-        chunk = os.read(self.fd, 4096)
-        if not chunk:
-            return None
-        *lines, self.pending = (self.pending + chunk).split(b"\n")
-        return [line.decode().strip() for line in lines]
 
 
 def _obey(ranks: list[Rank], lines: list[str] | None, stopping: list) -> None:

@@ -18,11 +18,15 @@ and drives one :class:`OpSteps` per rank, on that rank's host's map, as the hook
 in the rank: an op's start holds the window of a rank whose steps cross, and a step's
 end announces the next step's, a compute phase ahead. It hears of each a few ms late.
 
+Its line readers serve labkit's processes too: :class:`Tail` (a file another process
+appends to) and :class:`PipeLines` (a pipe: the engine's stdin, an agent's stdout).
+
 Standard library only: a job's own interpreter imports it.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 from pathlib import Path
 from typing import BinaryIO, TextIO
@@ -109,6 +113,23 @@ class Tail:
         if self._file is not None:
             self._file.close()
             self._file = None
+
+
+class PipeLines:
+    """Whole lines from a pipe as they come, read with ``os.read``: a buffered reader
+    would keep a second line out of ``poll``'s sight (the engine's stdin, the launcher's
+    end of an agent's stdout)."""
+
+    def __init__(self, fd: int):
+        self.fd, self.pending = fd, b""
+
+    def read(self) -> list[str] | None:
+        """The lines complete so far (None: end of file, the writer is gone)."""
+        chunk = os.read(self.fd, 65536)
+        if not chunk:
+            return None
+        *lines, self.pending = (self.pending + chunk).split(b"\n")
+        return [line.decode().strip() for line in lines]
 
 
 class Follower(threading.Thread):

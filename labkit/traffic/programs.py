@@ -453,19 +453,14 @@ class Programs:
         self.heard = own.iterations, own.ops
         return len(own.iterations) or len(own.ops)
 
-    def wait(self, duration_s: float | None, on_progress: Callable[[int], None] | None = None
-             ) -> None:
-        """Until every rank has exited, or ``duration_s`` after the release, or
-        :data:`EXIT_GRACE_S` after rank 0 reported the entry's ``iterations`` (then the
-        ranks left are stopped: a job hung on its way out is done). ProgramError when a
-        rank fails, the program is stuck (:class:`Stall`: the entry's ``stall_s``) or it
-        outlives :data:`LIMIT_S`."""
-        wait_all([(self, duration_s)], on_progress)
-
     def waiting(self, duration_s: float | None,
                 on_progress: Callable[[int], None] | None = None) -> Iterator[None]:
-        """:meth:`wait`, one look at a time: each ``next`` looks once (every
-        :data:`POLL_S`); it is exhausted when the program has ended."""
+        """Wait for the program, one look at a time (each ``next`` looks once; :func:`wait_all`
+        looks every :data:`POLL_S`), until every rank has exited, or ``duration_s`` after the
+        release, or :data:`EXIT_GRACE_S` after rank 0 reported the entry's ``iterations``
+        (then the ranks left are stopped: a job hung on its way out is done).
+        ProgramError when a rank fails, the program is stuck (:class:`Stall`: the entry's
+        ``stall_s``) or it outlives :data:`LIMIT_S`."""
         stop_at = self.released_ns + int((duration_s or LIMIT_S) * 1e9)
         shown, all_done_ns = -1, None
         stall = Stall(self.spec.stall_s or STALL_S)
@@ -565,9 +560,9 @@ class Programs:
 def wait_all(programs: Sequence[tuple[Programs, float | None]],
              on_progress: Callable[[int], None] | None = None,
              on_look: Callable[[], None] | None = None) -> None:
-    """Wait for several programs at once (each with its ``duration_s``, as
-    :meth:`Programs.wait`), looking at each every :data:`POLL_S`; ``on_progress`` follows
-    the first one's, ``on_look`` is called after each look at them all."""
+    """Wait for several programs at once (each with its ``duration_s``:
+    :meth:`Programs.waiting`), looking at each every :data:`POLL_S`; ``on_progress``
+    follows the first one's, ``on_look`` is called after each look at them all."""
     looks = [p.waiting(d, on_progress if k == 0 else None)
              for k, (p, d) in enumerate(programs)]
     while looks:

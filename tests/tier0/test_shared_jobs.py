@@ -209,10 +209,10 @@ def test_auto_with_several_jobs_and_a_dscp_a_rule_owns_are_refused():
 def test_the_launchers_lines_are_read_whole_however_they_arrive():
     import os
 
-    from labkit.traffic.collective import LauncherLines
+    from labkit.traffic.opsteps import PipeLines
 
     r, w = os.pipe()
-    lines = LauncherLines(r)
+    lines = PipeLines(r)
     os.write(w, b"SHIFT 3 100\nEN")
     assert lines.read() == ["SHIFT 3 100"]
     os.write(w, b"D\n")
