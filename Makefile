@@ -10,8 +10,11 @@ SYSTEM_PYTHON := /usr/bin/python3
 LOCK := requirements.lock
 DEV_LOCK := requirements-dev.lock
 PIP := $(PY) -m pip install -q --disable-pip-version-check
+# frr: BGP and BFD in the routers of a routed fabric (fabric.routing: bgp); labkit starts
+# its own daemons in each router's namespace, so the system service Debian enables is
+# stopped and disabled where make installed it and systemd runs.
 DEB_PACKAGES := mininet clang llvm libbpf-dev bpftool iperf3 tcpdump tshark iputils-ping \
-	iproute2 ethtool python3-venv procps zlib1g-dev
+	iproute2 ethtool python3-venv procps zlib1g-dev frr
 # The tests' (and `make samples`'): Chromium renders figures to SVG (labkit figures),
 # Slurm and munge run the batch executor's tests.
 TEST_PACKAGES := chromium slurm-wlm munge
@@ -59,6 +62,8 @@ system tools torch mpi:
 	  echo "labkit setup: installing Debian packages:" $$missing; \
 	  export DEBIAN_FRONTEND=noninteractive; \
 	  apt-get update -q && apt-get install -y -q --no-install-recommends $$missing; \
+	  case " $$missing " in *" frr "*) if [ -d /run/systemd/system ]; then \
+	    systemctl disable --now frr.service; fi;; esac; \
 	fi
 
 # bpffs for pins, tracefs for the qdisc tracepoints: mounted only when absent.

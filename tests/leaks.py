@@ -89,7 +89,7 @@ def labkit_objects() -> dict[str, list[str]]:
             continue
         text = b" ".join(args).decode(errors="replace")
         if "labkit.traffic." in text or " -is mininet:" in text or "/_delayline" in text or \
-                int(cmdline.parent.name) in commands:
+                "/labkit-frr-" in text or int(cmdline.parent.name) in commands:
             procs.append(f"{cmdline.parent.name}: {text.strip()}")
     root = cgroups.cgroup2_root()
     top = root / cgroups.TOP if root else None
@@ -106,6 +106,8 @@ def labkit_objects() -> dict[str, list[str]]:
     work = [str(p) for p in registry.WORK_DIR.glob("*")]
     # an MPI job's session directories (labkit.traffic.programs: tempfile's, then registered)
     work += [str(p) for p in Path(tempfile.gettempdir()).glob("labkit-mpi-*")]
+    # a routed fabric's FRR files (labkit.kernel.frr: tempfile's, registered)
+    work += [str(p) for p in Path(tempfile.gettempdir()).glob("labkit-frr-*")]
     return {"bpf_programs": progs, "struct_ops": struct_ops, "pins": pins,
             "registries": registries, "processes": procs, "cgroups": groups,
             "namespaces": namespaces, "work_dirs": work}

@@ -114,6 +114,20 @@ class LocalSlurm:
         return subprocess.run(argv, capture_output=True, text=True, timeout=timeout,
                               env={**os.environ, **self.env})
 
+    def final_states(self, job_ids: list[str], timeout: float = 60) -> list[str]:
+        """``squeue``'s "<id> <state> <cpus>" lines once none of ``job_ids`` is pending,
+        running or completing (a job's result can be in before its script has exited)."""
+        lines: list[str] = []
+
+        def settled() -> bool:
+            nonlocal lines
+            out = self.run(["squeue", "--noheader", "--states=all", "--format=%i %T %C"])
+            lines = out.stdout.splitlines()
+            return all(line.split()[1] not in ("PENDING", "RUNNING", "COMPLETING")
+                       for line in lines if line.split()[0] in job_ids)
+        self._until(settled, timeout, f"jobs {', '.join(job_ids)} did not end (squeue)")
+        return lines
+
     def stop(self) -> None:
         """Stop the daemons this started, by their PIDs, the last started first."""
         for proc in reversed(self.procs):

@@ -25,7 +25,11 @@ look at first.
   :data:`ONE_WAY` as long, the first one's host is named;
 * **a path** instead, when neither neighbour's input waited that long: only what the
   rank before sent it was late, on a link past either's own, as a leaf's link to a spine
-  (``name`` is ``before->rank``).
+  (``name`` is ``before->rank``). Unless packets were lost both ways: a lossy link's
+  waits are a few long timeouts, so one direction's can dwarf the other's by chance,
+  but its losses are not. When the rank itself sent (go-back-N) at least :data:`ONE_WAY`
+  as many packets again an op as the one before it did, what it sent onward was lost
+  too: its own link is named.
 
 What it cannot tell: which link on such a path (labkit's ring does not see the fabric's
 routes), and a job whose ranks do not form a ring gets the pair whose waits grew most.
@@ -115,6 +119,12 @@ def _blame(phase: pl.DataFrame, usual: pl.DataFrame, queue: pl.DataFrame, port: 
         host, into, onward, nxt = hosts[k], wire[k], wire[after], hosts[after]
     elif wire[before] >= ONE_WAY * wire[k]:  # into the one before and into k: its link
         host, into, onward, nxt = hosts[before], wire[before], wire[k], hosts[k]
+    elif (again := ranks["resent"].to_list())[before] > 0 and \
+            again[k] >= ONE_WAY * again[before]:  # lost into k and out of it: k's link
+        return ("link", hosts[k], f"the data into {hosts[k]} waited {wire[k]:.0f} ms more on "
+                f"the wire an op than in the others, and {hosts[before]} and {hosts[k]} sent "
+                f"{again[before]:.0f} and {again[k]:.0f} more packets again an op: lost on "
+                f"their way into {hosts[k]} and out of it")
     else:  # only what the one before sent k was late: a link past its own
         return ("path", f"{hosts[before]}->{hosts[k]}",
                 f"the data from {hosts[before]} into {hosts[k]} waited {wire[k]:.0f} ms more "
@@ -134,14 +144,16 @@ def _backlog(rows: pl.DataFrame) -> float:
 
 def _grown(phase: pl.DataFrame, usual: pl.DataFrame) -> pl.DataFrame:
     """Per rank, how much its own delay (compute, and how late it began), its waits on
-    the wire and its bubbles grew an op (ms) in ``phase`` against ``usual``."""
+    the wire and its bubbles grew an op (ms) in ``phase`` against ``usual``, and the
+    packets it sent again (``resent``)."""
     def means(rows: pl.DataFrame) -> pl.DataFrame:
         rows = rows.with_columns(pl.col("compute_ns", "exposed_ns", "bubble_ns").fill_null(0))
         return rows.group_by("rank", "host").agg(
             ((pl.col("compute_ns") + pl.col("late_ns")).mean() / 1e6).alias("own_ms"),
             (pl.col("exposed_ns").mean() / 1e6).alias("wire_ms"),
-            (pl.col("bubble_ns").mean() / 1e6).alias("bubble_ms"))
+            (pl.col("bubble_ns").mean() / 1e6).alias("bubble_ms"),
+            pl.col("resent").cast(pl.Float64).mean())
     now, then = means(phase), means(usual)
     return now.join(then, on=["rank", "host"], suffix="_usual").select(
         "rank", "host", *((pl.col(c) - pl.col(f"{c}_usual")).alias(c)
-                          for c in ("own_ms", "wire_ms", "bubble_ms")))
+                          for c in ("own_ms", "wire_ms", "bubble_ms", "resent")))

@@ -14,7 +14,7 @@ from dataclasses import asdict
 from functools import cache
 
 from labkit.model.abi import LANES
-from labkit.model.scenario_spec import ROCEV2_PORT, LaneRule, Scenario
+from labkit.model.scenario_spec import NETWORK_CONTROL, ROCEV2_PORT, LaneRule, Scenario
 from labkit.model.topo import Port, Topology
 
 KIND_NAMES = {"gpu": "GPU host", "storage": "storage host", "router": "router",
@@ -37,6 +37,7 @@ def fabric(sc: Scenario) -> dict:
     return {
         "scenario": sc.name, "file": sc.path, "description": sc.description,
         "scale_factor": sc.scale_factor, "rate_factor": sc.emulation.rate_factor,
+        "routing": sc.fabric.routing,
         "nodes": [_node(sc, topo, name, levels, far, egress) for name in names],
         "links": [_link(topo, a, b, egress) for a, b in topo.links],
         "routes": {name: [{**asdict(r), "hosts": [subnet[r.dst]] if r.dst in subnet else [],
@@ -129,6 +130,9 @@ def _lanes(sc: Scenario) -> dict:
     and the lanes a lossless fabric pauses."""
     added = {LaneRule("vip", dscp=p.dscp): f"{p.key}: the DSCP program {p.name}'s packets "
              "carry" for p in sc.programs}
+    if sc.fabric.routing == "bgp":
+        added[LaneRule("vip", dscp=NETWORK_CONTROL)] = (
+            "fabric.routing: bgp: the routers' BGP and BFD packets (CS6), ahead of data")
     return {
         "classifier": sc.classifier, "default": "normal", "order": list(LANES),
         "lossless": list(sc.fabric.lossless),

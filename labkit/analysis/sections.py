@@ -17,6 +17,7 @@ import polars as pl
 from labkit.analysis.culprits import culprits
 from labkit.analysis.jobs import jobs_report
 from labkit.analysis.ports import backlog_series
+from labkit.analysis.reroutes import reroutes
 from labkit.analysis.windows import counter_delta, num, quantile, quantile_us
 from labkit.analysis.workloads import program_notes
 from labkit.model.abi import LANES
@@ -36,6 +37,7 @@ from labkit.model.summary import (
     Program,
     Queues,
     ReactionTimes,
+    Reroute,
     Storage,
     StorageEntry,
     Tcp,
@@ -301,10 +303,17 @@ def _culprits(v: PolicyView) -> tuple[tuple[Culprit, ...] | None, list[str]]:
     return found or None, []
 
 
+def _reroutes(v: PolicyView) -> tuple[tuple[Reroute, ...] | None, list[str]]:
+    """A routed fabric's answer to each link going down."""
+    if v.meta.routing == "static":
+        return None, []
+    return reroutes(v.of("events"), v.of("routes"), v.start) or None, []
+
+
 SECTIONS: tuple[Section, ...] = (
     Section("storage", _storage), Section("transport", _transport),
     Section("controller", _controller), Section("lossless", _lossless),
     Section(None, _program), Section("tcp", _tcp), Section("queues", _queues),
     Section("telemetry", _telemetry), Section("lossy_links", _lossy_links),
     Section("commands", _commands), Section("delays", _delays), Section("jobs", _jobs),
-    Section("culprits", _culprits))
+    Section("culprits", _culprits), Section("reroutes", _reroutes))

@@ -54,6 +54,7 @@ class FabricSpec:
     lossless: tuple[str, ...] = ()  # lanes paused instead of dropped (labkit.model.lossless)
     servers: tuple[ServerSpec, ...] = ()  # with gpus_per_host > 1
     nvlinks: tuple[LinkSpec, ...] = ()  # switch-GPU links of the servers, in server order
+    routing: str = "static"  # or "bgp": FRR in every router (labkit.kernel.frr)
 
     @property
     def gpus_per_host(self) -> int:

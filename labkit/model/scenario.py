@@ -84,6 +84,7 @@ from labkit.model.scenario_spec import (
     JOB_LAYOUTS,
     LAUNCHERS,
     LAYOUTS,
+    NETWORK_CONTROL,
     PER_RANK_TEMPLATES,
     RANK_TEMPLATES,
     ROCEV2_PORT,
@@ -124,7 +125,8 @@ __all__ = [  # besides the functions below: what this module has always offered
     "JOB_DSCP", "JOB_PARAMS", "LABEL_RE", "LANES", "LAUNCHERS", "LAYOUTS", "LIMITS",
     "LINK_KEYS", "MAX_BOTTLENECKS", "MAX_COMMANDS", "MAX_LANE_RULES", "MAX_MESSAGE_BYTES",
     "MAX_RATE_FACTOR", "MAX_STORAGE_CONNECTIONS", "MAX_STORAGE_ENTRIES", "MAX_SUBNETS",
-    "MIN_RATE_FACTOR", "MIXES", "MODULE_RE", "NAME_RE", "NVLINK_RATIO", "PATTERNS",
+    "MIN_RATE_FACTOR", "MIXES", "MODULE_RE", "NAME_RE", "NETWORK_CONTROL", "NVLINK_RATIO",
+    "PATTERNS",
     "PER_RANK_TEMPLATES", "PIPELINE_SCHEDULES", "POLICIES", "RANK_TEMPLATES",
     "REMOVED_CONTROL_KEYS", "ROCEV2_PORT", "ROLES", "RULE_KEYS", "SCENARIO_NAME_RE",
     "SIZE_RE", "TCP_CONTROLS", "TIMINGS", "WORKLOADS", "AllReduceSpec", "Arrival",
@@ -199,7 +201,14 @@ def parse(doc: Any, file: str = "<scenario>") -> Scenario:
     jobs = with_job_dscps(c, jobs, lanes)
     lanes = _with_job_rules(c, lanes, jobs)
     for program in (j for j in jobs if isinstance(j, ProgramSpec)):
-        lanes = _with_program_rule(c, lanes, program)
+        # every packet the job sends is marked with it (labkit.kernel.jobmark): it is a
+        # collective's wherever rules apply
+        lanes = _with_vip_dscp(c, lanes, program.dscp, f"{program.key}'s",
+                               f"drop the rule, or give {program.key}.dscp another value")
+    if fabric.routing == "bgp":  # a switch sends its own control traffic ahead of data
+        lanes = _with_vip_dscp(c, lanes, NETWORK_CONTROL, "the routers' BGP and BFD",
+                               "drop the rule (DSCP 48, CS6, is network control, as FRR "
+                               "marks it)")
     control = _control(c, top.get("control", {}), "control")
     emulation = _emulation(c, top.get("emulation", {}), "emulation")
     transport = _transport(c, top.get("transport", {}), "transport", fabric)
@@ -267,22 +276,20 @@ def _transport(c: Checker, doc, key: str, fabric: FabricSpec) -> TransportSpec:
     return TransportSpec(tcp=tcp, hosts=hosts, ecn_k_packets=k)
 
 
-def _with_program_rule(c: Checker, lanes: tuple[LaneRule, ...], program: ProgramSpec
-                       ) -> tuple[LaneRule, ...]:
-    """The lane rules with the program's DSCP first in the vip lane: every packet the job
-    sends is marked with it (labkit.kernel.jobmark), so it is a collective's wherever rules
-    apply."""
-    rule = LaneRule("vip", dscp=program.dscp)
+def _with_vip_dscp(c: Checker, lanes: tuple[LaneRule, ...], dscp: int, whose: str,
+                   fix: str) -> tuple[LaneRule, ...]:
+    """The lane rules with DSCP ``dscp`` first in the vip lane (``whose`` packets carry
+    it); a rule that puts it in another lane is refused, with ``fix``."""
+    rule = LaneRule("vip", dscp=dscp)
     for r in lanes:
-        if r.dscp == program.dscp and r.lane != "vip":
+        if r.dscp == dscp and r.lane != "vip":
             j = [x for x in lanes if x.lane == r.lane].index(r)
-            c.fail(f"lanes.{r.lane}[{j}]", f"puts DSCP {program.dscp} in the {r.lane} lane, "
-                   f"but {program.key}'s packets carry it to be a collective's: drop the rule, "
-                   f"or give {program.key}.dscp another value")
+            c.fail(f"lanes.{r.lane}[{j}]", f"puts DSCP {dscp} in the {r.lane} lane, but "
+                   f"{whose} packets carry it to be in vip: {fix}")
     out = (rule, *(r for r in lanes if r != rule))
     if len(out) > MAX_LANE_RULES:
-        c.fail("lanes", f"at most {MAX_LANE_RULES - 1} rules beside the program's DSCP rule "
-                        "fit the classifier")
+        c.fail("lanes", f"at most {MAX_LANE_RULES - 1} rules beside {whose} DSCP rule fit "
+                        "the classifier")
     return out
 
 

@@ -48,6 +48,7 @@ from labkit.model.shapes import (
 )
 
 ROLES = ("gpu", "storage")
+ROUTING = ("static", "bgp")  # fabric.routing: labkit's routes, or FRR's BGP (labkit.kernel.frr)
 # names, each matched whole (fullmatch: `$` would let a final newline through)
 SCENARIO_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
 NAME_RE = re.compile(r"[a-z][a-z0-9]{0,8}")  # a node: "<node>-eth<k>" within IFNAMSIZ
@@ -183,6 +184,7 @@ FABRIC = Keys({
     "lossless": AnyOf((FLAG, list_of(Choice(LANES), uniqueItems=True))),
     "gpus_per_host": num("gpus_per_host"),
     "nvlink": NVLINK,
+    "routing": Choice(ROUTING),
 }, {"routers", "hosts", "bottlenecks"})
 
 # a lane rule: roce (true only: false is no condition), dscp, <proto>_<side>port, or a

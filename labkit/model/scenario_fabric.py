@@ -22,6 +22,7 @@ from labkit.model.scenario_doc import (
     LINK_ENTRY,
     MAX_BOTTLENECKS,
     NVLINK,
+    ROUTING,
 )
 from labkit.model.shapes import Keys, kind_of
 
@@ -152,7 +153,8 @@ def check_fabric(c: Checker, fab, link_defaults: dict) -> FabricSpec:
                    f"is {len(last)} characters, past Linux's {IFNAMSIZ}: shorten the name "
                    "or give it fewer links")
     spec = FabricSpec(tuple(routers), tuple(hosts), links, tuple(bottlenecks),
-                      _lossless(c, fab.get("lossless", False)), servers, nvlinks)
+                      _lossless(c, fab.get("lossless", False)), servers, nvlinks,
+                      _routing(c, fab.get("routing", "static")))
     if spec.lossless:
         try:
             lossless.queues(topo.Topology(spec), spec.lossless, "fifo")
@@ -209,6 +211,14 @@ def server_problem(fabric: FabricSpec, ranks: tuple[str, ...]) -> str | None:
     return None
 
 
+
+
+def _routing(c: Checker, value) -> str:
+    """``fabric.routing``: static (labkit's routes) or bgp (FRR in every router)."""
+    if value not in ROUTING:
+        c.fail("fabric.routing", "must be static (labkit's routes, the default) or bgp "
+                                 f"(BGP with BFD in every router, by FRR), got {value!r}")
+    return value
 
 
 def _lossless(c: Checker, value) -> tuple[str, ...]:

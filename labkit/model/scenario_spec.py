@@ -28,6 +28,7 @@ SHARED_LAYOUTS = ("together", "job-priority", "job-weights", "interleave")  # ne
 CONTROLLERS = ("reactive", "proactive", "state-aware")  # labkit.control
 POLICIES = LAYOUTS + JOB_LAYOUTS + CONTROLLERS  # plus "<layout>+<controller>": "priority+reactive"
 ROCEV2_PORT = 4791  # RoCEv2's UDP port: what a lane rule's `roce` matches
+NETWORK_CONTROL = 48  # DSCP CS6: a routed fabric's BGP and BFD packets, as FRR marks them
 
 
 @dataclass(frozen=True)

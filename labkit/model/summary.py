@@ -505,6 +505,25 @@ class Culprit(Section):
 
 
 @dataclass(frozen=True, kw_only=True)
+class Reroute(Section):
+    """A routed fabric's answer to one link going down (``fabric.routing: bgp``), from its
+    routers' kernel routes (the ``routes`` table): the event (its index in ``events``,
+    its link, when it went down: seconds into the policy's window), how many routers'
+    routes to the hosts changed while it was down, when the first of them changed and
+    when the last did (ms after it went down), and when the last changed back after it
+    came up (ms after that). None: nothing moved (no route used the link, or the fabric
+    did not react), or it never came back in the run."""
+
+    event: int
+    link: str
+    at_s: float
+    routers: int
+    moved_ms: float | None
+    converged_ms: float | None
+    restored_ms: float | None
+
+
+@dataclass(frozen=True, kw_only=True)
 class PolicySummary(Section):
     """One policy of a run: its workload (under the key of its kind, first) and every
     section docs/data-model.md describes. ``transport``, ``telemetry`` and ``commands``
@@ -528,6 +547,7 @@ class PolicySummary(Section):
     delays: dict[str, LinkDelay] | None = when_set()  # by hop ("node->peer")
     jobs: Jobs | None = when_set()  # several jobs sharing the fabric
     culprits: tuple[Culprit, ...] | None = when_set()  # the job's slow phases, blamed
+    reroutes: tuple[Reroute, ...] | None = when_set()  # a routed fabric's, per link down
 
 @dataclass(frozen=True, kw_only=True)
 class Summary(Section):

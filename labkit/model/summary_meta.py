@@ -145,3 +145,4 @@ class SummaryMeta:
     ecn_marks: dict[str, dict[str, dict[str, int]]] = field(default_factory=dict)  # per port
     delays: dict[str, tuple[LinkDelayRow, ...]] = field(default_factory=dict)  # delayed links
     jobs: tuple[JobMeta, ...] = ()  # with several jobs, each of them
+    routing: str = "static"  # fabric.routing: "bgp" records the routers' routes

@@ -34,6 +34,7 @@ class CollectiveRow(NamedTuple):
     compute_ns: Int
     exposed_ns: Int
     bubble_ns: Int
+    resent: Int  # packets the rank sent again during the op (labkit's ranks; else 0)
 
 
 class PhaseRow(NamedTuple):
@@ -280,13 +281,25 @@ class EventRow(NamedTuple):
     state: Str
 
 
+class RouteRow(NamedTuple):
+    """A router's kernel route to a host subnet (``routes``, a routed fabric's): as the
+    traffic started (``change`` "start"), and each time BGP replaced it ("new") or took it
+    away ("del"), with its next hops (addresses, space-separated; "" when deleted)."""
+
+    t_ns: Int
+    router: Str
+    dst: Str  # "10.0.5.0/24"
+    via: Str
+    change: Str
+
+
 TABLES: dict[str, type[tuple]] = {  # every table by its name (its file's), in this order
     "collectives": CollectiveRow, "phases": PhaseRow, "transport": TransportRow,
     "queue": QueueRow, "lanes": LaneRow, "job_lanes": JobLaneRow, "sojourn": SojournRow,
     "latency": LatencyRow, "histograms": HistRow, "gaps": GapRow, "flows": FlowRow,
     "ios": IoRow, "cpu": CpuRow, "pauses": PauseRow, "controller": Decision,
     "program_ops": OpRow, "bursts": BurstRow, "dctcp": DctcpRow, "events": EventRow,
-    "job_ranks": JobRankRow, "job_shifts": JobShiftRow,
+    "job_ranks": JobRankRow, "job_shifts": JobShiftRow, "routes": RouteRow,
 }
 
 

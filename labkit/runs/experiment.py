@@ -391,7 +391,7 @@ def _collect(result: PolicyResult, ranks: list[tuple[str, CollectiveResult]],
     for node, r in ranks:
         result.collectives.extend(
             CollectiveRow(o.op, o.rank, node, o.start_ns, o.end_ns, o.wrong, o.compute_ns,
-                          o.exposed_ns, o.bubble_ns) for o in r.ops)
+                          o.exposed_ns, o.bubble_ns, o.resent) for o in r.ops)
         result.phases.extend(PhaseRow(s.op, r.rank, node, s.phase, s.start_ns, s.end_ns)
                              for s in r.phases)
         c = r.counters or NOT_COUNTED  # a rank that never started counted nothing
@@ -438,7 +438,7 @@ def _collect_program(result: PolicyResult, programs: Programs, marks: JobMarks) 
     result.collectives += [
         CollectiveRow(op=it.i, rank=rank, host=host, start_ns=it.start_ns, end_ns=it.end_ns,
                       wrong=0, compute_ns=jobtiming.compute_ns(it),
-                      exposed_ns=it.exposed_ns or 0, bubble_ns=0)
+                      exposed_ns=it.exposed_ns or 0, bubble_ns=0, resent=0)
         for rank, host, it in iterations]
     result.programs[spec.name] = ProgramReport(
         name=spec.name, source=source, warmup=spec.warmup, bad_lines=bad, bursts_lost=lost,
@@ -616,6 +616,7 @@ def summary_meta(sc: Scenario, topo: Topology, run_id: str, results: list[Policy
                    for r in results},
         loss_drops={r.policy: r.loss_drops for r in results},
         tcp_control=sc.transport.tcp, ecn_k_packets=sc.transport.ecn_k_packets,
+        routing=sc.fabric.routing,
         ecn_marks={r.policy: r.ecn_marks for r in results if r.ecn_marks},
         delays={r.policy: tuple(r.delays) for r in results if r.delays},
         commands={r.policy: tuple(Command(**asdict(c)) for c in r.commands)  # the same fields

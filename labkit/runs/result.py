@@ -28,6 +28,7 @@ from labkit.model.tables import (
     PauseRow,
     PhaseRow,
     QueueRow,
+    RouteRow,
     SojournRow,
     TransportRow,
 )
@@ -76,4 +77,5 @@ class PolicyResult:
     programs: dict[str, ProgramReport] = field(default_factory=dict)  # each as it ended
     delays: list[LinkDelayRow] = field(default_factory=list)  # the delay line, per direction
     events: list[EventRow] = field(default_factory=list)  # the timeline's faults as they acted
+    routes: list[RouteRow] = field(default_factory=list)  # a routed fabric's, as they changed
     aborted: bool = False

@@ -73,8 +73,9 @@ SCHEMAS: dict[str, dict[str, PolarsDataType]] = {
 # tables newer than the first runs: a manifest without a "tables" list predates them,
 # and such a run loads with them empty (as does one whose list lacks them)
 ADDED_LATER = {"ios", "controller", "gaps", "phases", "pauses", "program_ops", "bursts",
-               "dctcp", "events", "job_lanes", "job_ranks", "job_shifts"}
-COLUMNS_ADDED_LATER = {("transport", "cnps"): 0}  # what older runs lack, and its value there
+               "dctcp", "events", "job_lanes", "job_ranks", "job_shifts", "routes"}
+# what older runs lack, and its value there
+COLUMNS_ADDED_LATER = {("transport", "cnps"): 0, ("collectives", "resent"): 0}
 
 
 class RunDataError(ValueError):

@@ -206,14 +206,15 @@ def run(scenario: str | Path | Scenario, policies: Sequence[str] | None = None, 
     Returns the recorded run."""
     from labkit.analysis.summarize import summarize
     from labkit.control import CONTROLLERS
-    from labkit.kernel import cgroups
+    from labkit.kernel import cgroups, frr
     from labkit.runs import experiment
 
     req = resolve.resolve_run(scenario, policies, source=source, seed=seed, duration=duration,
                               controllers=controllers, pcap=pcap, pcap_snaplen=pcap_snaplen,
                               telemetry=telemetry)
     sc, source, topology, users = req.scenario, req.source, req.topology, req.controllers
-    if problem := not_ready() or (cgroups.problem() if sc.programs else None):
+    if problem := not_ready() or (cgroups.problem() if sc.programs else None) or (
+            frr.problem() if sc.fabric.routing == "bgp" else None):
         raise NotReady(problem)
     tell = on_progress or (lambda _: None)
     results = []

@@ -80,8 +80,9 @@ class Op:
     one wait (a bubble, then a wire wait) ends before the next step starts or the op
     ends: at most three spans per step of the plan, as bounded as the plan itself."""
 
-    def __init__(self, plan: schedules.Plan, now: int, slow: float = 1.0):
+    def __init__(self, plan: schedules.Plan, now: int, slow: float = 1.0, resent: int = 0):
         self.plan = plan
+        self.resent_before = resent  # the rank's packets sent again before the op began
         self.slow = slow  # each compute phase takes this many times its planned time
         self.values = dict(plan.initial)
         self.pending = [list(step.recv) for step in plan.steps]
@@ -174,15 +175,16 @@ class Op:
     def total_ns(self, phase: str) -> int:
         return sum(end - start for p, start, end in self.spans if p == phase)
 
-    def finish(self, index: int, rank: int, now: int) -> OpResult:
-        """End the op at ``now`` (a wait still open ends with it): its row of the
-        ``collectives`` table."""
+    def finish(self, index: int, rank: int, now: int, resent: int = 0) -> OpResult:
+        """End the op at ``now`` (a wait still open ends with it; ``resent``: the rank's
+        packets sent again so far): its row of the ``collectives`` table."""
         if self.waiting_since is not None:
             self.waited(self.waiting_since, now)
             self.waiting_since = None
         return OpResult(op=index, rank=rank, start_ns=self.start_ns, end_ns=now,
                         wrong=self.wrong(), compute_ns=self.total_ns(COMPUTE),
-                        exposed_ns=self.total_ns(WIRE_WAIT), bubble_ns=self.total_ns(BUBBLE))
+                        exposed_ns=self.total_ns(WIRE_WAIT), bubble_ns=self.total_ns(BUBBLE),
+                        resent=resent - self.resent_before)
 
 
 def plan_for(workload: dict, n: int, rank: int) -> schedules.Plan:
@@ -357,7 +359,7 @@ class Rank:
             return None
         senders = self.senders
         if not self.op_state and now >= self.next_op_at:  # the next op starts
-            self.op_state.append(Op(self.plan, now, self.slow))
+            self.op_state.append(Op(self.plan, now, self.slow, self.resent()))
             self.board.op_started(now, self.op_bytes)
             waiting, self.early = self.early, []
             for message in waiting:
@@ -371,7 +373,7 @@ class Rank:
         self.drain()
         now = time.monotonic_ns()
         if op and op.received_all() and all(s.idle() for s in senders.values()):
-            self.ops.append(op.finish(self.op_index, self.cfg.rank, now))
+            self.ops.append(op.finish(self.op_index, self.cfg.rank, now, self.resent()))
             self.phases += [Span(self.op_index, *span) for span in op.spans]
             self.op_state.clear()
             self.op_index += 1
@@ -408,6 +410,10 @@ class Rank:
             poller.unregister(self.tx[p])
         self.watched = set(self.blocked)
 
+    def resent(self) -> int:
+        """Packets this rank's senders have sent again so far (go-back-N)."""
+        return sum(s.retransmits for s in self.senders.values())
+
     def finish(self) -> None:
         """Done with its ops: the phase board closes, the rank only answers from now."""
         if not self.finished:
@@ -423,7 +429,7 @@ class Rank:
             aborted=stopped or self.op_index < self.cfg.iterations,
             counters=RankCounters(
                 cpu_user_s=cpu_user_s, cpu_sys_s=cpu_sys_s,
-                retransmits=sum(s.retransmits for s in senders),
+                retransmits=self.resent(),
                 timeouts=sum(s.timeouts for s in senders),
                 naks=sum(s.naks for s in senders),
                 cnps=sum(s.cnps for s in senders),

@@ -21,7 +21,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from labkit.kernel import bpf, cgroups, registry
+from labkit.kernel import bpf, cgroups, frr, registry
 from labkit.kernel.skeletons import CLASSIFIER
 from labkit.model import paths
 from labkit.model.scenario_spec import DEFAULT_PYTHON
@@ -113,6 +113,10 @@ def checks() -> list[Check]:
                      "importable" if torch is not None and torch.returncode == 0
                      else "not installed", "make torch   (Debian's python3-torch)",
                      required=False))
+    routing = frr.problem()
+    out.append(Check("FRR for routed fabrics (fabric.routing: bgp, topologies/faults.yaml)",
+                     routing is None, routing or f"zebra, bfdd and bgpd in {frr.FRR_DIR}",
+                     "apt-get install frr   (make setup does this)"))
     leftovers = registry.leftovers_line()
     out.append(Check("no objects left by a killed run (optional)", leftovers is None,
                      leftovers or "", "sudo labkit clean", required=False))

@@ -21,7 +21,7 @@ from labkit.model.traffic.results import (
 from labkit.runs import experiment, rundir
 
 OP = {"op": 0, "rank": 1, "start_ns": 100, "end_ns": 900, "wrong": 0, "compute_ns": 300,
-      "exposed_ns": 200, "bubble_ns": 50}
+      "exposed_ns": 200, "bubble_ns": 50, "resent": 6}
 RANK = {"cpu_user_s": 0.25, "cpu_sys_s": 0.5, "rank": 1, "ops": [OP],
         "phases": [[0, "compute", 100, 400], [0, "bubble", 400, 450]], "aborted": False,
         "retransmits": 2, "timeouts": 1, "naks": 0, "cnps": 3, "out_of_order": 4,
@@ -74,7 +74,7 @@ def test_the_run_reads_the_results_into_its_tables():
                                  ("g3", CollectiveResult.from_json(NEVER_STARTED))],
                         [Finished("s1", StorageResult.from_json(STORAGE))])
     tables = rundir.tables_from([policy])
-    assert tables["collectives"].row(0) == ("fifo", 0, 1, "g2", 100, 900, 0, 300, 200, 50)
+    assert tables["collectives"].row(0) == ("fifo", 0, 1, "g2", 100, 900, 0, 300, 200, 50, 6)
     assert tables["phases"]["phase"].to_list() == ["compute", "bubble"]
     transport = tables["transport"].rows()
     assert transport[0] == ("fifo", "g2", 1, 70, 2, 1, 0, 4, 65536, 0.25, 0.5, 3)

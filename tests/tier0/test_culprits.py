@@ -10,7 +10,7 @@ from labkit.analysis.culprits import culprits
 
 MS = 1_000_000
 HOSTS = ["g1", "g2", "g3", "g4"]
-USUAL = {"compute": 100, "wire": 20, "bubble": 0}
+USUAL = {"compute": 100, "wire": 20, "bubble": 0, "resent": 0}
 
 
 def _rows(slowed: dict[int, dict[int, dict[str, int]]], ops: int = 12) -> pl.DataFrame:
@@ -24,7 +24,8 @@ def _rows(slowed: dict[int, dict[int, dict[str, int]]], ops: int = 12) -> pl.Dat
             rows.append({"policy": "isolated", "op": op, "rank": r, "host": HOSTS[r],
                          "start_ns": (t + m["late"]) * MS, "end_ns": (t + length) * MS,
                          "wrong": 0, "compute_ns": m["compute"] * MS,
-                         "exposed_ns": m["wire"] * MS, "bubble_ns": m["bubble"] * MS})
+                         "exposed_ns": m["wire"] * MS, "bubble_ns": m["bubble"] * MS,
+                         "resent": m["resent"]})
         t += length + 10
     return pl.DataFrame(rows)
 
@@ -93,3 +94,16 @@ def test_a_link_past_the_hosts_own_is_named_as_the_path_between_two_ranks():
     (c,) = culprits(_rows(slow), _queue(), "leaf1-eth4", "leaf1-spine1")
     assert (c.kind, c.name) == ("path", "g2->g3")
     assert "not either's own" in c.evidence
+
+
+def test_a_lossy_link_whose_timeouts_fell_one_way_is_named_by_its_losses_both_ways():
+    """g3's link lost packets both ways, but only the data into g3 met long timeouts:
+    g2 and g3 both sent packets again, so it is g3's link, not the path from g2. A path
+    whose losses only g2 resent stays a path."""
+    def lossy(g3_resent: int) -> pl.DataFrame:
+        return _rows({op: {1: {"resent": 30}, 2: {"wire": 300, "resent": g3_resent},
+                           3: {"wire": 25}} for op in (4, 5)})
+    (c,) = culprits(lossy(20), _queue(), "leaf1-eth4", "leaf1-spine1")
+    assert (c.kind, c.name) == ("link", "g3") and "30 and 20 more packets" in c.evidence
+    (c,) = culprits(lossy(2), _queue(), "leaf1-eth4", "leaf1-spine1")
+    assert (c.kind, c.name) == ("path", "g2->g3")

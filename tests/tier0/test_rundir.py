@@ -154,7 +154,7 @@ I64, STR, F64 = pl.Int64, pl.String, pl.Float64
 RECORDED = {  # every table's columns and dtypes as runs have recorded them (before "run_id")
     "collectives": {"policy": STR, "op": I64, "rank": I64, "host": STR, "start_ns": I64,
                     "end_ns": I64, "wrong": I64, "compute_ns": I64, "exposed_ns": I64,
-                    "bubble_ns": I64},
+                    "bubble_ns": I64, "resent": I64},
     "phases": {"policy": STR, "op": I64, "rank": I64, "host": STR, "phase": STR,
                "start_ns": I64, "end_ns": I64},
     "transport": {"policy": STR, "host": STR, "rank": I64, "packets_sent": I64,
@@ -199,6 +199,8 @@ RECORDED = {  # every table's columns and dtypes as runs have recorded them (bef
                   "iterations": I64, "lane": STR},
     "job_shifts": {"policy": STR, "t_ns": I64, "job": STR, "op": I64, "shift_ns": I64,
                    "period_ns": I64, "comm_ns": I64},
+    "routes": {"policy": STR, "t_ns": I64, "router": STR, "dst": STR, "via": STR,
+               "change": STR},
 }
 
 
@@ -221,7 +223,7 @@ def test_every_sample_run_loads_in_its_schemas(sample):
 
 
 ROUND_TRIP = ["checkpoint-burst", "lossless/lossless", "pytorch-ddp", "dctcp-paper/dctcp",
-              "link-faults", "two-jobs"]
+              "link-faults", "two-jobs", "faults"]
 
 
 @pytest.mark.parametrize("sample", ROUND_TRIP)

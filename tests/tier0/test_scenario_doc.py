@@ -93,6 +93,7 @@ def _two_jobs() -> dict:
                               "ranks": ["g2", "g4"], "iterations": 5, **JOBS["data"]})
     doc["lanes"]["normal"].append({"job": "small"})
     doc["policies"] = ["isolated", "together", "fair", "job-priority", "fair+reactive"]
+    doc["fabric"]["routing"] = "bgp"
     return doc
 
 

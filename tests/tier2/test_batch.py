@@ -118,14 +118,14 @@ def test_the_grid_runs_as_exclusive_jobs_on_a_single_node_slurm(fabric_ready, gr
     job_ids = [p.job_id for p in done.points]
     assert len(set(job_ids)) == 2 and all(j.isdigit() for j in job_ids)
     assert any(status == "running" and host == slurm.node for _, status, host in seen)
-    states = slurm.run(["squeue", "--noheader", "--states=all", "--format=%i %T %C"]).stdout
+    states = slurm.final_states(job_ids)
     for job_id in job_ids:
         script = (done.path / "slurm" / f"{job_id}_submission.sh").read_text().splitlines()
         for line in ("#SBATCH --exclusive", "#SBATCH --nodes=1", "#SBATCH --time=10",
                      "#SBATCH --mem=0", "#SBATCH --job-name=labkit-tiny-grid"):
             assert line in script
         # each job held the whole node: every CPU of it
-        assert f"{job_id} COMPLETED {os.cpu_count()}" in states.splitlines(), states
+        assert f"{job_id} COMPLETED {os.cpu_count()}" in states, states
     for p in done.points:
         assert p.host == rundir.host_label()  # the job's own answer, from the node
 

@@ -31,6 +31,7 @@ class OpResult:
     compute_ns: int
     exposed_ns: int  # waits while the awaited data was on its way
     bubble_ns: int  # waits before it had left its sender
+    resent: int = 0  # packets this rank's go-back-N sent again during the op
 
 
 class Span(NamedTuple):

@@ -25,14 +25,15 @@ from labkit.runs.features.lanes import Lanes
 from labkit.runs.features.loss import LossyLinks
 from labkit.runs.features.pausing import Pausing
 from labkit.runs.features.probes import Probes
+from labkit.runs.features.routes import Routes
 from labkit.runs.features.tcp import TcpControl, dctcp_rows
 
 # the features a policy's stack may have, in the order they are built (each may use the
 # ones before it) and started; closed in the reverse order
 FEATURES: tuple[type[Feature], ...] = (LossyLinks, TcpControl, EcnMarking, Lanes, Probes,
                                        JobPriority, JobWeights, Interleave, Pausing, Control,
-                                       JobMarking, Delays, Events)
+                                       JobMarking, Delays, Routes, Events)
 
 __all__ = ["FEATURES", "Control", "Delays", "EcnMarking", "Events", "F", "Feature",
            "Interleave", "JobMarking", "JobPriority", "JobWeights", "Lanes", "LossyLinks",
-           "Pausing", "Probes", "Stack", "TcpControl", "dctcp_rows", "watched_ports"]
+           "Pausing", "Probes", "Routes", "Stack", "TcpControl", "dctcp_rows", "watched_ports"]

@@ -87,6 +87,7 @@ def print_summary(summary: Summary) -> None:
     _print_delays(summary)
     _print_jobs(summary)
     _print_culprits(summary)
+    _print_reroutes(summary)
     paused = {k: (p.lossless, p.transport) for k, p in summary.policies.items() if p.lossless}
     if paused:
         lossless_lanes = ", ".join(next(iter(paused.values()))[0].lanes)
@@ -265,6 +266,29 @@ def _print_culprits(summary: Summary) -> None:
     console.print(t)
 
 
+def _print_reroutes(summary: Summary) -> None:
+    """How a routed fabric's routes moved off each link that went down, and back."""
+    found = {k: p.reroutes for k, p in summary.policies.items() if p.reroutes}
+    if not found:
+        return
+    t = Table(title="links down, and the routes BGP moved off them (fabric.routing: bgp)",
+              caption="at: when it went down, in the policy's window; moved: when the "
+                      "first router's kernel route changed, converged: the last's (ms "
+                      "after it went down); back: when the last moved route came back "
+                      "after it came up (ms); from each router's kernel routes",
+              caption_justify="left")
+    for col in ("policy", "link", "at s", "routers", "moved ms", "converged ms", "back ms"):
+        t.add_column(col, justify="left" if col in ("policy", "link") else "right")
+
+    def ms(x: float | None) -> str:
+        return "—" if x is None else f"{x:.0f}"
+    for policy, rows in found.items():
+        for r in rows:
+            t.add_row(policy, r.link, f"{r.at_s:.2f}", str(r.routers), ms(r.moved_ms),
+                      ms(r.converged_ms), ms(r.restored_ms))
+    console.print(t)
+
+
 def rates_line(rates: Rates) -> str:
     """What ``emulation.rate_factor`` did to a run, in a sentence."""
     where = (f"the newest calibration, {rates.calibration}" if rates.calibration
@@ -317,7 +341,9 @@ def print_fabric(desc: dict) -> None:
                       f"for {1e3 / scale:.3g} real µs at this scale ("
                       + ", ".join(f"{d:g} ms: {d * 1e3 / scale:.3g} µs" for d in delays) + ")",
                       highlight=False)
-    r = Table(title="routes", title_justify="left")
+    r = Table(title="routes" if desc["routing"] == "static" else
+              "routes (BGP with BFD, FRR in every router: these once it has converged; a "
+              "failed link's move to the others)", title_justify="left")
     for col in ("node", "to", "next hops"):
         r.add_column(col)
     for node, routes in desc["routes"].items():

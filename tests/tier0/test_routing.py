@@ -1,0 +1,106 @@
+"""A routed fabric without the kernel (issue 49, ``fabric.routing: bgp``): the FRR plan
+made from the router graph, the scenario's key, and what a run's summary reads of its
+routes (labkit.analysis.reroutes) from tables made by hand."""
+
+from __future__ import annotations
+
+import copy
+
+import polars as pl
+import pytest
+
+from labkit.analysis.reroutes import reroutes
+from labkit.kernel import frr
+from labkit.model import scenario
+from labkit.model.paths import scenario_file
+from labkit.model.topo import Topology
+from labkit.runs import rundir
+
+MS = 1_000_000
+
+
+def _faults(**fabric) -> scenario.Scenario:
+    _, doc = scenario.read_yaml(scenario_file("faults"))
+    doc = copy.deepcopy(doc)
+    doc["fabric"].update(fabric)
+    return scenario.parse(doc, "faults.yaml")
+
+
+def test_faults_yaml_is_routed_by_bgp_and_static_stays_the_default():
+    assert _faults().fabric.routing == "bgp"
+    doc = {k: v for k, v in scenario.read_yaml(scenario_file("bottleneck"))[1].items()}
+    assert scenario.parse(doc, "bottleneck.yaml").fabric.routing == "static"
+
+
+def test_an_unknown_routing_is_refused_naming_the_key():
+    with pytest.raises(scenario.ScenarioError, match=r"fabric\.routing: must be static .* or "
+                                                     r"bgp .*got 'ospf'"):
+        _faults(routing="ospf")
+
+
+def test_every_router_is_an_as_of_its_own_and_peers_with_its_neighbours_under_bfd():
+    topo = Topology(_faults().fabric)
+    plan = frr.plan(topo)
+    assert sorted(p.asn for p in plan.values()) == [65000, 65001, 65002, 65003]
+    assert len({p.router_id for p in plan.values()}) == 4
+    leaf1 = plan["leaf1"].configs["bgpd"].splitlines()
+    spines = [p.peer_ip for p in topo.ports["leaf1"] if p.peer.startswith("spine")]
+    for ip, spine in zip(spines, ("spine1", "spine2"), strict=True):
+        assert f" neighbor {ip} remote-as {plan[spine].asn}" in leaf1
+        assert f" neighbor {ip} bfd profile fabric" in leaf1
+    assert sum(line.startswith(" neighbor ") and line.endswith(" bfd") for line in leaf1) == 2
+    # its hosts' /24s, nothing else; ECMP over the spines' different AS paths
+    assert "  redistribute connected route-map HOSTS" in leaf1
+    assert "ip prefix-list HOSTS seq 5 permit 10.0.0.0/16 ge 24 le 24" in leaf1
+    assert " bgp bestpath as-path multipath-relax" in leaf1
+    bfd = plan["leaf1"].configs["bfdd"]
+    assert f"transmit-interval {frr.BFD_MS}" in bfd and "detect-multiplier 3" in bfd
+    assert "no zebra nexthop kernel enable" in plan["leaf1"].configs["zebra"]
+
+
+def test_a_daemon_runs_in_the_foreground_with_everything_in_its_routers_directory(tmp_path):
+    argv = frr.argv("bgpd", tmp_path)
+    assert "-d" not in argv and argv[0] == str(frr.FRR_DIR / "bgpd")
+    paths = [a for a in argv if a.startswith("/") and a != argv[0]]
+    assert paths and all(a.startswith(str(tmp_path)) or a.startswith(f"file:{tmp_path}")
+                         for a in paths)
+
+
+def _events(*rows: tuple[int, str]) -> pl.DataFrame:
+    return pl.DataFrame([{"t_ns": t * MS, "event": 0, "link": "leaf1-spine1",
+                          "change": "down", "value": 100.0, "state": s} for t, s in rows])
+
+
+def _routes(*rows: tuple[int, str, str, str]) -> pl.DataFrame:
+    return pl.DataFrame([{"t_ns": t * MS, "router": r, "dst": d, "via": v,
+                          "change": "start" if t == 0 else "new"} for t, r, d, v in rows])
+
+
+BOTH, ONE = "10.1.1.2 10.1.2.2", "10.1.2.2"
+
+
+def test_a_reroute_is_timed_from_the_link_going_down_and_coming_back():
+    events = _events((1000, "start"), (3000, "end"))
+    routes = _routes((0, "leaf1", "10.0.3.0/24", BOTH), (1190, "leaf2", "10.0.1.0/24", "x"),
+                     (1260, "leaf1", "10.0.3.0/24", ONE), (4200, "leaf1", "10.0.3.0/24", BOTH),
+                     (4400, "leaf2", "10.0.1.0/24", "x y"))
+    (r,) = reroutes(events, routes, start=500 * MS)
+    assert (r.event, r.link, r.at_s, r.routers) == (0, "leaf1-spine1", 0.5, 2)
+    assert (r.moved_ms, r.converged_ms, r.restored_ms) == (190, 260, 1400)
+
+
+def test_a_link_that_moved_nothing_or_never_came_back_says_so():
+    events = _events((1000, "start"))
+    (r,) = reroutes(events, _routes((0, "leaf1", "10.0.3.0/24", BOTH)), start=0)
+    assert (r.routers, r.moved_ms, r.converged_ms, r.restored_ms) == (0, None, None, None)
+    no_routes = pl.DataFrame(schema=rundir.SCHEMAS["routes"]).drop("policy")
+    assert reroutes(events, no_routes, start=0) == ()  # a static fabric records none
+
+
+def test_a_flapping_link_gets_a_reroute_for_each_time_it_went_down():
+    events = _events((1000, "start"), (1300, "end"), (2000, "start"), (2300, "end"))
+    routes = _routes((0, "leaf1", "10.0.3.0/24", BOTH), (1200, "leaf1", "10.0.3.0/24", ONE),
+                     (1800, "leaf1", "10.0.3.0/24", BOTH), (2150, "leaf1", "10.0.3.0/24", ONE))
+    first, second = reroutes(events, routes, start=0)
+    assert (first.moved_ms, first.restored_ms) == (200, 500)
+    assert (second.moved_ms, second.restored_ms) == (150, None)  # not back before the end
