@@ -44,7 +44,8 @@ def test_the_papers_queue(fabric_ready, tmp_path):
     """The shipped scenario (10 s of it: CS244's setup, 0.25 ms links, a 120-packet buffer;
     over 4 s two flows' share was still settling in 2 of 4 runs: Jain's index 0.84),
     as it is and with the paper's TCP: under lk_dctcp with marking at K the queue's median
-    is within [17, 22] packets (the paper: about 21) and the two flows share the port
+    is within [16, 22] packets (the paper: about 21, 18 to 22; the links' 0.2 ms of jitter
+    takes a packet or two off it: 17-18 in 11 runs) and the two flows share the port
     (Jain's index of their goodputs at least 0.9); under Reno at a drop-tail port it saws
     up to the buffer (p99 within 10 % of its 120 packets); the link is full in both. Each
     lk_dctcp sender cuts its window after marked windows, and only then."""
@@ -60,7 +61,7 @@ def test_the_papers_queue(fabric_ready, tmp_path):
     goodput = sum(f.mbps for f in dctcp.tcp.flows.values())  # the flows share the port
     assert 0.9 * RATE_MBPS <= goodput <= 1.05 * RATE_MBPS, goodput
     d, r = dctcp.queues.ports[port], reno.queues.ports[port]
-    assert d.queue_p50_packets is not None and 17 <= d.queue_p50_packets <= 22, d
+    assert d.queue_p50_packets is not None and 16 <= d.queue_p50_packets <= 22, d
     assert r.queue_p99_packets is not None and r.queue_p99_packets >= 0.9 * 120, r
     rates = [f.mbps for f in dctcp.tcp.flows.values()]
     assert sum(rates) ** 2 / (len(rates) * sum(x * x for x in rates)) >= 0.9, rates  # Jain
