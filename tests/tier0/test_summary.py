@@ -47,7 +47,7 @@ def test_the_samples_cover_every_workload_and_the_older_versions():
                                        .read_text())).policies["fifo"]  # before transport
     assert old.transport is None and old.commands is None
     assert old.unrecorded == {"transport", "queues", "tcp", "lossless", "commands", "delays",
-                              "jobs", "culprits"}
+                              "jobs", "culprits", "reroutes"}
 
 
 @pytest.mark.parametrize("path", RUN_SUMMARIES, ids=lambda p: str(p.parent.relative_to(SAMPLE)))
