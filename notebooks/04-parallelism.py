@@ -165,6 +165,25 @@ plots.queue_timeline(faults)
 # shows where this notebook is read without a kernel.*
 
 # %% [markdown]
+# **A failed spine link, routed around.** `data/sample/faults` (`topologies/faults.yaml`)
+# puts a degraded host link, a straggler and a failed spine link on one timeline, on a
+# fabric whose routers run BGP with BFD (`fabric.routing: bgp`, FRR in every router). When
+# leaf2's link to spine2 dies, BFD misses its packets, BGP withdraws the routes that used
+# it and the traffic between the leaves moves to spine1; when the link heals, a new
+# session brings the routes back. The bottleneck ports' own counters, with the moments the
+# last router's routes moved and came back:
+
+# %%
+routed = load_run(labkit.sample("faults"))
+plots.reroutes(routed)
+
+# %% [markdown] tags=["static-figure"]
+# ![leaf1's traffic to leaf2 moves from spine2 to spine1 while leaf2's link to spine2 is down, and back](../docs/figures/reroutes-faults.svg)
+#
+# *A static copy from `docs/figures/`, drawn from the same sample by `make samples`: what
+# shows where this notebook is read without a kernel.*
+
+# %% [markdown]
 # ## Your own training job
 #
 # The same fabric with a real PyTorch job as the workload: `docs/examples/ddp.py` trains a

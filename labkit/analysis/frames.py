@@ -283,6 +283,19 @@ class SharedJobEntry(NamedTuple):
     warmup: int = 0
 
 
+def port_hops(scenario: dict) -> dict[str, str]:
+    """Each port of a recorded run's fabric (its manifest's ``scenario``) by its name,
+    as the hop it sends on: ``{"leaf1-eth4": "leaf1→spine1"}`` (a node's ports are
+    numbered in its links' order, as labkit.model.topo numbers them)."""
+    count: dict[str, int] = {}
+    out = {}
+    for link in scenario.get("fabric", {}).get("links", ()):
+        for node, peer in ((link["a"], link["b"]), (link["b"], link["a"])):
+            out[f"{node}-eth{count.get(node, 0)}"] = f"{node}→{peer}"
+            count[node] = count.get(node, 0) + 1
+    return out
+
+
 def shared_jobs(scenario: dict) -> tuple[SharedJobEntry, ...]:
     """The jobs of a run whose jobs shared the fabric, from its manifest's ``scenario``
     (its ``jobs`` list, ranks resolved to hosts; a training job's entry has no ``kind``);

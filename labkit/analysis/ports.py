@@ -100,6 +100,22 @@ def max_backlog(queue: pl.DataFrame, port: str, start: int, end: int) -> dict[st
     return {lane: int(by_lane.get(lane, by_lane.get("all", 0)) or 0) for lane in LANES}
 
 
+def sent_series(queue: pl.DataFrame, policy: str, port: str, start: int, end: int,
+                window_ns: int = 100_000_000) -> pl.DataFrame:
+    """``t_ns, mbps``: what ``port`` sent under ``policy`` in each ``window_ns`` slice of
+    [start, end] (its qdisc's own byte counters, all classes), ``t_ns`` the slice's
+    middle."""
+    q = (queue.filter((pl.col("policy") == policy) & (pl.col("port") == port)
+                      & pl.col("t_ns").is_between(start, end))
+         .group_by("t_ns").agg(pl.col("bytes").sum()).sort("t_ns")
+         .with_columns(((pl.col("t_ns") - start) // window_ns).alias("w")))
+    w = q.group_by("w").agg(pl.col("t_ns").min().alias("t0"), pl.col("t_ns").max().alias("t1"),
+                            (pl.col("bytes").max() - pl.col("bytes").min()).alias("bytes"))
+    w = w.filter(pl.col("t1") > pl.col("t0")).sort("w")
+    return w.select(((pl.col("t0") + pl.col("t1")) // 2).alias("t_ns"),
+                    (pl.col("bytes") * 8e3 / (pl.col("t1") - pl.col("t0"))).alias("mbps"))
+
+
 def congested_windows(queue: pl.DataFrame, port: str, start: int, end: int,
                       window_ns: int = 100_000_000) -> pl.DataFrame:
     """Per ``window_ns`` slice of [start, end] in which ``port`` never ran empty: the

@@ -109,8 +109,10 @@ def argv(daemon: str, d: Path) -> list[str]:
     FRR's own user (its default: root is not in FRR's vty group), no TCP vty, its own
     sockets."""
     out = [str(FRR_DIR / daemon), "-f", str(d / f"{daemon}.conf"),
-           "-i", str(d / f"{daemon}.pid"), "--vty_socket", str(d), "-z", str(d / "zserv.api"),
+           "-i", str(d / f"{daemon}.pid"), "--vty_socket", str(d),
            "-P", "0", "--log", f"file:{d / f'{daemon}.log'}"]
+    if daemon != MGMTD:  # zebra's socket: its own, where the others find it
+        out += ["-z", str(d / "zserv.api")]
     if daemon == "bfdd":
         out += ["--bfdctl", str(d / "bfdd.sock")]
     if daemon == "zebra":

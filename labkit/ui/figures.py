@@ -77,6 +77,8 @@ def figure_set(rec: Recorded) -> Iterator[tuple[str, Callable[[], go.Figure]]]:
 def _run_figures(run: Run) -> Iterator[tuple[str, Callable[[], go.Figure]]]:
     several = any(p.jobs for p in run.summary.policies.values())  # jobs shared the fabric
     yield "queue-timeline", lambda: plots.queue_timeline(run)
+    if any(p.reroutes for p in run.summary.policies.values()):  # a routed fabric's
+        yield "reroutes", lambda: plots.reroutes(run)
     if not several:  # each job's: job-iteration-cdf below
         yield "completion-cdf", lambda: plots.op_time_cdf(run)
     yield "lane-sojourn", lambda: plots.lane_sojourn(run)

@@ -11,7 +11,7 @@ import pytest
 
 from labkit.analysis.reroutes import reroutes
 from labkit.kernel import frr
-from labkit.model import scenario
+from labkit.model import paths, scenario
 from labkit.model.paths import scenario_file
 from labkit.model.topo import Topology
 from labkit.runs import rundir
@@ -104,3 +104,29 @@ def test_a_flapping_link_gets_a_reroute_for_each_time_it_went_down():
     first, second = reroutes(events, routes, start=0)
     assert (first.moved_ms, first.restored_ms) == (200, 500)
     assert (second.moved_ms, second.restored_ms) == (150, None)  # not back before the end
+
+
+def test_the_reroutes_figure_draws_each_uplink_and_where_the_routes_moved():
+    """data/sample/faults: the ports the queue poller watched, named by their hops; while
+    leaf2's link to spine2 was down, leaf1's traffic to leaf2 left by spine1 alone."""
+    from labkit.analysis import frames
+    from labkit.analysis.ports import sent_series
+    from labkit.ui import figures, plots
+
+    run = rundir.load_run(paths.REPO_ROOT / "data/sample/faults")
+    assert "reroutes" in [name for name, _ in figures.figure_set(run)]
+    fig = plots.reroutes(run)
+    lines = {t.name for t in fig.data if t.mode == "lines"}
+    assert lines == {"leaf1→spine1", "leaf1→spine2", "spine1→leaf1", "spine2→leaf1"}
+    (r,) = run.summary.policies["isolated"].reroutes or ()
+    texts = [a.text for a in fig.layout.annotations]
+    assert f"routes moved: {r.converged_ms:.0f} ms" in texts
+    assert f"back: {r.restored_ms:.0f} ms" in texts
+    ev = run["events"].filter(pl.col("change") == "down").sort("t_ns")
+    t0, t1 = ev["t_ns"].to_list()
+    moved = t0 + int((r.converged_ms or 0) * MS) + 300 * MS
+    hops = {v: k for k, v in frames.port_hops(run.manifest.scenario).items()}
+    during = {hop: sent_series(run["queue"], "isolated", hops[hop], moved, t1)["mbps"].mean()
+              for hop in ("leaf1→spine1", "leaf1→spine2")}
+    # on spine2's link only the routers' own BGP and BFD to spine2 (tens of kbit/s)
+    assert during["leaf1→spine2"] < 0.1 and during["leaf1→spine1"] > 10, during

@@ -19,6 +19,7 @@ from labkit.ui.plots.runs import (
     lane_sojourn,
     op_time_cdf,
     queue_timeline,
+    reroutes,
     valve_timeline,
 )
 from labkit.ui.plots.shared import (
@@ -79,7 +80,7 @@ __all__ = [
     "WIDTH", "bottleneck_funnel", "collective_latency", "dctcp_queue", "fabric_map",
     "job_bursts", "job_colors", "job_iteration_cdfs", "job_timeline", "lane_sojourn",
     "op_time_cdf", "parallelism", "parallelism_comparison", "policy_color", "queue_timeline",
-    "recorded_by", "runs_subtitle", "stage_schedule", "subtitle", "sweep_busbw",
+    "recorded_by", "reroutes", "runs_subtitle", "stage_schedule", "subtitle", "sweep_busbw",
     "sweep_colors", "sweep_subtitle", "sweep_time", "text_px", "three_stages", "tuning_model",
     "tuning_subtitle", "valve_timeline", "victim_io", "wrap",
 ]

@@ -8,7 +8,7 @@ import plotly.graph_objects as go
 import polars as pl
 
 from labkit.analysis import frames
-from labkit.analysis.ports import backlog_series
+from labkit.analysis.ports import backlog_series, sent_series
 from labkit.analysis.windows import cdf, op_times, windows
 from labkit.model.abi import LANES
 from labkit.model.summary import Program
@@ -16,6 +16,7 @@ from labkit.runs.rundir import Run
 from labkit.ui.plots.theme import (
     LANE_COLORS,
     LANE_DASH,
+    PORT_COLORS,
     PORT_DASH,
     policy_color,
     say_empty,
@@ -74,6 +75,57 @@ def queue_timeline(run: Run, ports: list[str] | None = None, policies: list[str]
     fig.update_yaxes(rangemode="tozero")
     return titled(fig, run, f"Queue at {where}", "time since the first op (s)",
                   "backlog (KiB)")
+
+
+REROUTE_BIN_NS = 250_000_000  # a job's bursts, smoothed over a few iterations
+
+
+def reroutes(run: Run) -> go.Figure:
+    """A routed fabric's answer to a failed link (``fabric.routing: bgp``): what each
+    bottleneck port sent (its qdisc's byte counters, per 250 ms), one line per port, for
+    each policy whose routes moved; the faults as bands, and a dashed line where the last
+    router's routes had moved off the link (``converged_ms``) and where the last came back
+    (``restored_ms``)."""
+    first = windows(op_times(run["collectives"]))
+    spans = frames.part_of_windows(run["collectives"])
+    fig = go.Figure()
+    named: set[str] = set()
+    policies = [p for p, v in run.summary.policies.items() if v.reroutes]
+    hops = frames.port_hops(run.manifest.scenario) if run.manifest else {}
+    for policy in policies:
+        start, end = spans[policy]
+        t0 = first[policy][0]
+        for i, port in enumerate(frames.watched_ports(run["queue"].filter(
+                pl.col("policy") == policy))):
+            s = sent_series(run["queue"], policy, port, start, end, REROUTE_BIN_NS)
+            hop = hops.get(port, port)
+            fig.add_scatter(x=((s["t_ns"] - t0) / 1e9).to_list(), y=s["mbps"].to_list(),
+                            mode="lines", name=hop if len(policies) == 1 else
+                            f"{policy} · {hop}",
+                            line={"color": PORT_COLORS[i % len(PORT_COLORS)], "width": 1.5,
+                                  "dash": PORT_DASH[policies.index(policy) % len(PORT_DASH)]})
+        event_bands(fig, run["events"], policy, t0, start, end, named)
+        down = run["events"].filter((pl.col("policy") == policy) & (pl.col("change") == "down"))
+        for r in run.summary.policies[policy].reroutes or ():
+            at = (start - t0) / 1e9 + r.at_s
+            ends = down.filter((pl.col("event") == r.event) & (pl.col("state") == "end") &
+                               (pl.col("t_ns") > start + r.at_s * 1e9))
+            marks = [(r.converged_ms, at, f"routes moved: {r.converged_ms:.0f} ms"
+                      if r.converged_ms is not None else "")]
+            if len(ends) and r.restored_ms is not None:
+                back = (int(ends["t_ns"].min()) - t0) / 1e9  # type: ignore[arg-type]
+                marks.append((r.restored_ms, back, f"back: {r.restored_ms:.0f} ms"))
+            for ms, x, text in marks:
+                if ms is not None:
+                    fig.add_vline(x=x + ms / 1e3, line_dash="dash", line_width=1,
+                                  line_color="#555", annotation_text=text,
+                                  annotation_position="top right")
+    if not policies:
+        say_empty(fig, "no route moved: the fabric is not routed (fabric.routing: bgp), "
+                       "or no link went down")
+    fig.update_yaxes(rangemode="tozero")
+    return titled(fig, run, "The bottleneck ports as BGP routes around a failed link",
+                  "time since the first op (s)", "sent (Mbit/s)")
 
 
 def event_bands(fig: go.Figure, events: pl.DataFrame, policy: str, t0: int, start: int,

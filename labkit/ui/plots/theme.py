@@ -23,6 +23,7 @@ PHASE_COLORS = {"compute": "#009E73", "sending": "#56B4E9", "wire_wait": "#0072B
 PHASE_LABELS = {"compute": "compute", "sending": "sending/other", "wire_wait": "data on the wire",
                 "bubble": "bubble"}
 PORT_DASH = ("solid", "dash", "dot", "dashdot")
+PORT_COLORS = ("#0072B2", "#D55E00", "#009E73", "#CC79A7")  # ports told apart by colour
 FONT = "Inter, Helvetica, Arial, sans-serif"
 
 
