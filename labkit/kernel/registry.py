@@ -189,6 +189,9 @@ class Registry:
         self.entries: list[dict] = []
         if self.path.exists():
             self.entries = json.loads(self.path.read_text())["entries"]
+        # a node's namespace that a process labkit did not start still held at teardown,
+        # emptied of the node's ports: node -> what to tell the user
+        self.held: dict[str, str] = {}
 
     def _save(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -225,7 +228,7 @@ class Registry:
         with interrupts.deferred("tearing the fabric down"):
             removed = self._remove()
             if left := self._left():
-                removed += self._remove()
+                removed += self._remove() + self._empty_held()
                 left = self._left()
             if left:
                 raise TeardownIncomplete(self.run_id, left)
@@ -293,8 +296,39 @@ class Registry:
         return {Path(e["path"]) for e in self.entries if e["kind"] == "cgroup"
                 and (e.get("shared") or Path(e["path"]) == top)}
 
+    def _empty_held(self) -> list[str]:
+        """The ports labkit made in each of its namespaces that a process it did not start
+        still holds (``nsenter``, a shell's child), removed inside it: their qdiscs,
+        filters and programs go with them, and the process keeps its (now empty)
+        namespace, named in :attr:`held`. Never the process: it is not labkit's."""
+        from labkit.kernel.netns import Netns
+
+        removed = []
+        inodes = {e["inode"]: e["node"] for e in self.entries if e["kind"] == "netns"}
+        ends = [end.split("/", 1) for e in self.entries if e["kind"] == "veth"
+                for end in e["ends"]]
+        for inode, pid in _holders(inodes).items():
+            node = inodes[inode]
+            try:
+                ns = Netns(pid, node)
+            except OSError:
+                continue  # it has just ended
+            try:
+                if ns.inode != inode:
+                    continue
+                gone = ns.run(_delete_links, [ifname for n, ifname in ends if n == node])
+            finally:
+                ns.close()
+            removed += [f"removed {node}/{ifname}, in a namespace pid {pid} holds"
+                        for ifname in gone]
+            self.held[node] = (f"{node}'s namespace is still held by pid {pid} "
+                               f"({_command(pid)}), which labkit did not start: its ports "
+                               "were removed, and it goes when that process ends")
+        return removed
+
     def _survivors(self) -> list[str]:
-        """Recorded namespaces still held by a process, recorded programs still loaded."""
+        """Recorded namespaces still held by a process (but those emptied and left to it,
+        :attr:`held`), recorded programs still loaded."""
         from labkit.kernel import bpf
 
         out = []
@@ -303,7 +337,8 @@ class Registry:
         while inodes and time.monotonic() < deadline and _holders(inodes):
             time.sleep(0.05)
         for inode, pid in _holders(inodes).items():
-            out.append(f"namespace of {inodes[inode]} (held by pid {pid}, not labkit's)")
+            if inodes[inode] not in self.held:
+                out.append(f"namespace of {inodes[inode]} (held by pid {pid}, not labkit's)")
         for e in self.entries:
             if e["kind"] == "struct_ops" and e["name"] in _congestion_controls():
                 out.append(f"struct_ops {e['name']} (map {e['id']}), still registered")
@@ -314,6 +349,30 @@ class Registry:
             if bpf.prog_loaded(e["id"], e["name"]):
                 out.append(f"BPF program {e['name']} (id {e['id']})")
         return out
+
+
+def _delete_links(names: list[str]) -> list[str]:
+    """Delete these links of the calling thread's namespace (a veth's peer goes with it);
+    the names of those it deleted."""
+    from pyroute2 import IPRoute
+
+    gone = []
+    with IPRoute() as ipr:
+        for name in names:
+            if index := ipr.link_lookup(ifname=name):
+                with suppress(Exception):  # gone meanwhile, with its peer
+                    ipr.link("del", index=index[0])
+                    gone.append(name)
+    return gone
+
+
+def _command(pid: int) -> str:
+    """A process's command line, for a message ("?" once it has gone)."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(
+            errors="replace").strip() or "?"
+    except OSError:
+        return "?"
 
 
 def _congestion_controls() -> list[str]:

@@ -132,8 +132,9 @@ class RunManifest(_Document):
     """A run (``labkit run``): the scenario as run, its policies, seed and duration cap,
     the command line, the batch it is a point of, the users' classes and classifier it
     kept, what ``algo: auto`` and ``rate_factor`` chose; then each policy's fidelity (its
-    summary's), and how it ended. ``tables``: the tables it wrote (None: recorded before
-    that list, see docs/data-model.md)."""
+    summary's), what its teardown left to a process it did not start (``notes``: a host's
+    namespace, emptied of its ports), and how it ended. ``tables``: the tables it wrote
+    (None: recorded before that list, see docs/data-model.md)."""
 
     status: str = "incomplete"
     run_id: str
@@ -152,6 +153,7 @@ class RunManifest(_Document):
     rates: Rates | None = None
     provenance: Provenance = flat()
     fidelity: dict[str, dict[str, Any]] | None = when_set()  # policy -> its summary's fidelity
+    notes: tuple[str, ...] | None = when_set()  # what its teardown left to another's process
     error: str | None = when_set()
     end_time: str | None = when_set()
     tables: tuple[str, ...] | None = when_set()

@@ -251,7 +251,8 @@ def run(scenario: str | Path | Scenario, policies: Sequence[str] | None = None, 
         tables = rundir.tables_from(results)
         summary = summarize(tables, experiment.summary_meta(sc, topology, rec.run_id, results))
     writer.write_manifest(replace(rec.manifest, fidelity={p: s.fidelity.to_json() for p, s
-                                                          in summary.policies.items()}))
+                                                          in summary.policies.items()},
+                                  notes=tuple(registry.held.values()) or None))
     return rundir.load_run(writer.finish(tables, summary))
 
 

@@ -1,5 +1,6 @@
 """Interrupted runs: Ctrl-C tears down and marks the run; `labkit clean` after kill -9."""
 
+import contextlib
 import json
 import os
 import random
@@ -164,3 +165,40 @@ def test_clean_racing_a_starting_run_leaves_it_alone(fabric_ready, tmp_path):
         assert (c.returncode == 0 and "nothing to clean" in c.stdout) or \
             (c.returncode == 1 and "is in progress" in c.stderr), c.stdout + c.stderr
     assert_no_leaks()
+
+
+def test_a_namespace_a_users_process_holds_is_emptied_and_the_run_kept(fabric_ready, tmp_path):
+    """A process the user started in g1's namespace (``nsenter``, as from `labkit shell`)
+    still runs at teardown: labkit removes its own ports from that namespace and leaves the
+    process alone; the run is recorded complete, its note naming the process."""
+    proc = subprocess.Popen([*LABKIT, "run", str(REPO / "topologies/bottleneck.yaml"),
+                             "--policy", "fifo", "--duration", "4", "--out",
+                             str(tmp_path / "run")], cwd=REPO, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    deadline, g1 = time.monotonic() + 60, None
+    while g1 is None:
+        assert time.monotonic() < deadline and proc.poll() is None, proc.stderr
+        for path in (Path("/run/labkit/registry")).glob("*.json"):
+            with contextlib.suppress(OSError, ValueError):
+                g1 = next((e["pid"] for e in json.loads(path.read_text())["entries"]
+                           if e["kind"] == "netns" and e["node"] == "g1"), None)
+        time.sleep(0.1)
+    mine = subprocess.Popen(["nsenter", f"--net=/proc/{g1}/ns/net", "sleep", "120"],
+                            start_new_session=True)  # the user's, not labkit's
+    try:
+        out, err = proc.communicate(timeout=180)
+        assert proc.returncode == 0, err[-2000:]
+        manifest = json.loads((tmp_path / "run/manifest.json").read_text())
+        assert manifest["status"] == "complete", manifest
+        (note,) = manifest["notes"]
+        assert f"g1's namespace is still held by pid {mine.pid}" in note
+        assert "sleep 120" in note and "ports were removed" in note
+        assert f"pid {mine.pid}" in out  # told on the terminal too
+        assert mine.poll() is None  # labkit left it running
+        links = subprocess.run(["nsenter", f"--net=/proc/{mine.pid}/ns/net", "ip", "-o",
+                                "link"], capture_output=True, text=True, check=True).stdout
+        assert [line.split(":")[1].strip() for line in links.splitlines()] == ["lo"]
+        assert_no_leaks()
+    finally:
+        mine.kill()
+        mine.wait()

@@ -8,6 +8,7 @@ import signal
 import sys
 from dataclasses import asdict
 
+from rich.markup import escape
 from rich.progress import TaskID
 
 from labkit.model import scenario as scenario_mod
@@ -69,6 +70,8 @@ def cmd_run(args) -> int:
     if auto := run.manifest.auto:
         console.print(f"algo auto: {auto.reason}", highlight=False)
     print_summary(run.summary)
+    for note in run.manifest.notes or ():
+        console.print(f"[yellow]note:[/] {escape(note)}", highlight=False)
     console.print(f"\nrun recorded in [bold]{run.path}[/]")
     return 0
 
