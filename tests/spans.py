@@ -43,7 +43,7 @@ def run_op(plans: list[schedules.Plan], transfer_ns: int, start_ns: int = 0,
                 heapq.heappush(wire, (now + transfer_ns, next(order), m.peer, r, m.chunk,
                                       value, now))
             if op.received_all():
-                rows[r] = op.finish(index, r, now)
+                rows[r] = op.finish(index, r, now, 0)
         if len(rows) < len(ops):
             events = [w[0] for w in wire] + [op.busy_until for op in ops if op.busy_until]
             assert events, "the plans deadlock"

@@ -43,8 +43,9 @@ def reroutes(events: pl.DataFrame, routes: pl.DataFrame, start: int) -> tuple[Re
 def _restored(changes: pl.DataFrame, during: pl.DataFrame, starts: pl.DataFrame,
               t1: int) -> float | None:
     """When the last of the routes that moved while the link was down had first changed
-    back after it came up at ``t1`` (ms after), before a link went down again; None if
-    none did."""
+    again after it came up at ``t1`` (ms after), before a link went down again; None if
+    none did. Any change counts as its coming back: with one fault at a time, the next
+    change of a route that moved off a link is its return."""
     after = changes.filter(pl.col("t_ns") >= t1)
     if (again := _first(starts.filter(pl.col("t_ns") > t1))) is not None:
         after = after.filter(pl.col("t_ns") < again)

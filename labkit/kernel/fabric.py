@@ -29,7 +29,7 @@ from pathlib import Path
 from pyroute2 import IPRoute
 from pyroute2.ethtool import Ethtool
 
-from labkit.kernel import cgroups, tc
+from labkit.kernel import cgroups, routewatch, tc
 from labkit.kernel.delayline import DelayLine, Pipe, ring_bytes
 from labkit.kernel.frr import Frr
 from labkit.kernel.netns import Netns
@@ -128,7 +128,7 @@ class Fabric:
         self.ifindex: dict[str, int] = {}  # port_key(port) -> ifindex
         self.delay_line: DelayLine | None = None
         self.spliced = spliced  # links given a delay line though they have no delay (yet)
-        self.frr_plan = topology.fabric.routing == "bgp"  # routers learn routes by BGP
+        self.routed = topology.fabric.routing == "bgp"  # routers learn their routes by BGP
         self.frr: Frr | None = None
 
     def start(self) -> Fabric:
@@ -171,10 +171,10 @@ class Fabric:
                 self._start_delay_line(delayed)
             for name in self.topo.roles:
                 self.ns[name].run(self._configure, name)
-            if self.frr_plan:
+            if self.routed:
                 self.frr = Frr(self.topo, self.popen,
                                lambda d: self.registry.add("session_dir", path=str(d))).start()
-                self.frr.converged(self.kernel_routes)
+                self.frr.converged(self.host_routes)
         except BaseException:
             self.stop()
             raise
@@ -253,7 +253,8 @@ class Fabric:
                 ipr.neigh("add", dst=port.peer_ip, lladdr=mac_for(port.peer_ip), ifindex=index,
                           state=NUD_PERMANENT)
             tc.wait_for_carrier(ipr, [p.ifname for p in ports])
-            for route in [] if router and self.frr_plan else self.topo.routes(name):
+            bgp = self.routed and self.topo.roles[name] == "router"  # FRR's, not labkit's
+            for route in [] if bgp else self.topo.routes(name):
                 dst = {} if route.dst == "default" else {"dst": route.dst}
                 if route.src:
                     dst["prefsrc"] = route.src
@@ -263,13 +264,11 @@ class Fabric:
                     ipr.route("add", family=socket.AF_INET,
                               multipath=[{"gateway": gw} for gw in route.nexthops], **dst)
 
-    def kernel_routes(self, node: str) -> set[str]:
-        """The destinations (``10.0.3.0/24``) ``node``'s kernel has a route to now."""
-        def body() -> set[str]:
+    def host_routes(self, node: str) -> dict[str, str]:
+        """Each host subnet ``node``'s kernel routes now, and its next hops."""
+        def body() -> dict[str, str]:
             with IPRoute() as ipr:
-                return {f"{r.get_attr('RTA_DST')}/{r['dst_len']}"
-                        for r in ipr.get_routes(family=socket.AF_INET, table=254)
-                        if r.get_attr("RTA_DST")}
+                return routewatch.host_routes(ipr)
         return self.ns[node].run(body)
 
     def shape_of(self, port: Port) -> tc.PortShape:

@@ -15,12 +15,14 @@ The plan is RFC 7938's eBGP fabric, made from the scenario's router graph alone:
 Hosts keep their static default route to their router. zebra installs plain multipath
 routes (no kernel nexthop objects; where FRR uses them anyway, the kernel's default
 ``nexthop_compat_mode`` still reports each route's next hops), so a route's change is a
-route message (:mod:`labkit.runs.features.routes`). Each router's daemons run in the
+route message (:mod:`labkit.kernel.routewatch`). Each router's daemons run in the
 foreground as FRR's user (their PIDs recorded, SIGTERM at teardown), with their
-configuration, sockets, pid files and logs in a directory of the run's (a
-``session_dir``, removed after them);
-:meth:`Frr.converged` waits until every router's kernel holds a route to every host
-subnet. Why FRR: it is what ipmininet, containerlab and Kathará run, and Debian's
+configuration, sockets, pid files and logs in a directory of the run's, and a pathspace
+of their own (``-N``: what FRR 9 on keeps in ``/run/frr/<pathspace>``, as its mgmtd's
+sockets), both recorded as ``session_dir`` and removed after them. :meth:`Frr.converged`
+waits until every session and BFD peer is up and every router's kernel routes each host
+subnet over the next hops its shortest paths have (labkit.model.topo's, as static
+routing installs them). Why FRR: it is what ipmininet, containerlab and Kathará run, and Debian's
 ``frr`` package (``make setup`` installs it) is what a user can run by hand too
 (``vtysh --vty_socket DIR``, :meth:`Frr.vtysh`).
 """
@@ -49,18 +51,21 @@ BFD_MULTIPLIER = 3  # packets missed before a session is down
 HOST_SUBNETS = "10.0.0.0/16"  # every host link's /24 (labkit.model.topo)
 CONVERGE_S = 30.0
 USER = "frr"  # FRR's daemons run as the user Debian's package made
+RUN_DIR = Path("/run/frr")  # where a pathspace's own files go (FRR 9 on: mgmtd's sockets)
 
 
 def problem() -> str | None:
     """Why a routed fabric cannot run here, or None."""
-    missing = [d for d in DAEMONS if not (FRR_DIR / d).exists()]
+    missing = [str(FRR_DIR / d) for d in DAEMONS if not (FRR_DIR / d).exists()]
+    if shutil.which("vtysh") is None:
+        missing.append("vtysh")
     try:
         pwd.getpwnam(USER)
     except KeyError:
         missing.append(f"the user {USER}")
-    if missing or shutil.which("vtysh") is None:
-        return (f"fabric.routing: bgp needs FRR ({', '.join(missing) or 'vtysh'} not "
-                f"found in {FRR_DIR}): `make setup` installs Debian's frr")
+    if missing:
+        return (f"fabric.routing: bgp needs FRR ({', '.join(missing)} not found): "
+                "`make setup` installs Debian's frr")
     return None
 
 
@@ -104,15 +109,13 @@ def plan(topo: Topology) -> dict[str, RouterPlan]:
     return out
 
 
-def argv(daemon: str, d: Path) -> list[str]:
-    """How one router's ``daemon`` runs, everything of it in ``d``: in the foreground, as
-    FRR's own user (its default: root is not in FRR's vty group), no TCP vty, its own
-    sockets."""
-    out = [str(FRR_DIR / daemon), "-f", str(d / f"{daemon}.conf"),
-           "-i", str(d / f"{daemon}.pid"), "--vty_socket", str(d),
+def argv(daemon: str, d: Path, pathspace: str) -> list[str]:
+    """How one router's ``daemon`` runs, everything of it in ``d`` or its ``pathspace``:
+    in the foreground, as FRR's own user (its default: root is not in FRR's vty group), no
+    TCP vty, its own sockets."""
+    out = [str(FRR_DIR / daemon), "-N", pathspace, "-f", str(d / f"{daemon}.conf"),
+           "-i", str(d / f"{daemon}.pid"), "--vty_socket", str(d), "-z", str(d / "zserv.api"),
            "-P", "0", "--log", f"file:{d / f'{daemon}.log'}"]
-    if daemon != MGMTD:  # zebra's socket: its own, where the others find it
-        out += ["-z", str(d / "zserv.api")]
     if daemon == "bfdd":
         out += ["--bfdctl", str(d / "bfdd.sock")]
     if daemon == "zebra":
@@ -127,10 +130,22 @@ class Frr:
                  record_dir: Callable[[Path], None]):
         self.topo, self.popen = topo, popen
         self.plans = plan(topo)
+        self.record_dir = record_dir
         self.dir = Path(tempfile.mkdtemp(prefix="labkit-frr-"))
         record_dir(self.dir)
         self.dir.chmod(0o755)  # FRR's user reaches its router's directory
         self.procs: dict[tuple[str, str], subprocess.Popen] = {}
+
+    def _pathspace(self, router: str) -> str:
+        """``router``'s pathspace, its directory under :data:`RUN_DIR` made and recorded."""
+        name = f"{self.dir.name}-{router}"
+        if not RUN_DIR.exists():  # no FRR service has run here: labkit's to remove
+            RUN_DIR.mkdir(mode=0o755)
+            self.record_dir(RUN_DIR)
+        (RUN_DIR / name).mkdir()
+        self.record_dir(RUN_DIR / name)
+        shutil.chown(RUN_DIR / name, USER, USER)
+        return name
 
     def start(self) -> Frr:
         """Every router's daemons, zebra first (the others connect to its socket)."""
@@ -142,9 +157,10 @@ class Frr:
                 (d / f"{daemon}.conf").write_text(p.configs.get(daemon, f"hostname {router}\n"))
             for path in (d, *d.iterdir()):
                 shutil.chown(path, USER, USER)
+            pathspace = self._pathspace(router)
             for daemon in daemons:
                 self.procs[router, daemon] = self.popen(
-                    router, argv(daemon, d), f"frr {daemon}", stdin=subprocess.DEVNULL,
+                    router, argv(daemon, d, pathspace), f"frr {daemon}", stdin=subprocess.DEVNULL,
                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                 if daemon == "zebra":
                     self._until((d / "zserv.api").exists, 10,
@@ -167,29 +183,36 @@ class Frr:
         return subprocess.run(["vtysh", "--vty_socket", str(self.dir / router), "-c", command],
                               capture_output=True, text=True, timeout=10, check=True).stdout
 
+    def _json(self, router: str, command: str, empty: str):
+        """A ``show ... json`` command's answer, ``empty``'s value while the daemon cannot
+        answer yet (starting, busy)."""
+        try:
+            return json.loads(self.vtysh(router, command) or empty)
+        except (subprocess.SubprocessError, json.JSONDecodeError):
+            return json.loads(empty)
+
     def sessions(self, router: str) -> dict[str, str]:
         """Each BGP neighbour of ``router`` and its session's state (``Established``)."""
-        doc = json.loads(self.vtysh(router, "show bgp ipv4 unicast summary json") or "{}")
+        doc = self._json(router, "show bgp ipv4 unicast summary json", "{}")
         return {ip: peer.get("state", "?") for ip, peer in doc.get("peers", {}).items()}
 
     def bfd_peers(self, router: str) -> dict[str, str]:
         """Each BFD peer of ``router`` and its state (``up``)."""
-        peers = json.loads(self.vtysh(router, "show bfd peers json") or "[]")
-        return {p["peer"]: p["status"] for p in peers}
+        return {p["peer"]: p["status"] for p in self._json(router, "show bfd peers json", "[]")}
 
-    def converged(self, routes: Callable[[str], set[str]], timeout: float = CONVERGE_S) -> float:
+    def converged(self, routes: Callable[[str], dict[str, str]],
+                  timeout: float = CONVERGE_S) -> float:
         """Wait until every session and its BFD are up and every router's kernel (``routes``:
-        the destinations it holds) has every other router's host subnets; seconds it took."""
+        each destination's next hops, as :func:`labkit.kernel.routewatch.host_routes` gives
+        them) routes each other router's hosts over all its shortest paths; seconds it took."""
         t0 = time.monotonic()
-        wanted = {r: {f"10.0.{self.topo.hosts.index(h.name) + 1}.0/24"
-                      for h in self.topo.fabric.hosts if h.router != r}
-                  for r in self.plans}
-
+        wanted = {r: {route.dst: " ".join(sorted(route.nexthops))
+                      for route in self.topo.routes(r)} for r in self.plans}
         peers = {r: {p.peer_ip for p in self.topo.ports[r] if self.topo.roles[p.peer] == "router"}
                  for r in self.plans}
 
         def done() -> bool:
-            return all(wanted[r] <= routes(r) and
+            return all(routes(r).items() >= wanted[r].items() and
                        self.sessions(r) == dict.fromkeys(peers[r], "Established") and
                        self.bfd_peers(r) == dict.fromkeys(peers[r], "up") for r in self.plans)
         self._until(done, timeout, "the fabric's BGP sessions did not all come up")

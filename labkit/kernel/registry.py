@@ -8,8 +8,9 @@ can follow. What teardown does per kind:
   identified by pid *and* kernel start time so a recycled pid is never touched:
   sent its stop signal, then SIGKILL;
 * ``pin_dir`` — a directory of BPF pins under ``/sys/fs/bpf/labkit``: unpinned;
-* ``session_dir`` — where an MPI job's runtime keeps its session directories while it
-  runs (short paths, in /tmp: its sockets live there): removed, after the processes;
+* ``session_dir`` — a directory of a run's other programs (an MPI job's runtime's session
+  directories, in /tmp: its sockets live there; a routed fabric's FRR files and
+  pathspaces): removed, after the processes;
 * ``cgroup`` — a cgroup v2 directory labkit made (:mod:`labkit.kernel.cgroups`): every process
   in a rank's cgroup (``first``) is killed before anything else (``cgroup.kill``: a
   user's program and whatever it started); after the processes' own stops, what is left
@@ -19,7 +20,9 @@ can follow. What teardown does per kind:
   with another run's cgroups in it;
 * ``netns`` (a node's namespace, by inode), ``veth``, ``qdisc``, ``tc_filter`` —
   objects inside a node's namespace: they vanish with its shell, and teardown
-  checks that no process still holds the namespace;
+  checks that no process still holds the namespace; one that a process labkit did not
+  start holds (``nsenter``) is emptied of the node's ports instead and left to it
+  (:attr:`Registry.held` names it);
 * ``bpf_prog`` (by id), ``tracing_link`` — held by labkit's file descriptors,
   tc filters and pins: teardown checks that each program is gone;
 * ``struct_ops`` — a registered struct_ops (lk_dctcp, a TCP congestion control), by map
@@ -190,8 +193,8 @@ class Registry:
         if self.path.exists():
             self.entries = json.loads(self.path.read_text())["entries"]
         # a node's namespace that a process labkit did not start still held at teardown,
-        # emptied of the node's ports: node -> what to tell the user
-        self.held: dict[str, str] = {}
+        # emptied of the node's ports: its inode -> what to tell the user
+        self.held: dict[int, str] = {}
 
     def _save(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -307,8 +310,12 @@ class Registry:
         inodes = {e["inode"]: e["node"] for e in self.entries if e["kind"] == "netns"}
         ends = [end.split("/", 1) for e in self.entries if e["kind"] == "veth"
                 for end in e["ends"]]
+        ours = {e["pid"] for e in self.entries if e["kind"] == "process"
+                and alive(e["pid"], e["start_time"])} | set(marked(self.run_id))
         for inode, pid in _holders(inodes).items():
             node = inodes[inode]
+            if pid in ours:  # labkit's, still dying: named as left, not as the user's
+                continue
             try:
                 ns = Netns(pid, node)
             except OSError:
@@ -321,7 +328,7 @@ class Registry:
                 ns.close()
             removed += [f"removed {node}/{ifname}, in a namespace pid {pid} holds"
                         for ifname in gone]
-            self.held[node] = (f"{node}'s namespace is still held by pid {pid} "
+            self.held[inode] = (f"{node}'s namespace is still held by pid {pid} "
                                f"({_command(pid)}), which labkit did not start: its ports "
                                "were removed, and it goes when that process ends")
         return removed
@@ -332,13 +339,13 @@ class Registry:
         from labkit.kernel import bpf
 
         out = []
-        inodes = {e["inode"]: e["node"] for e in self.entries if e["kind"] == "netns"}
+        inodes = {e["inode"]: e["node"] for e in self.entries if e["kind"] == "netns"
+                  and e["inode"] not in self.held}
         deadline = time.monotonic() + 2  # programs go with tc filters once namespaces die
         while inodes and time.monotonic() < deadline and _holders(inodes):
             time.sleep(0.05)
         for inode, pid in _holders(inodes).items():
-            if inodes[inode] not in self.held:
-                out.append(f"namespace of {inodes[inode]} (held by pid {pid}, not labkit's)")
+            out.append(f"namespace of {inodes[inode]} (held by pid {pid}, not labkit's)")
         for e in self.entries:
             if e["kind"] == "struct_ops" and e["name"] in _congestion_controls():
                 out.append(f"struct_ops {e['name']} (map {e['id']}), still registered")

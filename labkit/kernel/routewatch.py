@@ -46,13 +46,22 @@ def host_route(msg) -> str | None:
     return str(net) if net.subnet_of(HOSTS) else None
 
 
+def host_routes(ipr: IPRoute) -> dict[str, str]:
+    """Each host subnet the namespace ``ipr`` was opened in routes, and its next hops
+    (:func:`via`)."""
+    return {dst: hops for msg in ipr.get_routes(family=socket.AF_INET, table=MAIN_TABLE)
+            if (dst := host_route(msg)) and (hops := via(msg))}
+
+
 class RouteWatch:
     """Every given router's host routes, from :meth:`start` until :meth:`stop`, in
-    ``rows`` (appended to by the watchers' threads)."""
+    ``rows`` (appended to by the watchers' threads). A watcher that fails fails the run:
+    :meth:`start` or :meth:`stop` raise what it met, rather than leave its rows cut short."""
 
     def __init__(self, routers: dict[str, Netns]):
         self.routers = routers
         self.rows: list[RouteRow] = []
+        self.errors: list[str] = []  # what a watcher met, "<router>: <error>"
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
 
@@ -60,12 +69,20 @@ class RouteWatch:
         """A watcher in each router's namespace, each once it has read its routes."""
         for router, ns in self.routers.items():
             ready = threading.Event()
-            thread = ns.thread(functools.partial(self._watch, router, ready),
+            thread = ns.thread(functools.partial(self._guarded, router, ready),
                                f"labkit-routes-{router}")
             thread.start()
             self._threads.append(thread)
-            if not ready.wait(READY_S):
-                raise RuntimeError(f"could not read {router}'s routes")
+            if not ready.wait(READY_S) or self.errors:
+                raise RuntimeError(f"could not watch {router}'s routes: "
+                                   f"{'; '.join(self.errors) or 'no answer'}")
+
+    def _guarded(self, router: str, ready: threading.Event) -> None:
+        try:
+            self._watch(router, ready)
+        except Exception as exc:  # noqa: BLE001 (raised again by start or stop)
+            self.errors.append(f"{router}: {exc!r}")
+            ready.set()
 
     def _watch(self, router: str, ready: threading.Event) -> None:
         """Inside ``router``'s namespace: its routes now, then each change."""
@@ -75,9 +92,8 @@ class RouteWatch:
             sock.settimeout(0.1)
             with IPRoute() as ipr:
                 now = time.monotonic_ns()
-                for msg in ipr.get_routes(family=socket.AF_INET, table=MAIN_TABLE):
-                    if (dst := host_route(msg)) and (hops := via(msg)):
-                        self.rows.append(RouteRow(now, router, dst, hops, "start"))
+                self.rows += [RouteRow(now, router, dst, hops, "start")
+                              for dst, hops in host_routes(ipr).items()]
             ready.set()
             marshal = MarshalRtnl()
             while not self._stop.is_set():
@@ -97,3 +113,6 @@ class RouteWatch:
         for thread in self._threads:
             thread.join(timeout=5)
         self._threads.clear()
+        errors, self.errors = self.errors, []  # raised once
+        if errors:
+            raise RuntimeError(f"the routers' routes were not all recorded: {'; '.join(errors)}")

@@ -105,8 +105,20 @@ class Sweep:
     table: pl.DataFrame
 
 
-def not_ready(euid: int | None = None) -> str | None:
-    """Why this machine cannot run a scenario now, with the fix (None: it can)."""
+def not_ready(sc: Scenario | None = None, euid: int | None = None) -> str | None:
+    """Why this machine cannot build a scenario's fabric (``sc``: this one's: a routed
+    fabric needs FRR) now, with the fix (None: it can)."""
+    from labkit.kernel import frr
+
+    if problem := _machine_problem(euid):
+        return problem
+    if sc is not None and sc.fabric.routing == "bgp":
+        return frr.problem()
+    return None
+
+
+def _machine_problem(euid: int | None) -> str | None:
+    """What any scenario needs of this machine and it lacks, with the fix."""
     if (os.geteuid() if euid is None else euid) != 0:
         return ROOT_HINT
     if shutil.which("mnexec") is None:
@@ -206,15 +218,14 @@ def run(scenario: str | Path | Scenario, policies: Sequence[str] | None = None, 
     Returns the recorded run."""
     from labkit.analysis.summarize import summarize
     from labkit.control import CONTROLLERS
-    from labkit.kernel import cgroups, frr
+    from labkit.kernel import cgroups
     from labkit.runs import experiment
 
     req = resolve.resolve_run(scenario, policies, source=source, seed=seed, duration=duration,
                               controllers=controllers, pcap=pcap, pcap_snaplen=pcap_snaplen,
                               telemetry=telemetry)
     sc, source, topology, users = req.scenario, req.source, req.topology, req.controllers
-    if problem := not_ready() or (cgroups.problem() if sc.programs else None) or (
-            frr.problem() if sc.fabric.routing == "bgp" else None):
+    if problem := not_ready(sc) or (cgroups.problem() if sc.programs else None):
         raise NotReady(problem)
     tell = on_progress or (lambda _: None)
     results = []
@@ -258,29 +269,32 @@ def run(scenario: str | Path | Scenario, policies: Sequence[str] | None = None, 
 
 def shell(scenario: str | Path | Scenario, policy: str = "fifo",
           controllers: Mapping[str, str | type] | None = None,
-          interact: Callable | None = None, *, source: str | None = None) -> None:
+          interact: Callable | None = None, *, source: str | None = None) -> tuple[str, ...]:
     """Build ``scenario``'s fabric as a run of ``policy`` would (lanes, probes, valves),
     start no traffic, and hand it to ``interact`` (default: Mininet's command line) until
     it returns; then tear everything down, as after a run. Nothing is recorded.
-    ``source``: as :func:`run`'s."""
+    ``source``: as :func:`run`'s. Returns what the teardown left to processes labkit did
+    not start (a namespace a background job of the shell's user still holds)."""
     from labkit.control import CONTROLLERS
     from labkit.runs import experiment
 
     sc, source, _ = resolve.rated(scenario, source=source)
     users = resolve.user_controllers(sc, source, controllers or {})
     (pol,) = resolve.policies_of(sc, source, policy, list(users))
-    if problem := not_ready():
+    if problem := not_ready(sc):
         raise NotReady(problem)
     with _claimed(f"shell-{sc.name}") as run_id, work_dir(run_id) as build:
         program = _classifier_program(sc, source, build)
+        registry = Registry(run_id)
         with experiment.PolicyFabric(
-                sc, Topology(sc.fabric), pol, Registry(run_id),
+                sc, Topology(sc.fabric), pol, registry,
                 controllers={**CONTROLLERS, **users}, classifier_object=program) as pf:
             pf.start(recording=False)  # its controller, a lossless fabric's pauses, no probe
             try:
                 (interact or (lambda pf: pf.fabric.interact()))(pf)
             finally:
                 pf.stop()
+    return tuple(registry.held.values())
 
 
 def sweep(scenario: str | Path | Scenario, op: str = "all_reduce", algo: str | None = None,
@@ -313,7 +327,7 @@ def sweep(scenario: str | Path | Scenario, op: str = "all_reduce", algo: str | N
         auto = AutoChoices(model=str(path), ranks=tuple(ranks),
                            choices={str(size): Choice(algo=c.algo, reason=c.reason)
                                     for size, c in choices.items()})
-    if problem := not_ready():
+    if problem := not_ready(sc):
         raise NotReady(problem)
     notes: list[str] = []
     with _recording(f"sweep-{sc.name}", out, lambda rec: SweepManifest(
@@ -347,7 +361,7 @@ def tune(scenario: str | Path | Scenario, sizes: Sequence[int] = TUNE_SIZES, ite
     algos = [a for a in autotune.ALGOS if resolve.can_run(sc, a, sizes)]
     for algo in algos:
         check_sweep(sc, "all_reduce", algo, sizes, iters)
-    if problem := not_ready():
+    if problem := not_ready(sc):
         raise NotReady(problem)
     ranks = autotune.ring_order(Topology(sc.fabric), sc.ranks)
     sweeps: dict[str, list[Row]] = {}
@@ -405,7 +419,7 @@ def calibrate(scenario: str | Path | Scenario, policies: Sequence[str] | None = 
     if policies:  # checked here, not by the first trial, which would be recorded as failed
         policies = [p.name for p in resolve.policies_of(
             sc, source, policies, list(resolve.user_controllers(sc, source, {})))]
-    if problem := not_ready():
+    if problem := not_ready(sc):
         raise NotReady(problem)
     base_rate = cal.bottleneck_rate(sc)
     trials: list[cal.Trial] = []

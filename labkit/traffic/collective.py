@@ -175,7 +175,7 @@ class Op:
     def total_ns(self, phase: str) -> int:
         return sum(end - start for p, start, end in self.spans if p == phase)
 
-    def finish(self, index: int, rank: int, now: int, resent: int = 0) -> OpResult:
+    def finish(self, index: int, rank: int, now: int, resent: int) -> OpResult:
         """End the op at ``now`` (a wait still open ends with it; ``resent``: the rank's
         packets sent again so far): its row of the ``collectives`` table."""
         if self.waiting_since is not None:

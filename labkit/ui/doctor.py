@@ -114,9 +114,10 @@ def checks() -> list[Check]:
                      else "not installed", "make torch   (Debian's python3-torch)",
                      required=False))
     routing = frr.problem()
-    out.append(Check("FRR for routed fabrics (fabric.routing: bgp, topologies/faults.yaml)",
-                     routing is None, routing or f"zebra, bfdd and bgpd in {frr.FRR_DIR}",
-                     "apt-get install frr   (make setup does this)"))
+    out.append(Check("FRR for routed fabrics (fabric.routing: bgp, topologies/faults.yaml; "
+                     "optional)", routing is None,
+                     routing or f"zebra, bfdd and bgpd in {frr.FRR_DIR}",
+                     "apt-get install frr   (make setup does this)", required=False))
     leftovers = registry.leftovers_line()
     out.append(Check("no objects left by a killed run (optional)", leftovers is None,
                      leftovers or "", "sudo labkit clean", required=False))

@@ -269,7 +269,7 @@ def cannot_run_live(euid: int | None = None) -> str | None:
     """Why a live run cannot start on this machine, in plain words (None: it can)."""
     from labkit.runs.runner import not_ready
 
-    return not_ready(euid)
+    return not_ready(euid=euid)
 
 
 def live_scenario(base: Path, storage_load: float, size: str, hosts: int) -> Scenario:

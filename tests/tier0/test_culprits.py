@@ -107,3 +107,12 @@ def test_a_lossy_link_whose_timeouts_fell_one_way_is_named_by_its_losses_both_wa
     assert (c.kind, c.name) == ("link", "g3") and "30 and 20 more packets" in c.evidence
     (c,) = culprits(lossy(2), _queue(), "leaf1-eth4", "leaf1-spine1")
     assert (c.kind, c.name) == ("path", "g2->g3")
+
+
+def test_a_stray_resend_does_not_make_a_path_a_link():
+    """A slow path (a spine link at a lower rate) whose ranks each resent a packet once:
+    not losses both ways."""
+    rows = _rows({op: {1: {"resent": 1}, 2: {"wire": 300, "resent": 1}, 3: {"wire": 25}}
+                  for op in (4, 5)})
+    (c,) = culprits(rows, _queue(), "leaf1-eth4", "leaf1-spine1")
+    assert (c.kind, c.name) == ("path", "g2->g3")

@@ -49,7 +49,8 @@ def test_a_run_recorded_before_a_key_existed_writes_it_back_absent():
     old = {k: v for k, v in doc.items() if k not in ("rates", "batch", "hotpath")}
     m = manifest.RunManifest.from_json(old)
     assert m.rates is None and m.batch is None and m.provenance.hotpath is None
-    assert m.unrecorded == {"rates", "batch", "error"}  # every key it lacks (error: None)
+    # every key it lacks (error and notes: None)
+    assert m.unrecorded == {"rates", "batch", "error", "notes"}
     assert m.provenance.unrecorded == {"hotpath"}
     assert list(m.to_json()) == list(old)
     new = replace(m, unrecorded=frozenset(),

@@ -25,7 +25,7 @@ def test_a_wait_is_a_bubble_until_the_message_left_then_a_wire_wait():
     assert op.spans == [(BUBBLE, 100, 130), (WIRE_WAIT, 130, 150), (COMPUTE, 150, 155)]
     op.step(157)  # the compute ended at 155: 2 ns of other work
     assert op.received_all()
-    row = op.finish(3, 2, 160)  # from 157 the op awaited its sends' ACKs: on the wire
+    row = op.finish(3, 2, 160, 0)  # from 157 the op awaited its sends' ACKs: on the wire
     assert op.spans[-1] == (WIRE_WAIT, 157, 160)
     assert row == OpResult(op=3, rank=2, start_ns=100, end_ns=160, wrong=0, compute_ns=5,
                            exposed_ns=23, bubble_ns=30)
@@ -57,7 +57,7 @@ def test_an_open_wait_ends_with_the_op():
     op = Op(Plan([Step(send=[Msg(1, 0, 100)], recv=[Msg(1, 0, 100)])], 1, {}, {}), 0)
     assert [m.peer for m, _ in op.step(0)] == [1]  # every step started: waiting
     op.arrived(1, 0, 1, sent_ns=8)
-    op.finish(0, 0, 12)
+    op.finish(0, 0, 12, 0)
     assert op.spans == [(BUBBLE, 0, 8), (WIRE_WAIT, 8, 12)]
 
 

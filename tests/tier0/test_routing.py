@@ -5,6 +5,7 @@ routes (labkit.analysis.reroutes) from tables made by hand."""
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 
 import polars as pl
 import pytest
@@ -28,8 +29,7 @@ def _faults(**fabric) -> scenario.Scenario:
 
 def test_faults_yaml_is_routed_by_bgp_and_static_stays_the_default():
     assert _faults().fabric.routing == "bgp"
-    doc = {k: v for k, v in scenario.read_yaml(scenario_file("bottleneck"))[1].items()}
-    assert scenario.parse(doc, "bottleneck.yaml").fabric.routing == "static"
+    assert scenario.load(scenario_file("bottleneck")).fabric.routing == "static"
 
 
 def test_an_unknown_routing_is_refused_naming_the_key():
@@ -59,11 +59,11 @@ def test_every_router_is_an_as_of_its_own_and_peers_with_its_neighbours_under_bf
 
 
 def test_a_daemon_runs_in_the_foreground_with_everything_in_its_routers_directory(tmp_path):
-    argv = frr.argv("bgpd", tmp_path)
+    argv = frr.argv("bgpd", tmp_path, "labkit-frr-x-leaf1")
     assert "-d" not in argv and argv[0] == str(frr.FRR_DIR / "bgpd")
-    paths = [a for a in argv if a.startswith("/") and a != argv[0]]
-    assert paths and all(a.startswith(str(tmp_path)) or a.startswith(f"file:{tmp_path}")
-                         for a in paths)
+    assert argv[argv.index("-N") + 1] == "labkit-frr-x-leaf1"  # its own pathspace
+    paths = [a.removeprefix("file:") for a in argv[1:] if "/" in a]
+    assert len(paths) == 5 and all(tmp_path in (Path(p), Path(p).parent) for p in paths), paths
 
 
 def _events(*rows: tuple[int, str]) -> pl.DataFrame:

@@ -168,37 +168,43 @@ def test_clean_racing_a_starting_run_leaves_it_alone(fabric_ready, tmp_path):
 
 
 def test_a_namespace_a_users_process_holds_is_emptied_and_the_run_kept(fabric_ready, tmp_path):
-    """A process the user started in g1's namespace (``nsenter``, as from `labkit shell`)
-    still runs at teardown: labkit removes its own ports from that namespace and leaves the
-    process alone; the run is recorded complete, its note naming the process."""
+    """Processes the user started in g1's and leaf1's namespaces (``nsenter``, as from
+    `labkit shell`) still run at teardown: labkit removes its own ports from those
+    namespaces (the veth between them too, which neither namespace's end would take with
+    it) and leaves the processes alone; the run is recorded complete, its notes naming
+    them."""
     proc = subprocess.Popen([*LABKIT, "run", str(REPO / "topologies/bottleneck.yaml"),
                              "--policy", "fifo", "--duration", "4", "--out",
                              str(tmp_path / "run")], cwd=REPO, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
-    deadline, g1 = time.monotonic() + 60, None
-    while g1 is None:
+    deadline, shells = time.monotonic() + 60, {}
+    while len(shells) < 2:
         assert time.monotonic() < deadline and proc.poll() is None, proc.stderr
         for path in (Path("/run/labkit/registry")).glob("*.json"):
             with contextlib.suppress(OSError, ValueError):
-                g1 = next((e["pid"] for e in json.loads(path.read_text())["entries"]
-                           if e["kind"] == "netns" and e["node"] == "g1"), None)
+                shells = {e["node"]: e["pid"] for e in json.loads(path.read_text())["entries"]
+                          if e["kind"] == "netns" and e["node"] in ("g1", "leaf1")}
         time.sleep(0.1)
-    mine = subprocess.Popen(["nsenter", f"--net=/proc/{g1}/ns/net", "sleep", "120"],
-                            start_new_session=True)  # the user's, not labkit's
+    mine = {node: subprocess.Popen(["nsenter", f"--net=/proc/{pid}/ns/net", "sleep", "120"],
+                                   start_new_session=True)  # the user's, not labkit's
+            for node, pid in shells.items()}
     try:
         out, err = proc.communicate(timeout=180)
         assert proc.returncode == 0, err[-2000:]
         manifest = json.loads((tmp_path / "run/manifest.json").read_text())
         assert manifest["status"] == "complete", manifest
-        (note,) = manifest["notes"]
-        assert f"g1's namespace is still held by pid {mine.pid}" in note
-        assert "sleep 120" in note and "ports were removed" in note
-        assert f"pid {mine.pid}" in out  # told on the terminal too
-        assert mine.poll() is None  # labkit left it running
-        links = subprocess.run(["nsenter", f"--net=/proc/{mine.pid}/ns/net", "ip", "-o",
-                                "link"], capture_output=True, text=True, check=True).stdout
-        assert [line.split(":")[1].strip() for line in links.splitlines()] == ["lo"]
+        notes = manifest["notes"]
+        assert len(notes) == 2, notes
+        for node, p in mine.items():
+            (note,) = [n for n in notes if n.startswith(f"{node}'s namespace")]
+            assert f"still held by pid {p.pid} (sleep 120)" in note and "ports were removed" in note
+            assert f"pid {p.pid}" in out  # told on the terminal too
+            assert p.poll() is None  # labkit left it running
+            links = subprocess.run(["nsenter", f"--net=/proc/{p.pid}/ns/net", "ip", "-o",
+                                    "link"], capture_output=True, text=True, check=True).stdout
+            assert [line.split(":")[1].strip() for line in links.splitlines()] == ["lo"]
         assert_no_leaks()
     finally:
-        mine.kill()
-        mine.wait()
+        for p in mine.values():
+            p.kill()
+            p.wait()

@@ -102,10 +102,12 @@ def cmd_shell(args) -> int:
 
     try:
         with interrupts.reaching_the_main_thread((signal.SIGTERM, signal.SIGHUP)):
-            runner.shell(sc, args.policy, _named_controllers(args.controller), interact,
-                         source=str(args.scenario))
+            notes = runner.shell(sc, args.policy, _named_controllers(args.controller),
+                                 interact, source=str(args.scenario))
     except (FileExistsError, RuntimeError) as exc:
         return failed(exc)
+    for note in notes:
+        err.print(f"[yellow]note:[/] {escape(note)}", highlight=False)
     err.print("fabric torn down")
     return 0
 

@@ -118,7 +118,7 @@ def _clean(leftovers: list, work_dirs: list[Path], dry_run: bool) -> int:
             failed = 1
             continue
         console.print(f"run {reg.run_id}: " + ("; ".join(removed) or "nothing was left"))
-        for note in registry.wait_freed(struct_ops):
+        for note in [*reg.held.values(), *registry.wait_freed(struct_ops)]:
             console.print(f"run {reg.run_id}: {note}", highlight=False)
     for path in work_dirs:  # scratch files of a killed run (none is running: we hold the lock)
         try:
