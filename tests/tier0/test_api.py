@@ -81,7 +81,7 @@ def test_a_sweep_left_without_algo_runs_the_ops_first_as_the_cli_does(tmp_path, 
     checked = []
     monkeypatch.setattr(runner, "check_sweep", lambda sc, op, algo, *rest: (
         checked.append((op, algo)), resolve.check_sweep(sc, op, algo, *rest)))
-    monkeypatch.setattr(runner, "not_ready", lambda: "stand-in: stop before building")
+    monkeypatch.setattr(runner, "not_ready", lambda sc=None: "stand-in: stop before building")
     for op in schedules.OPS:
         with pytest.raises(runner.NotReady, match="stand-in"):
             labkit.sweep(sc, op, sizes=[65536], out=tmp_path / "sweep")
