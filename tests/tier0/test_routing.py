@@ -130,3 +130,14 @@ def test_the_reroutes_figure_draws_each_uplink_and_where_the_routes_moved():
               for hop in ("leaf1→spine1", "leaf1→spine2")}
     # on spine2's link only the routers' own BGP and BFD to spine2 (tens of kbit/s)
     assert during["leaf1→spine2"] < 0.1 and during["leaf1→spine1"] > 10, during
+
+
+def test_a_recorded_runs_ports_are_named_as_the_topology_names_them():
+    """frames.port_hops reads a recorded scenario's links as labkit.model.topo numbers a
+    node's ports (it keeps no Topology of its own): the two must agree."""
+    from labkit.analysis import frames
+
+    sc = _faults()
+    topo = Topology(sc.fabric)
+    expected = {p.ifname: f"{p.node}→{p.peer}" for ports in topo.ports.values() for p in ports}
+    assert frames.port_hops(sc.to_dict()) == expected
