@@ -106,8 +106,9 @@ def labkit_objects() -> dict[str, list[str]]:
     work = [str(p) for p in registry.WORK_DIR.glob("*")]
     # an MPI job's session directories (labkit.traffic.programs: tempfile's, then registered)
     work += [str(p) for p in Path(tempfile.gettempdir()).glob("labkit-mpi-*")]
-    # a routed fabric's FRR files (labkit.kernel.frr: tempfile's, registered)
+    # a routed fabric's FRR files and pathspaces (labkit.kernel.frr: registered)
     work += [str(p) for p in Path(tempfile.gettempdir()).glob("labkit-frr-*")]
+    work += [str(p) for p in Path("/run/frr").glob("labkit-frr-*")]
     return {"bpf_programs": progs, "struct_ops": struct_ops, "pins": pins,
             "registries": registries, "processes": procs, "cgroups": groups,
             "namespaces": namespaces, "work_dirs": work}

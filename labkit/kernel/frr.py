@@ -17,13 +17,15 @@ routes (no kernel nexthop objects; where FRR uses them anyway, the kernel's defa
 ``nexthop_compat_mode`` still reports each route's next hops), so a route's change is a
 route message (:mod:`labkit.kernel.routewatch`). Each router's daemons run in the
 foreground as FRR's user (their PIDs recorded, SIGTERM at teardown), with their
-configuration, sockets, pid files and logs in a directory of the run's, and a pathspace
-of their own (``-N``: what FRR 9 on keeps in ``/run/frr/<pathspace>``, as its mgmtd's
-sockets), both recorded as ``session_dir`` and removed after them. :meth:`Frr.converged`
-waits until every session and BFD peer is up and every router's kernel routes each host
-subnet over the next hops its shortest paths have (labkit.model.topo's, as static
-routing installs them). Why FRR: it is what ipmininet, containerlab and Kathará run, and Debian's
-``frr`` package (``make setup`` installs it) is what a user can run by hand too
+configuration, pid files, vty sockets and logs in a directory of the run's, and a
+pathspace of their own (``-N``: ``/run/frr/<pathspace>``, zebra's socket and, FRR 9 on,
+mgmtd's), both recorded as ``session_dir`` and removed after them, as is each daemon's
+crash-log directory (:data:`CRASH_DIR`), should it be killed before it removes it.
+:meth:`Frr.converged` waits until every session and BFD peer is up and every router's
+kernel routes each host subnet over the next hops its shortest paths have
+(labkit.model.topo's, as static routing installs them). Why FRR: it is what ipmininet,
+containerlab and Kathará run, and Debian's ``frr`` package (``make setup`` installs it)
+is what a user can run by hand too
 (``vtysh --vty_socket DIR``, :meth:`Frr.vtysh`).
 """
 
@@ -52,6 +54,9 @@ HOST_SUBNETS = "10.0.0.0/16"  # every host link's /24 (labkit.model.topo)
 CONVERGE_S = 30.0
 USER = "frr"  # FRR's daemons run as the user Debian's package made
 RUN_DIR = Path("/run/frr")  # where a pathspace's own files go (FRR 9 on: mgmtd's sockets)
+# each daemon's crash-log directory, <daemon>.<pid>, made as root before it becomes FRR's
+# user; it removes it as it exits, unless it is killed first (a teardown's SIGKILL)
+CRASH_DIR = Path("/var/tmp/frr")
 
 
 def problem() -> str | None:
@@ -114,8 +119,8 @@ def argv(daemon: str, d: Path, pathspace: str) -> list[str]:
     in the foreground, as FRR's own user (its default: root is not in FRR's vty group), no
     TCP vty, its own sockets."""
     out = [str(FRR_DIR / daemon), "-N", pathspace, "-f", str(d / f"{daemon}.conf"),
-           "-i", str(d / f"{daemon}.pid"), "--vty_socket", str(d), "-z", str(d / "zserv.api"),
-           "-P", "0", "--log", f"file:{d / f'{daemon}.log'}"]
+           "-i", str(d / f"{daemon}.pid"), "--vty_socket", str(d),
+           "-P", "0", "--log", f"file:{d / f'{daemon}.log'}"]  # zebra's socket: the pathspace's
     if daemon == "bfdd":
         out += ["--bfdctl", str(d / "bfdd.sock")]
     if daemon == "zebra":
@@ -159,24 +164,43 @@ class Frr:
                 shutil.chown(path, USER, USER)
             pathspace = self._pathspace(router)
             for daemon in daemons:
-                self.procs[router, daemon] = self.popen(
-                    router, argv(daemon, d, pathspace), f"frr {daemon}", stdin=subprocess.DEVNULL,
-                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                with open(d / f"{daemon}.out", "w") as out:  # what it says before it logs
+                    proc = self.popen(router, argv(daemon, d, pathspace), f"frr {daemon}",
+                                      stdin=subprocess.DEVNULL, stdout=out,
+                                      stderr=subprocess.STDOUT)
+                self.procs[router, daemon] = proc
+                self.record_dir(CRASH_DIR / f"{daemon}.{proc.pid}")
                 if daemon == "zebra":
-                    self._until((d / "zserv.api").exists, 10,
+                    self._until((RUN_DIR / pathspace / "zserv.api").exists, 10,
                                 f"{router}'s zebra did not open its socket")
         return self
 
     def _until(self, ready: Callable[[], bool], timeout: float, why: str) -> None:
+        """Wait for ``ready``; a daemon that exits meanwhile, or the timeout, fails the start
+        with what the logs said last (they go with the fabric's teardown)."""
         deadline = time.monotonic() + timeout
         while not ready():
-            dead = [f"{r}'s {d} (exit {p.returncode})" for (r, d), p in self.procs.items()
-                    if p.poll() is not None]
+            dead = [f"{r}'s {d} exited ({p.returncode}): {self._last_logged(r, d)}"
+                    for (r, d), p in self.procs.items() if p.poll() is not None]
             if dead:
-                raise RuntimeError(f"FRR: {', '.join(dead)} exited; its log is in {self.dir}")
+                raise RuntimeError(f"FRR: {'; '.join(dead)}")
             if time.monotonic() > deadline:
-                raise RuntimeError(f"FRR: {why} within {timeout:.0f} s (logs in {self.dir})")
+                last = "; ".join(f"{r}'s {d}: {self._last_logged(r, d)}" for r, d in self.procs)
+                raise RuntimeError(f"FRR: {why} within {timeout:.0f} s ({last})")
             time.sleep(0.1)
+
+    def _last_logged(self, router: str, daemon: str) -> str:
+        """The last line ``router``'s ``daemon`` wrote to its log, or else the first it
+        wrote to its output, as a refused option ("nothing logged" if neither has one)."""
+        for name, last in ((f"{daemon}.log", True), (f"{daemon}.out", False)):
+            try:
+                text = (self.dir / router / name).read_text(errors="replace")
+            except OSError:
+                continue
+            lines = [line.strip() for line in text.split("\n") if line.strip()]
+            if lines:
+                return lines[-1] if last else lines[0]
+        return "nothing logged"
 
     def vtysh(self, router: str, command: str) -> str:
         """``command``'s answer from ``router``'s daemons (``show bgp summary json``)."""
