@@ -105,27 +105,29 @@ def reroutes(run: Run) -> go.Figure:
                             line={"color": PORT_COLORS[i % len(PORT_COLORS)], "width": 1.5,
                                   "dash": PORT_DASH[policies.index(policy) % len(PORT_DASH)]})
         event_bands(fig, run["events"], policy, t0, start, end, named)
-        down = run["events"].filter((pl.col("policy") == policy) & (pl.col("change") == "down"))
+        ups = run["events"].filter((pl.col("policy") == policy) & (pl.col("change") == "down")
+                                   & (pl.col("state") == "end"))
         for r in run.summary.policies[policy].reroutes or ():
-            at = (start - t0) / 1e9 + r.at_s
-            ends = down.filter((pl.col("event") == r.event) & (pl.col("state") == "end") &
-                               (pl.col("t_ns") > start + r.at_s * 1e9))
-            marks = [(r.converged_ms, at, f"routes moved: {r.converged_ms:.0f} ms"
-                      if r.converged_ms is not None else "")]
-            if len(ends) and r.restored_ms is not None:
-                back = (int(ends["t_ns"].min()) - t0) / 1e9  # type: ignore[arg-type]
-                marks.append((r.restored_ms, back, f"back: {r.restored_ms:.0f} ms"))
-            for ms, x, text in marks:
-                if ms is not None:
-                    fig.add_vline(x=x + ms / 1e3, line_dash="dash", line_width=1,
-                                  line_color="#555", annotation_text=text,
-                                  annotation_position="top right")
+            down_ns = start + int(r.at_s * 1e9)
+            up = ups.filter((pl.col("event") == r.event) & (pl.col("t_ns") > down_ns))["t_ns"]
+            if r.converged_ms is not None:
+                _route_mark(fig, (down_ns - t0) / 1e9 + r.converged_ms / 1e3,
+                            f"routes moved: {r.converged_ms:.0f} ms")
+            if len(up) and r.restored_ms is not None:
+                _route_mark(fig, (int(up.min()) - t0) / 1e9 + r.restored_ms / 1e3,  # type: ignore[arg-type]
+                            f"back: {r.restored_ms:.0f} ms")
     if not policies:
         say_empty(fig, "no route moved: the fabric is not routed (fabric.routing: bgp), "
                        "or no link went down")
     fig.update_yaxes(rangemode="tozero")
     return titled(fig, run, "The bottleneck ports as BGP routes around a failed link",
                   "time since the first op (s)", "sent (Mbit/s)")
+
+
+def _route_mark(fig: go.Figure, x: float, text: str) -> None:
+    """A dashed line at ``x`` (s), labelled: when routes moved or came back."""
+    fig.add_vline(x=x, line_dash="dash", line_width=1, line_color="#555",
+                  annotation_text=text, annotation_position="top right")
 
 
 def event_bands(fig: go.Figure, events: pl.DataFrame, policy: str, t0: int, start: int,
