@@ -8,10 +8,10 @@ and their live cells run for real: every check passes, and nothing is left behin
   p99 is its slowest op or two: the lab gets a second run if the first misses (best of
   two; both runs' verdicts are shown when both miss);
 * lab 4: the answer's pipeline alone for its 10 iterations (the live cell is optional in
-  the lab; here it must run without error);
-* lab 5: two-jobs.yaml under isolated and the four sharing policies, every iteration of
-  both jobs (optional in the lab too): the answers read the run's own figures, and the
-  favoured job's p99 slowdown under job-priority is judged on what the run measured.
+  the lab; here it must run without error).
+
+Lab 5's live run needs no answer of the student's: test_shared_fabric.py makes it once,
+with ``sharing.run_live()``, and runs the lab's checks on it beside its own tests.
 
 A cell that raises fails the test; what the runs write to stderr does not. The runs go
 to a temporary directory (LABKIT_RUNS_DIR, which the notebook's kernel
@@ -28,7 +28,7 @@ from tests.leaks import assert_no_leaks
 REPO = Path(__file__).resolve().parents[2]
 LABS = REPO / "notebooks/labs"
 ATTEMPTS = {"lab2-protect-the-collective": 1, "lab3-write-a-controller": 2,
-            "lab4-pipeline-vs-tensor": 1, "lab5-whose-allreduce-is-vip": 1}
+            "lab4-pipeline-vs-tensor": 1}
 
 
 def run_solved(name: str) -> tuple[list[dict], list[str]]:

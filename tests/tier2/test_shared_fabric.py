@@ -7,8 +7,8 @@ counters), so that it runs as fast as alone while the other pays what it must;
 ``interleave`` (after CASSINI) shifting one job so that their bursts take turns (checked
 against the kernel's per-job counters); ``job-weights`` sharing the port so that neither
 starves; a controller holding storage while either job's window is open. The shipped
-two-jobs.yaml runs once, under every policy these tests look at (one isolated baseline,
-one fair, shared by them)."""
+two-jobs.yaml runs once as lab 5's live cell runs it (isolated and the four sharing
+policies), and the tests of the sharing policies and lab 5's checks read that one run."""
 
 from __future__ import annotations
 
@@ -20,7 +20,8 @@ import pytest
 import labkit
 from labkit.analysis.windows import counter_delta
 from labkit.model import scenario
-from labkit.model.paths import scenario_file
+from labkit.model.paths import REPO_ROOT, scenario_file
+from labkit.ui.labs import PASS, notebook, sharing
 from tests.leaks import assert_no_leaks
 
 TWO_JOBS = scenario_file("two-jobs")
@@ -35,11 +36,12 @@ def _doc(**changes) -> dict:
 
 @pytest.fixture(scope="module")
 def shared(tmp_path_factory) -> labkit.Run:
-    """two-jobs.yaml under isolated and every policy the tests below compare."""
-    policies = ["isolated", "fifo", "fair", "job-priority", "job-weights", "interleave",
-                "state-aware"]
-    return labkit.run(scenario.parse(_doc(policies=policies), str(TWO_JOBS)),
-                      out=tmp_path_factory.mktemp("shared") / "run")
+    """two-jobs.yaml as lab 5's live cell runs it: isolated and the four sharing policies."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("LABKIT_RUNS_DIR", str(tmp_path_factory.mktemp("shared")))
+        run = sharing.run_live()
+    assert run is not None
+    return run
 
 
 def test_two_identical_jobs_each_get_half_the_bottleneck_and_are_counted_apart(
@@ -86,12 +88,18 @@ def test_two_identical_jobs_each_get_half_the_bottleneck_and_are_counted_apart(
     assert_no_leaks()
 
 
-def test_a_controller_holds_storage_while_either_jobs_window_is_open(fabric_ready, shared):
+def test_a_controller_holds_storage_while_either_jobs_window_is_open(fabric_ready, tmp_path):
     """state-aware with two jobs: storage is held while any job's collective runs, so
     neither job loses a packet at the bottleneck (the kernel's per-job drop counters),
     where FIFO drops thousands of each, and both jobs' iterations are shorter by their
-    ranks' own clocks."""
-    fifo, held = (shared.summary.policies[p] for p in ("fifo", "state-aware"))
+    ranks' own clocks (10 iterations each)."""
+    traffic = copy.deepcopy(DOC["traffic"])
+    for entry in traffic:
+        if entry["kind"] == "allreduce":
+            entry["iterations"] = 10
+    doc = _doc(traffic=traffic, policies=["fifo", "state-aware"])
+    run = labkit.run(scenario.parse(doc, str(TWO_JOBS)), out=tmp_path / "run")
+    fifo, held = (run.summary.policies[p] for p in ("fifo", "state-aware"))
     assert held.controller and held.controller.decisions > 0
     assert fifo.jobs and held.jobs and set(held.jobs.each) == {"heavy", "light"}
     for name, job in held.jobs.each.items():
@@ -185,3 +193,16 @@ def test_job_weights_share_the_port_and_neither_job_starves(fabric_ready, shared
     mb = dict(zip(grown["lane"], grown["offered_bytes"] / 1e6, strict=True))
     assert mb["vip"] > 5 and mb["normal"] > 5, mb
     assert_no_leaks()
+
+
+def test_lab5_passes_with_its_answers_on_this_run(fabric_ready, shared):
+    """Lab 5 with the instructor's answers, its live cell reading this run (the one it
+    would have made): every check passes, the Crux check on what the run measured."""
+    lab = REPO_ROOT / "notebooks/labs/lab5-whose-allreduce-is-vip.ipynb"
+    nb = notebook.fill(notebook.read(lab), notebook.solution_for(lab))
+    (live,) = notebook.tagged(nb, notebook.LIVE)
+    live.source = f"from labkit import load_run\nrun = load_run({str(shared.path)!r})"
+    notebook.execute(nb, lab.parent, timeout=300)
+    assert not notebook.problems(nb, stderr=False)
+    verdicts = notebook.verdicts(nb)
+    assert verdicts and all(v["status"] == PASS for v in verdicts), verdicts
