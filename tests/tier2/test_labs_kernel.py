@@ -1,8 +1,6 @@
 """The labs that run the fabric (notebooks/labs/), with the instructor's answers filled in
 and their live cells run for real: every check passes, and nothing is left behind.
 
-* lab 2: shared-lane.yaml with the answer's lanes, isolated + priority, 10 s each: the
-  ring's p99 slowdown under priority must be <= 1.25;
 * lab 3: checkpoint-burst.yaml under reactive and the answer's controller, 10 s each: the
   controller's p99 op time must be below reactive's. A 10 s run has about 14 ops, so its
   p99 is its slowest op or two: the lab gets a second run if the first misses (best of
@@ -10,8 +8,10 @@ and their live cells run for real: every check passes, and nothing is left behin
 * lab 4: the answer's pipeline alone for its 10 iterations (the live cell is optional in
   the lab; here it must run without error).
 
-Lab 5's live run needs no answer of the student's: test_shared_fabric.py makes it once,
-with ``sharing.run_live()``, and runs the lab's checks on it beside its own tests.
+Lab 2 runs solved, its live cell and all, as a student without root runs it: through
+``labkit serve`` (test_serve.py). Lab 5's live run needs no answer of the student's:
+test_shared_fabric.py makes it once, with ``sharing.run_live()``, and runs the lab's checks
+on it beside its own tests.
 
 A cell that raises fails the test; what the runs write to stderr does not. The runs go
 to a temporary directory (LABKIT_RUNS_DIR, which the notebook's kernel
@@ -27,8 +27,7 @@ from tests.leaks import assert_no_leaks
 
 REPO = Path(__file__).resolve().parents[2]
 LABS = REPO / "notebooks/labs"
-ATTEMPTS = {"lab2-protect-the-collective": 1, "lab3-write-a-controller": 2,
-            "lab4-pipeline-vs-tensor": 1}
+ATTEMPTS = {"lab3-write-a-controller": 2, "lab4-pipeline-vs-tensor": 1}
 
 
 def run_solved(name: str) -> tuple[list[dict], list[str]]:

@@ -1,5 +1,7 @@
-"""labkit serve: lab 2's live cell from a notebook kernel that is not root, run by the
-service, the run owned by the student; a user outside the service's group is refused."""
+"""labkit serve: lab 2 with the instructor's answers, its live cell run from a notebook
+kernel that is not root by the service, every check passing on that run (lab 2's one test
+on a real fabric), the run owned by the student; a user outside the service's group is
+refused."""
 
 import json
 import os
