@@ -1,12 +1,12 @@
 """labkit batch end to end (issue 17): a 2 x 2 x 2 grid (message size x policy x seed) of
-3-second runs of a tiny scenario, run here one after another by `labkit batch`, then its
+2-second runs of a tiny scenario, run here one after another by `labkit batch`, then its
 1 x 2 x 1 corner (the two policies) as exclusive jobs on a real single-node Slurm (Debian's
 slurm-wlm and munge, configured for this host by tests/slurm_local.py, its daemons started
 here and stopped after, by the PIDs it started); labkit.load_runs reads the 10 runs as one
 frame.
 
 Needs root, Mininet and the built BPF objects (`fabric_ready`), and for the Slurm part the
-programs of Debian's slurm-wlm and munge (`make setup` installs them); about four minutes.
+programs of Debian's slurm-wlm and munge (`make setup` installs them); about a minute.
 """
 
 import os
@@ -44,7 +44,7 @@ TINY = {  # two GPU hosts and a storage host on one router; the queue forms towa
 }
 GRID = {"scenario": "tiny.yaml", "name": "tiny-grid",
         "axes": {KEY: list(SIZES)}, "policies": ["fifo", "priority"], "seeds": [1, 2],
-        "duration": 3, "slurm": {"time_min": 10}}
+        "duration": 2, "slurm": {"time_min": 10}}
 CORNER = {**GRID, "axes": {KEY: ["256KiB"]}, "seeds": [1]}  # for Slurm: one job a policy
 
 
@@ -73,7 +73,7 @@ def _check(done: labkit.Batch, executor: str, grid: dict) -> None:
         assert f"-{rundir.host_label()}-tiny" in p.run_id  # the host is in the id
         assert run.manifest.batch == BatchRef(id=m.run_id, point=p.point,
                                               parameters=p.parameters)
-        assert run.manifest.seed == p.seed and run.manifest.duration_s == 3
+        assert run.manifest.seed == p.seed and run.manifest.duration_s == 2
         assert run.manifest.scenario["allreduce"]["size_bytes"] == SIZES[p.parameters[KEY]]
         (policy,) = p.policies
         ar = run.summary.policies[policy].workload
