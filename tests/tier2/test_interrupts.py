@@ -33,7 +33,7 @@ def start_run(out: Path, policy: str) -> subprocess.Popen:
 def test_sigint_stops_within_5s_and_marks_the_run(fabric_ready, tmp_path, policy):
     out = tmp_path / "run"
     proc = start_run(out, policy)
-    time.sleep(6)
+    _wait_for_traffic(proc)
     assert proc.poll() is None, proc.communicate()
     proc.send_signal(signal.SIGINT)
     t0 = time.monotonic()
@@ -67,6 +67,13 @@ def test_clean_after_kill_9_then_the_next_run_succeeds(fabric_ready, tmp_path, t
                            timeout=120)
     assert after.returncode == 0, after.stderr
     assert_no_leaks()
+
+
+def _wait_for_traffic(proc: subprocess.Popen) -> None:
+    """Until the run's traffic agents have run for a second (or the run has ended)."""
+    _wait_for(lambda: proc.poll() is not None
+              or any("labkit.traffic." in p for p in labkit_objects()["processes"]), 60)
+    time.sleep(1)
 
 
 def _wait_for(what, seconds: float) -> None:
@@ -114,7 +121,7 @@ def test_a_closed_terminal_tears_the_run_down(fabric_ready, tmp_path):
                              "--out", str(tmp_path / "run")], cwd=REPO,
                             stdin=secondary, stdout=secondary, stderr=secondary)
     os.close(secondary)
-    time.sleep(6)
+    _wait_for_traffic(proc)
     assert proc.poll() is None
     os.close(primary)
     proc.wait(timeout=60)
