@@ -12,6 +12,13 @@
  *    per-ingress accounting would.
  *  - A dequeue that leaves it at or below xon_bytes after a pause ends the
  *    episode with one XON: every neighbour it paused resumes.
+ *  - A watchdog timer, armed by each XOFF, looks at a paused queue every
+ *    LK_PAUSE_WATCH_NS and ends the episode itself once the queue is empty. The
+ *    kernel skips a tracing program that is already running on the CPU (a
+ *    dequeue in softirq over one in a process), so the dequeue that should have
+ *    sent the XON can go unseen; with every sender paused no packet comes after
+ *    it, and the pause would hold for ever (seen: 4 s, to the end of a run). A
+ *    PFC pause, too, expires unless it is refreshed.
  *
  * Events go to lk_pause_events with a wakeup each: the pauser
  * (labkit/kernel/pauser.py) acts on them at once, pausing or resuming the
@@ -50,6 +57,21 @@ struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
 	__uint(max_entries, 1 << 20);
 } lk_pause_events SEC(".maps");
+
+#define LK_PAUSE_WATCH_NS 2000000ULL /* how often the watchdog looks at a paused queue */
+#define LK_CLOCK_MONOTONIC 1
+
+/* lk_pause_watches: a paused queue's watchdog (kernel-only, by queue index) */
+struct lk_pause_watch {
+	struct bpf_timer timer;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, LK_MAX_PAUSE_QUEUES);
+	__type(key, __u32);
+	__type(value, struct lk_pause_watch);
+} lk_pause_watches SEC(".maps");
 
 /* [0]: events lost because the ring was full */
 struct {
@@ -154,6 +176,43 @@ static __always_inline void lk_pause_send(struct lk_pause_event *ev, __u32 kind,
 	bpf_ringbuf_submit(ev, BPF_RB_FORCE_WAKEUP);
 }
 
+/* The watchdog of queue *index: while it is paused, look again later; once it is empty,
+ * end the episode with an XON (no packet is left to dequeue, so none can race it; an XOFF
+ * needs xoff_bytes queued). */
+static int lk_pause_watchdog(void *map, int *index, struct lk_pause_watch *watch)
+{
+	struct lk_pause_queue *q = bpf_map_lookup_elem(&lk_pause_queues, index);
+	struct lk_pause_event *ev;
+
+	if (!q || !q->leaf || !q->paused)
+		return 0; /* a dequeue ended the episode: the watch ends with it */
+	if (lk_backlog(q))
+		goto later;
+	ev = lk_pause_reserve();
+	if (!ev)
+		goto later;
+	if (__sync_val_compare_and_swap(&q->paused, 1, 0) != 1) {
+		bpf_ringbuf_discard(ev, 0); /* a dequeue ended it meanwhile */
+		return 0;
+	}
+	lk_pause_send(ev, LK_PAUSE_XON, *index, 0, (__u32)__sync_fetch_and_add(&q->episode, 1), 0);
+	return 0;
+later:
+	bpf_timer_start(&watch->timer, LK_PAUSE_WATCH_NS, 0);
+	return 0;
+}
+
+static __always_inline void lk_pause_watch(__u32 index)
+{
+	struct lk_pause_watch *watch = bpf_map_lookup_elem(&lk_pause_watches, &index);
+
+	if (!watch)
+		return;
+	bpf_timer_init(&watch->timer, &lk_pause_watches, LK_CLOCK_MONOTONIC); /* -EBUSY: done */
+	bpf_timer_set_callback(&watch->timer, lk_pause_watchdog);
+	bpf_timer_start(&watch->timer, LK_PAUSE_WATCH_NS, 0);
+}
+
 SEC("tp_btf/qdisc_enqueue")
 int BPF_PROG(lk_pause_enqueue, struct Qdisc *root, const struct netdev_queue *txq,
 	     struct sk_buff *skb)
@@ -180,6 +239,7 @@ int BPF_PROG(lk_pause_enqueue, struct Qdisc *root, const struct netdev_queue *tx
 	bpf_map_update_elem(&lk_pause_held, &hold, &episode, BPF_ANY);
 	q->paused = 1;
 	lk_pause_send(ev, LK_PAUSE_XOFF, hold.queue, hold.iif, episode - 1, backlog);
+	lk_pause_watch(hold.queue);
 	return 0;
 }
 

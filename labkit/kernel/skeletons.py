@@ -167,6 +167,7 @@ class PauseMaps(Maps):
     lk_pause_held = MapDecl(PauseHold, u32)  # episode + 1
     lk_pause_events = MapDecl()  # a ring buffer of abi.PauseEvent
     lk_pause_lost = MapDecl(u32, u64)  # per CPU
+    lk_pause_watches = MapDecl(u32)  # a paused queue's watchdog timer: the programs' own
 
 
 class PausePrograms(Programs):

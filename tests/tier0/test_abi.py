@@ -10,8 +10,9 @@ from tests.conftest import require
 
 # structs userspace never reads or writes: a packet header parsed in place (parse.h), the
 # queue probe's in-flight entries and the valve's clocks (map values private to a program,
-# defined in its .bpf.c, not in labkit.h), lk_dctcp's per-socket state (in the socket)
-NOT_SHARED = {"lk_vlan_hdr", "lk_inflight", "lk_valve_clock", "lk_dctcp"}
+# defined in its .bpf.c, not in labkit.h), lk_dctcp's per-socket state (in the socket), the
+# pause watchdog's timers
+NOT_SHARED = {"lk_vlan_hdr", "lk_inflight", "lk_valve_clock", "lk_dctcp", "lk_pause_watch"}
 
 
 def btf_structs(obj_name: str) -> dict[str, btf.Struct]:
