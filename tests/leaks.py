@@ -12,7 +12,7 @@ from collections import defaultdict
 from contextlib import suppress
 from pathlib import Path
 
-from labkit.kernel import bpf, cgroups, cpuquota, registry
+from labkit.kernel import bpf, cgroups, cpuquota, frr, registry
 from labkit.kernel.netns import setns
 from labkit.kernel.registry import marked
 
@@ -108,7 +108,7 @@ def labkit_objects() -> dict[str, list[str]]:
     work += [str(p) for p in Path(tempfile.gettempdir()).glob("labkit-mpi-*")]
     # a routed fabric's FRR files and pathspaces (labkit.kernel.frr: registered)
     work += [str(p) for p in Path(tempfile.gettempdir()).glob("labkit-frr-*")]
-    work += [str(p) for p in Path("/run/frr").glob("labkit-frr-*")]
+    work += [str(p) for p in frr.RUN_DIR.glob("labkit-frr-*")]
     return {"bpf_programs": progs, "struct_ops": struct_ops, "pins": pins,
             "registries": registries, "processes": procs, "cgroups": groups,
             "namespaces": namespaces, "work_dirs": work}

@@ -8,7 +8,8 @@ import polars as pl
 import pytest
 
 import labkit
-from labkit.model import scenario
+from labkit.model import grid
+from labkit.model.scenario import Scenario
 from labkit.model.summary import Job
 from tests.leaks import assert_no_leaks
 from tests.spans import assert_spans_fit
@@ -17,14 +18,10 @@ REPO = Path(__file__).resolve().parents[2]
 ITERATIONS = 6
 
 
-def _short(kind: str) -> scenario.Scenario:
+def _short(kind: str) -> Scenario:
     """topologies/<kind>-parallel.yaml with :data:`ITERATIONS` iterations."""
-    path = REPO / f"topologies/{kind}-parallel.yaml"
-    _, doc = scenario.read_yaml(path)
-    for entry in doc["traffic"]:
-        if entry["kind"] == "job":
-            entry["iterations"] = ITERATIONS
-    return scenario.parse(doc, str(path))
+    return grid.scenario_with(REPO / f"topologies/{kind}-parallel.yaml",
+                              [f"traffic[kind=job].iterations={ITERATIONS}"])
 
 
 @pytest.fixture(scope="module")

@@ -37,6 +37,9 @@ DOC = {"name": "pause-test",
        "traffic": [{"kind": "allreduce", "algo": "ring", "ranks": "gpu",
                     "size_bytes": 1 << 20, "iterations": 1}]}
 
+TOPO = Topology(scenario.parse(DOC).fabric)
+UPLINK, LAST = TOPO.port_towards("leaf1", "leaf2"), TOPO.port_towards("leaf2", "g3")
+
 
 def blast(fabric, topo) -> list[dict]:
     """g1 and g2 each send 90 Mbit/s of UDP to g3 for SECONDS: 180 into 100."""
@@ -103,24 +106,22 @@ def blasted(lossless_on: bool, unseen_dequeues: bool = False) -> Blasted:
     """:func:`blast` through DOC's fabric, lossless or not; ``unseen_dequeues``: the pause
     program's dequeue half detached once the pauser runs, so that no dequeue sends an XON
     (as when the kernel skips the program at the one dequeue that crosses Xon)."""
-    topo = Topology(scenario.parse(DOC).fabric)
-    uplink, last = topo.port_towards("leaf1", "leaf2"), topo.port_towards("leaf2", "g3")
-    fabric = Fabric(topo, Registry(f"test-pause-{lossless_on}"), pausable=lossless_on)
+    fabric = Fabric(TOPO, Registry(f"test-pause-{lossless_on}"), pausable=lossless_on)
     with fabric:
-        plan = lossless.queues(topo, ("vip",), "fifo")
-        (queue,) = [q for q in plan if q.port == last]
+        plan = lossless.queues(TOPO, ("vip",), "fifo")
+        (queue,) = [q for q in plan if q.port == LAST]
         pauser = Pauser(fabric, plan).start() if lossless_on else None
         if pauser and unseen_dequeues:
             _, dequeues = pauser.links  # lk_pause_enqueue's, lk_pause_dequeue's
             dequeues.close()
         try:
-            with Backlog(fabric, last) as backlog:
-                sent = blast(fabric, topo)
+            with Backlog(fabric, LAST) as backlog:
+                sent = blast(fabric, TOPO)
         finally:
             rows = pauser.stop() if pauser else []
             if pauser:
                 pauser.close()
-        drops = drops_at(fabric, uplink) + drops_at(fabric, last)
+        drops = drops_at(fabric, UPLINK) + drops_at(fabric, LAST)
     assert_no_leaks()
     return Blasted(sent, rows, pauser.errors if pauser else [], drops, max(backlog.samples),
                    queue)
@@ -128,8 +129,6 @@ def blasted(lossless_on: bool, unseen_dequeues: bool = False) -> Blasted:
 
 @pytest.mark.parametrize("lossless_on", [False, True], ids=["lossy", "lossless"])
 def test_pauses_spread_hop_by_hop_and_nothing_is_dropped(fabric_ready, lossless_on):
-    topo = Topology(scenario.parse(DOC).fabric)
-    uplink, last = topo.port_towards("leaf1", "leaf2"), topo.port_towards("leaf2", "g3")
     b = blasted(lossless_on)
     if not lossless_on:  # the same load without pause: the fabric drops
         assert b.drops > 100
@@ -140,13 +139,13 @@ def test_pauses_spread_hop_by_hop_and_nothing_is_dropped(fabric_ready, lossless_
     assert queue.xoff_bytes <= b.peak < BUFFER_KB * 1024, "pauses start at xoff, in time"
     assert len(rows) > 20 and not b.errors
     who_paused_whom = {(r.cause, r.port) for r in rows}
-    assert (f"leaf2/{last.ifname}", f"leaf1/{uplink.ifname}") in who_paused_whom
-    assert {(f"leaf1/{uplink.ifname}", f"{g}/{g}-eth0") for g in ("g1", "g2")} <= who_paused_whom
+    assert (f"leaf2/{LAST.ifname}", f"leaf1/{UPLINK.ifname}") in who_paused_whom
+    assert {(f"leaf1/{UPLINK.ifname}", f"{g}/{g}-eth0") for g in ("g1", "g2")} <= who_paused_whom
     reactions = sorted(r.reaction_ns for r in rows)
     assert reactions[len(reactions) // 2] < lossless.REACTION_BUDGET_S * 1e9
     # a pause lasts at least as long as the queue takes to drain from xoff to xon
     drain_ns = (queue.xoff_bytes - queue.xon_bytes) * 8 / LAST_MBPS * 1e3
-    hop_one = [r.paused_ns for r in rows if r.cause == f"leaf2/{last.ifname}"]
+    hop_one = [r.paused_ns for r in rows if r.cause == f"leaf2/{LAST.ifname}"]
     assert sorted(hop_one)[len(hop_one) // 2] > 0.5 * drain_ns
 
 

@@ -19,7 +19,7 @@ import pytest
 
 import labkit
 from labkit.analysis.windows import counter_delta
-from labkit.model import scenario
+from labkit.model import grid, scenario
 from labkit.model.paths import REPO_ROOT, scenario_file
 from labkit.ui.labs import PASS, notebook, sharing
 from tests.leaks import assert_no_leaks
@@ -93,12 +93,10 @@ def test_a_controller_holds_storage_while_either_jobs_window_is_open(fabric_read
     neither job loses a packet at the bottleneck (the kernel's per-job drop counters),
     where FIFO drops thousands of each, and both jobs' iterations are shorter by their
     ranks' own clocks (10 iterations each)."""
-    traffic = copy.deepcopy(DOC["traffic"])
-    for entry in traffic:
-        if entry["kind"] == "allreduce":
-            entry["iterations"] = 10
-    doc = _doc(traffic=traffic, policies=["fifo", "state-aware"])
-    run = labkit.run(scenario.parse(doc, str(TWO_JOBS)), out=tmp_path / "run")
+    sc = grid.scenario_with(TWO_JOBS, ["traffic[name=heavy].iterations=10",
+                                       "traffic[name=light].iterations=10",
+                                       "policies=[fifo, state-aware]"])
+    run = labkit.run(sc, out=tmp_path / "run")
     fifo, held = (run.summary.policies[p] for p in ("fifo", "state-aware"))
     assert held.controller and held.controller.decisions > 0
     assert fifo.jobs and held.jobs and set(held.jobs.each) == {"heavy", "light"}
