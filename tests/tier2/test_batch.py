@@ -44,7 +44,7 @@ TINY = {  # two GPU hosts and a storage host on one router; the queue forms towa
 }
 GRID = {"scenario": "tiny.yaml", "name": "tiny-grid",
         "axes": {KEY: list(SIZES)}, "policies": ["fifo", "priority"], "seeds": [1, 2],
-        "duration": 2, "slurm": {"time_min": 10}}
+        "duration": 1, "slurm": {"time_min": 10}}
 CORNER = {**GRID, "axes": {KEY: ["256KiB"]}, "seeds": [1]}  # for Slurm: one job a policy
 
 
@@ -73,7 +73,7 @@ def _check(done: labkit.Batch, executor: str, grid: dict) -> None:
         assert f"-{rundir.host_label()}-tiny" in p.run_id  # the host is in the id
         assert run.manifest.batch == BatchRef(id=m.run_id, point=p.point,
                                               parameters=p.parameters)
-        assert run.manifest.seed == p.seed and run.manifest.duration_s == 2
+        assert run.manifest.seed == p.seed and run.manifest.duration_s == GRID["duration"]
         assert run.manifest.scenario["allreduce"]["size_bytes"] == SIZES[p.parameters[KEY]]
         (policy,) = p.policies
         ar = run.summary.policies[policy].workload

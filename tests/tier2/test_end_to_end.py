@@ -1,6 +1,8 @@
-"""The foundation's acceptance run: `labkit run topologies/bottleneck.yaml`, defaults.
+"""The foundation's acceptance run: `labkit run topologies/bottleneck.yaml` with its
+defaults but for the ring's iterations (:data:`ITERATIONS` of its 40: the figures checked
+are medians and ratios of medians, p99s over every rank's ops, rates and fractions).
 
-One real run of the three policies (about a minute), checked against the
+One real run of the three policies (about half a minute), checked against the
 issue's done-when figures, then a check that nothing was left behind.
 """
 
@@ -18,23 +20,25 @@ from tests.leaks import assert_no_leaks, labkit_objects, without_leftovers_note
 
 REPO = Path(__file__).resolve().parents[2]
 LABKIT = [sys.executable, "-m", "labkit.ui.cli"]
+ITERATIONS = 16
 
 
 @pytest.fixture(scope="module")
 def bottleneck_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("runs") / "bottleneck"
     t0 = time.monotonic()
-    proc = subprocess.run([*LABKIT, "run", str(REPO / "topologies/bottleneck.yaml"), "--out",
+    proc = subprocess.run([*LABKIT, "run", str(REPO / "topologies/bottleneck.yaml"), "--set",
+                           f"traffic[kind=allreduce].iterations={ITERATIONS}", "--out",
                            str(out)], capture_output=True, text=True, timeout=300, cwd=REPO)
     elapsed = time.monotonic() - t0
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return rundir.load_run(out), elapsed, proc.stdout
 
 
-def test_three_policies_within_two_minutes(fabric_ready, bottleneck_run):
+def test_three_policies_within_a_minute(fabric_ready, bottleneck_run):
     run, elapsed, stdout = bottleneck_run
     assert set(run.summary.policies) == {"isolated", "fifo", "priority"}
-    assert elapsed <= 120, f"took {elapsed:.0f} s"
+    assert elapsed <= 60, f"took {elapsed:.0f} s"
     assert "fifo" in stdout and "slowdown" in stdout
 
 
@@ -83,7 +87,7 @@ def test_tables_and_manifest(fabric_ready, bottleneck_run):
     assert prov.packages["polars"] == pl.__version__ and "plotly" in prov.packages
     assert len(prov.requirements_lock) == 64
     coll = run["collectives"]
-    assert coll.filter(coll["policy"] == "fifo")["op"].n_unique() == 40
+    assert coll.filter(coll["policy"] == "fifo")["op"].n_unique() == ITERATIONS
     q = run["queue"].filter(run["queue"]["policy"] == "priority")
     per_port = q.group_by("port", "classid").len()
     span_s = (q["t_ns"].max() - q["t_ns"].min()) / 1e9
@@ -137,7 +141,7 @@ def test_lane_counters_add_up(fabric_ready, bottleneck_run):
         (pl.col("packets") + pl.col("drops") + pl.col("backlog_packets")).sum().alias("taken"))
     both = alone_offered.join(alone_taken, on="port")
     assert both.height == 2 and (both["offered_packets"] == both["taken"]).all(), both
-    assert both["offered_packets"].min() > 30_000
+    assert both["offered_packets"].min() > 750 * ITERATIONS
 
     unseen = lanes.with_columns((pl.col("offered_packets") - pl.col("enqueued_packets")
                                  - pl.col("dropped_packets")).alias("unseen"))

@@ -47,20 +47,23 @@ def test_sigint_stops_within_5s_and_marks_the_run(fabric_ready, tmp_path, policy
     assert_no_leaks()
 
 
-@pytest.mark.parametrize("trial", range(3))
-def test_clean_after_kill_9_then_the_next_run_succeeds(fabric_ready, tmp_path, trial):
-    proc = start_run(tmp_path / "run", POLICIES[trial % 2])
-    deadline = time.monotonic() + 30
-    while not labkit_objects()["pins"] and time.monotonic() < deadline:
-        time.sleep(0.1)
-    time.sleep(random.uniform(0, 6))  # somewhere between set-up and the end of the traffic
-    proc.kill()
-    proc.communicate()
-    clean = subprocess.run([*LABKIT, "clean"], capture_output=True, text=True, cwd=REPO)
-    assert clean.returncode == 0, clean.stderr
-    assert_no_leaks()
-    again = subprocess.run([*LABKIT, "clean"], capture_output=True, text=True, cwd=REPO)
-    assert "nothing to clean" in again.stdout
+def test_clean_after_kill_9_then_the_next_run_succeeds(fabric_ready, tmp_path):
+    """Three trials, each killing a run at a random moment; each trial's run starts on
+    what the clean before it left, and a last run after the third clean completes."""
+    for trial in range(3):
+        proc = start_run(tmp_path / f"run{trial}", POLICIES[trial % 2])
+        deadline = time.monotonic() + 30
+        while not labkit_objects()["pins"] and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert proc.poll() is None, f"trial {trial}: the run ended before it was killed"
+        time.sleep(random.uniform(0, 6))  # somewhere between set-up and the end of the traffic
+        proc.kill()
+        proc.communicate()
+        clean = subprocess.run([*LABKIT, "clean"], capture_output=True, text=True, cwd=REPO)
+        assert clean.returncode == 0, clean.stderr
+        assert_no_leaks()
+        again = subprocess.run([*LABKIT, "clean"], capture_output=True, text=True, cwd=REPO)
+        assert "nothing to clean" in again.stdout
     after = subprocess.run([*LABKIT, "run", str(REPO / "topologies/bottleneck.yaml"),
                             "--policy", "isolated", "--duration", "2", "--out",
                             str(tmp_path / "next")], capture_output=True, text=True, cwd=REPO,

@@ -1,6 +1,6 @@
 """Training jobs on the bottleneck fabric, each kind of parallelism measured: data (bucketed
 All-Reduce), tensor, pipeline, and expert (all-to-all). Each shipped scenario runs with
-6 of its 10 iterations (every figure checked here is a median or a fraction)."""
+4 of its 10 iterations (every figure checked here is a median or a fraction)."""
 
 from pathlib import Path
 
@@ -15,7 +15,7 @@ from tests.leaks import assert_no_leaks
 from tests.spans import assert_spans_fit
 
 REPO = Path(__file__).resolve().parents[2]
-ITERATIONS = 6
+ITERATIONS = 4
 
 
 def _short(kind: str) -> Scenario:

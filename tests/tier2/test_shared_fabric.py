@@ -13,19 +13,22 @@ policies), and the tests of the sharing policies and lab 5's checks read that on
 from __future__ import annotations
 
 import copy
+from dataclasses import replace
 
 import polars as pl
 import pytest
+import yaml
 
 import labkit
 from labkit.analysis.windows import counter_delta
-from labkit.model import grid, scenario
+from labkit.model import grid, paths, scenario
 from labkit.model.paths import REPO_ROOT, scenario_file
 from labkit.ui.labs import PASS, notebook, sharing
 from tests.leaks import assert_no_leaks
 
 TWO_JOBS = scenario_file("two-jobs")
 _, DOC = scenario.read_yaml(TWO_JOBS)
+ITERATIONS = 12  # of the file's 20 (job-priority ranks after 1, interleave shifts after 3)
 
 
 def _doc(**changes) -> dict:
@@ -36,10 +39,15 @@ def _doc(**changes) -> dict:
 
 @pytest.fixture(scope="module")
 def shared(tmp_path_factory) -> labkit.Run:
-    """two-jobs.yaml as lab 5's live cell runs it: isolated and the four sharing policies."""
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("LABKIT_RUNS_DIR", str(tmp_path_factory.mktemp("shared")))
-        run = sharing.run_live()
+    """two-jobs.yaml as lab 5's live cell runs it (isolated and the four sharing policies),
+    each job with :data:`ITERATIONS` of its iterations."""
+    tmp = tmp_path_factory.mktemp("shared")
+    short = tmp / TWO_JOBS.name
+    short.write_text(yaml.safe_dump(_doc(traffic=[
+        {**t, "iterations": ITERATIONS} if t["kind"] == "allreduce" else t
+        for t in DOC["traffic"]])))
+    with paths.use(replace(paths.current(), runs=tmp)):  # not the checkout's data/runs
+        run = sharing.run_live(path=short)
     assert run is not None
     return run
 
@@ -92,9 +100,9 @@ def test_a_controller_holds_storage_while_either_jobs_window_is_open(fabric_read
     """state-aware with two jobs: storage is held while any job's collective runs, so
     neither job loses a packet at the bottleneck (the kernel's per-job drop counters),
     where FIFO drops thousands of each, and both jobs' iterations are shorter by their
-    ranks' own clocks (10 iterations each)."""
-    sc = grid.scenario_with(TWO_JOBS, ["traffic[name=heavy].iterations=10",
-                                       "traffic[name=light].iterations=10",
+    ranks' own clocks (6 iterations each)."""
+    sc = grid.scenario_with(TWO_JOBS, ["traffic[name=heavy].iterations=6",
+                                       "traffic[name=light].iterations=6",
                                        "policies=[fifo, state-aware]"])
     run = labkit.run(sc, out=tmp_path / "run")
     fifo, held = (run.summary.policies[p] for p in ("fifo", "state-aware"))
@@ -179,7 +187,7 @@ def test_job_weights_share_the_port_and_neither_job_starves(fabric_ready, shared
     weighted = run.summary.policies["job-weights"]
     assert weighted.jobs
     for job in weighted.jobs.each.values():
-        assert job.iterations >= 15 and job.timeouts == 0, job
+        assert job.iterations == ITERATIONS and job.timeouts == 0, job
         assert job.slowdown_p99 is not None and job.slowdown_p99 < 1.6, job
     # the classifier's lane counters: the first job's packets in vip, the other's in
     # normal, both lanes carrying megabytes at the bottleneck

@@ -85,8 +85,11 @@ def test_kill_9_then_clean_with_two_programs_leaves_nothing(fabric_ready, tmp_pa
     _both_running(proc)
     proc.kill()
     proc.wait()
-    assert sum("ddp.py" in p for p in labkit_objects()["processes"]) == 8  # they outlived it
+    left = labkit_objects()
+    assert sum("ddp.py" in p for p in left["processes"]) == 8  # they outlived it,
+    assert left["cgroups"]  # and so did their cgroups
     clean = subprocess.run([sys.executable, "-m", "labkit.ui.cli", "clean"], cwd=REPO,
                            capture_output=True, text=True)
     assert clean.returncode == 0, clean.stderr
+    assert "in cgroup" in clean.stdout and "removed cgroup" in clean.stdout, clean.stdout
     assert_no_leaks()

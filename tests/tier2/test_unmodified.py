@@ -7,10 +7,10 @@ fabric none of the shipped scenarios has: six GPU hosts over three leaves, each 
 hosts offering three times its uplink (150 Mbit/s each, 100 up), dataset reads and an
 iperf3 stream crossing leaf1's uplink, the bottleneck.
 
-* a PyTorch gloo job under isolated, fifo, priority and state-aware, and an mpi4py job
-  under fifo and state-aware (the queue and the gates, where timing from outside could
-  go wrong): labkit's op p50 and p99 and its iteration p50 are within 10 % of the job's
-  own (the start-up hook for PyTorch, the PMPI shim for MPI);
+* a PyTorch gloo job under isolated, fifo and state-aware, and an mpi4py job under fifo
+  and state-aware (the queue and the gates, where timing from outside could go wrong):
+  labkit's op p50 and p99 and its iteration p50 are within 10 % of the job's own (the
+  start-up hook for PyTorch, the PMPI shim for MPI);
 * a DDP job: its buckets are timed and its iterations cut by its forward passes;
 * a job that is neither (plain TCP sockets to a parameter server): within 10 % of its
   own clock from its traffic, or reported as not measurable, with no slowdown.
@@ -32,7 +32,7 @@ REPO = Path(__file__).resolve().parents[2]
 JOB = REPO / "docs/examples/own_clock.py"
 STEPS = 9
 TOLERANCE = 0.10
-POLICIES = ["isolated", "fifo", "priority", "state-aware"]
+POLICIES = ["isolated", "fifo", "state-aware"]
 
 
 def scenario(tmp: Path, backend: str, *, ddp: bool = False, timing: str = "auto",
