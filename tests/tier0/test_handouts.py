@@ -9,9 +9,13 @@ import nbformat
 import pytest
 
 from labkit.ui import cli
-from labkit.ui.labs import handout, notebook
+from labkit.ui.labs import FAIL, PASS, TODO, handout, notebook
 
 SHIPPED = handout.labs()
+CHECKS = {"lab1-find-the-bottleneck": 3, "lab2-protect-the-collective": 2,
+          "lab3-write-a-controller": 2, "lab4-pipeline-vs-tensor": 3,
+          "lab5-whose-allreduce-is-vip": 5, "lab6-find-the-straggler": 4}  # each lab's
+NEED_A_RUN = {"The collective is protected", "Your controller against reactive"}  # live
 
 
 def answers(nb) -> list[str]:
@@ -77,25 +81,26 @@ def test_a_release_never_writes_into_a_folder_with_something_in_it(tmp_path, cap
 
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
-    """Three students: ada handed the labs back blank but made lab 1's check cells print a
-    pass; ben handed in the instructor's answers; cy added an answer cell to lab 1."""
+    """Four students: ada handed the labs back blank; ben handed in the instructor's
+    answers; cy added an answer cell to lab 1; dan made lab 1's check cells print a pass."""
     root = tmp_path_factory.mktemp("class")
     handout.release(root / "handout")
-    for student in ("ada", "ben", "cy"):
+    for student in ("ada", "ben", "cy", "dan"):
         (root / "in" / student).mkdir(parents=True)
     for lab in SHIPPED:
         blank = nbformat.read(root / "handout" / lab.name, as_version=4)
         solved = notebook.fill(nbformat.read(root / "handout" / lab.name, as_version=4),
                                notebook.solution_for(lab))
         nbformat.write(solved, root / "in" / "ben" / lab.name)
+        nbformat.write(blank, root / "in" / "ada" / lab.name)
         if lab.stem.startswith("lab1"):
-            for cell in blank.cells:
-                if "check" in cell.source and notebook.ANSWER not in cell.metadata.get("tags", []):
-                    cell.source = "print('passed')"
             extra = nbformat.read(root / "handout" / lab.name, as_version=4)
             extra.cells.append(nbformat.v4.new_code_cell("x = 1", metadata={"tags": ["answer"]}))
             nbformat.write(extra, root / "in" / "cy" / lab.name)
-        nbformat.write(blank, root / "in" / "ada" / lab.name)
+            for cell in blank.cells:
+                if "check" in cell.source and notebook.ANSWER not in cell.metadata.get("tags", []):
+                    cell.source = "print('passed')"
+            nbformat.write(blank, root / "in" / "dan" / lab.name)
     out = root / "grades"
     assert cli.main(["labs", "grade", str(root / "in"), "--out", str(out)]) == 0
     with open(out / "scores.csv") as f:
@@ -111,9 +116,27 @@ def test_blank_labs_score_nothing_and_the_solutions_full_marks(graded):
         ada, ben = scores["ada", lab.stem], scores["ben", lab.stem]
         assert int(ada["max_score"]) == int(ben["max_score"]) > 0, lab
         assert ada["score"] == "0" and ben["score"] == ben["max_score"], (ada, ben)
+    assert scores["dan", SHIPPED[0].stem]["score"] == "0"  # check cells edited: ignored
     # a check that needs a run cannot pass without --live: it is counted for no one
     ungraded = {(r["lab"], r["check"]) for r in checks if r["status"] == handout.UNGRADED}
     assert ungraded and all(lab.startswith(("lab2", "lab3")) for lab, _ in ungraded)
+
+
+@pytest.mark.parametrize("lab", SHIPPED, ids=lambda lab: lab.stem)
+def test_every_check_says_not_yet_blank_and_passes_with_the_answers(graded, lab):
+    """Each lab run headless (its live cell left out, as root too): blank, each of its
+    checks says not yet; with the instructor's answers each passes, but a check of the
+    lab's live run, which is ungraded; and neither run raises or writes to stderr."""
+    out, _, checks = graded
+    for student in ("ada", "ben"):
+        rows = [r for r in checks if r["student"] == student and r["lab"] == lab.stem]
+        assert len(rows) == CHECKS[lab.stem], (student, rows)
+        for r in rows:
+            expected = ({handout.UNGRADED} if r["check"] in NEED_A_RUN
+                        else {PASS} if student == "ben" else {TODO, FAIL})
+            assert r["status"] in expected, (student, r)
+        back = nbformat.read(out / "feedback" / student / lab.name, as_version=4)
+        assert not notebook.problems(back), (student, notebook.problems(back))
 
 
 def test_a_lab_with_answer_cells_added_is_one_failing_row(graded):

@@ -28,7 +28,7 @@ from tests.leaks import assert_no_leaks
 
 TWO_JOBS = scenario_file("two-jobs")
 _, DOC = scenario.read_yaml(TWO_JOBS)
-ITERATIONS = 12  # of the file's 20 (job-priority ranks after 1, interleave shifts after 3)
+ITERATIONS = 16  # of the file's 20 (job-priority ranks after 1, interleave shifts after 3)
 
 
 def _doc(**changes) -> dict:
