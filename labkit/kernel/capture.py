@@ -74,6 +74,9 @@ class QueuePoller:
         self.errors: list[BaseException] = []
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
+        self._read_to = 0  # queue_samples read by backlog() so far
+        self._backlogs: dict[tuple[str, int], int] = {}  # per port and class, as last read
+        self._last_ns = 0
 
     def start(self) -> QueuePoller:
         """One thread samples every port. Its netlink sockets are opened in the ports'
@@ -138,6 +141,18 @@ class QueuePoller:
         if jobs is not None:
             for dscp, name in self.jobs:
                 self.job_rows.append(JobLaneRow(now, p.label, name, *jobs[dscp]))
+
+    def backlog(self) -> tuple[int, int]:
+        """(when, bytes): the latest sample's time and the bytes queued at every watched
+        port then, each class as last sampled (0, 0 before the first). For one reader
+        (the run's thread) while the poller appends."""
+        samples = self.queue_samples
+        end = len(samples)  # rows appended meanwhile are read next time
+        for t, port, classid, *_, backlog_bytes, _ in samples[self._read_to:end]:
+            self._backlogs[port, classid] = backlog_bytes
+            self._last_ns = t
+        self._read_to = end
+        return self._last_ns, sum(self._backlogs.values())
 
     def queue_rows(self, layout: str) -> list[QueueRow]:
         """The ``queue`` table's rows: each class by its name and its lane under the

@@ -33,7 +33,7 @@ from pathlib import Path
 from labkit.analysis import jobtiming, nccltests
 from labkit.control import CONTROLLERS, Controller
 from labkit.kernel import cgroups, interrupts, tc
-from labkit.kernel.capture import CpuSampler, QueuePoller
+from labkit.kernel.capture import POLL_MS, CpuSampler, QueuePoller
 from labkit.kernel.ecnmark import ETH_HLEN
 from labkit.kernel.fabric import Fabric
 from labkit.kernel.jobmark import JobMarks
@@ -102,7 +102,17 @@ from labkit.traffic.collective import plan_for
 from labkit.traffic.commands import Commands
 from labkit.traffic.programs import Programs, wait_all
 
+# Storage (and the user's commands) start before the ranks, which start into the queues
+# they built: once the watched ports' backlog has not grown for WARMUP_STEADY_S, no sooner
+# than WARMUP_MIN_S and no later than STORAGE_WARMUP_S after storage started (always that
+# long when no port is watched: nothing tells). A backlog "grows" past its peak by more than
+# WARMUP_GROWTH of it and WARMUP_SLACK_B (the largest frame), so a full queue's jitter
+# does not count.
+WARMUP_MIN_S = 0.2
+WARMUP_STEADY_S = 0.1
 STORAGE_WARMUP_S = 1.0
+WARMUP_GROWTH = 0.05
+WARMUP_SLACK_B = 9000
 SWEEP = Policy("sweep", "isolated")  # a sweep's fabric: FIFO ports, no storage
 
 
@@ -319,7 +329,11 @@ def _drive(result: PolicyResult, pf: PolicyFabric, ring: list[Engine],
         go(storage, t_go)
         if commands:
             commands.start()
-        t_ranks = t_go + (int(STORAGE_WARMUP_S * 1e9) if storage or commands else 0)
+        if storage or commands:
+            warm_up(poller, t_go)
+            t_ranks = start_time()
+        else:
+            t_ranks = t_go
         for program in programs:
             program.release(t_ranks)
         if ring:  # labkit's jobs: ring[0] is the first job's unless a program is first
@@ -355,6 +369,23 @@ def _drive(result: PolicyResult, pf: PolicyFabric, ring: list[Engine],
         result.queue, result.lanes = poller.queue_rows(result.port_layout), poller.lane_rows
         result.job_lanes = poller.job_rows
         result.cpu = cpu.stop()
+
+
+def warm_up(poller: QueuePoller, t_go: int) -> None:
+    """Wait until the storage started at ``t_go`` has built its queues at the watched ports
+    (see :data:`WARMUP_STEADY_S`): from the poller's samples, as they come."""
+    latest = t_go + int(STORAGE_WARMUP_S * 1e9)
+    earliest = t_go + int(WARMUP_MIN_S * 1e9)
+    steady_ns = int(WARMUP_STEADY_S * 1e9)
+    peak, grew = 0, t_go
+    while poller.ports and (now := time.monotonic_ns()) < latest:
+        t, backlog = poller.backlog()
+        if backlog > peak * (1 + WARMUP_GROWTH) + WARMUP_SLACK_B:
+            peak, grew = backlog, max(t, t_go)
+        elif now >= earliest and t - grew >= steady_ns:
+            return
+        time.sleep(POLL_MS / 1e3)
+    time.sleep(max(0, latest - time.monotonic_ns()) / 1e9)
 
 
 def programs_wait(pf: PolicyFabric, programs: Sequence[Programs], duration_s: float | None,

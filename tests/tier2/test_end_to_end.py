@@ -15,7 +15,7 @@ import polars as pl
 import pytest
 
 import labkit
-from labkit.runs import rundir
+from labkit.runs import experiment, rundir
 from tests.leaks import assert_no_leaks, labkit_objects, without_leftovers_note
 
 REPO = Path(__file__).resolve().parents[2]
@@ -54,6 +54,21 @@ def test_bottleneck_is_real_and_lanes_fix_it(fabric_ready, bottleneck_run):
     assert p["priority"].bottleneck.lanes.vip.drops == 0
     assert p["fifo"].storage.goodput_mbps > 0
     assert all(not q.cpu_bound for q in p.values())
+
+
+def test_the_ranks_start_once_storage_has_built_the_queue(fabric_ready, bottleneck_run):
+    """Storage starts first; the ranks once the bottleneck's backlog (HTB's own, over
+    netlink) has stopped growing: into a queue near its peak, well before a fixed
+    second (experiment.STORAGE_WARMUP_S) has passed."""
+    run, _, _ = bottleneck_run
+    queue = run["queue"].filter((pl.col("policy") == "fifo") & (pl.col("port") == "spine1-eth0"))
+    backlog = queue.group_by("t_ns").agg(pl.col("backlog_bytes").sum()).sort("t_ns")
+    first_op = run["collectives"].filter(pl.col("policy") == "fifo")["start_ns"].min()
+    flows = run["flows"].filter(pl.col("policy") == "fifo")
+    storage_on = flows.filter(pl.col("bytes") > 0)["t_ns"].min()
+    at_start = backlog.filter(pl.col("t_ns") <= first_op)["backlog_bytes"]
+    assert at_start[-1] >= 0.7 * backlog["backlog_bytes"].max(), at_start.tail(10)
+    assert (first_op - storage_on) / 1e9 < 0.8 * experiment.STORAGE_WARMUP_S
 
 
 def test_every_policy_says_whether_its_links_kept_time(fabric_ready, bottleneck_run):
