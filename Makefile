@@ -76,9 +76,13 @@ mounts:
 # The venv uses Debian's Python so that Debian's Mininet module is importable; a .pth
 # file exposes that one module and nothing else from the system's site-packages.
 # Every Python package (and setuptools, which builds labkit) comes from $(LOCK): exact
-# versions, hash-checked; labkit itself is then installed without dependencies.
+# versions, hash-checked; labkit itself is then installed without dependencies. pip 23.3
+# or later reads it: Debian 12's venv comes with pip 23.0, which in hash-checking mode takes
+# the newest release for a package named with an extra (jsonschema[format-nongpl]) instead of
+# the one the lock pins.
 $(VENV)/.installed: pyproject.toml $(LOCK)
 	@test -x $(PY) || $(SYSTEM_PYTHON) -m venv $(VENV)
+	$(PIP) 'pip>=23.3'
 	@mkdir -p $(VENV)/debian-mininet
 	@ln -sfn /usr/lib/python3/dist-packages/mininet $(VENV)/debian-mininet/mininet
 	@echo "$(CURDIR)/$(VENV)/debian-mininet" > $$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/debian-mininet.pth

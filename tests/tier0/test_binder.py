@@ -24,6 +24,7 @@ REPO = Path(__file__).resolve().parents[2]
 BINDER = REPO / ".binder"
 USER = 65534  # nobody, when the tests run as root
 NO_ROOT_LABS = ("lab1", "lab4", "lab5", "lab6")  # labs 2 and 3 run the fabric: root
+PIP = "pip>=23.3"  # repo2docker's pip reads the lock; Debian 12's venv's (23.0) cannot (Makefile)
 
 
 def pip(*argv: str) -> None:
@@ -43,6 +44,7 @@ def binder():
         wheels, repo, home = top / "wheels", top / "repo", top / "home"
         pip("download", "-q", "-d", str(wheels), "-r", str(BINDER / "requirements.txt"))
         pip("download", "-q", "-d", str(wheels), *build_requirements())  # postBuild's pip -e .
+        pip("download", "-q", "-d", str(wheels), PIP)
         copy_checkout(repo)
         home.mkdir()
         owner.hand_back([repo, home], (USER, USER), skip=frozenset())
@@ -52,6 +54,7 @@ def binder():
                "PATH": f"{venv / 'bin'}:{os.environ.get('PATH', '/usr/bin:/bin')}"}
         python = Path(sys.base_prefix) / "bin" / "python{}.{}".format(*sys.version_info)
         for step in ([str(python), "-m", "venv", str(venv)],
+                     [str(venv / "bin/pip"), "install", "-q", PIP],
                      [str(venv / "bin/pip"), "install", "-q", "-r",
                       str(repo / ".binder/requirements.txt")],
                      [str(repo / ".binder/postBuild")]):
