@@ -15,6 +15,7 @@ import polars as pl
 import pytest
 
 import labkit
+from labkit.analysis import ports
 from labkit.runs import experiment, rundir
 from tests.leaks import assert_no_leaks, labkit_objects, without_leftovers_note
 
@@ -61,8 +62,7 @@ def test_the_ranks_start_once_storage_has_built_the_queue(fabric_ready, bottlene
     netlink) has stopped growing: into a queue near its peak, well before a fixed
     second (experiment.STORAGE_WARMUP_S) has passed."""
     run, _, _ = bottleneck_run
-    queue = run["queue"].filter((pl.col("policy") == "fifo") & (pl.col("port") == "spine1-eth0"))
-    backlog = queue.group_by("t_ns").agg(pl.col("backlog_bytes").sum()).sort("t_ns")
+    backlog = ports.backlog_series(run["queue"], "fifo", "spine1-eth0", 0, 2**63 - 1)
     first_op = run["collectives"].filter(pl.col("policy") == "fifo")["start_ns"].min()
     flows = run["flows"].filter(pl.col("policy") == "fifo")
     storage_on = flows.filter(pl.col("bytes") > 0)["t_ns"].min()
