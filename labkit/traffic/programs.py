@@ -199,6 +199,23 @@ def mpirun_env(hosts: Path, session: Path) -> dict[str, str]:
             "OMPI_MCA_mpi_yield_when_idle": "1", "SHELL": "/bin/sh"}
 
 
+# What :func:`check` saw import in this process: (interpreter, its mtime, modules, the
+# environment that decides where they are found). Only successes are kept: a package
+# installed since a failed check is found the next time.
+_IMPORTED: set[tuple] = set()
+
+
+def _imports_seen(spec: ProgramSpec, python: str, env: dict[str, str]) -> tuple:
+    try:
+        mtime = os.stat(python).st_mtime_ns
+    except OSError:
+        mtime = None
+    finding = sorted((k, v) for k, v in env.items()
+                     if k.startswith(("PYTHON", "LD_")) or k in ("HOME", "PATH")
+                     or k in dict(spec.env))
+    return python, mtime, tuple(spec.imports), tuple(finding)
+
+
 def check(spec: ProgramSpec, topo: Topology, source: str) -> None:
     """ScenarioError unless this machine can start the program: its interpreter and
     program exist, a script it names is there, and the interpreter imports ``imports``
@@ -226,6 +243,9 @@ def check(spec: ProgramSpec, topo: Topology, source: str) -> None:
                             "(a script's path is relative to the scenario's directory)")
     if spec.imports:
         env = rank_env(spec, topo, 0, "eth0")
+        seen = _imports_seen(spec, python, env)
+        if seen in _IMPORTED:  # this process saw it import them already (a notebook's reruns)
+            return
         try:
             done = subprocess.run([python, "-c", f"import {', '.join(spec.imports)}"],
                                   capture_output=True, text=True, env=env,
@@ -233,6 +253,8 @@ def check(spec: ProgramSpec, topo: Topology, source: str) -> None:
         except subprocess.TimeoutExpired:
             raise ScenarioError(source, f"{key}.imports", f"{python} took over "
                                 f"{IMPORT_CHECK_S:.0f} s to import them") from None
+        if not done.returncode:
+            _IMPORTED.add(seen)
         if done.returncode:
             why = (done.stderr.strip().splitlines() or ["failed"])[-1]
             hint = (" (Debian's python3-torch: `make torch`)" if python == "/usr/bin/python3"

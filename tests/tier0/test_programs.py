@@ -179,6 +179,23 @@ def test_a_module_the_interpreter_lacks_is_found_before_the_run(doc, tmp_path):
     assert "cannot import no_such_module_here" in info.value.reason
 
 
+def test_a_module_installed_after_a_failed_check_is_found_the_next_time(doc, tmp_path):
+    """A failed import check is not remembered; a passed one is, for the same interpreter
+    and search path (a notebook's reruns do not pay the import again)."""
+    (tmp_path / "job.py").write_text("")
+    site = tmp_path / "site"
+    site.mkdir()
+    doc["traffic"][0].update(run="{python} job.py", python=sys.executable,
+                             imports=["labkit_late_module"], env={"PYTHONPATH": str(site)})
+    sc = parse(doc, str(tmp_path / "s.yaml"))
+    where = topo.Topology(sc.fabric)
+    with pytest.raises(ScenarioError):
+        programs.check(sc.program, where, "s.yaml")
+    (site / "labkit_late_module.py").write_text("")
+    programs.check(sc.program, where, "s.yaml")
+    assert any("labkit_late_module" in seen[2] for seen in programs._IMPORTED)
+
+
 # --- the line protocol --------------------------------------------------------------------
 
 

@@ -21,7 +21,7 @@ from tests.leaks import assert_no_leaks, labkit_objects, without_leftovers_note
 
 REPO = Path(__file__).resolve().parents[2]
 LABKIT = [sys.executable, "-m", "labkit.ui.cli"]
-ITERATIONS = 16
+ITERATIONS = 10
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,7 @@ from tests.leaks import assert_no_leaks
 from tests.spans import assert_spans_fit
 
 REPO = Path(__file__).resolve().parents[2]
-ITERATIONS = 4
+ITERATIONS = 3
 
 
 def _short(kind: str) -> Scenario:

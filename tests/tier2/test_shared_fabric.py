@@ -29,7 +29,7 @@ from tests.leaks import assert_no_leaks
 
 TWO_JOBS = scenario_file("two-jobs")
 _, DOC = scenario.read_yaml(TWO_JOBS)
-ITERATIONS = 16  # of the file's 20 (job-priority ranks after 1, interleave shifts after 3)
+ITERATIONS = 14  # of the file's 20 (job-priority ranks after 1, interleave shifts after 3)
 
 
 def _doc(**changes) -> dict:
