@@ -2,7 +2,7 @@
 defaults but for the ring's iterations (:data:`ITERATIONS` of its 40: the figures checked
 are medians and ratios of medians, p99s over every rank's ops, rates and fractions).
 
-One real run of the three policies (about half a minute), checked against the
+One real run of the three policies (about 20 seconds), checked against the
 issue's done-when figures, then a check that nothing was left behind.
 """
 

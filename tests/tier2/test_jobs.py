@@ -1,6 +1,6 @@
 """Training jobs on the bottleneck fabric, each kind of parallelism measured: data (bucketed
 All-Reduce), tensor, pipeline, and expert (all-to-all). Each shipped scenario runs with
-4 of its 10 iterations (every figure checked here is a median or a fraction)."""
+3 of its 10 iterations (every figure checked here is a median or a fraction)."""
 
 from pathlib import Path
 

@@ -7,7 +7,7 @@ counters), so that it runs as fast as alone while the other pays what it must;
 ``interleave`` (after CASSINI) shifting one job so that their bursts take turns (checked
 against the kernel's per-job counters); ``job-weights`` sharing the port so that neither
 starves; a controller holding storage while either job's window is open. The shipped
-two-jobs.yaml, with 16 of each job's 20 iterations, runs once as lab 5's live cell runs it
+two-jobs.yaml, with 14 of each job's 20 iterations, runs once as lab 5's live cell runs it
 (isolated and the four sharing policies), and the tests of the sharing policies and lab 5's
 checks read that one run."""
 
