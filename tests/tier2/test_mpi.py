@@ -31,7 +31,7 @@ from tests.leaks import assert_no_leaks, labkit_objects
 
 REPO = Path(__file__).resolve().parents[2]
 JOB = REPO / "docs/examples/allreduce_mpi.py"
-STEPS = 10
+STEPS = 6
 
 
 def scenario(tmp: Path, args: str = "") -> Path:
