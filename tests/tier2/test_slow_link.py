@@ -24,7 +24,7 @@ DOC = {
                                                "rate_mbps": 1000}],
                "bottlenecks": [["leaf1", "spine1"]]},
     "traffic": [{"kind": "allreduce", "algo": "ring", "ranks": "gpu", "size_bytes": SIZE,
-                 "iterations": 10, "compute_ms": 20}],
+                 "iterations": 6, "compute_ms": 20}],
 }
 
 
