@@ -22,6 +22,7 @@ import os
 import signal
 import socket
 import zlib
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +38,8 @@ from labkit.kernel.registry import Registry
 from labkit.model.topo import Port, Topology
 
 NUD_PERMANENT = 0x80
+# nodes configured at once: each mostly waits on netlink and on its ports' carrier
+CONFIGURE_THREADS = 4
 DELAY_NODE = "lk-delay"  # no scenario's node: a node's name is [a-z][a-z0-9]*
 
 
@@ -169,8 +172,10 @@ class Fabric:
             if delayed:
                 self.ns[DELAY_NODE].run(self._configure_delay, delayed)
                 self._start_delay_line(delayed)
-            for name in self.topo.roles:
-                self.ns[name].run(self._configure, name)
+            with ThreadPoolExecutor(CONFIGURE_THREADS, thread_name_prefix="configure") as pool:
+                for configured in [pool.submit(self.ns[name].run, self._configure, name)
+                                   for name in self.topo.roles]:
+                    configured.result()  # the first node's error, once all have ended
             if self.routed:
                 self.frr = Frr(self.topo, self.popen,
                                lambda d: self.registry.add("session_dir", path=str(d))).start()

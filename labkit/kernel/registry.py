@@ -195,31 +195,36 @@ class Registry:
         # a node's namespace that a process labkit did not start still held at teardown,
         # emptied of the node's ports: its inode -> what to tell the user
         self.held: dict[int, str] = {}
+        # records come from more than one thread while a fabric is built (its nodes'
+        # configuration, the features' BPF objects loading beside it)
+        self._recording = threading.Lock()
 
-    def _save(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"run_id": self.run_id, "pid": os.getpid(),
-                                   "entries": self.entries}, indent=1))
-        os.replace(tmp, self.path)
+    def _record(self, entry: dict) -> None:
+        """Append ``entry`` unless it is there already (the shared top cgroup, met by each
+        of a run's hosts), and save the registry."""
+        with self._recording:
+            if entry in self.entries:
+                return
+            self.entries.append(entry)
+            self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            tmp = self.path.with_suffix(".tmp")
+            tmp.write_text(json.dumps({"run_id": self.run_id, "pid": os.getpid(),
+                                       "entries": self.entries}, indent=1))
+            os.replace(tmp, self.path)
 
     def add_process(self, pid: int, what: str, stop_signal: int = signal.SIGTERM) -> None:
         """Record a process; teardown sends it ``stop_signal``, then SIGKILL after 3 s."""
         start = proc_start_time(pid)
         if start is not None:
-            self.entries.append({"kind": "process", "pid": pid, "start_time": start,
-                                 "what": what, "signal": int(stop_signal)})
-            self._save()
+            self._record({"kind": "process", "pid": pid, "start_time": start, "what": what,
+                          "signal": int(stop_signal)})
 
     def add_pin_dir(self, path: Path) -> None:
         self.add("pin_dir", path=str(path))
 
     def add(self, kind: str, **fields) -> None:
         """Record one object (see the module docstring for the kinds), once."""
-        entry = {"kind": kind, **fields}
-        if entry not in self.entries:  # the shared top cgroup, met by each of a run's hosts
-            self.entries.append(entry)
-            self._save()
+        self._record({"kind": kind, **fields})
 
     def teardown(self) -> list[str]:
         """Remove everything recorded, newest first, and once more what the first pass

@@ -26,6 +26,7 @@ import random
 import resource
 import time
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import asdict, fields, replace
 from pathlib import Path
@@ -156,17 +157,26 @@ class PolicyFabric:
         return self.stack.get(kind)
 
     def __enter__(self) -> PolicyFabric:
+        """The features load (their BPF objects: the kernel's verifier) in a second thread
+        while the fabric is built (Mininet's shells, netlink), then build on it in turn."""
         try:  # a signal held during the build arrives as the block ends: torn down too
             with interrupts.deferred("building the fabric"):
-                self.fabric.start()
-                for kind in self.wanted:
-                    feature = kind()
-                    self.stack.built.append(feature)  # closed even if its build fails
+                with ThreadPoolExecutor(1, thread_name_prefix="labkit-load") as loader:
+                    loading = loader.submit(self._load)
+                    self.fabric.start()  # (on an error, the loads end before it is raised)
+                loading.result()  # a load's error, raised once the fabric is up
+                for feature in self.stack.built:
                     feature.build(self.stack)
         except BaseException:
             self.close()
             raise
         return self
+
+    def _load(self) -> None:
+        for kind in self.wanted:
+            feature = kind()
+            self.stack.built.append(feature)  # closed even if its load or build fails
+            feature.load(self.stack)
 
     def start(self, recording: bool = True) -> None:
         """The traffic starts: every feature, in order (not ``recording``: only those that

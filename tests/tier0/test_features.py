@@ -1,8 +1,9 @@
 """A policy's stack as a loop over features (labkit.runs.features): which features a
-scenario and policy get, and the order they are built, started, stopped and closed in,
-a failed build included. The fabric and the features are stand-ins here; tier 2 builds
-every feature on real fabrics."""
+scenario and policy get, and the order they are loaded (beside the fabric's build),
+built, started, stopped and closed in, a failed load or build included. The fabric and
+the features are stand-ins here; tier 2 builds every feature on real fabrics."""
 
+import threading
 from pathlib import Path
 
 import pytest
@@ -32,18 +33,29 @@ def test_a_policy_gets_the_features_its_scenario_asks_for():
 
 
 class FakeFabric:
-    def __init__(self, log):
+    def __init__(self, log, loaded: threading.Event | None = None):
         self.log = log
+        self.loaded = loaded
 
     def start(self):
+        if self.loaded:  # it waits for the first feature's load: they run side by side
+            assert self.loaded.wait(10), "no feature loaded while the fabric was built"
         self.log.append("fabric start")
 
     def stop(self):
         self.log.append("fabric stop")
 
 
-def feature(name: str, log: list, *, fails: bool = False, after_fabric: bool = False):
+def feature(name: str, log: list, *, fails: bool = False, after_fabric: bool = False,
+            load_fails: bool = False, loaded: threading.Event | None = None):
     class Recorded(features.Feature):
+        def load(self, stack):
+            log.append(f"{name} load sees {[type(f).__name__ for f in stack.built]}")
+            if loaded:
+                loaded.set()
+            if load_fails:
+                raise RuntimeError(f"{name}'s object was refused")
+
         def build(self, stack):
             log.append(f"{name} build sees {[type(f).__name__ for f in stack.built]}")
             if fails:
@@ -63,35 +75,52 @@ def feature(name: str, log: list, *, fails: bool = False, after_fabric: bool = F
     return Recorded
 
 
-def stack(log: list, *kinds) -> PolicyFabric:
+def stack(log: list, *kinds, loaded: threading.Event | None = None) -> PolicyFabric:
     sc = scenario.load(REPO / "topologies" / "bottleneck.yaml")
     registry = Registry("test", Path("/nonexistent/registry.json"))
     pf = PolicyFabric(sc, Topology(sc.fabric), policy("fifo"), registry, features=kinds)
-    pf.stack.fabric = FakeFabric(log)  # type: ignore[assignment]
+    pf.stack.fabric = FakeFabric(log, loaded)  # type: ignore[assignment]
     return pf
 
 
-def test_features_build_in_order_and_close_newest_first_the_fabric_between():
+def test_features_load_beside_the_fabric_build_in_order_and_close_newest_first():
     log: list[str] = []
-    kinds = (feature("A", log, after_fabric=True), feature("B", log), feature("C", log))
-    with stack(log, *kinds) as pf:
+    loaded = threading.Event()
+    kinds = (feature("A", log, after_fabric=True, loaded=loaded), feature("B", log),
+             feature("C", log))
+    with stack(log, *kinds, loaded=loaded) as pf:
         pf.start()
         pf.stop()
         assert pf.get(kinds[1]) is not None
-    assert log == ["fabric start", "A build sees ['A']", "B build sees ['A', 'B']",
-                   "C build sees ['A', 'B', 'C']", "A start", "B start", "C start",
-                   "C stop", "B stop", "A stop",
-                   "C close", "B close", "fabric stop", "A close"]
+    every = "['A', 'B', 'C']"
+    assert [e for e in log[:4] if "load" in e] == [
+        "A load sees ['A']", "B load sees ['A', 'B']", f"C load sees {every}"]
+    assert "fabric start" in log[:4]  # beside the loads, in whatever order
+    assert log[4:] == [f"A build sees {every}", f"B build sees {every}",
+                       f"C build sees {every}", "A start", "B start", "C start",
+                       "C stop", "B stop", "A stop",
+                       "C close", "B close", "fabric stop", "A close"]
 
 
-def test_a_failed_build_closes_what_was_built_and_the_fabric():
+def test_a_failed_build_closes_every_feature_and_the_fabric():
     log: list[str] = []
     kinds = (feature("A", log), feature("B", log, fails=True), feature("C", log))
     with pytest.raises(RuntimeError, match="B could not attach"):
         with stack(log, *kinds):
             pass
-    assert log == ["fabric start", "A build sees ['A']", "B build sees ['A', 'B']",
-                   "B close", "A close", "fabric stop"]
+    assert [e for e in log if "load" not in e] == [
+        "fabric start", "A build sees ['A', 'B', 'C']", "B build sees ['A', 'B', 'C']",
+        "C close", "B close", "A close", "fabric stop"]
+
+
+def test_a_failed_load_waits_for_the_fabric_then_closes_what_loaded_and_it():
+    log: list[str] = []
+    kinds = (feature("A", log), feature("B", log, load_fails=True), feature("C", log))
+    with pytest.raises(RuntimeError, match="B's object was refused"):
+        with stack(log, *kinds):
+            pass
+    assert "fabric start" in log and not any("build" in e or "C load" in e for e in log)
+    assert log[-3:] == ["B close", "A close", "fabric stop"]
 
 
 def test_the_probes_watch_a_bottlenecks_router_ports_only():

@@ -2,10 +2,11 @@
 fabric itself.
 
 A :class:`Feature` is one capability: it says whether a policy wants it
-(:meth:`Feature.wanted`), attaches itself to a started fabric (:meth:`Feature.build`,
-in the order of :data:`FEATURES`, each seeing the ones built before it), starts and
-stops around the traffic, puts its figures into the policy's result
-(:meth:`Feature.collect`) and closes. :class:`labkit.runs.experiment.PolicyFabric` is a
+(:meth:`Feature.wanted`), loads what needs no fabric while the fabric is being built
+(:meth:`Feature.load`: its BPF objects), then attaches itself to the started fabric
+(:meth:`Feature.build`), each in the order of :data:`FEATURES` and seeing the ones
+before it; it starts and stops around the traffic, puts its figures into the policy's
+result (:meth:`Feature.collect`) and closes. :class:`labkit.runs.experiment.PolicyFabric` is a
 loop over them; a new capability is a module of this package (one :class:`Feature`), its
 tests, and one line in :data:`FEATURES`.
 """

@@ -20,8 +20,8 @@ from labkit.traffic.agents import Engine
 
 @dataclass
 class Stack:
-    """What every feature of one policy's stack is built with, and the features built so
-    far (:meth:`get`)."""
+    """What every feature of one policy's stack is built with, and its features so far,
+    in order (:meth:`get`: loaded, then built)."""
 
     sc: Scenario
     topo: Topology
@@ -53,6 +53,11 @@ class Feature:
     @classmethod
     def wanted(cls, sc: Scenario, policy: Policy, telemetry: bool) -> bool:
         return True
+
+    def load(self, stack: Stack) -> None:
+        """Open and load what needs no fabric (BPF objects), recording it in
+        ``stack.registry``: called while the fabric is being built, from a second thread,
+        in the order of the features (each sees what those before it loaded)."""
 
     def build(self, stack: Stack) -> None:
         """Attach to ``stack.fabric`` (started), recording what is made in its registry."""

@@ -12,9 +12,12 @@ class Lanes(Feature):
 
     classifier: Classifier | None = None
 
-    def build(self, stack: Stack) -> None:
+    def load(self, stack: Stack) -> None:
         self.classifier = Classifier(stack.sc.lanes, stack.policy.port_layout,
                                      record=stack.registry.add, path=stack.classifier_object)
+
+    def build(self, stack: Stack) -> None:
+        assert self.classifier, "loaded"
         watch = watched_ports(stack.topo) if stack.telemetry else []
         for port in stack.topo.router_ports():
             h = stack.fabric.handle(port)

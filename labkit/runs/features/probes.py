@@ -39,13 +39,17 @@ class Probes(Feature):
         own DSCP); empty with one job, whose run reads nothing more."""
         return {j.dscp: j.name for j in sc.jobs} if sc.several else {}
 
-    def build(self, stack: Stack) -> None:
+    def load(self, stack: Stack) -> None:
         lanes = stack.need(Lanes, "the probes")
-        assert lanes.classifier, "built"
-        queues = self.queues = QueueProbe(sample_every_for(len(stack.sc.ranks)),
-                                          record=stack.registry.add)
-        latency = self.latency = LatencyProbe(lanes.config_map, queues,
-                                              record=stack.registry.add)
+        assert lanes.classifier, "loaded"
+        self.queues = QueueProbe(sample_every_for(len(stack.sc.ranks)),
+                                 record=stack.registry.add)
+        self.latency = LatencyProbe(lanes.config_map, self.queues, record=stack.registry.add)
+
+    def build(self, stack: Stack) -> None:
+        queues, latency = self.queues, self.latency
+        classifier = stack.need(Lanes, "the probes").classifier
+        assert queues and latency and classifier, "loaded"
         for host in stack.sc.ranks:
             nic = stack.fabric.nic(host)
             latency.attach(nic.ns, nic.ifname, nic.ifindex)
@@ -54,7 +58,7 @@ class Probes(Feature):
             h = stack.fabric.handle(port)
             queued = queues.watch(h.ns, h.ifindex, h.ifname)
             self.watched.append(WatchedPort(
-                h.ns, h.ifname, h.ifindex, offered=partial(lanes.classifier.counters, h.key),
+                h.ns, h.ifname, h.ifindex, offered=partial(classifier.counters, h.key),
                 queued=queued,
                 jobs=queues.job_reader(h.ifname, self.jobs) if self.jobs else None))
         queues.pin(pin_dir(stack))
