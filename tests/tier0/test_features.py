@@ -102,25 +102,25 @@ def test_features_load_beside_the_fabric_build_in_order_and_close_newest_first()
                        "C close", "B close", "fabric stop", "A close"]
 
 
-def test_a_failed_build_closes_every_feature_and_the_fabric():
+@pytest.mark.parametrize("failing, error, loads, after", [
+    # a build fails: every feature (all loaded) closes, newest first, then the fabric
+    ({"fails": True}, "B could not attach", 3,
+     ["fabric start", "A build sees ['A', 'B', 'C']", "B build sees ['A', 'B', 'C']",
+      "C close", "B close", "A close", "fabric stop"]),
+    # a load fails: the fabric's build ends first; nothing is built, C never loads
+    ({"load_fails": True}, "B's object was refused", 2,
+     ["fabric start", "B close", "A close", "fabric stop"]),
+])
+def test_a_failed_load_or_build_closes_what_was_made_and_the_fabric(failing, error, loads,
+                                                                     after):
     log: list[str] = []
-    kinds = (feature("A", log), feature("B", log, fails=True), feature("C", log))
-    with pytest.raises(RuntimeError, match="B could not attach"):
+    kinds = (feature("A", log), feature("B", log, **failing), feature("C", log))
+    with pytest.raises(RuntimeError, match=error):
         with stack(log, *kinds):
             pass
-    assert [e for e in log if "load" not in e] == [
-        "fabric start", "A build sees ['A', 'B', 'C']", "B build sees ['A', 'B', 'C']",
-        "C close", "B close", "A close", "fabric stop"]
-
-
-def test_a_failed_load_waits_for_the_fabric_then_closes_what_loaded_and_it():
-    log: list[str] = []
-    kinds = (feature("A", log), feature("B", log, load_fails=True), feature("C", log))
-    with pytest.raises(RuntimeError, match="B's object was refused"):
-        with stack(log, *kinds):
-            pass
-    assert "fabric start" in log and not any("build" in e or "C load" in e for e in log)
-    assert log[-3:] == ["B close", "A close", "fabric stop"]
+    assert [e for e in log if "load" not in e] == after
+    assert [e for e in log if "load" in e] == [
+        "A load sees ['A']", "B load sees ['A', 'B']", "C load sees ['A', 'B', 'C']"][:loads]
 
 
 def test_the_probes_watch_a_bottlenecks_router_ports_only():
