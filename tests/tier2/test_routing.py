@@ -56,7 +56,9 @@ def test_a_failed_spine_link_is_routed_around_and_back(fabric_ready, tmp_path):
     assert r.link == "leaf1-spine1" and r.routers >= 2, r
     # BFD (50 ms x 3) saw it, then BGP told the others; it healed: a new session, routes back
     assert r.moved_ms is not None and 100 <= r.moved_ms <= r.converged_ms <= 600, r
-    assert r.restored_ms is not None and r.restored_ms <= 2500, r
+    # back within 3 s, as docs/testing.md says: BFD up again, then BGP's connect retry
+    # (1 s: frr.py) may need a second try before the session and its routes return
+    assert r.restored_ms is not None and r.restored_ms <= 3000, r
     t0, t1 = run["events"].sort("t_ns")["t_ns"].to_list()
     leaf1 = run["routes"].filter((pl.col("router") == "leaf1") & pl.col("dst").is_in(REMOTE))
     first = leaf1.filter(pl.col("change") == "start")
