@@ -210,9 +210,9 @@ def _imports_seen(spec: ProgramSpec, python: str, env: dict[str, str]) -> tuple:
         mtime = os.stat(python).st_mtime_ns
     except OSError:
         mtime = None
+    own = {k for k, _ in spec.env}
     finding = sorted((k, v) for k, v in env.items()
-                     if k.startswith(("PYTHON", "LD_")) or k in ("HOME", "PATH")
-                     or k in dict(spec.env))
+                     if k.startswith(("PYTHON", "LD_")) or k in ("HOME", "PATH") or k in own)
     return python, mtime, tuple(spec.imports), tuple(finding)
 
 
@@ -253,8 +253,6 @@ def check(spec: ProgramSpec, topo: Topology, source: str) -> None:
         except subprocess.TimeoutExpired:
             raise ScenarioError(source, f"{key}.imports", f"{python} took over "
                                 f"{IMPORT_CHECK_S:.0f} s to import them") from None
-        if not done.returncode:
-            _IMPORTED.add(seen)
         if done.returncode:
             why = (done.stderr.strip().splitlines() or ["failed"])[-1]
             hint = (" (Debian's python3-torch: `make torch`)" if python == "/usr/bin/python3"
@@ -263,6 +261,7 @@ def check(spec: ProgramSpec, topo: Topology, source: str) -> None:
                                 f"{', '.join(spec.imports)}: {why}; install them for it"
                                 f"{hint}, or name an interpreter that has them in "
                                 f"{key}.python")
+        _IMPORTED.add(seen)
 
 
 def _read(path: Path) -> str:
