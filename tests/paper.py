@@ -6,6 +6,7 @@ buffer. The shipped scenario is ``topologies/dctcp-paper.yaml``."""
 from __future__ import annotations
 
 import json
+import re
 import statistics
 import subprocess
 import threading
@@ -47,6 +48,25 @@ class Flows:
     marks: dict[str, dict[str, int]]
     cc: list[str]
     windows: list[DctcpSample] = field(default_factory=list)
+
+
+# an iperf3 interval line: "[  7]   5.00-6.00   sec  5.88 MBytes  49.3 Mbits/sec"
+INTERVAL = re.compile(r"\]\s+([\d.]+)-([\d.]+)\s+sec\s+\S+ \S+\s+([\d.]+) ([KMG]?)bits/sec")
+SCALE = {"": 1e-6, "K": 1e-3, "M": 1.0, "G": 1e3}
+
+
+def settled_mbps(server_out: str) -> float:
+    """A flow's goodput (Mbit/s) over the second half of its first test, from the
+    per-second intervals its iperf3 server reported (the receiver's count, not labkit's):
+    the share it settled at, past slow start and the first seconds of converging."""
+    intervals = {}
+    for line in server_out.split("- - -")[0].splitlines():  # the first test's intervals
+        if m := INTERVAL.search(line):
+            intervals[float(m[1])] = (float(m[2]), float(m[3]) * SCALE[m[4]])
+    end = max(e for e, _ in intervals.values())
+    settled = [mbps for start, (_, mbps) in intervals.items() if start >= end / 2]
+    assert settled, server_out
+    return statistics.fmean(settled)
 
 
 def _sample(ifindex: int, stop: threading.Event, rows: list) -> None:
