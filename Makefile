@@ -33,7 +33,7 @@ TORCH_PACKAGES := python3-torch
 # mpi4py for /usr/bin/python3 (Open MPI 4.1 on Debian 12, 5.0 on Debian 13).
 MPI_PACKAGES := openmpi-bin python3-mpi4py
 
-.PHONY: setup dev system tools torch mpi mounts bpf hotpath mpitime delayline bpf-flags demo lab test bench \
+.PHONY: setup dev system tools torch mpi mounts bpf bpf-objects hotpath mpitime delayline bpf-flags demo lab test bench \
 	soak localise samples lint lock clean-build
 
 # Under sudo, what make and labkit wrote in a user's checkout goes back to the user (the
@@ -110,7 +110,12 @@ lock:
 	$(COMPILE) $(LOCK_UPGRADE) --extra notebooks --extra dev -c $(LOCK) -o $(DEV_LOCK) pyproject.toml
 	rm -rf .lock-venv
 
-bpf: $(BPF_OBJECTS)
+# compiled side by side, a clang per CPU (setup's own steps still run one after another)
+bpf:
+	@$(MAKE) --no-print-directory -q bpf-objects || \
+	  $(MAKE) --no-print-directory -j$$(nproc) bpf-objects
+
+bpf-objects: $(BPF_OBJECTS)
 
 bpf/build/vmlinux.h:
 	@mkdir -p bpf/build
