@@ -8,15 +8,15 @@ from pathlib import Path
 # the slowest files, slowest first: seconds each took in a recent tier 0 run on 2 cores
 # (pytest --durations=0, summed per file); a file not named here goes after them
 SLOWEST = {
-    "test_binder.py": 83,  # builds Binder's environment, then runs the notebooks in it
-    "test_browser.py": 49,  # Voilà and Chromium, a notebook a test
-    "test_handouts.py": 37,  # grades every lab for four students
-    "test_figures.py": 37,
-    "test_bad_input_property.py": 18,
-    "test_input_fuzz.py": 16,
+    "test_binder.py": 95,  # builds Binder's environment, then runs the notebooks in it
+    "test_browser.py": 82,  # Voilà and Chromium, a notebook a test
+    "test_handouts.py": 49,  # grades every lab for four students
+    "test_figures.py": 30,
+    "test_input_fuzz.py": 18,
+    "test_bad_input_property.py": 15,
     "test_figure_canvas.py": 7,
-    "test_scenario_doc.py": 6,
     "test_summary.py": 6,
+    "test_scenario_doc.py": 5,
     "test_programs.py": 4,
 }
 TIER0 = Path(__file__).parent
