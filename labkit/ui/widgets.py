@@ -20,7 +20,6 @@ from pathlib import Path
 
 import ipywidgets as w
 import plotly.graph_objects as go
-import plotly.io as pio
 import polars as pl
 
 from labkit.analysis import frames
@@ -47,36 +46,27 @@ class Selection:
 View = Callable[[Selection], tuple[go.Figure, str, pl.DataFrame]]
 
 
-class Plot(w.Output):
-    """A plotly figure as the frontend's own plotly renderer draws it (the jupyterlab-plotly
-    extension that comes with plotly, in JupyterLab, Notebook and Voilà alike: plotly.js
-    loaded once a page); :attr:`figure` is the figure shown.
-
-    A redraw replaces the display whole. A FigureWidget would bring a copy of plotly.js of
-    its own, 5 MB, with each one drawn, and the explorers draw a new one at every move of
-    a control: side by side in Chromium, the notebooks' explorers drew and redrew in about
-    half the time this way (tests/tier0/test_browser.py)."""
-
-    def draw(self, figure: go.Figure) -> None:
-        self.figure = figure
-        bundle = pio.renderers["plotly_mimetype"].to_mimebundle(figure.to_dict())
-        self.outputs = ({"output_type": "display_data", "data": bundle, "metadata": {}},)
-
-
 class Panel:
-    """A :class:`Plot` with a captioned table under it, redrawn together (``css``: a class
-    on its box, for styling and for the browser test)."""
+    """A plotly FigureWidget with a captioned table under it, redrawn together (``css``:
+    a class on its box, for styling and for the browser test).
+
+    A redraw puts a new FigureWidget in the box rather than editing the shown one:
+    plotly 7.1's widget lost a whole in-place edit (traces and title) in 5 of 26 tries in
+    a headless browser, while the table beside it, a plain widget value, followed; a new
+    widget arrives whole, as the table's value does."""
 
     def __init__(self, figure: go.Figure, caption: str, rows: pl.DataFrame, css: str):
-        self.plot = Plot()
+        self.figure = go.FigureWidget(figure)
         self.table = w.HTML()
-        self.box = w.VBox([self.plot, self.table])
+        self.box = w.VBox([self.figure, self.table])
         self.box.add_class(css)
-        self.show(figure, caption, rows)
+        self._table(caption, rows)
 
     def show(self, figure: go.Figure, caption: str, rows: pl.DataFrame) -> None:
         """Show ``figure`` and the table of ``rows`` instead of what the panel shows."""
-        self.plot.draw(figure)
+        shown, self.figure = self.figure, go.FigureWidget(figure)
+        self.box.children = (self.figure, self.table)
+        shown.close()
         self._table(caption, rows)
 
     def _table(self, caption: str, rows: pl.DataFrame) -> None:

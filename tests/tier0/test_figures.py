@@ -114,18 +114,18 @@ def test_explorer_redraws_when_a_control_moves():
     (which, pick, lanes, ports), (window, pct) = box.children[0].children, box.children[1].children
     table, port_table = box.children[2].children[1], box.children[3].children[1]
 
-    def figure():  # the panels' plots as shown now
-        return box.children[2].children[0].figure
+    def figure():  # the panels' plots as shown now: a redraw shows a new FigureWidget
+        return box.children[2].children[0]
 
     def queue():
-        return box.children[3].children[0].figure
+        return box.children[3].children[0]
 
     shown = figure()
     assert len(figure().data) == 5  # isolated has no low-lane packets at the bottleneck
     assert ports.options == ("leaf1-eth4", "spine1-eth0") and ports.value == ("spine1-eth0",)
     assert [t.name for t in queue().data] == ["isolated", "fifo", "priority"]
     lanes.value = ("vip",)
-    assert figure() is not shown and len(box.children[2].children[0].outputs) == 1  # replaced
+    assert figure() is not shown and shown.comm is None  # the one it replaced is closed
     assert len(figure().data) == 3 and all("vip" in t.name for t in figure().data)
     before = table.value, port_table.value
     pct.value = "p50"
@@ -222,7 +222,7 @@ def test_sweep_explorer_redraws_and_keeps_each_sweeps_colour():
     (names, sizes), table = box.children[0].children, box.children[1].children[1]
 
     def figure():  # the plot as shown now
-        return box.children[1].children[0].figure
+        return box.children[1].children[0]
 
     colour = {t.name: t.line.color for t in figure().data}
     assert len(colour) == 6 and len(set(colour.values())) == 6 and figure().layout.shapes
@@ -245,20 +245,20 @@ def test_jobs_explorer_redraws_both_panels_for_the_policies_picked():
     (policies,) = box.children[0].children
     cdfs, bursts = box.children[1], box.children[2]
     assert policies.value == widgets.JOBS_PICKED  # the run has all four
-    assert {t.name for t in cdfs.children[0].figure.data} == {
+    assert {t.name for t in cdfs.children[0].data} == {
         "isolated (alone)", "fair", "job-priority", "interleave"}
     def cell(text: str) -> str:  # a string in a polars table's HTML
         return f"<td>&quot;{text}&quot;</td>"
 
     assert cell("isolated") not in bursts.children[1].value  # each alone: not counted
     policies.value = ("interleave", "fair")  # drawn in the run's order
-    assert [t.name for t in cdfs.children[0].figure.data] == ["fair", "interleave"] * 2
+    assert [t.name for t in cdfs.children[0].data] == ["fair", "interleave"] * 2
     assert cdfs.children[1].value.count(cell("fair")) == 2
     assert cell("job-priority") not in cdfs.children[1].value
-    assert {"heavy", "light"} <= {t.name for t in bursts.children[0].figure.data}
+    assert {"heavy", "light"} <= {t.name for t in bursts.children[0].data}
     policies.value = ("isolated",)  # the job alone has no bursts together
-    assert [t.name for t in cdfs.children[0].figure.data] == ["isolated (alone)"] * 2
-    assert not bursts.children[0].figure.data and "shape: (0, 5)" in bursts.children[1].value
+    assert [t.name for t in cdfs.children[0].data] == ["isolated (alone)"] * 2
+    assert not bursts.children[0].data and "shape: (0, 5)" in bursts.children[1].value
 
 
 def test_lane_table_quantiles_follow_the_window():
