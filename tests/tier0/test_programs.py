@@ -302,8 +302,11 @@ def test_a_crossing_ranks_communication_holds_until_its_step_ends():
     assert all(phase == SOON and end - start >= 2e7 for start, end, phase in holds)
     alone = Steps(out=io.StringIO(), phase_fd=-1)  # crosses only in set-up
     alone.phase = _Phase([400, None, None])
-    for _ in range(3):
+    for i in range(3):
         with alone.step():
+            # its holds: up to 100 ms past the first step (twice it), so the second ends
+            # inside the one its collective announced (a hold already over is not ended)
+            time.sleep(0.05 if i == 0 else 0)
             with alone.comm("all_reduce", 8):
                 pass
     # its set-up crossed: the second step is held, its collective too; then nothing
