@@ -160,7 +160,8 @@ def test_moving_a_control_changes_the_plot(voila, browser, notebook, move, panel
     try:
         page.goto(f"{url}{notebook}.ipynb", timeout=60_000)
         before = _until(page, panel, lambda p: True, 90)
-        assert before, f"the explorer's plot was not drawn\n{log.read_text()[-3000:]}"
+        assert before, (f"the explorer's plot was not drawn\nthe browser's errors: {errors}"
+                        f"\n{_log_tail(log)}")
         unmoved = move.shown(page)
         after = None
         for _ in range(3):  # a control redrawn as the page settled forgets a move: again
