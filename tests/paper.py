@@ -63,10 +63,9 @@ def settled_mbps(server_out: str) -> float:
     for line in server_out.split("- - -")[0].splitlines():  # the first test's intervals
         if m := INTERVAL.search(line):
             intervals[float(m[1])] = (float(m[2]), float(m[3]) * SCALE[m[4]])
+    assert intervals, f"no interval in iperf3's report:\n{server_out}"
     end = max(e for e, _ in intervals.values())
-    settled = [mbps for start, (_, mbps) in intervals.items() if start >= end / 2]
-    assert settled, server_out
-    return statistics.fmean(settled)
+    return statistics.fmean(mbps for start, (_, mbps) in intervals.items() if start >= end / 2)
 
 
 def _sample(ifindex: int, stop: threading.Event, rows: list) -> None:
