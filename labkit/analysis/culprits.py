@@ -27,9 +27,10 @@ look at first.
   rank before sent it was late, on a link past either's own, as a leaf's link to a spine
   (``name`` is ``before->rank``). Unless packets were lost both ways: a lossy link's
   waits are a few long timeouts, so one direction's can dwarf the other's by chance,
-  but its losses are not. When the rank itself sent (go-back-N) at least :data:`ONE_WAY`
+  but its losses are not. When the rank itself sent (go-back-N) at least :data:`LOST_TOO`
   as many packets again an op as the one before it did, what it sent onward was lost
-  too: its own link is named (both at least :data:`MIN_RESENT` packets an op).
+  too: its own link is named (both at least :data:`MIN_RESENT` packets an op; a rank
+  past a lossy path sends nothing again).
 
 What it cannot tell: which link on such a path (labkit's ring does not see the fabric's
 routes), and a job whose ranks do not form a ring gets the pair whose waits grew most.
@@ -48,6 +49,7 @@ BACKLOG = 2.0  # the bottleneck held this many times its usual backlog: it was t
 MIN_BACKLOG_BYTES = 64 * 1024  # ... and at least this much
 ONE_WAY = 0.3  # a neighbour whose input waited this share of the latest's shares its link
 MIN_RESENT = 3.0  # packets sent again an op more than usual: losses, not a stray timeout
+LOST_TOO = 0.1  # a rank sending this share of what the one before it sent again lost some too
 
 
 def culprits(collectives: pl.DataFrame, queue: pl.DataFrame, port: str,
@@ -121,7 +123,7 @@ def _blame(phase: pl.DataFrame, usual: pl.DataFrame, queue: pl.DataFrame, port: 
     elif wire[before] >= ONE_WAY * wire[k]:  # into the one before and into k: its link
         host, into, onward, nxt = hosts[before], wire[before], wire[k], hosts[k]
     elif (again := ranks["resent"].to_list())[before] >= MIN_RESENT and \
-            again[k] >= max(MIN_RESENT, ONE_WAY * again[before]):  # lost into k and out: k's link
+            again[k] >= max(MIN_RESENT, LOST_TOO * again[before]):  # lost into k and out: k's link
         return ("link", hosts[k], f"the data into {hosts[k]} waited {wire[k]:.0f} ms more on "
                 f"the wire an op than in the others, and {hosts[before]} and {hosts[k]} sent "
                 f"{again[before]:.0f} and {again[k]:.0f} more packets again an op: lost on "
