@@ -157,12 +157,11 @@ demo: setup
 	exit $$status
 
 # Tier 0 in two processes (pytest-xdist, a test file to a process: its fixtures are built
-# once), then the kernel tiers one test at a time: they share the machine's kernel.
-# (pytest exits 0 when all passed, 1 when some failed; 2 and more: interrupted or broken.)
+# once) beside the kernel tests that check no time; then the kernel tests that measure, one
+# at a time on a quiet machine (tests/suite.py says why). The first failing part's status:
+# pytest's 0 when all passed, 1 when some failed; 2 and more: interrupted or broken.
 test: dev torch mpi
-	$(VENV)/bin/pytest -q -n 2 --dist loadfile --no-loadscope-reorder tests/tier0; status=$$?; \
-	if [ $$status -le 1 ]; then $(VENV)/bin/pytest -q tests/tier1 tests/tier2; \
-	  tiers12=$$?; [ $$status = 0 ] && status=$$tiers12; fi; $(HANDBACK); exit $$status
+	$(PY) -m tests.suite; status=$$?; $(HANDBACK); exit $$status
 
 # JupyterLab on the notebooks and labs, with the `labkit` kernel (this checkout's venv).
 # LAB_ARGS: more for `labkit lab`, e.g. make lab LAB_ARGS="--port 9000 --no-browser".

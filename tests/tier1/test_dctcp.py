@@ -14,6 +14,8 @@ from labkit.kernel import bpf, dctcp
 from labkit.kernel.skeletons import DCTCP
 from tests.leaks import assert_no_leaks
 
+pytestmark = pytest.mark.untimed  # checks no time, rate or CPU figure
+
 SYSCTLS = ("tcp_allowed_congestion_control", "tcp_congestion_control",
            "tcp_available_congestion_control")
 

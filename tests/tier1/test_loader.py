@@ -7,6 +7,8 @@ import pytest
 from labkit.kernel import bpf
 from labkit.kernel.skeletons import CLASSIFIER, LOSSY, QUEUES
 
+pytestmark = pytest.mark.untimed  # checks no time, rate or CPU figure
+
 BAD_PROGRAM = r"""
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>

@@ -7,6 +7,8 @@ import pytest
 
 from labkit.kernel import bpf, lanes
 
+pytestmark = pytest.mark.untimed  # checks no time, rate or CPU figure
+
 EXAMPLE = Path(__file__).resolve().parents[2] / "docs/examples/classifier.bpf.c"
 
 

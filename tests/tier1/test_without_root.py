@@ -10,6 +10,8 @@ import pytest
 from tests import nobody
 from tests.conftest import require
 
+pytestmark = pytest.mark.untimed  # checks no time, rate or CPU figure
+
 REPO = Path(__file__).resolve().parents[2]
 as_nobody = nobody.labkit
 

@@ -25,6 +25,8 @@ from tests.conftest import require
 from tests.leaks import assert_no_leaks
 from tests.slurm_local import LocalSlurm, missing
 
+pytestmark = pytest.mark.untimed  # checks no time, rate or CPU figure
+
 REPO = Path(__file__).resolve().parents[2]
 LABKIT = [sys.executable, "-m", "labkit.ui.cli"]
 KEY = "traffic[kind=allreduce].size_bytes"

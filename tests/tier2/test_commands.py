@@ -20,6 +20,8 @@ import yaml
 import labkit
 from tests.leaks import assert_no_leaks, labkit_objects
 
+pytestmark = pytest.mark.untimed  # checks no time, rate or CPU figure
+
 REPO = Path(__file__).resolve().parents[2]
 ESCAPEE = "997.25"  # how long the escapee sleeps: how the test finds it
 

@@ -11,6 +11,8 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
+
 import labkit
 from labkit.kernel.dctcp import registered
 from labkit.model import scenario
@@ -102,6 +104,7 @@ def run_until_the_flows_are_under_way(tmp_path: Path) -> subprocess.Popen:
     return proc
 
 
+@pytest.mark.untimed
 def test_kill_9_then_clean_leaves_no_struct_ops(fabric_ready, tmp_path):
     """A run killed while its flows run under lk_dctcp leaves it registered; `labkit
     clean` unregisters it by its record and waits until the kernel has freed it (the
@@ -119,6 +122,7 @@ def test_kill_9_then_clean_leaves_no_struct_ops(fabric_ready, tmp_path):
     assert_no_leaks()  # bpftool struct_ops show included
 
 
+@pytest.mark.untimed
 def test_ctrl_c_during_the_flows_leaves_nothing(fabric_ready, tmp_path):
     """Ctrl-C (SIGINT) while the flows run under lk_dctcp: the run tears its fabric down,
     its sockets, then lk_dctcp, and leaves nothing registered."""

@@ -55,6 +55,7 @@ def test_ping_across_a_delayed_link_takes_twice_its_delay_more(fabric_ready):
     assert_no_leaks()
 
 
+@pytest.mark.untimed
 def test_a_run_with_a_delay_records_and_kill_9_then_clean_leaves_nothing(fabric_ready,
                                                                           tmp_path):
     path = tmp_path / "delays.yaml"

@@ -174,6 +174,7 @@ def test_nothing_left_behind(fabric_ready, bottleneck_run):
     assert_no_leaks()
 
 
+@pytest.mark.untimed
 def test_bad_scenario_exits_2_and_creates_nothing(fabric_ready, tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text((REPO / "topologies/bottleneck.yaml").read_text().replace(
@@ -187,6 +188,7 @@ def test_bad_scenario_exits_2_and_creates_nothing(fabric_ready, tmp_path):
     assert labkit_objects() == before
 
 
+@pytest.mark.untimed
 def test_a_second_run_waits_for_nobody_and_names_the_first(fabric_ready, tmp_path):
     from labkit.kernel.registry import RunLock
 

@@ -13,6 +13,8 @@ from labkit.kernel.registry import Registry
 from labkit.model import scenario, topo
 from tests.leaks import assert_no_leaks
 
+pytestmark = pytest.mark.untimed  # checks no time, rate or CPU figure
+
 TOPOLOGIES = Path(__file__).resolve().parents[2] / "topologies"
 
 

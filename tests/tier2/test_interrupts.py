@@ -47,6 +47,7 @@ def test_sigint_stops_within_5s_and_marks_the_run(fabric_ready, tmp_path, policy
     assert_no_leaks()
 
 
+@pytest.mark.untimed
 def test_clean_after_kill_9_then_the_next_run_succeeds(fabric_ready, tmp_path):
     """Three trials, each killing a run at a random moment; each trial's run starts on
     what the clean before it left, and a last run after the third clean completes."""
@@ -96,6 +97,7 @@ def _ended_interrupted(proc: subprocess.Popen, tmp_path: Path) -> str:
     return stderr
 
 
+@pytest.mark.untimed
 def test_sigint_during_the_build_waits_for_it_then_tears_down(fabric_ready, tmp_path):
     before = set(labkit_objects()["registries"])
     proc = start_run(tmp_path / "run", POLICIES[1])
@@ -104,6 +106,7 @@ def test_sigint_during_the_build_waits_for_it_then_tears_down(fabric_ready, tmp_
     _ended_interrupted(proc, tmp_path)
 
 
+@pytest.mark.untimed
 def test_sigint_twice_and_during_the_teardown(fabric_ready, tmp_path):
     proc = start_run(tmp_path / "run", POLICIES[1])
     _wait_for(lambda: any("labkit.traffic." in p for p in labkit_objects()["processes"]), 60)
@@ -115,6 +118,7 @@ def test_sigint_twice_and_during_the_teardown(fabric_ready, tmp_path):
     assert "it finishes first" in stderr or "still tearing down" in stderr
 
 
+@pytest.mark.untimed
 def test_a_closed_terminal_tears_the_run_down(fabric_ready, tmp_path):
     """SIGHUP: `labkit run` with a pseudo-terminal as its controlling terminal (setsid
     --ctty), whose other end then closes, as when an SSH session drops."""
@@ -134,6 +138,7 @@ def test_a_closed_terminal_tears_the_run_down(fabric_ready, tmp_path):
     assert_no_leaks()
 
 
+@pytest.mark.untimed
 def test_a_close_that_raises_stops_nothing_else(fabric_ready, tmp_path, monkeypatch):
     import labkit
     from labkit.kernel.lanes import Classifier
@@ -152,6 +157,7 @@ def test_a_close_that_raises_stops_nothing_else(fabric_ready, tmp_path, monkeypa
     assert_no_leaks()
 
 
+@pytest.mark.untimed
 def test_clean_racing_a_starting_run_leaves_it_alone(fabric_ready, tmp_path):
     """`labkit clean` over and over while a run starts, runs and ends: each clean either
     finds nothing or is refused (the run holds the machine), and the run is not torn down
@@ -177,6 +183,7 @@ def test_clean_racing_a_starting_run_leaves_it_alone(fabric_ready, tmp_path):
     assert_no_leaks()
 
 
+@pytest.mark.untimed
 def test_a_namespace_a_users_process_holds_is_emptied_and_the_run_kept(fabric_ready, tmp_path):
     """Processes the user started in g1's and leaf1's namespaces (``nsenter``, as from
     `labkit shell`) still run at teardown: labkit removes its own ports from those

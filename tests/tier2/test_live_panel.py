@@ -3,6 +3,8 @@
 import time
 from pathlib import Path
 
+import pytest
+
 from labkit.ui import widgets
 from tests.leaks import assert_no_leaks
 
@@ -27,6 +29,7 @@ def test_run_button_runs_a_short_scenario_and_draws_it(fabric_ready, tmp_path):
     assert_no_leaks()
 
 
+@pytest.mark.untimed
 def test_stop_ends_the_run_and_keeps_what_it_recorded(fabric_ready, tmp_path):
     panel = widgets.live_panel(REPO / "topologies/bottleneck.yaml", runs_dir=tmp_path)
     (button, stop, bar), status = panel.children[1].children, panel.children[2]

@@ -80,6 +80,7 @@ def test_the_jobs_packets_are_vip_at_the_bottleneck(fabric_ready, mpi_run):
     assert at["normal"] <= 20, at  # a listener's SYN-ACK carries no socket's mark
 
 
+@pytest.mark.untimed
 def test_a_failing_rank_ends_the_run_with_its_error(mpirun_ready, tmp_path):
     doc = yaml.safe_load(scenario(tmp_path, "--fail-at 2").read_text())
     doc["policies"] = ["isolated"]
@@ -93,6 +94,7 @@ def test_a_failing_rank_ends_the_run_with_its_error(mpirun_ready, tmp_path):
     assert_no_leaks()  # processes, daemons, cgroups and the session directories
 
 
+@pytest.mark.untimed
 def test_kill_9_then_clean_leaves_no_daemon_rank_or_session(mpirun_ready, tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "labkit.ui.cli", "run",
                              str(scenario(tmp_path)), "--policy", "fifo", "--duration", "60",

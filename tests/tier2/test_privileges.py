@@ -5,9 +5,13 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from labkit.kernel import bpf
 from tests.leaks import assert_no_leaks
 from tests.tier2.test_fabric import build, ping
+
+pytestmark = pytest.mark.untimed  # checks no time, rate or CPU figure
 
 REPO = Path(__file__).resolve().parents[2]
 PORTS = {4420, 4791}

@@ -117,6 +117,7 @@ def test_the_jobs_phase_reaches_the_storage_host(fabric_ready, silent):
     assert relayed.height >= ops.height  # at least a window per iteration reached st1
 
 
+@pytest.mark.untimed
 def test_the_ranks_run_ahead_of_storage_as_labkits_own_do(fabric_ready, tmp_path):
     """A program's ranks get the nice value labkit's own ranks take (they stand in for
     GPUs); here each says its own, then fails so the run ends at once and shows it."""
@@ -131,6 +132,7 @@ def test_the_ranks_run_ahead_of_storage_as_labkits_own_do(fabric_ready, tmp_path
     assert_no_leaks()
 
 
+@pytest.mark.untimed
 def test_a_failing_rank_ends_the_run_with_its_error(fabric_ready, tmp_path):
     with pytest.raises(labkit.RunFailed) as info:
         labkit.run(scenario(tmp_path, "--fail-at 2"), out=tmp_path / "run")
@@ -165,6 +167,7 @@ def test_a_programs_straggler_is_its_cpu_quota_and_every_rank_waits(fabric_ready
     assert_no_leaks()
 
 
+@pytest.mark.untimed
 def test_a_job_whose_peer_vanishes_ends_the_run_as_stuck(fabric_ready, tmp_path):
     """g4's NIC goes down for good 7 s in: gloo would wait for it for 30 minutes; labkit
     sees rank 0 fall silent past the entry's stall_s and ends the run, naming it."""

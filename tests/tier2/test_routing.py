@@ -91,6 +91,7 @@ def test_a_failed_spine_link_is_routed_around_and_back(fabric_ready, tmp_path):
 
 
 @pytest.mark.parametrize("how", ["kill -9, then labkit clean", "Ctrl-C"])
+@pytest.mark.untimed
 def test_a_stopped_run_leaves_no_routing_daemon(how, fabric_ready, tmp_path):
     """A run stopped while its routers run FRR: Ctrl-C tears it down; a run killed leaves
     the daemons and their files, and `labkit clean` stops them by their record and removes

@@ -7,9 +7,9 @@ counters), so that it runs as fast as alone while the other pays what it must;
 ``interleave`` (after CASSINI) shifting one job so that their bursts take turns (checked
 against the kernel's per-job counters); ``job-weights`` sharing the port so that neither
 starves; a controller holding storage while either job's window is open. The shipped
-two-jobs.yaml, with 14 of each job's 20 iterations, runs once as lab 5's live cell runs it
-(isolated and the four sharing policies), and the tests of the sharing policies and lab 5's
-checks read that one run."""
+two-jobs.yaml, with 14 of each job's 20 iterations at twice its rates (the same experiment in
+half the time), runs once as lab 5's live cell runs it (isolated and the four sharing
+policies), and the tests of the sharing policies and lab 5's checks read that one run."""
 
 from __future__ import annotations
 
@@ -30,6 +30,7 @@ from tests.leaks import assert_no_leaks
 TWO_JOBS = scenario_file("two-jobs")
 _, DOC = scenario.read_yaml(TWO_JOBS)
 ITERATIONS = 14  # of the file's 20 (job-priority ranks after 1, interleave shifts after 3)
+RATE_FACTOR = 2  # the same experiment in half the time: every check of it is a ratio
 
 
 def _doc(**changes) -> dict:
@@ -41,12 +42,13 @@ def _doc(**changes) -> dict:
 @pytest.fixture(scope="module")
 def shared(tmp_path_factory) -> labkit.Run:
     """two-jobs.yaml as lab 5's live cell runs it (isolated and the four sharing policies),
-    each job with :data:`ITERATIONS` of its iterations."""
+    each job with :data:`ITERATIONS` of its iterations, at :data:`RATE_FACTOR` times its
+    rates."""
     tmp = tmp_path_factory.mktemp("shared")
     short = tmp / TWO_JOBS.name
     short.write_text(yaml.safe_dump(_doc(traffic=[
         {**t, "iterations": ITERATIONS} if t["kind"] == "allreduce" else t
-        for t in DOC["traffic"]])))
+        for t in DOC["traffic"]], emulation={"rate_factor": RATE_FACTOR})))
     with paths.use(replace(paths.current(), runs=tmp)):  # not the checkout's data/runs
         run = sharing.run_live(path=short)
     assert run is not None

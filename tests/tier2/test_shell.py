@@ -13,6 +13,8 @@ import pytest
 
 from tests.leaks import assert_no_leaks
 
+pytestmark = pytest.mark.untimed  # checks no time, rate or CPU figure
+
 REPO = Path(__file__).resolve().parents[2]
 PROMPT = b"mininet> "
 

@@ -13,8 +13,12 @@ import os
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from labkit.runs import owner
 from tests.leaks import assert_no_leaks
+
+pytestmark = pytest.mark.untimed  # checks no time, rate or CPU figure
 
 REPO = Path(__file__).resolve().parents[2]
 STUDENT = 65534

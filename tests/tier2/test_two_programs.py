@@ -72,6 +72,7 @@ def _both_running(proc: subprocess.Popen) -> None:
     wait_for_ranks(proc, "ddp.py", 8)
 
 
+@pytest.mark.untimed
 def test_ctrl_c_with_two_programs_leaves_nothing(fabric_ready, tmp_path):
     proc = _start(TWO_DDP, tmp_path / "run")
     _both_running(proc)
@@ -80,6 +81,7 @@ def test_ctrl_c_with_two_programs_leaves_nothing(fabric_ready, tmp_path):
     assert_no_leaks()
 
 
+@pytest.mark.untimed
 def test_kill_9_then_clean_with_two_programs_leaves_nothing(fabric_ready, tmp_path):
     proc = _start(TWO_DDP, tmp_path / "run")
     _both_running(proc)

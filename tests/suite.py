@@ -1,0 +1,65 @@
+"""`make test`: tier 0 beside the kernel tests that check no time, then the kernel tests
+that measure, alone.
+
+Tier 0 needs no kernel and keeps both CPUs busy. The tier 1 and 2 tests marked
+``untimed`` (cleanup, signals, privileges, set-up: `pytest -m untimed`) check no time,
+rate, ratio or CPU figure and leave the CPUs mostly idle, so they run at the same time, in
+a process of their own; their report is held back and printed once both are done. The
+rest of tiers 1 and 2 measure on the kernel and the CPUs, so they run after, one test at a
+time on an otherwise quiet machine. (Run beside tier 0, those fail: labkit rightly flags
+their runs as CPU-bound, and their timing checks tip; docs/testing.md has the figures.)
+
+Ctrl-C reaches every pytest (they share the terminal's process group); this runner only
+waits for them to tear down what they built. Exit status: the first part's that failed,
+as pytest gives it; a part that stopped short (status 2 or more) starts nothing more.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+PYTEST = [sys.executable, "-m", "pytest", "-q"]
+TIER0 = [*PYTEST, "-n", "2", "--dist", "loadfile", "--no-loadscope-reorder", "tests/tier0"]
+KERNEL = ["tests/tier1", "tests/tier2"]
+UNTIMED = [*PYTEST, "-p", "no:cacheprovider", "-m", "untimed", *KERNEL]
+TIMED = [*PYTEST, "-m", "not untimed", *KERNEL]
+
+
+def _wait(proc: subprocess.Popen) -> int:
+    """``proc``'s exit status, however many interrupts come meanwhile (it handles its own)."""
+    while True:
+        try:
+            return proc.wait()
+        except KeyboardInterrupt:
+            continue
+
+
+def main() -> int:
+    # a handler of our own, not SIG_IGN: exec resets it, so each pytest gets Ctrl-C
+    signal.signal(signal.SIGINT, lambda *_: None)
+    start = time.monotonic()
+    with tempfile.TemporaryFile("w+") as held:
+        beside = subprocess.Popen(UNTIMED, stdout=held, stderr=subprocess.STDOUT)
+        tier0 = _wait(subprocess.Popen(TIER0))
+        untimed = _wait(beside)
+        held.seek(0)
+        print("\n--- tiers 1 and 2, the tests that check no time (run beside tier 0):",
+              flush=True)
+        sys.stdout.write(held.read())
+    side_by_side = time.monotonic() - start
+    statuses = [tier0, untimed]
+    if max(statuses) <= 1:
+        print("\n--- tiers 1 and 2, the tests that measure (alone):", flush=True)
+        statuses.append(_wait(subprocess.Popen(TIMED)))
+    total = time.monotonic() - start
+    print(f"\npytest in all {total:.0f} s: tier 0 beside the untimed kernel tests "
+          f"{side_by_side:.0f} s, then the timed ones {total - side_by_side:.0f} s", flush=True)
+    return next((s for s in statuses if s), 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
