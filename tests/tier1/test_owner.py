@@ -12,8 +12,6 @@ import pytest
 from labkit.runs.owner import hand_back, invoking_user
 from tests.conftest import require
 
-pytestmark = pytest.mark.untimed  # checks no time, rate or CPU figure
-
 REPO = Path(__file__).resolve().parents[2]
 USER = (65534, 65534)
 
