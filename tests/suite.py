@@ -4,10 +4,11 @@ that measure, alone.
 Tier 0 needs no kernel and keeps both CPUs busy. The tier 1 and 2 tests marked
 ``untimed`` (cleanup, signals, privileges, set-up: `pytest -m untimed`) check no time,
 rate, ratio or CPU figure and leave the CPUs mostly idle, so they run at the same time, in
-a process of their own; their report is held back and printed once both are done. The
+a process of their own, with tier 0 at a lower priority (they take longer, so they get the
+CPUs first); their report is held back and printed once both are done. The
 rest of tiers 1 and 2 measure on the kernel and the CPUs, so they run after, one test at a
 time on an otherwise quiet machine. (Run beside tier 0, those fail: labkit rightly flags
-their runs as CPU-bound, and their timing checks tip; docs/testing.md has the figures.)
+their runs as CPU-bound, and their timing checks tip: docs/testing.md.)
 
 Ctrl-C reaches every pytest (they share the terminal's process group); this runner only
 waits for them to tear down what they built. Exit status: the first part's that failed,
@@ -23,7 +24,9 @@ import tempfile
 import time
 
 PYTEST = [sys.executable, "-m", "pytest", "-q"]
-TIER0 = [*PYTEST, "-n", "2", "--dist", "loadfile", "--no-loadscope-reorder", "tests/tier0"]
+# tier 0 at nice 10: the kernel tests beside it, the longer part, get the CPUs first
+TIER0 = ["nice", "-n", "10", *PYTEST, "-n", "2", "--dist", "loadfile", "--no-loadscope-reorder",
+         "tests/tier0"]
 KERNEL = ["tests/tier1", "tests/tier2"]
 UNTIMED = [*PYTEST, "-p", "no:cacheprovider", "-m", "untimed", *KERNEL]
 TIMED = [*PYTEST, "-m", "not untimed", *KERNEL]
