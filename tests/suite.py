@@ -32,23 +32,15 @@ UNTIMED = [*PYTEST, "-p", "no:cacheprovider", "-m", "untimed", *KERNEL]
 TIMED = [*PYTEST, "-m", "not untimed", *KERNEL]
 
 
-def _wait(proc: subprocess.Popen) -> int:
-    """``proc``'s exit status, however many interrupts come meanwhile (it handles its own)."""
-    while True:
-        try:
-            return proc.wait()
-        except KeyboardInterrupt:
-            continue
-
-
 def main() -> int:
-    # a handler of our own, not SIG_IGN: exec resets it, so each pytest gets Ctrl-C
+    # a handler that does nothing, not SIG_IGN: exec resets it, so each pytest gets Ctrl-C,
+    # and this runner, never interrupted, waits for them to tear down
     signal.signal(signal.SIGINT, lambda *_: None)
     start = time.monotonic()
     with tempfile.TemporaryFile("w+") as held:
         beside = subprocess.Popen(UNTIMED, stdout=held, stderr=subprocess.STDOUT)
-        tier0 = _wait(subprocess.Popen(TIER0))
-        untimed = _wait(beside)
+        tier0 = subprocess.Popen(TIER0).wait()
+        untimed = beside.wait()
         held.seek(0)
         print("\n--- tiers 1 and 2, the tests that check no time (run beside tier 0):",
               flush=True)
@@ -57,7 +49,7 @@ def main() -> int:
     statuses = [tier0, untimed]
     if max(statuses) <= 1:
         print("\n--- tiers 1 and 2, the tests that measure (alone):", flush=True)
-        statuses.append(_wait(subprocess.Popen(TIMED)))
+        statuses.append(subprocess.Popen(TIMED).wait())
     total = time.monotonic() - start
     print(f"\npytest in all {total:.0f} s: tier 0 beside the untimed kernel tests "
           f"{side_by_side:.0f} s, then the timed ones {total - side_by_side:.0f} s", flush=True)
