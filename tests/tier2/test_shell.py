@@ -53,12 +53,17 @@ def _shell(*args: str) -> tuple[subprocess.Popen, int]:
 
 def _ended(proc: subprocess.Popen, fd: int, wait_s: float) -> int:
     """The shell's exit code, once it ends within ``wait_s`` (else SIGTERM, which tears its
-    fabric down, then its code)."""
+    fabric down, then its code; SIGKILL if even that does not end it within a minute, so
+    that the test fails rather than hangs)."""
     try:
         proc.wait(timeout=wait_s)
     except subprocess.TimeoutExpired:  # a check failed with the shell still open
         proc.send_signal(signal.SIGTERM)
-        proc.wait()
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
     os.close(fd)
     return proc.returncode
 
