@@ -39,7 +39,7 @@ def main() -> int:
     start = time.monotonic()
     with tempfile.TemporaryFile("w+") as held:
         beside = subprocess.Popen(UNTIMED, stdout=held, stderr=subprocess.STDOUT)
-        tier0 = subprocess.Popen(TIER0).wait()
+        tier0 = subprocess.call(TIER0)
         untimed = beside.wait()
         held.seek(0)
         print("\n--- tiers 1 and 2, the tests that check no time (run beside tier 0):",
@@ -49,7 +49,7 @@ def main() -> int:
     statuses = [tier0, untimed]
     if max(statuses) <= 1:
         print("\n--- tiers 1 and 2, the tests that measure (alone):", flush=True)
-        statuses.append(subprocess.Popen(TIMED).wait())
+        statuses.append(subprocess.call(TIMED))
     total = time.monotonic() - start
     print(f"\npytest in all {total:.0f} s: tier 0 beside the untimed kernel tests "
           f"{side_by_side:.0f} s, then the timed ones {total - side_by_side:.0f} s", flush=True)
