@@ -45,12 +45,14 @@ def fault(seed: int, kind: str | None = None) -> tuple[str, str, dict]:
     return kind, host, {"at_s": 2, "for_s": 3, **change}
 
 
-def faulty(event: dict, seed: int) -> scenario.Scenario:
-    """straggler.yaml with ``event`` as its only one."""
+def faulty(event: dict, seed: int, rate_factor: float = 1.0) -> scenario.Scenario:
+    """straggler.yaml with ``event`` as its only one, at ``rate_factor`` times its rates
+    (``emulation.rate_factor``: its compute and the event's times divided by it too)."""
     path = scenario_file("straggler")
     _, doc = scenario.read_yaml(path)
     doc = copy.deepcopy(doc)
     doc["events"], doc["seed"] = [event], seed
+    doc["emulation"] = {**(doc.get("emulation") or {}), "rate_factor": rate_factor}
     return scenario.parse(doc, str(path))
 
 
@@ -64,10 +66,10 @@ def named_right(kind: str, host: str, found: Culprit | None) -> bool:
         "rank" if kind == "slow" else "link")
 
 
-def localise(seed: int, kind: str | None, out: Path) -> dict:
+def localise(seed: int, kind: str | None, out: Path, rate_factor: float = 1.0) -> dict:
     """One run with one fault; what it was and what the summary named."""
     kind, host, event = fault(seed, kind)
-    run = labkit.run(faulty(event, seed), out=out)
+    run = labkit.run(faulty(event, seed, rate_factor), out=out)
     found = worst(run.summary.policies["isolated"].culprits)
     return {"seed": seed, "fault": kind, "host": host,
             "named": None if found is None else {"kind": found.kind, "name": found.name,

@@ -1,6 +1,8 @@
 """Training jobs on the bottleneck fabric, each kind of parallelism measured: data (bucketed
 All-Reduce), tensor, pipeline, and expert (all-to-all). Each shipped scenario runs with
-3 of its 10 iterations (every figure checked here is a median or a fraction)."""
+3 of its 10 iterations at twice its rates (``emulation.rate_factor: 2``, which halves its
+compute times too: the same experiment in half the time, and every figure checked here a
+median, a fraction or a ratio; the one duration checked is scaled by it)."""
 
 from pathlib import Path
 
@@ -16,12 +18,15 @@ from tests.spans import assert_spans_fit
 
 REPO = Path(__file__).resolve().parents[2]
 ITERATIONS = 3
+RATE_FACTOR = 2
 
 
 def _short(kind: str) -> Scenario:
-    """topologies/<kind>-parallel.yaml with :data:`ITERATIONS` iterations."""
+    """topologies/<kind>-parallel.yaml with :data:`ITERATIONS` iterations, at
+    :data:`RATE_FACTOR` times its rates."""
     return grid.scenario_with(REPO / f"topologies/{kind}-parallel.yaml",
-                              [f"traffic[kind=job].iterations={ITERATIONS}"])
+                              [f"traffic[kind=job].iterations={ITERATIONS}",
+                               f"emulation.rate_factor={RATE_FACTOR}"])
 
 
 @pytest.fixture(scope="module")
@@ -53,13 +58,15 @@ def test_both_jobs_report_iterations_exposed_communication_and_bubbles(fabric_re
 def test_every_iteration_records_its_phases_as_spans(fabric_ready, runs):
     """Each rank's spans fit its iterations and add up to their sums; a pipeline's last
     stage first idles in a bubble until its first micro-batch has crossed the 7 stages
-    before it (10 ms of compute each)."""
+    before it (``stage_compute_ms`` each, divided by the rate factor)."""
     for run in runs.values():
         assert_spans_fit(run["collectives"], run["phases"])
     last = (runs["pipeline"]["phases"]
             .filter((pl.col("policy") == "isolated") & (pl.col("op") == 0)
                     & (pl.col("rank") == 7)).sort("start_ns").row(0, named=True))
-    assert last["phase"] == "bubble" and last["end_ns"] - last["start_ns"] > 60_000_000
+    stage_ms = dict(_short("pipeline").jobs[0].params)["stage_compute_ms"]  # the file's
+    assert last["phase"] == "bubble" and \
+        last["end_ns"] - last["start_ns"] > 6 * stage_ms / RATE_FACTOR * 1e6
 
 
 def test_tensor_parallelism_moves_more_and_suffers_more_from_storage(fabric_ready, jobs):
