@@ -1,5 +1,5 @@
 """labkit batch end to end (issue 17): a 2 x 2 x 2 grid (message size x policy x seed) of
-2-second runs of a tiny scenario, run here one after another by `labkit batch`, then its
+half-second runs of a tiny scenario, run here one after another by `labkit batch`, then its
 1 x 2 x 1 corner (the two policies) as exclusive jobs on a real single-node Slurm (Debian's
 slurm-wlm and munge, configured for this host by tests/slurm_local.py, its daemons started
 here and stopped after, by the PIDs it started); labkit.load_runs reads the 10 runs as one
@@ -46,7 +46,7 @@ TINY = {  # two GPU hosts and a storage host on one router; the queue forms towa
 }
 GRID = {"scenario": "tiny.yaml", "name": "tiny-grid",
         "axes": {KEY: list(SIZES)}, "policies": ["fifo", "priority"], "seeds": [1, 2],
-        "duration": 1, "slurm": {"time_min": 10}}
+        "duration": 0.5, "slurm": {"time_min": 10}}
 CORNER = {**GRID, "axes": {KEY: ["256KiB"]}, "seeds": [1]}  # for Slurm: one job a policy
 
 
