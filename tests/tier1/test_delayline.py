@@ -119,8 +119,8 @@ def test_iperf3_fills_a_delayed_link(splice, tmp_path):
                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         time.sleep(0.5)
-        out = splice.run(splice.ns["a"], "iperf3", "-c", "10.77.0.2", "-p", "5301", "-t", "6",
-                         "-O", "2", "-w", "2M", "-J").stdout
+        out = splice.run(splice.ns["a"], "iperf3", "-c", "10.77.0.2", "-p", "5301", "-t", "4",
+                         "-O", "1", "-w", "2M", "-J").stdout
     finally:
         server.wait(timeout=10)
         stats = line.stop()
