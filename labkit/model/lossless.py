@@ -20,7 +20,7 @@ Pure: nothing here touches the kernel.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from labkit.model.fabric_spec import FabricSpec
 from labkit.model.topo import Port, Topology
@@ -85,6 +85,22 @@ def thresholds(topo: Topology, port: Port) -> tuple[int, int]:
             f"while {len(senders)} neighbours keep sending), it has {port.link.buffer_kb}")
     xoff = min(xoff, max(int(port.link.rate_mbps * 1e6 / 8 * XOFF_MAX_S), 4 * frame))
     return xoff, xoff // 2
+
+
+def headroom_problem(fabric: FabricSpec, rate_factor: float = 1.0) -> str | None:
+    """Why ``fabric``'s lossless queues cannot hold a pause's headroom with its links at
+    ``rate_factor`` times their rates (``emulation.rate_factor``: the headroom grows with
+    them), or None when they can (or none is lossless)."""
+    if not fabric.lossless:
+        return None
+    if rate_factor != 1:
+        fabric = replace(fabric, links=tuple(replace(link, rate_mbps=link.rate_mbps
+                                                     * rate_factor) for link in fabric.links))
+    try:
+        queues(Topology(fabric), fabric.lossless, "fifo")
+    except LosslessError as exc:
+        return str(exc)
+    return None
 
 
 def carries_collectives(fabric: FabricSpec, router_layout: str) -> bool:

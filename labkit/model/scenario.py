@@ -24,7 +24,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from labkit.model import inputs
+from labkit.model import inputs, lossless
 from labkit.model.abi import LANES  # the lanes a scenario names: the kernel's, in its order
 from labkit.model.checker import Checker, ScenarioError, as_text, join
 from labkit.model.fabric_spec import FabricSpec, LinkSpec
@@ -218,6 +218,9 @@ def parse(doc: Any, file: str = "<scenario>") -> Scenario:
     if any(isinstance(j, ProgramSpec) for j in jobs) and emulation.rate_factor != 1:
         c.fail("emulation.rate_factor", "a program's compute time is its own, which labkit "
                "cannot scale with the links: leave the rate factor at 1")
+    if isinstance(factor := emulation.rate_factor, float | int) and factor != 1 and \
+            (problem := lossless.headroom_problem(fabric, factor)):
+        c.fail("emulation.rate_factor", f"at {factor:g} times its rates, {problem}")
     _job_policies(c, policies, "policies", jobs, lanes)
     return Scenario(name, file, scale, seed, fabric, lanes, jobs, storage,
                     tuple(p.name for p in policies), description, control=control,

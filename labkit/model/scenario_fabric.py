@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from labkit.model import lossless, topo
+from labkit.model import lossless
 from labkit.model.abi import LANES
 from labkit.model.checker import Checker, join
 from labkit.model.fabric_spec import FabricSpec, HostSpec, LinkSpec, ServerSpec
@@ -155,11 +155,8 @@ def check_fabric(c: Checker, fab, link_defaults: dict) -> FabricSpec:
     spec = FabricSpec(tuple(routers), tuple(hosts), links, tuple(bottlenecks),
                       _lossless(c, fab.get("lossless", False)), servers, nvlinks,
                       _routing(c, fab.get("routing", "static")))
-    if spec.lossless:
-        try:
-            lossless.queues(topo.Topology(spec), spec.lossless, "fifo")
-        except lossless.LosslessError as exc:
-            c.fail("fabric.lossless", str(exc))
+    if problem := lossless.headroom_problem(spec):
+        c.fail("fabric.lossless", problem)
     return spec
 
 

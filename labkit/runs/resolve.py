@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from labkit.model import autotune, paths
+from labkit.model import autotune, lossless, paths
 from labkit.model import scenario as scenario_mod
 from labkit.model.manifest import AutoChoice, Rates
 from labkit.model.scenario import Policy, Scenario, ScenarioError
@@ -94,6 +94,10 @@ def resolve_rates(sc: Scenario, source: str) -> tuple[Scenario, Rates | None]:
             raise ScenarioError(source, key, f"the newest calibration ({found[0]}) found no "
                                 f"rate this machine holds: {found[1]['advice']}; a number "
                                 "below 1 still runs it, slower than written")
+    if problem := lossless.headroom_problem(written.fabric, factor):
+        chose = f"auto chose {factor:g} (the calibration {found[0]}): " if found else ""
+        raise ScenarioError(source, "emulation.rate_factor",
+                            f"{chose}at {factor:g} times its rates, {problem}")
     # the file's hash stays: the manifest's `rates` says how its rates were changed
     return replace(cal.scaled(written, factor), sha256=sc.sha256), Rates(
         factor=factor, calibration=str(found[0]) if found else None,

@@ -2,6 +2,7 @@
 ``auto`` takes the factor of the newest calibration of the scenario on this machine."""
 
 import json
+import re
 import socket
 from dataclasses import replace
 from pathlib import Path
@@ -81,3 +82,38 @@ def test_auto_says_so_when_no_rate_held(labkit_paths):
     record_calibration(labkit_paths.runs, bottleneck(), None, "2026-11-30T10:00:00")
     with pytest.raises(ScenarioError, match="found no rate this machine holds: no rate down"):
         resolve.resolve_rates(bottleneck(rate_factor="auto"), SOURCE)
+
+
+def lossless(**emulation) -> scenario.Scenario:
+    """topologies/lossless.yaml with the least buffer that holds a pause's headroom at its
+    own rates (as the refusal of a smaller one names it), so not at twice them: the
+    headroom grows with the rates that keep arriving while a pause takes hold."""
+    doc = yaml.safe_load((REPO / "topologies/lossless.yaml").read_text())
+    kb = 16
+    for _ in range(10):  # each refusal names one port's need; the last one's holds for all
+        doc["defaults"]["link"]["buffer_kb"] = kb
+        try:
+            scenario.parse(doc, "lossless.yaml")
+            break
+        except ScenarioError as exc:
+            kb = int(re.search(r"fabric\.lossless: .* needs buffer_kb >= (\d+)", str(exc))[1])
+    doc["emulation"] = emulation
+    return scenario.parse(doc, "lossless.yaml")
+
+
+def test_a_factor_whose_rates_outgrow_a_lossless_buffer_is_refused_before_the_run(
+        labkit_paths):
+    lossless()  # at its own rates: fine
+    headroom = r"emulation\.rate_factor.*at 2 times its rates, link .* needs buffer_kb >= \d+"
+    with pytest.raises(ScenarioError, match=headroom):  # `labkit validate` says so too
+        lossless(rate_factor=2)
+    auto = lossless(rate_factor="auto")
+    chosen = record_calibration(labkit_paths.runs, auto, 2.0, "2026-11-30T10:00:00")
+    chose = rf"auto chose 2 \(the calibration {re.escape(str(chosen))}\): "
+    with pytest.raises(ScenarioError,
+                       match=chose + headroom.removeprefix(r"emulation\.rate_factor.*")):
+        resolve.resolve_rates(auto, "lossless.yaml")
+    # a scenario changed after parsing is checked where its rates are resolved
+    with pytest.raises(ScenarioError, match=headroom):
+        resolve.resolve_rates(replace(lossless(), emulation=replace(
+            lossless().emulation, rate_factor=2.0)), "lossless.yaml")
