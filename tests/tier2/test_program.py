@@ -150,7 +150,7 @@ def test_a_programs_straggler_is_its_cpu_quota_and_every_rank_waits(fabric_ready
     grow by at least a compute phase, and nothing is left behind."""
     path = scenario(tmp_path, "--busy")
     doc = yaml.safe_load(path.read_text())
-    doc["traffic"][0]["iterations"] = 32  # a few before the quota, about 20 after it
+    doc["traffic"][0]["iterations"] = 24  # a few before the quota, about 12 after it
     doc["events"] = [{"at_s": 4, "host": "g2", "slow": 4, "for_s": 3}]
     path.write_text(yaml.safe_dump(doc))
     run = labkit.run(path, out=tmp_path / "run")

@@ -30,7 +30,7 @@ from tests.conftest import require
 
 REPO = Path(__file__).resolve().parents[2]
 JOB = REPO / "docs/examples/own_clock.py"
-STEPS = 7
+STEPS = 6
 TOLERANCE = 0.10
 POLICIES = ["isolated", "fifo", "state-aware"]
 
