@@ -88,7 +88,7 @@ lab.check_lane_rules(LANES, BASE)
 # %% [markdown]
 # ## 3. Run it
 #
-# This builds the fabric twice, for about 10 seconds of traffic each: the ring alone
+# This builds the fabric twice, for about 6 seconds of traffic each: the ring alone
 # (`isolated`, the yardstick) and ring plus storage under `priority` with your rules.
 # It needs root; without it, it says why and does nothing. The run is recorded in
 # `data/runs/` like any other (`labkit report` reads it back).

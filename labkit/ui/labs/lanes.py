@@ -88,7 +88,7 @@ def check_lane_rules(lanes, base: Path) -> str:
     return f"{said}.{note}"
 
 
-def run_with_lanes(base: Path, lanes, duration: float = 10.0) -> Run | None:
+def run_with_lanes(base: Path, lanes, duration: float = 6.0) -> Run | None:
     """``base`` with ``lanes``, run for real under isolated and priority (root); None,
     saying why, when the rules are blank or refused or the run cannot happen."""
     from labkit.ui.labs.verdict import answered, run_lab
