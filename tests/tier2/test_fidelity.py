@@ -65,9 +65,10 @@ def flood_and_measure(f: Fabric, t: topo.Topology, traced: bool = False):
     probe = QueueProbe(sample_every=1)
     try:
         senders = [f.popen(h, [sys.executable, "-m", "labkit.traffic.hotpath",
-                               t.host_ip("h3"), "6"], "sender",
+                               t.host_ip("h3"), "4"], "sender",
                            stdout=subprocess.DEVNULL) for h in ("h1", "h2")]
-        time.sleep(1)  # the queue fills and stays full (the senders go on 6 s in all)
+        time.sleep(1)  # the queue fills and stays full (the senders go on 4 s in all,
+        # a second past the recording)
         with ftrace_dequeues(port.ifindex) if traced else nullcontext() as stop_trace:
             # ftrace's probe is registered first, so it stamps each dequeue before
             # labkit's program runs and labkit's work never delays its stamps
