@@ -83,23 +83,6 @@ def pytest_terminal_summary(terminalreporter):
             terminalreporter.write_line(line)
 
 
-def pytest_collection_finish(session):
-    """A student's clone set up by `sudo make setup` in the background, when
-    test_sudo_demo.py is to run (tests/student_clone.py: it takes no run lock, so it runs
-    beside the tests before it)."""
-    if os.geteuid() == 0 and any(item.path.name == "test_sudo_demo.py"
-                                 for item in session.items):
-        from tests import student_clone
-
-        student_clone.start()
-
-
-def pytest_sessionfinish(session):
-    from tests import student_clone
-
-    student_clone.stop()
-
-
 def pytest_collection_modifyitems(items):
     for item in items:
         for tier in ("tier1", "tier2"):
