@@ -27,7 +27,7 @@ from tests.leaks import assert_no_leaks
 
 REPO = Path(__file__).resolve().parents[2]
 JOB = REPO / "docs/examples/allreduce.py"
-STEPS = 10
+STEPS = 8
 
 
 def scenario(tmp: Path, args: str = "", workload: str = "program", name: str = "job") -> Path:
