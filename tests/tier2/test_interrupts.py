@@ -49,9 +49,10 @@ def test_sigint_stops_within_5s_and_marks_the_run(fabric_ready, tmp_path, policy
 
 @pytest.mark.untimed
 def test_clean_after_kill_9_then_the_next_run_succeeds(fabric_ready, tmp_path):
-    """Three trials, each killing a run at a random moment; each trial's run starts on
-    what the clean before it left, and a last run after the third clean completes."""
-    for trial in range(3):
+    """Two trials, one of each policy, each killing a run at a random moment; the second
+    trial's run starts on what the first clean left, and a last run after the second clean
+    completes."""
+    for trial in range(2):
         proc = start_run(tmp_path / f"run{trial}", POLICIES[trial % 2])
         deadline = time.monotonic() + 30
         while not labkit_objects()["pins"] and time.monotonic() < deadline:
