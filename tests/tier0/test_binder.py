@@ -50,9 +50,10 @@ def binder():
         owner.hand_back([repo, home], (USER, USER), skip=frozenset())
         venv = home / "env"
         # not byte-compiled at install (half of pip's time): the user owns the environment,
-        # so the notebooks' first imports compile what they use, once
+        # so the notebooks' first imports compile what they use, once (pip reads a "--no-"
+        # option's variable as the option's value: 0 is --no-compile)
         env = {"HOME": str(home), "PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(wheels),
-               "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_NO_COMPILE": "1",
+               "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_NO_COMPILE": "0",
                "PATH": f"{venv / 'bin'}:{os.environ.get('PATH', '/usr/bin:/bin')}"}
         python = Path(sys.base_prefix) / "bin" / "python{}.{}".format(*sys.version_info)
         for step in ([str(python), "-m", "venv", str(venv)],

@@ -33,7 +33,9 @@ def test_sudo_make_demo_leaves_no_file_of_roots_in_the_clone(fabric_ready, tmp_p
                    check=True, timeout=120)
     owner.hand_back([clone], (STUDENT, STUDENT), skip=frozenset())  # the student's clone
     proc = subprocess.run(["make", "demo", "DEMO_ARGS=--policy fifo --duration 3"],
-                          cwd=clone, env={**sudo_environment(), "PIP_NO_COMPILE": "1"},
+                          # pip reads a "--no-" option's variable as the option's value:
+                          # 0 is --no-compile
+                          cwd=clone, env={**sudo_environment(), "PIP_NO_COMPILE": "0"},
                           capture_output=True, text=True,
                           timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
