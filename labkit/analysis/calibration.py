@@ -43,9 +43,7 @@ def scaled(sc: Scenario, factor: float) -> Scenario:
     :func:`as_written`)."""
     if factor == 1:
         return sc
-    fabric = replace(sc.fabric, links=tuple(
-        replace(link, rate_mbps=link.rate_mbps * factor, delay_ms=link.delay_ms / factor,
-                jitter_ms=link.jitter_ms / factor) for link in sc.fabric.links))
+    fabric = sc.fabric.scaled(factor)
     events = tuple(replace(e, at_s=e.at_s / factor,
                            for_s=e.for_s and e.for_s / factor,
                            every_s=e.every_s and e.every_s / factor,

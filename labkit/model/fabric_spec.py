@@ -8,7 +8,7 @@ can check a fabric with those two modules, and every import runs one way.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 
 @dataclass(frozen=True)
@@ -59,3 +59,12 @@ class FabricSpec:
     @property
     def gpus_per_host(self) -> int:
         return len(self.servers[0].gpus) if self.servers else 1
+
+    def scaled(self, factor: float) -> FabricSpec:
+        """This fabric with its links' rates times ``factor`` and their delays divided by
+        it (``emulation.rate_factor``: the same fabric, faster or slower)."""
+        if factor == 1:
+            return self
+        return replace(self, links=tuple(
+            replace(link, rate_mbps=link.rate_mbps * factor, delay_ms=link.delay_ms / factor,
+                    jitter_ms=link.jitter_ms / factor) for link in self.links))

@@ -20,7 +20,7 @@ Pure: nothing here touches the kernel.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from labkit.model.fabric_spec import FabricSpec
 from labkit.model.topo import Port, Topology
@@ -93,11 +93,8 @@ def headroom_problem(fabric: FabricSpec, rate_factor: float = 1.0) -> str | None
     them), or None when they can (or none is lossless)."""
     if not fabric.lossless:
         return None
-    if rate_factor != 1:
-        fabric = replace(fabric, links=tuple(replace(link, rate_mbps=link.rate_mbps
-                                                     * rate_factor) for link in fabric.links))
     try:
-        queues(Topology(fabric), fabric.lossless, "fifo")
+        queues(Topology(fabric.scaled(rate_factor)), fabric.lossless, "fifo")
     except LosslessError as exc:
         return str(exc)
     return None
