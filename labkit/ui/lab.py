@@ -3,7 +3,7 @@
 
 The kernel spec is written into this environment (``sys.prefix``), where its own JupyterLab
 finds it, or, with ``--user``, into the user's Jupyter directory for a JupyterLab or
-JupyterHub installed elsewhere (ipykernel's own installer either way). A live run needs
+JupyterHub installed elsewhere (ipykernel's spec, installed by jupyter_client). A live run needs
 root; as root, Jupyter has to be told that it may run (``--allow-root``), and is.
 
 JupyterLab serves the whole checkout and opens on ``notebooks/``: the notebooks' static
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,9 +30,18 @@ def install_kernel(user: bool = False, prefix: str | None = None) -> Path:
     """The ``labkit`` kernel spec for this interpreter: into ``prefix`` (default: this
     environment) or, with ``user``, the user's Jupyter directory; its folder."""
     from ipykernel import kernelspec
+    from jupyter_client.kernelspec import KernelSpecManager
 
-    where = kernelspec.install(kernel_name=KERNEL, display_name="labkit (Python)", user=user,
-                               prefix=None if user else (prefix or sys.prefix))
+    # the spec is staged in a folder this function owns and removes: ipykernel's own
+    # install() stages it in a mkdtemp() folder and leaves that folder behind in /tmp
+    with tempfile.TemporaryDirectory(prefix="labkit-kernel-") as staging:
+        spec = kernelspec.write_kernel_spec(Path(staging) / KERNEL,
+                                            overrides={"display_name": "labkit (Python)"},
+                                            # as ipykernel's install(): the debugger's
+                                            # frozen-modules warning off
+                                            python_arguments=["-Xfrozen_modules=off"])
+        where = KernelSpecManager().install_kernel_spec(
+            spec, kernel_name=KERNEL, user=user, prefix=None if user else (prefix or sys.prefix))
     return Path(where)
 
 

@@ -3,6 +3,7 @@ checkout served, so the notebooks' static figures in docs/figures/ load; noteboo
 
 import json
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -12,9 +13,13 @@ from labkit.ui import cli, lab
 from labkit.ui.cli import classroom
 
 
-def test_the_kernel_is_this_interpreter_under_labkits_name(tmp_path):
-    where = lab.install_kernel(prefix=str(tmp_path))
-    assert where == tmp_path / "share/jupyter/kernels/labkit"
+def test_the_kernel_is_this_interpreter_under_labkits_name(tmp_path, monkeypatch):
+    staging = tmp_path / "tmp"
+    staging.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(staging))
+    where = lab.install_kernel(prefix=str(tmp_path / "env"))
+    assert where == tmp_path / "env/share/jupyter/kernels/labkit"
+    assert not any(staging.iterdir()), "the spec's staging folder is left behind"
     spec = json.loads((where / "kernel.json").read_text())
     assert spec["argv"][0] == sys.executable and "ipykernel_launcher" in spec["argv"]
     assert spec["display_name"] == "labkit (Python)"
