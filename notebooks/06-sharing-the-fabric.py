@@ -73,8 +73,8 @@ jobs_frame(run.summary, digits=2).select(
 #
 # Each job's rate through the bottleneck port over time, stacked, counted by the kernel
 # per job. Under `fair` the two jobs' bursts land together and split the link; under
-# `interleave` light's ops are put off (the dotted lines) so that its burst starts where
-# heavy's ends.
+# `interleave` a job's op is put off (the dotted lines) so that each burst starts after
+# the other's ends.
 
 # %%
 plots.job_bursts(run, ["fair", "interleave"])

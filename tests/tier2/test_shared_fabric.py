@@ -161,11 +161,11 @@ def _busy(lanes: pl.DataFrame, policy: str, port: str) -> pl.DataFrame:
     )
 
 
-def test_interleave_shifts_one_job_so_the_bursts_take_turns(fabric_ready, shared):
+def test_interleave_shifts_the_jobs_so_the_bursts_take_turns(fabric_ready, shared):
     run = shared
     fair, shifted = (run.summary.policies[p] for p in ("fair", "interleave"))
     assert fair.jobs and shifted.jobs
-    assert shifted.jobs.each["light"].shifted_ms and not shifted.jobs.each["heavy"].shifted_ms
+    assert any(job.shifted_ms for job in shifted.jobs.each.values())
 
     def total(p) -> float:
         return sum(j.iteration_p50_ms for j in p.jobs.each.values())

@@ -5,14 +5,14 @@ bottleneck instead of meeting there (``fair``'s lanes otherwise).
 Once every job has ended :data:`LEARN` iterations, and again every :data:`EVERY`
 iterations of the first job, each job's communication time alone is reckoned from its
 bytes at the bottleneck (the kernel's per-job count over the port's rate), its compute
-from what its engine reports, and the period from the slowest job's two. The jobs'
-communication phases are laid out one after another in that period, in the scenario's
-order, the period's idle time shared out between them as gaps: each job after the first
-whose phase is more than half a gap from its place is told to put off one of its coming
-ops by however far that is (``SHIFT <op> <ns>`` to its engines, which apply it between
-ops). A shifted job pays
-once, the shift, in that iteration; with equal periods the jobs then stay apart. Every
-shift is kept (``job_shifts``).
+from what its engine reports, and the period from the slowest job's two. Where each job's
+next communication phase but one would begin is foreseen from its latest iterations; if
+two of them would meet, the phases are laid out one after another in the period, in the
+scenario's order, its idle time shared out between them as gaps, and the jobs are told to
+put off one of their coming ops (``SHIFT <op> <ns>`` to its engines, which apply it
+between ops) by as little as that takes in all: any one of them may be the one that
+stays. A shifted job pays once, the shift, in that iteration; with equal periods the jobs
+then stay apart. Every shift is kept (``job_shifts``).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from labkit.traffic.agents import Engine
 LEARN = 3  # iterations every job ends before the first layout
 EVERY = 4  # iterations of the first job between layouts
 AHEAD = 2  # a shift applies to the op this many after the job's latest
-MIN_SHIFT = 0.05  # of the period: a phase nearer its place than this stays
+CLEARANCE = 0.05  # of the period: communication phases nearer each other than this meet
 
 
 class Interleave(Feature):
@@ -75,30 +75,28 @@ class Interleave(Feature):
         seen = list(self.watch.seen[job])[1:] or list(self.watch.seen[job])
         return int(statistics.median(it.bytes for it in seen) / self.rate_bytes_per_ns)
 
+    def iteration_ns(self, job: str, period: int) -> int:
+        """How long the job's iterations take now: its latest one (jobs that meet at the
+        bottleneck run slower than the period), the period before it has two."""
+        assert self.watch, "built"
+        seen = self.watch.seen[job]
+        return seen[-1].t_ns - seen[-2].t_ns if len(seen) > 1 else period
+
     def _lay_out(self) -> None:
-        """Each job after the first: its op :data:`AHEAD` after its latest put off so that
-        its communication begins as the one before it in the order ends, within the
-        period the slowest job takes alone (its compute and its communication)."""
+        """Each job's op :data:`AHEAD` after its latest put off as :func:`layout` says,
+        from where it would begin if left alone, within the period the slowest job takes
+        alone (its compute and its communication)."""
         assert self.watch, "built"
         latest = {job: self.watch.seen[job][-1] for job in self.order}
         comm = {job: self.comm_ns(job) for job in self.order}
         period = max(latest[job].compute_ns + comm[job] for job in self.order)
-        # the period's idle time shared out: a gap after each job's communication, and
-        # a phase within half a gap of its place is left where it is
-        gap = max(period - sum(comm.values()), 0) // len(self.order)
-        first = latest[self.order[0]]
-        # when the first job's next communication begins: its op's end, then its compute
-        begins = first.t_ns + first.compute_ns
+        begins = {job: it.t_ns + it.compute_ns + (AHEAD - 1) * self.iteration_ns(job, period)
+                  for job, it in latest.items()}
+        shifts = layout(self.order, begins, comm, period)
         now = time.monotonic_ns()
-        for before, job in zip(self.order, self.order[1:], strict=False):
-            begins += comm[before] + gap  # this job's turn: a gap after the one before
-            mine = latest[job]
-            natural = mine.t_ns + mine.compute_ns + (AHEAD - 1) * period  # its op's start
-            shift = (begins - natural) % period
-            if min(shift, period - shift) < max(MIN_SHIFT * period, gap / 2):
-                continue
-            op = mine.op + AHEAD
-            if op >= self.iterations[job]:  # it ends before then: nothing to shift
+        for job, shift in (shifts or {}).items():
+            op = latest[job].op + AHEAD
+            if not shift or op >= self.iterations[job]:  # in place, or ended by then
                 continue
             for engine in self.engines.get(job, ()):
                 engine.send(f"SHIFT {op} {shift}")
@@ -106,3 +104,36 @@ class Interleave(Feature):
 
     def collect(self, result: PolicyResult) -> None:
         result.job_shifts = list(self.rows)
+
+
+def layout(order: Sequence[str], begins: Mapping[str, int], comm: Mapping[str, int],
+           period: int) -> dict[str, int] | None:
+    """How far to put off each job (in ``order``) whose communication phase would begin
+    at ``begins`` and last ``comm`` in every ``period``, so that each phase begins a gap
+    after the one before it ends, the gaps sharing out the period's idle time, by as
+    little as that takes in all; None when no two phases come within :data:`CLEARANCE`
+    of the period of each other (they are apart as they are)."""
+    if apart(begins, comm, period, int(CLEARANCE * period)):
+        return None
+    gap = max(period - sum(comm.values()), 0) // len(order)
+    place, wanted = 0, {}
+    for job in order:  # each one's place, from the first job's begin on
+        wanted[job] = (begins[order[0]] + place - begins[job]) % period
+        place += comm[job] + gap
+    # every job may be put off by as much again: the least in all (one of them stays)
+    return min(({job: (w + extra) % period for job, w in wanted.items()}
+                for extra in {(period - w) % period for w in wanted.values()}),
+               key=lambda shifts: sum(shifts.values()))
+
+
+def apart(begins: Mapping[str, int], comm: Mapping[str, int], period: int, clearance: int
+          ) -> bool:
+    """Whether the jobs' communication phases, each beginning at ``begins`` and lasting
+    ``comm`` in every ``period``, are at least ``clearance`` from each other."""
+    jobs = list(begins)
+    for i, a in enumerate(jobs):
+        for b in jobs[i + 1:]:
+            after = (begins[b] - begins[a]) % period  # b's begin, after a's
+            if after < comm[a] + clearance or period - after < comm[b] + clearance:
+                return False
+    return True
