@@ -174,9 +174,12 @@ def test_bursts_draw_each_jobs_rate_a_panel_a_policy_and_the_marks(run):
     assert list(drawn[5].y) == light["mbps"].to_list()
     assert drawn[0].fillcolor != drawn[1].fillcolor
     notes = [a.text for a in fig.layout.annotations]
-    assert "light in vip, heavy in normal" in notes and "light +305 ms" in notes
+    shifts = run["job_shifts"].sort("t_ns")
+    first = f"{shifts['job'][0]} +{round(shifts['shift_ns'][0] / 1e6)} ms"
+    assert "light in vip, heavy in normal" in notes and first in notes
     lines = [s for s in fig.layout.shapes if s.x0 == s.x1]  # the marks
-    assert [s.line.dash for s in lines] == ["dash", "dot", "dot"]
+    rankings = run["job_ranks"].filter(pl.col("policy") == "job-priority")["t_ns"].n_unique()
+    assert [s.line.dash for s in lines] == ["dash"] * rankings + ["dot"] * shifts.height
     only = plots.job_bursts(run, ["together"])
     assert [t.name for t in only.data if t.stackgroup] == ["heavy", "light"]
     with pytest.raises(ValueError, match="no policy 'calm'"):
