@@ -16,7 +16,7 @@
 # %% [markdown]
 # # Lab 3 · Write a controller
 #
-# *About 50 minutes. The rehearsal needs no root; the real run (about 40 seconds) does.*
+# *About 50 minutes. The rehearsal needs no root; the real run (about 20 seconds) does.*
 #
 # Priority lanes need switches that support them. `topologies/checkpoint-burst.yaml`
 # has none: every port is one shallow FIFO. What labkit can still steer is the hosts:
@@ -115,7 +115,7 @@ lab.check_rehearsal(Mine)
 # %% [markdown]
 # ## 5. The real run (needs root)
 #
-# `checkpoint-burst.yaml` under `reactive` and under your controller, about 10 seconds of
+# `checkpoint-burst.yaml` under `reactive` and under your controller, about 6 seconds of
 # traffic each, each on a freshly built fabric. Without root it says why and does nothing.
 
 # %% tags=["live"]

@@ -163,7 +163,7 @@ def check_rehearsal(cls, path: Path = SCENARIO) -> str:
     return f"{said}. Now run it for real against reactive."
 
 
-def run_against(cls, baseline: str = "reactive", duration: float = 10.0,
+def run_against(cls, baseline: str = "reactive", duration: float = 6.0,
                 path: Path = SCENARIO) -> Run | None:
     """``path`` run for real under ``baseline`` and under ``cls`` (policy ``mine``; root);
     None, saying why, when the class cannot even get through the rehearsal or the run
