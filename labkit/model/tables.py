@@ -204,10 +204,9 @@ class JobRankRow(NamedTuple):
 
 
 class JobShiftRow(NamedTuple):
-    """One of ``interleave``'s shifts (``job_shifts``): a job's op put off so its
-    communication starts as the job before it in the order ends its own; the period and
-    the communication time it reckoned with (alone: its bytes at the bottleneck over the
-    port's rate)."""
+    """One of ``interleave``'s shifts (``job_shifts``): a job's op put off so that the
+    jobs' communication takes turns; the period and the communication time it reckoned
+    with (alone: its bytes at the bottleneck over the port's rate)."""
 
     t_ns: Int
     job: Str

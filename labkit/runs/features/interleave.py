@@ -77,10 +77,14 @@ class Interleave(Feature):
 
     def iteration_ns(self, job: str, period: int) -> int:
         """How long the job's iterations take now: its latest one (jobs that meet at the
-        bottleneck run slower than the period), the period before it has two."""
+        bottleneck run slower than the period), less a shift it was given; the period
+        before it has two."""
         assert self.watch, "built"
         seen = self.watch.seen[job]
-        return seen[-1].t_ns - seen[-2].t_ns if len(seen) > 1 else period
+        if len(seen) < 2:
+            return period
+        shifted = sum(r.shift_ns for r in self.rows if r.job == job and r.op == seen[-1].op)
+        return seen[-1].t_ns - seen[-2].t_ns - shifted
 
     def _lay_out(self) -> None:
         """Each job's op :data:`AHEAD` after its latest put off as :func:`layout` says,
