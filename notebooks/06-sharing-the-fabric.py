@@ -36,8 +36,8 @@
 #   *GPU intensity*, learned from its iterations while it runs) alone in vip, the other in
 #   normal;
 # * `job-weights`: HTB shares rather than strict priority, so neither job can starve;
-# * `interleave`, after CASSINI: one job's iterations put off so that the two jobs'
-#   bursts take turns at the uplink.
+# * `interleave`, after CASSINI: the jobs' iterations put off so that their bursts take
+#   turns at the uplink.
 
 # %%
 import labkit

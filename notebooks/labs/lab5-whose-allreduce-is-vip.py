@@ -64,8 +64,8 @@ lab.jobs()
 #   normal (strict priority: normal sends only when vip has nothing).
 # * `job-weights`: HTB shares instead of strict priority: each job is guaranteed part of
 #   the link and may borrow the rest, so neither can starve.
-# * `interleave`, after CASSINI (NSDI'24): one job's iterations are shifted in time so the
-#   two jobs' bursts take turns at the uplink instead of meeting there.
+# * `interleave`, after CASSINI (NSDI'24): the jobs' iterations are shifted in time so
+#   their bursts take turns at the uplink instead of meeting there.
 #
 # The score is Crux's: **summed GPU utilization**, each job's compute share of its
 # iterations, weighted by its GPUs and added up. Before you measure anything: which

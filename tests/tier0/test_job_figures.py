@@ -175,6 +175,7 @@ def test_bursts_draw_each_jobs_rate_a_panel_a_policy_and_the_marks(run):
     assert drawn[0].fillcolor != drawn[1].fillcolor
     notes = [a.text for a in fig.layout.annotations]
     shifts = run["job_shifts"].sort("t_ns")
+    assert shifts.height, "interleave shifted no job in this recording"
     first = f"{shifts['job'][0]} +{round(shifts['shift_ns'][0] / 1e6)} ms"
     assert "light in vip, heavy in normal" in notes and first in notes
     lines = [s for s in fig.layout.shapes if s.x0 == s.x1]  # the marks

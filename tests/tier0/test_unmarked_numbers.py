@@ -105,7 +105,7 @@ ALLOWED = [
     Allowed("docs/students.md", "About 20 minutes to your first figure", READING),
     Allowed("docs/students.md", "2 and 3 end with a real run", DURATION),
     Allowed("docs/classroom.md", "whose checks need a real run", DURATION),
-    Allowed("docs/classroom.md", "lab 2's takes about 30 s", DURATION),
+    Allowed("docs/classroom.md", "lab 2's takes about 20 s", DURATION),
     Allowed("docs/classroom.md", r"about 20 s per lab 2 or lab 3", DURATION),
     Allowed("docs/testing.md", r"\| ‹tests/tier› \| root", TESTS),
     Allowed("docs/testing.md", "about 7 minutes", DURATION),

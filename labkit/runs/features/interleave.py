@@ -7,8 +7,9 @@ iterations of the first job, each job's communication time alone is reckoned fro
 bytes at the bottleneck (the kernel's per-job count over the port's rate), its compute
 from what its engine reports, and the period from the slowest job's two. Where each job's
 next communication phase but one would begin is foreseen from its latest iterations; if
-two of them would meet, the phases are laid out one after another in the period, in the
-scenario's order, its idle time shared out between them as gaps, and the jobs are told to
+two of them would meet (and they can all fit apart in the period), the phases are laid
+out one after another in it, in the scenario's order, its idle time shared out between
+them as gaps, and the jobs are told to
 put off one of their coming ops (``SHIFT <op> <ns>`` to its engines, which apply it
 between ops) by as little as that takes in all: any one of them may be the one that
 stays. A shifted job pays once, the shift, in that iteration; with equal periods the jobs
@@ -35,7 +36,7 @@ CLEARANCE = 0.05  # of the period: communication phases nearer each other than t
 
 
 class Interleave(Feature):
-    """Each job's communication phase put in its turn within the first job's period."""
+    """Each job's communication phase put in its turn within the slowest job's period."""
 
     def __init__(self) -> None:
         self.watch: JobWatch | None = None
@@ -89,19 +90,22 @@ class Interleave(Feature):
     def _lay_out(self) -> None:
         """Each job's op :data:`AHEAD` after its latest put off as :func:`layout` says,
         from where it would begin if left alone, within the period the slowest job takes
-        alone (its compute and its communication)."""
+        alone (its compute and its communication): the jobs that will still run that op
+        (one that ends before then sends no more phases to keep apart from)."""
         assert self.watch, "built"
         latest = {job: self.watch.seen[job][-1] for job in self.order}
-        comm = {job: self.comm_ns(job) for job in self.order}
-        period = max(latest[job].compute_ns + comm[job] for job in self.order)
-        begins = {job: it.t_ns + it.compute_ns + (AHEAD - 1) * self.iteration_ns(job, period)
-                  for job, it in latest.items()}
-        shifts = layout(self.order, begins, comm, period)
+        running = [job for job in self.order if latest[job].op + AHEAD < self.iterations[job]]
+        if len(running) < 2:
+            return
+        comm = {job: self.comm_ns(job) for job in running}
+        period = max(latest[job].compute_ns + comm[job] for job in running)
+        begins = {job: latest[job].t_ns + latest[job].compute_ns
+                  + (AHEAD - 1) * self.iteration_ns(job, period) for job in running}
         now = time.monotonic_ns()
-        for job, shift in (shifts or {}).items():
-            op = latest[job].op + AHEAD
-            if not shift or op >= self.iterations[job]:  # in place, or ended by then
+        for job, shift in (layout(running, begins, comm, period) or {}).items():
+            if not shift:  # the one that stays, or in place already
                 continue
+            op = latest[job].op + AHEAD
             for engine in self.engines.get(job, ()):
                 engine.send(f"SHIFT {op} {shift}")
             self.rows.append(JobShiftRow(now, job, op, shift, period, comm[job]))
@@ -115,18 +119,21 @@ def layout(order: Sequence[str], begins: Mapping[str, int], comm: Mapping[str, i
     """How far to put off each job (in ``order``) whose communication phase would begin
     at ``begins`` and last ``comm`` in every ``period``, so that each phase begins a gap
     after the one before it ends, the gaps sharing out the period's idle time, by as
-    little as that takes in all; None when no two phases come within :data:`CLEARANCE`
-    of the period of each other (they are apart as they are)."""
-    if apart(begins, comm, period, int(CLEARANCE * period)):
+    little as that takes in all (ties: the first such layout in ``order``). None when no
+    two phases come within :data:`CLEARANCE` of the period of each other (they are apart
+    as they are), or when they cannot be (their gaps would be narrower than that: moving
+    them would only chase the noise of their timing)."""
+    clearance = int(CLEARANCE * period)
+    gap = (period - sum(comm.values())) // len(order)
+    if gap < clearance or apart(begins, comm, period, clearance):
         return None
-    gap = max(period - sum(comm.values()), 0) // len(order)
     place, wanted = 0, {}
     for job in order:  # each one's place, from the first job's begin on
         wanted[job] = (begins[order[0]] + place - begins[job]) % period
         place += comm[job] + gap
     # every job may be put off by as much again: the least in all (one of them stays)
     return min(({job: (w + extra) % period for job, w in wanted.items()}
-                for extra in {(period - w) % period for w in wanted.values()}),
+                for extra in dict.fromkeys((period - w) % period for w in wanted.values())),
                key=lambda shifts: sum(shifts.values()))
 
 
