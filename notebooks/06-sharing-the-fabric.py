@@ -64,7 +64,7 @@ jobs_frame(run.summary, digits=2).select(
 # rises to 65 %<!-- two-jobs policies.job-priority.jobs.gpu_utilization *100 -->, next to
 # the 65 %<!-- two-jobs policies.isolated.jobs.gpu_utilization *100 --> the jobs reach each
 # alone. heavy pays, but little: its p99 slowdown is
-# 1.08<!-- two-jobs policies.job-priority.jobs.each.heavy.slowdown_p99 -->, because light's
+# 1.09<!-- two-jobs policies.job-priority.jobs.each.heavy.slowdown_p99 -->, because light's
 # All-Reduce is small and rare. `job-weights` lands in between; `interleave` comes second
 # with 62 %<!-- two-jobs policies.interleave.jobs.gpu_utilization *100 -->, the shifted
 # job's tail paying for the turns.
