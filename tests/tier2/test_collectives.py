@@ -11,6 +11,7 @@ import yaml
 
 import labkit
 from labkit.analysis import nccltests
+from labkit.model import scenario
 from labkit.model.summary import AllReduce
 from labkit.model.topo import Topology
 from tests.leaks import assert_no_leaks
@@ -99,7 +100,7 @@ def test_labkit_run_runs_every_all_reduce_algorithm(fabric_ready, tmp_path, topo
 
 
 def test_loss_makes_go_back_n_retransmit_and_data_stays_right(fabric_ready, tmp_path):
-    scenario = {
+    doc = {
         "name": "lossy",
         "defaults": {"link": {"rate_mbps": 100, "mtu": 9000, "buffer_kb": 1024}},
         "fabric": {"routers": ["r1"], "hosts": {"gpu": {"r1": ["g1", "g2", "g3", "g4"]}},
@@ -110,7 +111,7 @@ def test_loss_makes_go_back_n_retransmit_and_data_stays_right(fabric_ready, tmp_
         "policies": ["isolated"],
     }
     path = tmp_path / "lossy.yaml"
-    path.write_text(yaml.safe_dump(scenario))
+    path.write_text(yaml.safe_dump(doc))
     run = labkit.run(path, out=tmp_path / "run")
     summary = run.summary.policies["isolated"]
     assert summary.lossy_links["r1-g2"] > 0  # the dropper dropped (drops per lossy link)
@@ -128,8 +129,8 @@ def test_gso_runs_carry_whole_packets_that_every_probe_still_samples(fabric_read
     doc = yaml.safe_load((REPO / "topologies/bottleneck.yaml").read_text())
     doc["emulation"] = {"gso_packets": 8}
     doc["policies"] = ["priority"]
-    sc = labkit.model.scenario.parse(doc, str(REPO / "topologies/bottleneck.yaml"))
-    run = labkit.run(sc, out=tmp_path / "gso", duration=4)
+    sc = scenario.parse(doc, str(REPO / "topologies/bottleneck.yaml"))
+    run = labkit.run(sc, out=tmp_path / "gso", duration=2)  # 40 ops, 300 vip samples
     assert run["collectives"].height > 0 and run["collectives"]["wrong"].sum() == 0
     assert run["transport"]["retransmits"].sum() == 0
     sent = run["transport"]["packets_sent"].sum()
@@ -149,7 +150,8 @@ def test_an_engine_per_leaf_sends_each_rank_from_its_own_nic(fabric_ready, tmp_p
     from scapy.layers.inet import IP, UDP
     from scapy.utils import PcapReader
 
-    run = labkit.run(REPO / "topologies/bottleneck.yaml", ["isolated"], duration=3,
+    # 2 s: about 9,000 RoCE packets in g2's capture (the check: 1,000), read by scapy
+    run = labkit.run(REPO / "topologies/bottleneck.yaml", ["isolated"], duration=2,
                      pcap=["g2-leaf1"], out=tmp_path / "run")
     engines = sorted((run.path / "agents" / "isolated").glob("collective-*.json"))
     engines = [e for e in engines if not e.name.endswith(".result.json")]
