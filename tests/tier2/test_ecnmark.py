@@ -30,7 +30,7 @@ def test_marking_at_k_holds_ecn_tcp_where_drop_tail_fills(fabric_ready):
 def test_a_scenario_marks_at_its_bottleneck_and_says_so(fabric_ready, tmp_path):
     sc = replace(scenario.load(REPO / "topologies/bottleneck.yaml"),
                  transport=scenario.TransportSpec(ecn_k_packets=K))
-    run = labkit.run(sc, ["fifo"], duration=3, out=tmp_path / "run")
+    run = labkit.run(sc, ["fifo"], duration=2, out=tmp_path / "run")
     queues = run.summary.policies["fifo"].queues
     assert queues is not None and queues.k_packets == K
     assert len(queues.ports) == 2  # both directions of leaf1-spine1
