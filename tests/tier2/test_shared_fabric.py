@@ -4,7 +4,7 @@ port's own qdisc counters); two identical jobs each getting about half of it und
 ``fair`` (on a lossless fabric, as RoCE runs); ``job-priority`` (after Crux) putting the
 most GPU-intense job alone in the vip lane (checked against the classifier's own lane
 counters), so that it runs as fast as alone while the other pays what it must;
-``interleave`` (after CASSINI) shifting one job so that their bursts take turns (checked
+``interleave`` (after CASSINI) shifting the jobs so that their bursts take turns (checked
 against the kernel's per-job counters); ``job-weights`` sharing the port so that neither
 starves; a controller holding storage while either job's window is open. The shipped
 two-jobs.yaml, each job's 20 iterations at twice its rates (the same experiment in half the

@@ -21,6 +21,7 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Mapping, Sequence
+from itertools import combinations
 
 from labkit.model.scenario_spec import Policy, Scenario
 from labkit.model.tables import JobShiftRow
@@ -29,7 +30,7 @@ from labkit.runs.features.jobwatch import JobWatch
 from labkit.runs.result import PolicyResult
 from labkit.traffic.agents import Engine
 
-LEARN = 3  # iterations every job ends before the first layout
+LEARN = 3  # iterations every job ends before the first layout (two at least)
 EVERY = 4  # iterations of the first job between layouts
 AHEAD = 2  # a shift applies to the op this many after the job's latest
 CLEARANCE = 0.05  # of the period: communication phases nearer each other than this meet
@@ -76,14 +77,12 @@ class Interleave(Feature):
         seen = list(self.watch.seen[job])[1:] or list(self.watch.seen[job])
         return int(statistics.median(it.bytes for it in seen) / self.rate_bytes_per_ns)
 
-    def iteration_ns(self, job: str, period: int) -> int:
+    def iteration_ns(self, job: str) -> int:
         """How long the job's iterations take now: its latest one (jobs that meet at the
-        bottleneck run slower than the period), less a shift it was given; the period
-        before it has two."""
+        bottleneck run slower than the period), less a shift it was given (a layout comes
+        once every job has ended :data:`LEARN` of them, so there is one)."""
         assert self.watch, "built"
         seen = self.watch.seen[job]
-        if len(seen) < 2:
-            return period
         shifted = sum(r.shift_ns for r in self.rows if r.job == job and r.op == seen[-1].op)
         return seen[-1].t_ns - seen[-2].t_ns - shifted
 
@@ -100,7 +99,7 @@ class Interleave(Feature):
         comm = {job: self.comm_ns(job) for job in running}
         period = max(latest[job].compute_ns + comm[job] for job in running)
         begins = {job: latest[job].t_ns + latest[job].compute_ns
-                  + (AHEAD - 1) * self.iteration_ns(job, period) for job in running}
+                  + (AHEAD - 1) * self.iteration_ns(job) for job in running}
         now = time.monotonic_ns()
         for job, shift in (layout(running, begins, comm, period) or {}).items():
             if not shift:  # the one that stays, or in place already
@@ -141,10 +140,8 @@ def apart(begins: Mapping[str, int], comm: Mapping[str, int], period: int, clear
           ) -> bool:
     """Whether the jobs' communication phases, each beginning at ``begins`` and lasting
     ``comm`` in every ``period``, are at least ``clearance`` from each other."""
-    jobs = list(begins)
-    for i, a in enumerate(jobs):
-        for b in jobs[i + 1:]:
-            after = (begins[b] - begins[a]) % period  # b's begin, after a's
-            if after < comm[a] + clearance or period - after < comm[b] + clearance:
-                return False
+    for a, b in combinations(begins, 2):
+        after = (begins[b] - begins[a]) % period  # b's begin, after a's
+        if after < comm[a] + clearance or period - after < comm[b] + clearance:
+            return False
     return True
