@@ -285,17 +285,6 @@ class Fabric:
         return tc.PortShape(port.ifname, link.rate_mbps, link.buffer_kb * 1024, link.mtu,
                             layout, self.pausable)
 
-    def set_rate(self, port: Port, rate_mbps: float) -> None:
-        """Run ``port`` at ``rate_mbps`` from now on (:func:`labkit.kernel.tc.set_rate`;
-        its shaped rate again: ``shape_of(port).rate_mbps``)."""
-        shape, index = self.shape_of(port), self.handle(port).ifindex
-
-        def body() -> None:
-            with IPRoute() as ipr:
-                tc.set_rate(ipr, index, shape, rate_mbps)
-
-        self.ns[port.node].run(body)
-
     def interact(self) -> None:
         """Mininet's own command line on this fabric (``g1 ping -c 3 g5``, ``leaf1 tc -s
         qdisc``); returns on ``exit`` or end of input."""

@@ -7,13 +7,14 @@ A link down is every packet dropped, both ways, by the lossy links' dropper
 (:mod:`labkit.kernel.loss`, through :class:`LossyLinks`; a link without loss of its own
 gets one that drops nothing until then): a dead optic as the hosts and routers see it,
 its routes left in place as a static fabric's are. A rate is both ports' HTB classes
-moved (:meth:`labkit.kernel.fabric.Fabric.set_rate`); a delay is the delay line's, which
-the fabric splices into a link whose delay an event changes (``Fabric(spliced=...)``). A
-straggler (a host's ``slow``) is, for labkit's own rank, its engine told ``SLOW <rank>
-<factor>``: each of the rank's compute phases that starts from then on takes that many
-times as long (``SLOW <rank> 1`` ends it); for a program's rank, its cgroup's CPU quota
-(:mod:`labkit.kernel.cpuquota`: 1 / factor of one CPU). The other ranks wait for it as
-they would for a slow GPU.
+moved, by requests prepared as the stack is built (:func:`labkit.kernel.tc.rate_requests`)
+and sent when due through a socket opened then in each port's namespace. A delay is the
+delay line's, which the fabric splices into a link whose delay an event changes
+(``Fabric(spliced=...)``). A straggler (a host's ``slow``) is, for labkit's own rank, its
+engine told ``SLOW <rank> <factor>``: each of the rank's compute phases that starts from
+then on takes that many times as long (``SLOW <rank> 1`` ends it); for a program's rank,
+its cgroup's CPU quota (:mod:`labkit.kernel.cpuquota`: 1 / factor of one CPU). The other
+ranks wait for it as they would for a slow GPU.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 
-from labkit.kernel import cpuquota, loss
+from labkit.kernel import cpuquota, loss, tc
 from labkit.kernel.cgroups import CgroupError
 from labkit.model.scenario_spec import EventSpec, Policy, Scenario
 from labkit.model.tables import EventRow
@@ -61,6 +62,7 @@ class Events(Feature):
         return bool(sc.events)
 
     def build(self, stack: Stack) -> None:
+        self.rtnl: dict[str, tc.Rtnl] = {}  # a socket in each node whose rate changes
         self.stack, self.events = stack, stack.sc.events
         self.ports: dict[str, tuple[Port, Port]] = {pa.link.name: (pa, pb)
                                                     for pa, pb in stack.topo.links}
@@ -84,6 +86,21 @@ class Events(Feature):
                                                     map(stack.fabric.handle, (pa, pb))])
         self.rows: list[EventRow] = []
         self._stop = threading.Event()
+        # each rate event's requests, as it starts (True) and ends, with their sockets
+        self.rates: dict[tuple[int, bool], list[tuple[tc.Rtnl, list[bytearray]]]] = {}
+        for i, event in enumerate(self.events):
+            if event.change == "rate_mbps":
+                for port in self.ports[event.link]:
+                    self._prepare_rate(i, event, port)
+
+    def _prepare_rate(self, i: int, event: EventSpec, port: Port) -> None:
+        fabric = self.stack.fabric
+        if port.node not in self.rtnl:
+            self.rtnl[port.node] = fabric.ns[port.node].run(tc.Rtnl)
+        index, shape = fabric.handle(port).ifindex, fabric.shape_of(port)
+        for starting, rate in ((True, event.value), (False, shape.rate_mbps)):
+            self.rates.setdefault((i, starting), []).append(
+                (self.rtnl[port.node], tc.rate_requests(index, shape, rate)))
 
     def jobs_started(self, engines: Mapping[str, Sequence[Engine]]) -> None:
         self.ranks = {host: (engine, rank) for job in engines.values() for engine in job
@@ -103,28 +120,28 @@ class Events(Feature):
                 return
             event = self.events[i]
             try:
-                self._apply(event, state == "start")
+                self._apply(i, state == "start")
             except Exception as exc:  # noqa: BLE001 (raised again by stop(), in the run)
                 self.failed = (i, exc)
                 return
             self.rows.append(EventRow(time.monotonic_ns(), i, event.target, event.change,
                                       event.value, state))
 
-    def _apply(self, event: EventSpec, starting: bool) -> None:
+    def _apply(self, i: int, starting: bool) -> None:
+        event = self.events[i]
         if event.host:  # one of labkit's hosts (the scenario's check): its engine is told
             self.slow[event.host] = event.value if starting else 1.0
             self._tell(event.host)
             return
-        pa, pb = self.ports[event.link]
-        link = pa.link
-        fabric = self.stack.fabric
+        link = self.ports[event.link][0].link
         if event.change == "rate_mbps":
-            for port in (pa, pb):
-                fabric.set_rate(port, event.value if starting else
-                                fabric.shape_of(port).rate_mbps)
+            for rtnl, requests in self.rates[i, starting]:
+                for request in requests:
+                    rtnl.call(request)
         elif event.change == "delay_ms":
-            fabric.set_delay(event.link, event.value if starting else link.delay_ms,
-                             link.jitter_ms)
+            self.stack.fabric.set_delay(event.link,
+                                        event.value if starting else link.delay_ms,
+                                        link.jitter_ms)
         else:
             self.droppers.set(event.link, event.value if starting else link.loss_percent)
 
@@ -152,4 +169,8 @@ class Events(Feature):
         result.events = self.rows
 
     def close(self) -> None:
-        self.stop()
+        try:
+            self.stop()
+        finally:
+            for rtnl in self.rtnl.values():
+                rtnl.close()
