@@ -60,40 +60,46 @@ class ControlSession:
     """Everything adaptive in one policy's run; :meth:`close` releases it all (also when
     setting it up failed half-way)."""
 
-    def __init__(self, sc: Scenario, topo: Topology, fabric: Fabric, pol: Policy,
-                 controller: type[Controller], rules: bpf.Map,
+    def __init__(self, sc: Scenario, topo: Topology, pol: Policy, rules: bpf.Map,
                  record: bpf.Recorder | None = None):
+        """Every host's and bottleneck port's valve, loaded: they need no fabric, so a run
+        loads them while its fabric is built; :meth:`build` attaches them once it is."""
+        self.sc, self.topo, self.pol, self.record = sc, topo, pol, record
         self.valves = Valves(rules, record)
         self.gates: Gates | None = None
+        self.ports: dict[str, float] = {}  # bottleneck port label -> its Mbit/s
         try:
-            self._build(sc, topo, fabric, pol, controller, record)
+            spec = sc.control
+            host_setting = LaneSetting(ce_ms=spec.ce_us / 1e3, horizon_ms=spec.horizon_ms)
+            for host in topo.hosts:  # every host's NIC is held: its valve is its gate
+                self.valves.open(host, host_setting, vip_class=tc.LANE_CLASS["vip"],
+                                 lead_ms=spec.lead_ms)
+            for port in topo.bottleneck_ports():
+                self.valves.open(port.ifname, LaneSetting(port.link.rate_mbps,
+                                                          spec.fabric_ce_us / 1e3, NEVER_MS),
+                                 one_clock=pol.port_layout == "fifo")
+                self.ports[port.ifname] = port.link.rate_mbps
         except BaseException:
             self.close()
             raise
 
-    def _build(self, sc: Scenario, topo: Topology, fabric: Fabric, pol: Policy,
-               controller: type[Controller], record: bpf.Recorder | None) -> None:
-        spec = sc.control
-        host_setting = LaneSetting(ce_ms=spec.ce_us / 1e3, horizon_ms=spec.horizon_ms)
-        for host in topo.hosts:  # every host's NIC is held: its valve is its gate
+    def build(self, fabric: Fabric, controller: type[Controller]) -> None:
+        """The valves on ``fabric``'s ports, and the gates, the telemetry feed and
+        ``controller`` over them (:meth:`close` undoes what was made if this fails)."""
+        sc, topo, spec = self.sc, self.topo, self.sc.control
+        for host in topo.hosts:
             nic = fabric.nic(host)
-            self.valves.attach(host, nic.ns, nic.ifname, nic.ifindex, host_setting,
-                               vip_class=tc.LANE_CLASS["vip"], lead_ms=spec.lead_ms)
-        self.ports = {}  # bottleneck port label -> its Mbit/s
+            self.valves.attach(host, nic.ns, nic.ifname, nic.ifindex)
         for port in topo.bottleneck_ports():
             h = fabric.handle(port)
-            self.valves.attach(port.ifname, h.ns, h.ifname, h.ifindex,
-                               LaneSetting(port.link.rate_mbps, spec.fabric_ce_us / 1e3,
-                                           NEVER_MS),
-                               one_clock=pol.port_layout == "fifo")
-            self.ports[port.ifname] = port.link.rate_mbps
+            self.valves.attach(port.ifname, h.ns, h.ifname, h.ifindex)
         # each rank's agent inherits the fd of its host's phase map
         senders = storage_senders(sc, topo)
-        self.gates = Gates(self.valves, fabric, list(senders), record)
+        self.gates = Gates(self.valves, fabric, list(senders), self.record)
         self.phase_maps = {host: self.valves.valves[host].obj.maps.lk_phase.fd
                            for host in sc.ranks}
         self.started_ns = self.stopped_ns = 0
-        self.feed = FabricFeed(self.ports, pol.port_layout, spec.telemetry_delay_ms)
+        self.feed = FabricFeed(self.ports, self.pol.port_layout, spec.telemetry_delay_ms)
         self.controller = controller(Plant(
             self.valves, senders, list(sc.ranks), min(self.ports.values()), self.feed, spec))
 

@@ -136,7 +136,6 @@ class Fabric:
 
     def start(self) -> Fabric:
         from mininet.net import Mininet
-        from mininet.node import Node
 
         Mininet.inited = True  # skip mininet.util.fixLimits(): it changes global sysctls
         try:
@@ -145,14 +144,7 @@ class Fabric:
             net = self.net = Mininet(topo=None, build=False, controller=None, autoSetMacs=False,
                                autoStaticArp=False, waitConnected=False)
             delayed = self.delayed_links()
-            for name in [*self.topo.roles, *([DELAY_NODE] if delayed else [])]:
-                node = net.addHost(name, cls=Node, ip=None, inNamespace=True)
-                self.registry.add_process(node.pid, f"mininet node {name}", signal.SIGHUP)
-                if self.group:  # what the node's shell runs (its command line's) joins it
-                    self.group.add(node.pid)
-                self.nodes[name] = node
-                self.ns[name] = Netns(node.pid, name)
-                self.registry.add("netns", node=name, pid=node.pid, inode=self.ns[name].inode)
+            self._add_nodes(net, [*self.topo.roles, *([DELAY_NODE] if delayed else [])])
             for pa, pb in self.topo.links:
                 splice = delayed.get((pa, pb))
                 ends = ([(pa, DELAY_NODE, splice[0]), (pb, DELAY_NODE, splice[1])] if splice
@@ -184,6 +176,29 @@ class Fabric:
             self.stop()
             raise
         return self
+
+    def _add_nodes(self, net, names: list[str]) -> None:
+        """Each node in ``net``: its shell in a namespace of its own, recorded. The shells
+        start side by side (each node waits for its shell's prompt, then for a command's;
+        one after another, 12 nodes took 0.12 s of a 0.45 s build)."""
+        from mininet.node import Node
+
+        with ThreadPoolExecutor(CONFIGURE_THREADS, thread_name_prefix="nodes") as pool:
+            started = [(name, pool.submit(Node, name, ip=None, inNamespace=True))
+                       for name in names]
+        for name, future in started:  # every shell that started recorded, then any error
+            if future.exception() is None:
+                node = future.result()
+                self.registry.add_process(node.pid, f"mininet node {name}", signal.SIGHUP)
+        for name, future in started:
+            node = future.result()
+            if self.group:  # what the node's shell runs (its command line's) joins it
+                self.group.add(node.pid)
+            net.hosts.append(node)  # as Mininet's addHost does, for its CLI
+            net.nameToNode[name] = node
+            self.nodes[name] = node
+            self.ns[name] = Netns(node.pid, name)
+            self.registry.add("netns", node=name, pid=node.pid, inode=self.ns[name].inode)
 
     def delayed_links(self) -> dict[tuple[Port, Port], tuple[str, str]]:
         """Each link with a propagation delay (or in ``spliced``: one whose delay changes

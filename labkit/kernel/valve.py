@@ -111,12 +111,17 @@ class Valves:
         self.attachments: list[tuple[Netns, bpf.TcAttachment]] = []
         self.decisions: list[Decision] = []
 
-    def attach(self, host: str, ns: Netns, ifname: str, ifindex: int,
-               setting: LaneSetting = LaneSetting(), one_clock: bool = False,
-               vip_class: int = 0, lead_ms: float = 0.0) -> Valve:
-        """A valve on ``ifname``'s egress, known as ``host`` (a host, or a fabric port)."""
+    def open(self, host: str, setting: LaneSetting = LaneSetting(), one_clock: bool = False,
+             vip_class: int = 0, lead_ms: float = 0.0) -> Valve:
+        """A valve known as ``host`` (a host, or a fabric port), loaded: it needs no
+        interface yet, so a run loads its valves while the fabric is built."""
         valve = self.valves[host] = Valve(host, self.rules, self.record, setting, one_clock,
                                           vip_class, lead_ms)
+        return valve
+
+    def attach(self, host: str, ns: Netns, ifname: str, ifindex: int) -> Valve:
+        """``host``'s valve (opened) on ``ifname``'s egress."""
+        valve = self.valves[host]
         bpf.attach_filter(ns, valve.obj.programs.lk_valve_egress, ifname, ifindex, tc.PRIO_VALVE,
                           self.attachments, self.record)
         return valve

@@ -67,8 +67,8 @@ def test_an_unmodified_iperf3_is_held_within_20_ms_and_released(fabric_ready):
         gates = None
         try:
             nic = f.nic("h1")
-            valves.attach("h1", nic.ns, nic.ifname, nic.ifindex,
-                          vip_class=tc.LANE_CLASS["vip"])
+            valves.open("h1", vip_class=tc.LANE_CLASS["vip"])
+            valves.attach("h1", nic.ns, nic.ifname, nic.ifindex)
             gates = Gates(valves, f, ["h1"]).start()
             server = f.popen("h2", ["iperf3", "-s", "-1"], "iperf3 server",
                              stdout=subprocess.DEVNULL)

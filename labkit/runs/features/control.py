@@ -20,13 +20,15 @@ class Control(Feature):
     def wanted(cls, sc: Scenario, policy: Policy, telemetry: bool) -> bool:
         return policy.controller is not None
 
-    def build(self, stack: Stack) -> None:
-        controller = stack.policy.controller
-        assert controller is not None
-        self.session = ControlSession(stack.sc, stack.topo, stack.fabric, stack.policy,
-                                      stack.controllers[controller],
+    def load(self, stack: Stack) -> None:
+        self.session = ControlSession(stack.sc, stack.topo, stack.policy,
                                       stack.need(Lanes, "a controller").config_map,
                                       stack.registry.add)
+
+    def build(self, stack: Stack) -> None:
+        controller = stack.policy.controller
+        assert self.session and controller is not None, "loaded"
+        self.session.build(stack.fabric, stack.controllers[controller])
 
     def start(self) -> None:
         assert self.session, "built"
