@@ -9,8 +9,12 @@ from __future__ import annotations
 import hashlib
 import os
 import platform
+import shutil
 import socket
 import subprocess
+import sys
+from collections.abc import Iterable
+from functools import lru_cache
 from pathlib import Path
 
 from labkit.model import paths
@@ -42,17 +46,35 @@ def sha256_file(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+def _stamp(places: Iterable[str]) -> tuple[tuple[str, int | None], ...]:
+    """Each path's modification time (None: not there). Installing or removing a package
+    or a tool changes its folder's: what was read from them holds while this does (a
+    notebook's or the tests' process records many runs; reading it all again took 90 ms
+    a run)."""
+    def mtime(path: str) -> int | None:
+        try:
+            return os.stat(path).st_mtime_ns
+        except OSError:
+            return None
+    return tuple((p, mtime(p)) for p in places)
+
+
 def python_packages() -> dict[str, str]:
     """Every Python distribution importable here, by its canonical name: its version. The
     first one on ``sys.path`` wins, as for an import: copies vendored inside other packages
     (setuptools puts its own on the path once something imports it) come later."""
+    return dict(_packages(_stamp(sys.path)))
+
+
+@lru_cache(maxsize=1)
+def _packages(_: tuple) -> tuple[tuple[str, str], ...]:
     from importlib.metadata import distributions
 
     found: dict[str, str] = {}
     for d in distributions():
         if d.metadata["Name"]:
             found.setdefault(d.metadata["Name"].lower().replace("_", "-"), d.version)
-    return dict(sorted(found.items()))
+    return tuple(sorted(found.items()))
 
 
 def provenance() -> Provenance:
@@ -69,12 +91,23 @@ def provenance() -> Provenance:
         hotpath=sha256_file(HOTPATH) if HOTPATH.exists() else None)
 
 
+TOOLS = (("clang", ["clang", "--version"]), ("bpftool", ["bpftool", "version"]),
+         ("iproute2", ["ip", "-V"]))
+
+
 def _tool_versions() -> dict[str, str]:
+    """Each tool's version line (the binaries' found on ``PATH``, read again when one
+    changes), Mininet's and libbpf's (loaded once by a process)."""
+    found = [shutil.which(argv[0]) or argv[0] for _, argv in TOOLS]
+    return dict(_tools(_stamp(found)))
+
+
+@lru_cache(maxsize=1)
+def _tools(_: tuple) -> tuple[tuple[str, str], ...]:
     from labkit.kernel import bpf, fabric
 
     out = {}
-    for name, argv in (("clang", ["clang", "--version"]), ("bpftool", ["bpftool", "version"]),
-                       ("iproute2", ["ip", "-V"])):
+    for name, argv in TOOLS:
         try:
             out[name] = subprocess.run(argv, capture_output=True, text=True,
                                        timeout=10).stdout.splitlines()[0].strip()
@@ -82,4 +115,4 @@ def _tool_versions() -> dict[str, str]:
             out[name] = "not found"
     out["mininet"] = fabric.mininet_version()
     out["libbpf"] = bpf.libbpf_version()
-    return out
+    return tuple(out.items())
