@@ -25,6 +25,7 @@ import zlib
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import suppress
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 
 from pyroute2 import IPRoute
@@ -52,6 +53,24 @@ def _delay_mac(ifname: str) -> str:
     """A locally administered MAC for an end in :data:`DELAY_NODE` ("dl<i>a", "dl<i>b")."""
     i, side = int(ifname[2:-1]), ifname[-1] == "b"
     return f"02:dd:00:{i >> 8:02x}:{i & 0xff:02x}:{side:02x}"
+
+
+@cache
+def _made_link() -> type:
+    """Mininet's Link over a veth pair :meth:`Fabric._add_link` made (Mininet's own makes
+    it with an ``ip`` command run in a node's shell, then brings each end up with another:
+    about 8 ms a link, one after another)."""
+    from mininet.link import Link
+
+    class MadeLink(Link):
+        @classmethod
+        def makeIntfPair(cls, *args, **kwargs) -> None:
+            """The pair exists already."""
+
+    return MadeLink
+
+
+_AS_IT_IS = {"up": None}  # each end's parameters: Mininet does not bring it up
 
 
 TSO = ("tx-tcp-segmentation", "tx-tcp-ecn-segmentation", "tx-tcp-mangleid-segmentation",
@@ -145,29 +164,25 @@ class Fabric:
                                autoStaticArp=False, waitConnected=False)
             delayed = self.delayed_links()
             self._add_nodes(net, [*self.topo.roles, *([DELAY_NODE] if delayed else [])])
-            for pa, pb in self.topo.links:
-                splice = delayed.get((pa, pb))
-                ends = ([(pa, DELAY_NODE, splice[0]), (pb, DELAY_NODE, splice[1])] if splice
-                        else [(pa, pb.node, pb.ifname)])
-                for port, node, ifname in ends:
-                    link = net.addLink(port.node, node, intfName1=port.ifname,
-                                       intfName2=ifname, addr1=mac_for(port.ip),
-                                       addr2=_delay_mac(ifname) if splice else mac_for(pb.ip))
-                    # addresses are configured over netlink below; Mininet is told them
-                    # too, for `dump` and `pingall` in its CLI (which reads a host's
-                    # address afresh, with ifconfig, when a command names the host)
-                    link.intf1.ip, link.intf1.prefixLen = port.ip, port.prefixlen
-                    if not splice:
-                        link.intf2.ip, link.intf2.prefixLen = pb.ip, pb.prefixlen
-                    self.registry.add("veth", ends=[f"{port.node}/{port.ifname}",
-                                                    f"{node}/{ifname}"])
+            with IPRoute() as ipr:
+                for pa, pb in self.topo.links:
+                    splice = delayed.get((pa, pb))
+                    ends = ([(pa, DELAY_NODE, splice[0]), (pb, DELAY_NODE, splice[1])]
+                            if splice else [(pa, pb.node, pb.ifname)])
+                    for port, node, ifname in ends:
+                        self._add_link(net, ipr, port, node, ifname,
+                                       _delay_mac(ifname) if splice else mac_for(pb.ip),
+                                       None if splice else pb)
             if delayed:
                 self.ns[DELAY_NODE].run(self._configure_delay, delayed)
                 self._start_delay_line(delayed)
+            # every node's ports up, then each node's routes once its links have carrier
+            # (which needs the other end up: a node's own pass cannot wait for it)
             with ThreadPoolExecutor(CONFIGURE_THREADS, thread_name_prefix="configure") as pool:
-                for configured in [pool.submit(self.ns[name].run, self._configure, name)
-                                   for name in self.topo.roles]:
-                    configured.result()  # the first node's error, once all have ended
+                for step in (self._configure, self._route):
+                    for done in [pool.submit(self.ns[name].run, step, name)
+                                 for name in self.topo.roles]:
+                        done.result()  # the first node's error, once all have ended
             if self.routed:
                 self.frr = Frr(self.topo, self.popen,
                                lambda d: self.registry.add("session_dir", path=str(d))).start()
@@ -199,6 +214,26 @@ class Fabric:
             self.nodes[name] = node
             self.ns[name] = Netns(node.pid, name)
             self.registry.add("netns", node=name, pid=node.pid, inode=self.ns[name].inode)
+
+    def _add_link(self, net, ipr: IPRoute, port: Port, node: str, ifname: str, mac: str,
+                  peer: Port | None) -> None:
+        """A veth pair from ``port`` to ``node``'s ``ifname`` (with MAC ``mac``; ``peer``:
+        the port it is, None for the delay node's end), made over netlink in one request,
+        recorded, then told to Mininet's ``net`` (:func:`_made_link`); :meth:`_configure`
+        then sets each end up."""
+        ipr.link("add", ifname=port.ifname, address=mac_for(port.ip), kind="veth",
+                 net_ns_pid=self.nodes[port.node].pid,
+                 peer={"ifname": ifname, "address": mac, "net_ns_pid": self.nodes[node].pid})
+        self.registry.add("veth", ends=[f"{port.node}/{port.ifname}", f"{node}/{ifname}"])
+        link = net.addLink(port.node, node, cls=_made_link(), intfName1=port.ifname,
+                           intfName2=ifname, addr1=mac_for(port.ip), addr2=mac,
+                           params1=_AS_IT_IS, params2=_AS_IT_IS)
+        # addresses are configured over netlink (_configure); Mininet is told them too,
+        # for `dump` and `pingall` in its CLI (which reads a host's address afresh, with
+        # ifconfig, when a command names the host)
+        link.intf1.ip, link.intf1.prefixLen = port.ip, port.prefixlen
+        if peer:
+            link.intf2.ip, link.intf2.prefixLen = peer.ip, peer.prefixlen
 
     def delayed_links(self) -> dict[tuple[Port, Port], tuple[str, str]]:
         """Each link with a propagation delay (or in ``spliced``: one whose delay changes
@@ -260,19 +295,26 @@ class Fabric:
             (lo,) = ipr.link_lookup(ifname="lo")
             ipr.link("set", index=lo, state="up")
             ports = self.topo.ports[name]
-            for port in ports:
+            for port in ports:  # each set up, then up: nothing changes it once it is
                 _sysctl(f"net.ipv6.conf.{port.ifname.replace('.', '/')}.disable_ipv6", "1")
+                (index,) = ipr.link_lookup(ifname=port.ifname)
+                ipr.link("set", index=index, mtu=port.link.mtu)
+                _receive_in_order(ethtool, port.ifname)
+                ipr.link("set", index=index, state="up")
                 shape = self.shape_of(port)
-                index = tc.shape(ipr, shape)
+                tc.shape(ipr, shape)
                 self.registry.add("qdisc", node=name, ifname=port.ifname,
                                   handle=tc.classid_str(tc.ROOT), layout=shape.layout)
                 self.ifindex[port_key(port)] = index
-                ipr.link("set", index=index, state="up")
-                _receive_in_order(ethtool, port.ifname)
                 ipr.addr("add", index=index, address=port.ip, prefixlen=port.prefixlen)
                 ipr.neigh("add", dst=port.peer_ip, lladdr=mac_for(port.peer_ip), ifindex=index,
                           state=NUD_PERMANENT)
-            tc.wait_for_carrier(ipr, [p.ifname for p in ports])
+
+    def _route(self, name: str) -> None:
+        """Once every port of ``name`` has carrier, its routes (a router of a routed fabric:
+        none, FRR's are learnt)."""
+        with IPRoute() as ipr:
+            tc.wait_for_carrier(ipr, [p.ifname for p in self.topo.ports[name]])
             bgp = self.routed and self.topo.roles[name] == "router"  # FRR's, not labkit's
             for route in [] if bgp else self.topo.routes(name):
                 dst = {} if route.dst == "default" else {"dst": route.dst}
