@@ -34,7 +34,7 @@ from pyroute2.ethtool import Ethtool
 from labkit.kernel import cgroups, routewatch, tc
 from labkit.kernel.delayline import DelayLine, Pipe, ring_bytes
 from labkit.kernel.frr import Frr
-from labkit.kernel.netns import Netns
+from labkit.kernel.netns import Netns, in_thread
 from labkit.kernel.registry import Registry
 from labkit.model.topo import Port, Topology
 
@@ -57,9 +57,7 @@ def _delay_mac(ifname: str) -> str:
 
 @cache
 def _made_link() -> type:
-    """Mininet's Link over a veth pair :meth:`Fabric._add_link` made (Mininet's own makes
-    it with an ``ip`` command run in a node's shell, then brings each end up with another:
-    about 8 ms a link, one after another)."""
+    """Mininet's Link over a veth pair that exists (:meth:`Fabric._make_veths`)."""
     from mininet.link import Link
 
     class MadeLink(Link):
@@ -154,42 +152,50 @@ class Fabric:
         self.frr: Frr | None = None
 
     def start(self) -> Fabric:
-        from mininet.net import Mininet
-
-        Mininet.inited = True  # skip mininet.util.fixLimits(): it changes global sysctls
+        """Build the fabric (:meth:`build`); on a failure, tear down what was made."""
         try:
-            if self.cgroup_path:
-                self.group = cgroups.make(self.cgroup_path, self.registry.add)
-            net = self.net = Mininet(topo=None, build=False, controller=None, autoSetMacs=False,
-                               autoStaticArp=False, waitConnected=False)
-            delayed = self.delayed_links()
-            self._add_nodes(net, [*self.topo.roles, *([DELAY_NODE] if delayed else [])])
-            with IPRoute() as ipr:
-                for pa, pb in self.topo.links:
-                    splice = delayed.get((pa, pb))
-                    ends = ([(pa, DELAY_NODE, splice[0]), (pb, DELAY_NODE, splice[1])]
-                            if splice else [(pa, pb.node, pb.ifname)])
-                    for port, node, ifname in ends:
-                        self._add_link(net, ipr, port, node, ifname,
-                                       _delay_mac(ifname) if splice else mac_for(pb.ip),
-                                       None if splice else pb)
-            if delayed:
-                self.ns[DELAY_NODE].run(self._configure_delay, delayed)
-                self._start_delay_line(delayed)
-            # every node's ports up, then each node's routes once its links have carrier
-            # (which needs the other end up: a node's own pass cannot wait for it)
-            with ThreadPoolExecutor(CONFIGURE_THREADS, thread_name_prefix="configure") as pool:
-                for step in (self._configure, self._route):
-                    for done in [pool.submit(self.ns[name].run, step, name)
-                                 for name in self.topo.roles]:
-                        done.result()  # the first node's error, once all have ended
-            if self.routed:
-                self.frr = Frr(self.topo, self.popen,
-                               lambda d: self.registry.add("session_dir", path=str(d))).start()
-                self.frr.converged(self.host_routes)
+            return self.build()
         except BaseException:
             self.stop()
             raise
+
+    def build(self) -> Fabric:
+        """Build the fabric; on a failure, what was made is left to :meth:`stop` (a policy
+        closes its features first: the registry's teardown removes their BPF objects too,
+        which they hold until then)."""
+        from mininet.net import Mininet
+
+        Mininet.inited = True  # skip mininet.util.fixLimits(): it changes global sysctls
+        if self.cgroup_path:
+            self.group = cgroups.make(self.cgroup_path, self.registry.add)
+        net = self.net = Mininet(topo=None, build=False, controller=None, autoSetMacs=False,
+                                 autoStaticArp=False, waitConnected=False)
+        delayed = self.delayed_links()
+        self._add_nodes(net, [*self.topo.roles, *([DELAY_NODE] if delayed else [])])
+        # (port, the other end's node and name, its MAC, its port if it is one)
+        pairs: list[tuple[Port, str, str, str, Port | None]] = []
+        for pa, pb in self.topo.links:
+            splice = delayed.get((pa, pb))
+            pairs += ([(pa, DELAY_NODE, splice[0], _delay_mac(splice[0]), None),
+                       (pb, DELAY_NODE, splice[1], _delay_mac(splice[1]), None)]
+                      if splice else [(pa, pb.node, pb.ifname, mac_for(pb.ip), pb)])
+        in_thread(lambda: self._make_veths(pairs))
+        for port, node, ifname, mac, peer in pairs:
+            self._tell_mininet(net, port, node, ifname, mac, peer)
+        if delayed:
+            self.ns[DELAY_NODE].run(self._configure_delay, delayed)
+            self._start_delay_line(delayed)
+        # every node's ports up, then each node's routes once its links have carrier
+        # (which needs the other end up: a node's own pass cannot wait for it)
+        with ThreadPoolExecutor(CONFIGURE_THREADS, thread_name_prefix="configure") as pool:
+            for step in (self._configure, self._route):
+                for done in [pool.submit(self.ns[name].run, step, name)
+                             for name in self.topo.roles]:
+                    done.result()  # the first node's error, once all have ended
+        if self.routed:
+            self.frr = Frr(self.topo, self.popen,
+                           lambda d: self.registry.add("session_dir", path=str(d))).start()
+            self.frr.converged(self.host_routes)
         return self
 
     def _add_nodes(self, net, names: list[str]) -> None:
@@ -215,22 +221,31 @@ class Fabric:
             self.ns[name] = Netns(node.pid, name)
             self.registry.add("netns", node=name, pid=node.pid, inode=self.ns[name].inode)
 
-    def _add_link(self, net, ipr: IPRoute, port: Port, node: str, ifname: str, mac: str,
-                  peer: Port | None) -> None:
-        """A veth pair from ``port`` to ``node``'s ``ifname`` (with MAC ``mac``; ``peer``:
-        the port it is, None for the delay node's end), made over netlink in one request,
-        recorded, then told to Mininet's ``net`` (:func:`_made_link`); :meth:`_configure`
-        then sets each end up."""
-        ipr.link("add", ifname=port.ifname, address=mac_for(port.ip), kind="veth",
-                 net_ns_pid=self.nodes[port.node].pid,
-                 peer={"ifname": ifname, "address": mac, "net_ns_pid": self.nodes[node].pid})
-        self.registry.add("veth", ends=[f"{port.node}/{port.ifname}", f"{node}/{ifname}"])
+    def _make_veths(self, pairs: list[tuple[Port, str, str, str, Port | None]]) -> None:
+        """Each veth pair from a port to another node's ``ifname`` (with its MAC), made
+        over netlink in one request and recorded (Mininet's own makes it with an ``ip``
+        command run in a node's shell and brings each end up with another, about 8 ms a
+        link); :meth:`_configure` sets each end up."""
+        with IPRoute() as ipr:
+            for port, node, ifname, mac, _ in pairs:
+                ipr.link("add", ifname=port.ifname, address=mac_for(port.ip), kind="veth",
+                         net_ns_pid=self.nodes[port.node].pid,
+                         peer={"ifname": ifname, "address": mac,
+                               "net_ns_pid": self.nodes[node].pid})
+                self.registry.add("veth", ends=[f"{port.node}/{port.ifname}",
+                                                f"{node}/{ifname}"])
+
+    @staticmethod
+    def _tell_mininet(net, port: Port, node: str, ifname: str, mac: str,
+                      peer: Port | None) -> None:
+        """Mininet's link over a veth pair :meth:`_make_veths` made (:func:`_made_link`),
+        its ends' addresses known (``peer``: the other end's port, None for the delay
+        node's end): they are configured over netlink (:meth:`_configure`), and Mininet's
+        CLI shows them in `dump` and `pingall` (it reads a host's address afresh, with
+        ifconfig, when a command names the host)."""
         link = net.addLink(port.node, node, cls=_made_link(), intfName1=port.ifname,
                            intfName2=ifname, addr1=mac_for(port.ip), addr2=mac,
                            params1=_AS_IT_IS, params2=_AS_IT_IS)
-        # addresses are configured over netlink (_configure); Mininet is told them too,
-        # for `dump` and `pingall` in its CLI (which reads a host's address afresh, with
-        # ifconfig, when a command names the host)
         link.intf1.ip, link.intf1.prefixLen = port.ip, port.prefixlen
         if peer:
             link.intf2.ip, link.intf2.prefixLen = peer.ip, peer.prefixlen

@@ -32,6 +32,28 @@ def setns(fd: int) -> None:
         raise OSError(err, f"setns: {os.strerror(err)}")
 
 
+def in_thread(fn: Callable[[], T], name: str = "labkit-netlink") -> T:
+    """Call ``fn()`` in a short-lived thread of its own; its result, or its error raised
+    here. Besides :meth:`Netns.run`, for pyroute2 in the caller's namespace: its
+    synchronous API runs an asyncio loop of its own, which it cannot in a thread where
+    one already runs (a notebook kernel's)."""
+    result: list = []
+    error: list[BaseException] = []
+
+    def body() -> None:
+        try:
+            result.append(fn())
+        except BaseException as exc:  # re-raised in the caller's thread
+            error.append(exc)
+
+    thread = threading.Thread(target=body, name=name, daemon=True)
+    thread.start()
+    thread.join()
+    if error:
+        raise error[0]
+    return result[0]
+
+
 class Netns:
     """A node's network namespace, held open by fd until :meth:`close`."""
 
@@ -51,22 +73,11 @@ class Netns:
 
     def run(self, fn: Callable[..., T], *args, **kwargs) -> T:
         """Call ``fn(*args, **kwargs)`` inside this namespace and return its result."""
-        result: list = []
-        error: list[BaseException] = []
+        def entered() -> T:
+            setns(self.fd)
+            return fn(*args, **kwargs)
 
-        def body() -> None:
-            try:
-                setns(self.fd)
-                result.append(fn(*args, **kwargs))
-            except BaseException as exc:  # re-raised in the caller's thread
-                error.append(exc)
-
-        thread = threading.Thread(target=body, name=f"netns-{self.name}", daemon=True)
-        thread.start()
-        thread.join()
-        if error:
-            raise error[0]
-        return result[0]
+        return in_thread(entered, f"netns-{self.name}")
 
     def thread(self, target: Callable[[], None], name: str) -> threading.Thread:
         """A (not yet started) thread that runs ``target`` inside this namespace."""

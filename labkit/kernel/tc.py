@@ -44,6 +44,7 @@ from pyroute2 import IPBatch, IPRoute
 from pyroute2.netlink import NLM_F_DUMP, NLM_F_REQUEST
 from pyroute2.netlink.rtnl import RTM_GETTCLASS, RTM_NEWTCLASS, tcmsg
 
+from labkit.kernel.netns import in_thread
 from labkit.model.lossless import paused_burst
 
 ROOT = 0x10000  # 1:
@@ -139,14 +140,18 @@ def rate_requests(index: int, port: PortShape, rate_mbps: float) -> list[bytearr
     rate tables costs (which a busy run stretches to tens)."""
     rate = bytes_per_s(rate_mbps)
     leaves = [(c, PARENT, own, {"prio": prio}) for c, own, prio in _leaves(port.layout, rate)]
-    requests = []
-    with IPBatch() as batch:
-        for classid, parent, own_rate, prio in [(PARENT, ROOT, rate, {}), *leaves]:
-            batch.reset()
-            batch.tc("change-class", "htb", index, classid, parent=parent, **prio,
-                     **_class_params(own_rate, rate, port.mtu))
-            requests.append(bytearray(batch.batch))
-    return requests
+
+    def encode() -> list[bytearray]:
+        requests = []
+        with IPBatch() as batch:
+            for classid, parent, own_rate, prio in [(PARENT, ROOT, rate, {}), *leaves]:
+                batch.reset()
+                batch.tc("change-class", "htb", index, classid, parent=parent, **prio,
+                         **_class_params(own_rate, rate, port.mtu))
+                requests.append(bytearray(batch.batch))
+        return requests
+
+    return in_thread(encode)  # pyroute2's: not in a thread whose asyncio loop runs
 
 
 def _leaves(layout: str, rate: int) -> list[tuple[int, int, int]]:

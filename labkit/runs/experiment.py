@@ -163,7 +163,7 @@ class PolicyFabric:
             with interrupts.deferred("building the fabric"):
                 with ThreadPoolExecutor(1, thread_name_prefix="labkit-load") as loader:
                     loading = loader.submit(self._load)
-                    self.fabric.start()  # (on an error, the loads end before it is raised)
+                    self.fabric.build()  # (an error: the loads end, then close())
                 loading.result()  # a load's error, raised once the fabric is up
                 for feature in self.stack.built:
                     feature.build(self.stack)

@@ -33,14 +33,17 @@ def test_a_policy_gets_the_features_its_scenario_asks_for():
 
 
 class FakeFabric:
-    def __init__(self, log, loaded: threading.Event | None = None):
+    def __init__(self, log, loaded: threading.Event | None = None, fails: bool = False):
         self.log = log
         self.loaded = loaded
+        self.fails = fails
 
-    def start(self):
+    def build(self):
         if self.loaded:  # it waits for the first feature's load: they run side by side
             assert self.loaded.wait(10), "no feature loaded while the fabric was built"
         self.log.append("fabric start")
+        if self.fails:  # torn down by the policy, after its features (not by itself)
+            raise RuntimeError("no carrier on r1-eth0")
 
     def stop(self):
         self.log.append("fabric stop")
@@ -75,11 +78,12 @@ def feature(name: str, log: list, *, fails: bool = False, after_fabric: bool = F
     return Recorded
 
 
-def stack(log: list, *kinds, loaded: threading.Event | None = None) -> PolicyFabric:
+def stack(log: list, *kinds, loaded: threading.Event | None = None,
+          fabric_fails: bool = False) -> PolicyFabric:
     sc = scenario.load(REPO / "topologies" / "bottleneck.yaml")
     registry = Registry("test", Path("/nonexistent/registry.json"))
     pf = PolicyFabric(sc, Topology(sc.fabric), policy("fifo"), registry, features=kinds)
-    pf.stack.fabric = FakeFabric(log, loaded)  # type: ignore[assignment]
+    pf.stack.fabric = FakeFabric(log, loaded, fabric_fails)  # type: ignore[assignment]
     return pf
 
 
@@ -121,6 +125,18 @@ def test_a_failed_load_or_build_closes_what_was_made_and_the_fabric(failing, err
     assert [e for e in log if "load" not in e] == after
     assert [e for e in log if "load" in e] == [
         "A load sees ['A']", "B load sees ['A', 'B']", "C load sees ['A', 'B', 'C']"][:loads]
+
+
+def test_a_failed_fabric_build_closes_the_loaded_features_then_the_fabric():
+    """The registry's teardown (the fabric's stop) removes the features' BPF objects too:
+    they are closed first, or it finds them still held and reports that, not the cause."""
+    log: list[str] = []
+    kinds = (feature("A", log, after_fabric=True), feature("B", log))
+    with pytest.raises(RuntimeError, match="no carrier"):
+        with stack(log, *kinds, fabric_fails=True):
+            pass
+    assert [e for e in log if "load" not in e] == ["fabric start", "B close", "fabric stop",
+                                                   "A close"]
 
 
 def test_the_probes_watch_a_bottlenecks_router_ports_only():

@@ -109,3 +109,27 @@ def test_a_failed_build_tears_down_what_it_made(fabric_ready, monkeypatch):
     with pytest.raises(RuntimeError, match="injected"):
         f.start()
     assert_no_leaks()
+
+
+def test_a_policy_whose_fabric_fails_says_why_and_leaves_nothing(fabric_ready, monkeypatch,
+                                                                  tmp_path):
+    """The features' BPF objects, loaded beside the fabric's build, are closed before the
+    registry tears it down: the run fails with the build's own error, not with a teardown
+    that found their programs still held."""
+    import labkit
+    from labkit.runs.runner import RunFailed
+
+    calls = []
+
+    def fail_on_third(self, name):
+        calls.append(name)
+        if len(calls) == 3:
+            raise RuntimeError("injected failure")
+        return original(self, name)
+
+    original = Fabric._configure
+    monkeypatch.setattr(Fabric, "_configure", fail_on_third)
+    with pytest.raises(RunFailed, match="injected failure"):
+        labkit.run(scenario.load(TOPOLOGIES / "bottleneck.yaml"), ["priority"],
+                   out=tmp_path / "run")
+    assert_no_leaks()
