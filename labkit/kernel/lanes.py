@@ -145,12 +145,20 @@ class Classifier:
     def configure(self, rules: Sequence[LaneRule], layout: str) -> None:
         self.shared.maps.lk_config.update(0, build_config(rules, layout))
 
+    def watch(self, port: str) -> None:
+        """Load the object of a port ("<node>/<ifname>") that counts apart (no interface
+        needed: a run loads them while its fabric is built)."""
+        obj = CLASSIFIER.open(self.path, reuse=[self.shared.maps.lk_config])
+        self.watched[port] = bpf.record_programs(obj, self.record)
+
     def attach(self, ns: Netns, ifname: str, ifindex: int, watch: bool = False) -> None:
-        """Attach to the egress of ``ifname`` in ``ns``; ``watch`` gives it its own counters."""
+        """Attach to the egress of ``ifname`` in ``ns``; ``watch`` gives it its own counters
+        (its object loaded now unless :meth:`watch` did)."""
         obj = self.shared
         if watch:
-            obj = CLASSIFIER.open(self.path, reuse=[self.shared.maps.lk_config])
-            self.watched[f"{ns.name}/{ifname}"] = bpf.record_programs(obj, self.record)
+            if f"{ns.name}/{ifname}" not in self.watched:
+                self.watch(f"{ns.name}/{ifname}")
+            obj = self.watched[f"{ns.name}/{ifname}"]
         bpf.attach_filter(ns, obj.programs.lk_classify, ifname, ifindex, tc.PRIO_CLASSIFIER,
                           self.attachments, self.record)
 

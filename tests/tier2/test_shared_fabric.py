@@ -106,7 +106,11 @@ def test_a_controller_holds_storage_while_either_jobs_window_is_open(fabric_read
     """state-aware with two jobs: storage is held while any job's collective runs, so
     neither job loses a packet at the bottleneck (the kernel's per-job drop counters),
     where FIFO drops thousands of each, and both jobs' iterations are shorter by their
-    ranks' own clocks (6 iterations each)."""
+    ranks' own clocks (6 iterations each), by a fifth together. Held, each job's median
+    iteration is steady (682 and 692 ms in five runs); FIFO's is not (light's 928 to
+    8,027 ms there, 833 in a fresh clone's: its losses cost it go-back-N resends or a
+    timeout), so one job's ratio alone tips (light's 0.09 to 0.75, then 0.83): the jobs'
+    sum is the steadier (0.15 to 0.64 in those five runs)."""
     sc = grid.scenario_with(TWO_JOBS, ["traffic[name=heavy].iterations=6",
                                        "traffic[name=light].iterations=6",
                                        "policies=[fifo, state-aware]"])
@@ -118,7 +122,10 @@ def test_a_controller_holds_storage_while_either_jobs_window_is_open(fabric_read
         before = fifo.jobs.each[name]
         assert before.bottleneck and before.bottleneck.dropped_packets > 100, before
         assert job.bottleneck and job.bottleneck.dropped_packets == 0, job
-        assert job.iteration_p50_ms < 0.8 * before.iteration_p50_ms, (job, before)
+        assert job.iteration_p50_ms < before.iteration_p50_ms, (job, before)
+    together = {p: sum(j.iteration_p50_ms for j in summary.jobs.each.values())
+                for p, summary in (("fifo", fifo), ("state-aware", held))}
+    assert together["state-aware"] < 0.8 * together["fifo"], together
     assert_no_leaks()
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from labkit.kernel.fabric import port_key
 from labkit.kernel.lanes import Classifier
 from labkit.runs.features.base import Feature, Stack, pin_dir, watched_ports
 
@@ -15,6 +16,8 @@ class Lanes(Feature):
     def load(self, stack: Stack) -> None:
         self.classifier = Classifier(stack.sc.lanes, stack.policy.port_layout,
                                      record=stack.registry.add, path=stack.classifier_object)
+        for port in watched_ports(stack.topo) if stack.telemetry else []:
+            self.classifier.watch(port_key(port))
 
     def build(self, stack: Stack) -> None:
         assert self.classifier, "loaded"
