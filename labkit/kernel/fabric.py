@@ -27,6 +27,7 @@ from contextlib import suppress
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
+from typing import NamedTuple
 
 from pyroute2 import IPRoute
 from pyroute2.ethtool import Ethtool
@@ -39,7 +40,8 @@ from labkit.kernel.registry import Registry
 from labkit.model.topo import Port, Topology
 
 NUD_PERMANENT = 0x80
-# nodes configured at once: each mostly waits on netlink and on its ports' carrier
+# nodes started, then configured, at once: each mostly waits on its shell, on netlink
+# and on its ports' carrier
 CONFIGURE_THREADS = 4
 DELAY_NODE = "lk-delay"  # no scenario's node: a node's name is [a-z][a-z0-9]*
 
@@ -55,6 +57,17 @@ def _delay_mac(ifname: str) -> str:
     return f"02:dd:00:{i >> 8:02x}:{i & 0xff:02x}:{side:02x}"
 
 
+class Pair(NamedTuple):
+    """A veth pair to make: ``port`` to the other node's end (its name, its MAC, and its
+    port, None for the delay node's)."""
+
+    port: Port
+    node: str
+    ifname: str
+    mac: str
+    peer: Port | None
+
+
 @cache
 def _made_link() -> type:
     """Mininet's Link over a veth pair that exists (:meth:`Fabric._make_veths`)."""
@@ -66,9 +79,6 @@ def _made_link() -> type:
             """The pair exists already."""
 
     return MadeLink
-
-
-_AS_IT_IS = {"up": None}  # each end's parameters: Mininet does not bring it up
 
 
 TSO = ("tx-tcp-segmentation", "tx-tcp-ecn-segmentation", "tx-tcp-mangleid-segmentation",
@@ -172,16 +182,15 @@ class Fabric:
                                  autoStaticArp=False, waitConnected=False)
         delayed = self.delayed_links()
         self._add_nodes(net, [*self.topo.roles, *([DELAY_NODE] if delayed else [])])
-        # (port, the other end's node and name, its MAC, its port if it is one)
-        pairs: list[tuple[Port, str, str, str, Port | None]] = []
+        pairs: list[Pair] = []
         for pa, pb in self.topo.links:
             splice = delayed.get((pa, pb))
-            pairs += ([(pa, DELAY_NODE, splice[0], _delay_mac(splice[0]), None),
-                       (pb, DELAY_NODE, splice[1], _delay_mac(splice[1]), None)]
-                      if splice else [(pa, pb.node, pb.ifname, mac_for(pb.ip), pb)])
+            pairs += ([Pair(pa, DELAY_NODE, splice[0], _delay_mac(splice[0]), None),
+                       Pair(pb, DELAY_NODE, splice[1], _delay_mac(splice[1]), None)]
+                      if splice else [Pair(pa, pb.node, pb.ifname, mac_for(pb.ip), pb)])
         in_thread(lambda: self._make_veths(pairs))
-        for port, node, ifname, mac, peer in pairs:
-            self._tell_mininet(net, port, node, ifname, mac, peer)
+        for pair in pairs:
+            self._tell_mininet(net, pair)
         if delayed:
             self.ns[DELAY_NODE].run(self._configure_delay, delayed)
             self._start_delay_line(delayed)
@@ -199,19 +208,22 @@ class Fabric:
         return self
 
     def _add_nodes(self, net, names: list[str]) -> None:
-        """Each node in ``net``: its shell in a namespace of its own, recorded. The shells
-        start side by side (each node waits for its shell's prompt, then for a command's;
-        one after another, 12 nodes took 0.12 s of a 0.45 s build)."""
+        """Each node in ``net``: its shell in a namespace of its own, recorded as it starts.
+        The shells start side by side (each node waits for its shell's prompt, then for a
+        command's; one after another, 12 nodes took 0.12 s of a 0.45 s build); every one
+        that started is kept, then the first error raised."""
         from mininet.node import Node
 
+        def start(name: str) -> Node:
+            node = Node(name, ip=None, inNamespace=True)
+            self.registry.add_process(node.pid, f"mininet node {name}", signal.SIGHUP)
+            return node
+
         with ThreadPoolExecutor(CONFIGURE_THREADS, thread_name_prefix="nodes") as pool:
-            started = [(name, pool.submit(Node, name, ip=None, inNamespace=True))
-                       for name in names]
-        for name, future in started:  # every shell that started recorded, then any error
-            if future.exception() is None:
-                node = future.result()
-                self.registry.add_process(node.pid, f"mininet node {name}", signal.SIGHUP)
+            started = [(name, pool.submit(start, name)) for name in names]
         for name, future in started:
+            if future.exception() is not None:
+                continue
             node = future.result()
             if self.group:  # what the node's shell runs (its command line's) joins it
                 self.group.add(node.pid)
@@ -220,12 +232,13 @@ class Fabric:
             self.nodes[name] = node
             self.ns[name] = Netns(node.pid, name)
             self.registry.add("netns", node=name, pid=node.pid, inode=self.ns[name].inode)
+        for _, future in started:
+            future.result()  # the first error, once every node that started is kept
 
-    def _make_veths(self, pairs: list[tuple[Port, str, str, str, Port | None]]) -> None:
-        """Each veth pair from a port to another node's ``ifname`` (with its MAC), made
-        over netlink in one request and recorded (Mininet's own makes it with an ``ip``
-        command run in a node's shell and brings each end up with another, about 8 ms a
-        link); :meth:`_configure` sets each end up."""
+    def _make_veths(self, pairs: list[Pair]) -> None:
+        """Each pair, made over netlink in one request and recorded (Mininet's own makes
+        it with an ``ip`` command run in a node's shell and brings each end up with
+        another, about 8 ms a link); :meth:`_configure` sets each end up."""
         with IPRoute() as ipr:
             for port, node, ifname, mac, _ in pairs:
                 ipr.link("add", ifname=port.ifname, address=mac_for(port.ip), kind="veth",
@@ -236,16 +249,16 @@ class Fabric:
                                                 f"{node}/{ifname}"])
 
     @staticmethod
-    def _tell_mininet(net, port: Port, node: str, ifname: str, mac: str,
-                      peer: Port | None) -> None:
-        """Mininet's link over a veth pair :meth:`_make_veths` made (:func:`_made_link`),
-        its ends' addresses known (``peer``: the other end's port, None for the delay
-        node's end): they are configured over netlink (:meth:`_configure`), and Mininet's
-        CLI shows them in `dump` and `pingall` (it reads a host's address afresh, with
-        ifconfig, when a command names the host)."""
-        link = net.addLink(port.node, node, cls=_made_link(), intfName1=port.ifname,
-                           intfName2=ifname, addr1=mac_for(port.ip), addr2=mac,
-                           params1=_AS_IT_IS, params2=_AS_IT_IS)
+    def _tell_mininet(net, pair: Pair) -> None:
+        """Mininet's link over a pair :meth:`_make_veths` made (:func:`_made_link`), not
+        brought up by Mininet (``up=None``), its ends' addresses known: they are
+        configured over netlink (:meth:`_configure`), and Mininet's CLI shows them in
+        `dump` and `pingall` (it reads a host's address afresh, with ifconfig, when a
+        command names the host)."""
+        port, peer = pair.port, pair.peer
+        link = net.addLink(port.node, pair.node, cls=_made_link(), intfName1=port.ifname,
+                           intfName2=pair.ifname, addr1=mac_for(port.ip), addr2=pair.mac,
+                           params1={"up": None}, params2={"up": None})
         link.intf1.ip, link.intf1.prefixLen = port.ip, port.prefixlen
         if peer:
             link.intf2.ip, link.intf2.prefixLen = peer.ip, peer.prefixlen
@@ -310,14 +323,15 @@ class Fabric:
             (lo,) = ipr.link_lookup(ifname="lo")
             ipr.link("set", index=lo, state="up")
             ports = self.topo.ports[name]
-            for port in ports:  # each set up, then up: nothing changes it once it is
+            # each port: IPv6 off, GRO/TSO set, up, then its MTU and qdiscs (tc.shape);
+            # with the MTU set before it was up, its link's operational state waited for
+            # the kernel's next batch of link events, about a second (measured)
+            for port in ports:
                 _sysctl(f"net.ipv6.conf.{port.ifname.replace('.', '/')}.disable_ipv6", "1")
-                (index,) = ipr.link_lookup(ifname=port.ifname)
-                ipr.link("set", index=index, mtu=port.link.mtu)
                 _receive_in_order(ethtool, port.ifname)
-                ipr.link("set", index=index, state="up")
+                ipr.link("set", ifname=port.ifname, state="up")
                 shape = self.shape_of(port)
-                tc.shape(ipr, shape)
+                index = tc.shape(ipr, shape)
                 self.registry.add("qdisc", node=name, ifname=port.ifname,
                                   handle=tc.classid_str(tc.ROOT), layout=shape.layout)
                 self.ifindex[port_key(port)] = index

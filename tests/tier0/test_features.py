@@ -139,6 +139,14 @@ def test_a_failed_fabric_build_closes_the_loaded_features_then_the_fabric():
                                                    "A close"]
 
 
+@pytest.mark.parametrize("kind", features.FEATURES, ids=lambda k: k.__name__)
+def test_every_feature_closes_when_it_was_never_loaded_or_built(kind):
+    """A feature is in the stack from its load on, so it is closed after a fabric that
+    failed before its own load or build: closing must not fail then (its error would hide
+    the build's)."""
+    kind().close()
+
+
 def test_the_probes_watch_a_bottlenecks_router_ports_only():
     """A bottleneck between a router and a host has one router port: the host's own NIC
     has no lanes to watch."""

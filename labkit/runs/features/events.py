@@ -57,12 +57,14 @@ class Events(Feature):
     _thread: threading.Thread | None = None
     failed: tuple[int, Exception] | None = None  # the event that could not be applied
 
+    def __init__(self) -> None:
+        self.rtnl: dict[str, tc.Rtnl] = {}  # a socket in each node whose rate changes
+
     @classmethod
     def wanted(cls, sc: Scenario, policy: Policy, telemetry: bool) -> bool:
         return bool(sc.events)
 
     def build(self, stack: Stack) -> None:
-        self.rtnl: dict[str, tc.Rtnl] = {}  # a socket in each node whose rate changes
         self.stack, self.events = stack, stack.sc.events
         self.ports: dict[str, tuple[Port, Port]] = {pa.link.name: (pa, pb)
                                                     for pa, pb in stack.topo.links}

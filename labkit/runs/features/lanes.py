@@ -30,7 +30,7 @@ class Lanes(Feature):
     @property
     def config_map(self):
         """The classifier's ``lk_config``, which the probes and valves share."""
-        assert self.classifier, "built"
+        assert self.classifier, "loaded"
         return self.classifier.shared.maps.lk_config
 
     def close(self) -> None:
