@@ -154,11 +154,10 @@ class Classifier:
     def attach(self, ns: Netns, ifname: str, ifindex: int, watch: bool = False) -> None:
         """Attach to the egress of ``ifname`` in ``ns``; ``watch`` gives it its own counters
         (its object loaded now unless :meth:`watch` did)."""
-        obj = self.shared
-        if watch:
-            if f"{ns.name}/{ifname}" not in self.watched:
-                self.watch(f"{ns.name}/{ifname}")
-            obj = self.watched[f"{ns.name}/{ifname}"]
+        port = f"{ns.name}/{ifname}"
+        if watch and port not in self.watched:
+            self.watch(port)
+        obj = self.watched[port] if watch else self.shared
         bpf.attach_filter(ns, obj.programs.lk_classify, ifname, ifindex, tc.PRIO_CLASSIFIER,
                           self.attachments, self.record)
 

@@ -9,11 +9,11 @@ from what its engine reports, and the period from the slowest job's two. Where e
 next communication phase but one would begin is foreseen from its latest iterations; if
 two of them would meet (and they can all fit apart in the period), the phases are laid
 out one after another in it, in the scenario's order, its idle time shared out between
-them as gaps, and the jobs are told to
-put off one of their coming ops (``SHIFT <op> <ns>`` to its engines, which apply it
-between ops) by as little as that takes in all: any one of them may be the one that
-stays. A shifted job pays once, the shift, in that iteration; with equal periods the jobs
-then stay apart. Every shift is kept (``job_shifts``).
+them as gaps, and the jobs are told to put off one of their coming ops (``SHIFT <op>
+<ns>`` to its engines, which apply it between ops) by as little as that takes in all:
+any one of them may be the one that stays. A shifted job pays once, the shift, in that
+iteration; with equal periods the jobs then stay apart. Every shift is kept
+(``job_shifts``).
 """
 
 from __future__ import annotations
