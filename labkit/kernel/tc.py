@@ -136,9 +136,9 @@ def rate_requests(index: int, port: PortShape, rate_mbps: float) -> list[bytearr
     a lane's guaranteed rate with them as :func:`shape` set it; every class keeps its
     queue. Encoded ahead of time by pyroute2 (``IPBatch``), to be sent through a
     :class:`Rtnl` in the port's namespace when the change is due: then it takes effect
-    within a millisecond (0.2-1.5 ms in a run), not after the milliseconds of Python that
-    encoding each class's rate tables costs (10-18 ms for a link's two ports in a run
-    here, up to 37 in CI's)."""
+    within about a millisecond (0.2-1.6 ms in a run), not after the milliseconds of Python
+    that encoding each class's rate tables costs (7-19 ms for a link's two ports in a run
+    here, 37 in CI's)."""
     rate = bytes_per_s(rate_mbps)
     leaves = [(c, PARENT, own, {"prio": prio}) for c, own, prio in _leaves(port.layout, rate)]
 

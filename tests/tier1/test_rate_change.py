@@ -3,7 +3,7 @@
 in the port's namespace, leave each of the port's HTB classes as :func:`labkit.kernel.tc.shape`
 makes them for a port shaped at that rate, by iproute2's own reading (``tc -d class show``);
 every class keeps its queue; and a change is sent in under 5 ms (a handful of system
-calls: 0.2-1.5 ms in a run)."""
+calls: 0.2-1.6 ms in a run)."""
 
 from __future__ import annotations
 
