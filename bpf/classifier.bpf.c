@@ -5,7 +5,7 @@
  * skb->priority to the lane's HTB class id, and counts packets and bytes per
  * lane. It never drops: the qdisc beneath it decides what waits.
  */
-#include "vmlinux.h"
+#include "tc_types.h"
 #include <bpf/bpf_helpers.h>
 #include "labkit.h"
 #include "parse.h"

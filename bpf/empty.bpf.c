@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
 /* The baseline for overhead measurements: a tc program that does nothing. */
-#include "vmlinux.h"
+#include "tc_types.h"
 #include <bpf/bpf_helpers.h>
 
 SEC("tc")

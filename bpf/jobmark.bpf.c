@@ -34,7 +34,7 @@
  * It never drops and never reorders: TC_ACT_UNSPEC hands each packet on to the next
  * filter (the valve) unchanged but for its DSCP.
  */
-#include "vmlinux.h"
+#include "tc_types.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
 #include "labkit.h"

@@ -6,7 +6,7 @@
  * namespace of the machine). Per lane (the same rules as the classifier), into
  * a log2 histogram and, sampled, into the shared lk_events ring buffer.
  */
-#include "vmlinux.h"
+#include "tc_types.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
 #include "labkit.h"
@@ -20,6 +20,16 @@ struct {
 	__type(key, __u32);
 	__type(value, struct lk_hist);
 } lk_latency_hist SEC(".maps");
+
+/* The packet's lane by the rules, in a global function: the verifier checks it once,
+ * apart, and what follows it once, not once for each rule that could have matched
+ * (inlined, the program took 89,783 instructions to verify; now about 4,300). */
+__noinline __u32 lk_rule_lane(struct __sk_buff *skb, const struct lk_classifier_config *cfg)
+{
+	if (!cfg)
+		return LK_LANE_NORMAL;
+	return lk_match(cfg, lk_parse((void *)(long)skb->data, (void *)(long)skb->data_end));
+}
 
 SEC("tc")
 int lk_latency(struct __sk_buff *skb)
@@ -40,7 +50,7 @@ int lk_latency(struct __sk_buff *skb)
 	cfg = bpf_map_lookup_elem(&lk_config, &zero);
 	if (!cfg)
 		return TC_ACT_OK;
-	lane = lk_match(cfg, lk_parse((void *)(long)skb->data, (void *)(long)skb->data_end));
+	lane = lk_rule_lane(skb, cfg);
 	lk_hist_add(&lk_latency_hist, lane, now - stamp.t_ns);
 	ev.t_ns = now;
 	ev.stamp_ns = stamp.t_ns;

@@ -5,7 +5,7 @@
  * It runs before the lane classifier and hands every packet it keeps on to it
  * (TC_ACT_UNSPEC), so a lab can show what loss costs a go-back-N transport.
  */
-#include "vmlinux.h"
+#include "tc_types.h"
 #include <bpf/bpf_helpers.h>
 #include "parse.h"
 

@@ -28,7 +28,7 @@
  * leaving at its rate lead_ns before the window. Rates change by rewriting
  * lk_valve; nothing is reloaded.
  */
-#include "vmlinux.h"
+#include "tc_types.h"
 #include <bpf/bpf_helpers.h>
 #include "labkit.h"
 #include "parse.h"
