@@ -1,8 +1,9 @@
 """The run registry: an on-disk record of every kernel object and process a run creates.
 
-Each entry is written (atomically) as its object is created, so a run killed at
-any moment leaves a registry that :meth:`Registry.teardown` (``labkit clean``)
-can follow. What teardown does per kind:
+Each entry is appended to the run's registry, ``<run id>.jsonl``, as its object is
+created, one JSON line each, so a run killed at any moment leaves a registry that
+:meth:`Registry.teardown` (``labkit clean``) can follow (a last line a kill cut short is
+left out). What teardown does per kind:
 
 * ``process`` — a process labkit started (Mininet node shells, traffic agents),
   identified by pid *and* kernel start time so a recycled pid is never touched:
@@ -183,15 +184,21 @@ def alive(pid: int, start_time: int) -> bool:
     return True
 
 
+def read_entries(path: Path) -> list[dict]:
+    """The entries of the registry at ``path``, one a line (a last line without its newline,
+    which a kill cut short, is left out)."""
+    return [json.loads(line) for line in path.read_text().split("\n")[:-1]]
+
+
 class Registry:
-    """The record of one run's objects, kept in ``REGISTRY_DIR/<run_id>.json``."""
+    """The record of one run's objects, kept in ``REGISTRY_DIR/<run_id>.jsonl``."""
 
     def __init__(self, run_id: str, path: Path | None = None):
         self.run_id = run_id
-        self.path = path or REGISTRY_DIR / f"{run_id}.json"
+        self.path = path or REGISTRY_DIR / f"{run_id}.jsonl"
         self.entries: list[dict] = []
         if self.path.exists():
-            self.entries = json.loads(self.path.read_text())["entries"]
+            self.entries = read_entries(self.path)
         # a node's namespace that a process labkit did not start still held at teardown,
         # emptied of the node's ports: its inode -> what to tell the user
         self.held: dict[int, str] = {}
@@ -200,19 +207,20 @@ class Registry:
         self._recording = threading.Lock()
 
     def _record(self, entry: dict) -> None:
-        """Append ``entry`` unless it is there already (the shared top cgroup, met by each
-        of a run's hosts), and save the registry."""
+        """Append ``entry`` to the file unless it is there already (the shared top cgroup,
+        met by each of a run's hosts). One line, one write: a policy's fabric records
+        about 150 objects, and saving the whole file at each (as before) took 1-1.6 ms
+        a record while the fabric was being built."""
         with self._recording:
             if entry in self.entries:
                 return
             self.entries.append(entry)
             self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-            tmp = self.path.with_suffix(".tmp")
-            # not indented: json's C encoder then, not its Python one (a policy's fabric
-            # records about 70 objects, each save all of them: 1 ms a save, indented)
-            tmp.write_text(json.dumps({"run_id": self.run_id, "pid": os.getpid(),
-                                       "entries": self.entries}))
-            os.replace(tmp, self.path)
+            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+            try:
+                os.write(fd, (json.dumps(entry) + "\n").encode())
+            finally:
+                os.close(fd)
 
     def add_process(self, pid: int, what: str, stop_signal: int = signal.SIGTERM) -> None:
         """Record a process; teardown sends it ``stop_signal``, then SIGKILL after 3 s."""
@@ -243,10 +251,8 @@ class Registry:
             if left:
                 raise TeardownIncomplete(self.run_id, left)
             self.entries = []
-            # and a save a kill cut short (an empty .tmp beside it)
-            for path in (self.path, self.path.with_suffix(".tmp")):
-                with suppress(FileNotFoundError):
-                    path.unlink()
+            with suppress(FileNotFoundError):
+                self.path.unlink()
         return removed
 
     def _remove(self) -> list[str]:
@@ -411,8 +417,8 @@ def leftover_registries() -> list[Registry]:
     """Registries of runs that are not in progress (their owner was killed)."""
     running = RunLock.holder()
     out = []
-    for path in sorted(REGISTRY_DIR.glob("*.json")):
-        run_id = json.loads(path.read_text())["run_id"]
+    for path in sorted(REGISTRY_DIR.glob("*.jsonl")):
+        run_id = path.stem
         if running is None or running.run_id != run_id:
             out.append(Registry(run_id, path))
     return out

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from labkit.kernel import registry
 from tests.leaks import assert_no_leaks, labkit_objects
 
 REPO = Path(__file__).resolve().parents[2]
@@ -198,9 +199,9 @@ def test_a_namespace_a_users_process_holds_is_emptied_and_the_run_kept(fabric_re
     deadline, shells = time.monotonic() + 60, {}
     while len(shells) < 2:
         assert time.monotonic() < deadline and proc.poll() is None, proc.stderr
-        for path in (Path("/run/labkit/registry")).glob("*.json"):
+        for path in registry.REGISTRY_DIR.glob("*.jsonl"):
             with contextlib.suppress(OSError, ValueError):
-                shells = {e["node"]: e["pid"] for e in json.loads(path.read_text())["entries"]
+                shells = {e["node"]: e["pid"] for e in registry.read_entries(path)
                           if e["kind"] == "netns" and e["node"] in ("g1", "leaf1")}
         time.sleep(0.1)
     mine = {node: subprocess.Popen(["nsenter", f"--net=/proc/{pid}/ns/net", "sleep", "120"],
