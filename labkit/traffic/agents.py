@@ -38,7 +38,9 @@ from labkit.traffic.opsteps import PipeLines
 ROCE_MTUS = (4096, 2048, 1024, 512, 256)
 HEADERS = 20 + 8 + wire.BTH_LEN + wire.RETH_LEN + wire.ICRC_LEN  # IPv4 + UDP + RoCE
 READY_TIMEOUT_S = 30
-GO_LEAD_NS = 100_000_000
+# an agent reads its GO within a millisecond or two on a quiet machine (a pipe's wake-up);
+# fifty give the slowest of a policy's agents room, and each policy waits them twice
+GO_LEAD_NS = 50_000_000
 STORAGE_SPORT_BASE = 20000  # clients' TCP source ports: below Linux's ephemeral range
 STORAGE_SPORTS_PER_ENTRY = 1000
 
