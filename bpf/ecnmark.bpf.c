@@ -13,7 +13,7 @@
  * Marked and ECN-capable packets are counted (lk_mark_counts). Every packet goes on to
  * the next filter (the lane classifier) whatever it did.
  */
-#include "tc_types.h"
+#include "vmlinux.h" /* with CO-RE: it reads the kernel's own sk_buff, net_device and Qdisc */
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
 #include "parse.h"

@@ -235,7 +235,8 @@ int BPF_PROG(lk_qdisc_enqueue, struct Qdisc *q, const struct netdev_queue *txq, 
  * apart, not once for each skb of a bulk dequeue (inlined, the program took 75,580
  * instructions to verify, 80 ms at each load; now about 5,000). A global function takes
  * no kernel pointer, only numbers: so lk_qdisc_dequeue is a raw tracepoint, whose
- * arguments are numbers, and reads the skb through BPF_CORE_READ alone. */
+ * arguments are numbers, and every read of the kernel's structs is a CO-RE probe read
+ * (BPF_CORE_READ, or bpf_probe_read_kernel of a __builtin_preserve_access_index address). */
 __noinline int lk_dequeued(__u64 addr, __u64 now)
 {
 	struct sk_buff *skb = (struct sk_buff *)addr;

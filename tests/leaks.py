@@ -78,7 +78,8 @@ def labkit_objects() -> dict[str, list[str]]:
         "/proc/sys/net/ipv4/tcp_available_congestion_control").read_text().split()
                    if cc.startswith("lk_")]
     pins = [str(p) for p in bpf.PIN_ROOT.rglob("*")] if bpf.PIN_ROOT.exists() else []
-    registries = [str(p) for p in registry.REGISTRY_DIR.glob("*.jsonl")]
+    registries = [str(p) for pattern in ("*.jsonl", "*.json")  # *.json: an older labkit's
+                  for p in registry.REGISTRY_DIR.glob(pattern)]
     procs = []
     commands = set(marked())  # what scenarios' command entries started, and their children
     for cmdline in Path("/proc").glob("[0-9]*/cmdline"):

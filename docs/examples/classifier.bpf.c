@@ -17,7 +17,7 @@
  * same rules from it); and lk_lane_stats of classify.h, whose lk_sort() gives the lane's
  * HTB class and counts the packet where labkit reads lane figures.
  */
-#include "tc_types.h" /* the kernel's types, without CO-RE: loads faster */
+#include "tc_types.h" /* the kernel's types without CO-RE (it reads headers only): loads faster */
 #include <bpf/bpf_helpers.h>
 #include "labkit.h"
 #include "parse.h"

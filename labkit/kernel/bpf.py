@@ -292,7 +292,7 @@ class Program:
         )
 
     def attach(self) -> TracingLink:
-        """Attach a tracing program (tp_btf, fentry, ...) where its section says."""
+        """Attach a tracing program (tp_btf, raw_tp, fentry, ...) where its section says."""
         link = lib.bpf_program__attach(self._ptr)
         if not link:
             raise BpfError(f"attach of {self.name}", last_errno())

@@ -186,8 +186,12 @@ def alive(pid: int, start_time: int) -> bool:
 
 def read_entries(path: Path) -> list[dict]:
     """The entries of the registry at ``path``, one a line (a last line without its newline,
-    which a kill cut short, is left out)."""
-    return [json.loads(line) for line in path.read_text().split("\n")[:-1]]
+    which a kill cut short, is left out); or those of a registry an older labkit saved
+    whole (``<run id>.json``)."""
+    text = path.read_text()
+    if path.suffix == ".json":
+        return json.loads(text)["entries"]
+    return [json.loads(line) for line in text.split("\n")[:-1]]
 
 
 class Registry:
@@ -199,6 +203,9 @@ class Registry:
         self.entries: list[dict] = []
         if self.path.exists():
             self.entries = read_entries(self.path)
+            if self.path.suffix == ".jsonl":  # appended to: a line a kill cut short goes
+                with open(self.path, "r+b") as f:
+                    f.truncate(f.read().rfind(b"\n") + 1)
         # a node's namespace that a process labkit did not start still held at teardown,
         # emptied of the node's ports: its inode -> what to tell the user
         self.held: dict[int, str] = {}
@@ -216,9 +223,11 @@ class Registry:
                 return
             self.entries.append(entry)
             self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            line = (json.dumps(entry) + "\n").encode()
             fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
             try:
-                os.write(fd, (json.dumps(entry) + "\n").encode())
+                while line:
+                    line = line[os.write(fd, line):]
             finally:
                 os.close(fd)
 
@@ -417,7 +426,8 @@ def leftover_registries() -> list[Registry]:
     """Registries of runs that are not in progress (their owner was killed)."""
     running = RunLock.holder()
     out = []
-    for path in sorted(REGISTRY_DIR.glob("*.jsonl")):
+    # and those an older labkit saved whole, <run id>.json
+    for path in sorted([*REGISTRY_DIR.glob("*.jsonl"), *REGISTRY_DIR.glob("*.json")]):
         run_id = path.stem
         if running is None or running.run_id != run_id:
             out.append(Registry(run_id, path))

@@ -81,7 +81,7 @@ def feature(name: str, log: list, *, fails: bool = False, after_fabric: bool = F
 def stack(log: list, *kinds, loaded: threading.Event | None = None,
           fabric_fails: bool = False) -> PolicyFabric:
     sc = scenario.load(REPO / "topologies" / "bottleneck.yaml")
-    registry = Registry("test", Path("/nonexistent/registry.json"))
+    registry = Registry("test", Path("/nonexistent/registry.jsonl"))
     pf = PolicyFabric(sc, Topology(sc.fabric), policy("fifo"), registry, features=kinds)
     pf.stack.fabric = FakeFabric(log, loaded, fabric_fails)  # type: ignore[assignment]
     return pf

@@ -22,7 +22,7 @@ def top(bpf_ready):
 def a_run(tmp_path, name: str, top, procs: list) -> Registry:
     """A registry with a cgroup of its own under ``top`` and a process in it (in
     ``procs``)."""
-    record = Registry(f"test-{name}-{os.getpid()}", tmp_path / f"{name}.json")
+    record = Registry(f"test-{name}-{os.getpid()}", tmp_path / f"{name}.jsonl")
     group = cgroups.make(top / record.run_id / "rank0", record.add, first=True)
     procs.append(subprocess.Popen(["sleep", "60"]))
     group.add(procs[-1].pid)

@@ -74,7 +74,7 @@ print(json.dumps(out))
 def group(bpf_ready, tmp_path):
     require(cgroups.cgroup2_root() is not None, "needs a cgroup v2 hierarchy")
     require(Path("/usr/bin/unshare").exists(), "needs unshare (util-linux)")
-    record = Registry(f"test-jobmark-{os.getpid()}", tmp_path / "registry.json")
+    record = Registry(f"test-jobmark-{os.getpid()}", tmp_path / "registry.jsonl")
     yield cgroups.make(cgroups.require_root() / cgroups.TOP / record.run_id / "rank0",
                        record.add)
     record.teardown()
