@@ -344,10 +344,11 @@ def _drive(result: PolicyResult, pf: PolicyFabric, ring: list[Engine],
             t_ranks = start_time()
         else:
             t_ranks = t_go
+        if ring:  # labkit's jobs: ring[0] is the first job's unless a program is first
+            go(ring, t_ranks)  # before the programs' release, which waits for that instant
         for program in programs:
             program.release(t_ranks)
-        if ring:  # labkit's jobs: ring[0] is the first job's unless a program is first
-            go(ring, t_ranks)
+        if ring:
             pf.jobs_started(by_job or {})
             leads = {engines[0]: job for job, engines in (by_job or {}).items()}
 
