@@ -6,7 +6,6 @@ controller — set up, started, stopped, and read back.
 from __future__ import annotations
 
 import time
-from concurrent.futures import ThreadPoolExecutor
 
 from labkit.control.base import Controller, Plant
 from labkit.kernel import bpf, tc
@@ -20,7 +19,6 @@ from labkit.model.summary import MarksAndDrops
 from labkit.model.summary_meta import ControlCounters, ValveTotals
 from labkit.model.topo import Topology
 
-LOAD_THREADS = 3  # valves loaded at once
 NEVER_MS = 10_000.0  # a horizon no queue reaches: fabric ports mark, their qdisc drops
 
 
@@ -72,19 +70,15 @@ class ControlSession:
         self.ports: dict[str, float] = {}  # bottleneck port label -> its Mbit/s
         spec = sc.control
         host_setting = LaneSetting(ce_ms=spec.ce_us / 1e3, horizon_ms=spec.horizon_ms)
-        try:  # side by side: each is the kernel's verifier at work, most of 30 ms
-            with ThreadPoolExecutor(LOAD_THREADS, thread_name_prefix="valves") as pool:
-                loads = [pool.submit(self.valves.open, host, host_setting,  # its gate
-                                     vip_class=tc.LANE_CLASS["vip"], lead_ms=spec.lead_ms)
-                         for host in topo.hosts]
-                for port in topo.bottleneck_ports():
-                    loads.append(pool.submit(
-                        self.valves.open, port.ifname,
-                        LaneSetting(port.link.rate_mbps, spec.fabric_ce_us / 1e3, NEVER_MS),
-                        one_clock=pol.port_layout == "fifo"))
-                    self.ports[port.ifname] = port.link.rate_mbps
-            for load in loads:
-                load.result()  # the first error, once every valve that loaded is kept
+        try:  # one after another: a valve loads in about 6 ms, while the fabric is built
+            for host in topo.hosts:  # every host's NIC is held: its valve is its gate
+                self.valves.open(host, host_setting, vip_class=tc.LANE_CLASS["vip"],
+                                 lead_ms=spec.lead_ms)
+            for port in topo.bottleneck_ports():
+                self.valves.open(port.ifname, LaneSetting(port.link.rate_mbps,
+                                                          spec.fabric_ce_us / 1e3, NEVER_MS),
+                                 one_clock=pol.port_layout == "fifo")
+                self.ports[port.ifname] = port.link.rate_mbps
         except BaseException:
             self.close()
             raise
